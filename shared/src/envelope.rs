@@ -1,0 +1,220 @@
+//! The EventBridge envelope.
+//!
+//! `Source` comes from configuration, `DetailType` is the item's `EventType`, and
+//! `Detail = {"metadata": {"eventId", "eventType", "aggregateType", "aggregateId", "sequence",
+//! "occurredAt"}, "data": <Payload>}`. `metadata.eventId` is the outbox item's `EventId` and is the
+//! same on every re-publish, so consumers de-duplicate on it (EventBridge's own event id changes on
+//! each `PutEvents`).
+
+use aws_sdk_eventbridge::types::PutEventsRequestEntry;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::item::OutboxItem;
+use crate::limits::PUT_EVENTS_TIME_BYTES;
+use crate::time::parse_timestamp;
+
+/// `metadata` of the envelope: who the event is about and when it happened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventMetadata {
+    /// Stable across re-publishes: the de-duplication key.
+    pub event_id: String,
+    pub event_type: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregate_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregate_id: Option<String>,
+    /// The aggregate's version when the event was written: consumers order by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence: Option<u64>,
+    /// The outbox item's `CreatedAt`.
+    pub occurred_at: String,
+}
+
+/// The `Detail` of every relayed event. Consumers deserialize `Envelope<TheirData>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Envelope<D> {
+    pub metadata: EventMetadata,
+    pub data: D,
+}
+
+/// An outbox item that can never become an EventBridge entry: poison.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvelopeError {
+    #[error("event {event_id}: Payload is not valid JSON: {reason}")]
+    PayloadNotJson { event_id: String, reason: String },
+    #[error("event {event_id}: {field} must not be empty")]
+    Empty {
+        event_id: String,
+        field: &'static str,
+    },
+    #[error("event {event_id}: CreatedAt {value:?} is not an RFC 3339 timestamp")]
+    BadTimestamp { event_id: String, value: String },
+}
+
+/// One event ready for `PutEvents`, with everything the publisher needs to batch it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboundEvent {
+    pub event_id: String,
+    /// Events with the same ordering key (the aggregate) are never in flight out of order.
+    pub ordering_key: String,
+    pub source: String,
+    pub detail_type: String,
+    pub detail: String,
+    pub event_bus_name: String,
+    pub time: Option<aws_smithy_types::DateTime>,
+    pub trace_header: Option<String>,
+}
+
+impl OutboundEvent {
+    /// Builds the envelope of `item` for `event_bus_name` with `source`.
+    ///
+    /// The payload is embedded as it is stored (validated, not re-serialized).
+    ///
+    /// # Errors
+    /// [`EnvelopeError`] when the payload is not JSON, a required field is empty, or `CreatedAt`
+    /// is not a timestamp: the item is poison.
+    pub fn from_item(
+        item: &OutboxItem,
+        event_bus_name: &str,
+        source: &str,
+    ) -> Result<Self, EnvelopeError> {
+        let event_id = &item.event_id;
+        for (field, value) in [("EventId", event_id), ("EventType", &item.event_type)] {
+            if value.trim().is_empty() {
+                return Err(EnvelopeError::Empty {
+                    event_id: event_id.clone(),
+                    field,
+                });
+            }
+        }
+        let data: &RawValue =
+            serde_json::from_str(&item.payload).map_err(|e| EnvelopeError::PayloadNotJson {
+                event_id: event_id.clone(),
+                reason: e.to_string(),
+            })?;
+        let occurred =
+            parse_timestamp(&item.created_at).map_err(|_| EnvelopeError::BadTimestamp {
+                event_id: event_id.clone(),
+                value: item.created_at.clone(),
+            })?;
+        let envelope = Envelope {
+            metadata: EventMetadata {
+                event_id: event_id.clone(),
+                event_type: item.event_type.clone(),
+                aggregate_type: item.aggregate_type.clone(),
+                aggregate_id: item.aggregate_id.clone(),
+                sequence: item.sequence,
+                occurred_at: item.created_at.clone(),
+            },
+            data,
+        };
+        let detail = serde_json::to_string(&envelope).expect("envelope of valid JSON serializes");
+        Ok(Self {
+            event_id: event_id.clone(),
+            ordering_key: item.aggregate_id.clone().unwrap_or_else(|| item.pk.clone()),
+            source: source.to_owned(),
+            detail_type: item.event_type.clone(),
+            detail,
+            event_bus_name: event_bus_name.to_owned(),
+            time: Some(aws_smithy_types::DateTime::from_millis(
+                occurred.timestamp_millis(),
+            )),
+            trace_header: item.trace_header.clone(),
+        })
+    }
+
+    /// The entry size as EventBridge counts it: 14 bytes for `Time` if set, plus the UTF-8 bytes
+    /// of `Source`, `DetailType` and `Detail`.
+    pub fn entry_size(&self) -> usize {
+        let time = if self.time.is_some() {
+            PUT_EVENTS_TIME_BYTES
+        } else {
+            0
+        };
+        time + self.source.len() + self.detail_type.len() + self.detail.len()
+    }
+
+    /// The `PutEvents` entry.
+    pub fn to_entry(&self) -> PutEventsRequestEntry {
+        PutEventsRequestEntry::builder()
+            .source(&self.source)
+            .detail_type(&self.detail_type)
+            .detail(&self.detail)
+            .event_bus_name(&self.event_bus_name)
+            .set_time(self.time)
+            .set_trace_header(self.trace_header.clone())
+            .build()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::item::OutboxStatus;
+
+    fn item(payload: &str) -> OutboxItem {
+        OutboxItem {
+            pk: "USER#u".into(),
+            sk: "OUTBOX#e1".into(),
+            entity_type: "OutboxEvent".into(),
+            event_id: "e1".into(),
+            event_type: "OrderCreated".into(),
+            payload: payload.into(),
+            status: OutboxStatus::Pending,
+            created_at: "2026-11-22T10:00:00.000Z".into(),
+            gsi1pk: Some("OUTBOX#PENDING#1".into()),
+            gsi1sk: Some("EVENT#2026-11-22T10:00:00.000Z#e1".into()),
+            aggregate_type: Some("Order".into()),
+            aggregate_id: Some("o1".into()),
+            sequence: Some(1),
+            ttl: None,
+            trace_header: Some("Root=1-abc".into()),
+        }
+    }
+
+    #[test]
+    fn builds_the_documented_envelope() {
+        let event = OutboundEvent::from_item(&item(r#"{"amount": 12}"#), "bus", "orders").unwrap();
+        assert_eq!(event.detail_type, "OrderCreated");
+        assert_eq!(event.ordering_key, "o1");
+        let detail: serde_json::Value = serde_json::from_str(&event.detail).unwrap();
+        assert_eq!(
+            detail,
+            serde_json::json!({
+                "metadata": {
+                    "eventId": "e1", "eventType": "OrderCreated", "aggregateType": "Order",
+                    "aggregateId": "o1", "sequence": 1, "occurredAt": "2026-11-22T10:00:00.000Z"
+                },
+                "data": {"amount": 12}
+            })
+        );
+        let parsed: Envelope<serde_json::Value> = serde_json::from_str(&event.detail).unwrap();
+        assert_eq!(parsed.metadata.event_id, "e1");
+        let entry = event.to_entry();
+        assert_eq!(entry.trace_header(), Some("Root=1-abc"));
+        assert_eq!(entry.event_bus_name(), Some("bus"));
+    }
+
+    #[test]
+    fn entry_size_counts_time_source_type_and_detail() {
+        let event = OutboundEvent::from_item(&item("{}"), "bus", "orders").unwrap();
+        assert_eq!(
+            event.entry_size(),
+            14 + "orders".len() + "OrderCreated".len() + event.detail.len()
+        );
+    }
+
+    #[test]
+    fn non_json_payload_is_poison() {
+        let err = OutboundEvent::from_item(&item("not json"), "bus", "orders").unwrap_err();
+        assert!(matches!(err, EnvelopeError::PayloadNotJson { .. }), "{err}");
+        let mut bad_time = item("{}");
+        bad_time.created_at = "yesterday".into();
+        assert!(matches!(
+            OutboundEvent::from_item(&bad_time, "bus", "orders"),
+            Err(EnvelopeError::BadTimestamp { .. })
+        ));
+    }
+}

@@ -1,0 +1,363 @@
+//! [`OutboxItem`]: the one record type for an outbox event item, used in both directions
+//! (`serde_dynamo::to_item` when writing, `serde_dynamo::from_item` when relaying).
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::config::OutboxConfig;
+use crate::schema::{self, entity};
+use crate::shard::shard_for;
+use crate::time::format_timestamp;
+
+/// Lifecycle of an outbox event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum OutboxStatus {
+    /// Written, not yet published; indexed in `GSI1`.
+    Pending,
+    /// Published to EventBridge; removed from `GSI1`.
+    Published,
+    /// Could never be published; sent to the dead-letter queue with a reason; removed from `GSI1`.
+    DeadLettered,
+}
+
+impl OutboxStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => schema::status::PENDING,
+            Self::Published => schema::status::PUBLISHED,
+            Self::DeadLettered => schema::status::DEAD_LETTERED,
+        }
+    }
+}
+
+impl fmt::Display for OutboxStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An outbox event item as stored in the table.
+///
+/// Required attributes: `PK`, `SK`, `EntityType`, `EventId`, `EventType`, `Payload`, `Status`,
+/// `CreatedAt`, and — while the event is pending — `GSI1PK`/`GSI1SK`. Publishing removes the two
+/// index keys (sparse index), so they are `Option` here. Everything else is optional, so items
+/// written by other clients with only the required attributes decode too.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutboxItem {
+    #[serde(rename = "PK")]
+    pub pk: String,
+    #[serde(rename = "SK")]
+    pub sk: String,
+    #[serde(rename = "EntityType")]
+    pub entity_type: String,
+    #[serde(rename = "EventId")]
+    pub event_id: String,
+    #[serde(rename = "EventType")]
+    pub event_type: String,
+    /// The event's data as a JSON document, stored as a string.
+    #[serde(rename = "Payload")]
+    pub payload: String,
+    #[serde(rename = "Status")]
+    pub status: OutboxStatus,
+    /// ISO-8601 UTC.
+    #[serde(rename = "CreatedAt")]
+    pub created_at: String,
+    #[serde(rename = "GSI1PK", default, skip_serializing_if = "Option::is_none")]
+    pub gsi1pk: Option<String>,
+    #[serde(rename = "GSI1SK", default, skip_serializing_if = "Option::is_none")]
+    pub gsi1sk: Option<String>,
+    #[serde(
+        rename = "AggregateType",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub aggregate_type: Option<String>,
+    #[serde(
+        rename = "AggregateId",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub aggregate_id: Option<String>,
+    /// The aggregate's version when the event was written, for consumer-side ordering.
+    #[serde(rename = "Sequence", default, skip_serializing_if = "Option::is_none")]
+    pub sequence: Option<u64>,
+    /// Epoch seconds; DynamoDB TTL deletes the item after it (cleanup only).
+    #[serde(rename = "ttl", default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<i64>,
+    /// Trace context captured at write time (`X-Amzn-Trace-Id` format), propagated on publish.
+    #[serde(
+        rename = "TraceHeader",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub trace_header: Option<String>,
+}
+
+/// The primary key of an item.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ItemKey {
+    pub pk: String,
+    pub sk: String,
+}
+
+impl fmt::Display for ItemKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.pk, self.sk)
+    }
+}
+
+/// What a caller says about a new event; [`OutboxItem::pending`] turns it into an item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewOutboxEvent {
+    /// Partition key of the item collection the event belongs to (the aggregate's `PK`), so the
+    /// event sits beside the business item it describes.
+    pub partition_key: String,
+    /// Becomes the EventBridge `DetailType`.
+    pub event_type: String,
+    pub aggregate_type: String,
+    /// Chooses the shard: one aggregate's events share a shard.
+    pub aggregate_id: String,
+    pub sequence: Option<u64>,
+    /// Any JSON document; becomes `data` in the envelope.
+    pub payload: serde_json::Value,
+    pub trace_header: Option<String>,
+}
+
+/// An outbox event that cannot be written as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ItemError {
+    #[error("{field} must not be empty")]
+    Empty { field: &'static str },
+    #[error("{field} is {len} bytes, more than the {max} allowed")]
+    TooLong {
+        field: &'static str,
+        len: usize,
+        max: usize,
+    },
+    #[error("{field} must not contain '#' (it separates key segments): {value:?}")]
+    KeySeparator { field: &'static str, value: String },
+    #[error("{field} contains a control character: {value:?}")]
+    ControlCharacter { field: &'static str, value: String },
+}
+
+/// Longest id accepted in a key segment. Far below DynamoDB's 2,048-byte partition key limit,
+/// so prefixes always fit.
+pub const MAX_ID_BYTES: usize = 256;
+
+/// Checks an id that becomes part of a key: non-empty, at most [`MAX_ID_BYTES`], no `#` (the key
+/// separator) and no control characters.
+///
+/// # Errors
+/// The [`ItemError`] naming `field` and what is wrong with it.
+pub fn validate_id(field: &'static str, value: &str) -> Result<(), ItemError> {
+    if value.trim().is_empty() {
+        return Err(ItemError::Empty { field });
+    }
+    if value.len() > MAX_ID_BYTES {
+        return Err(ItemError::TooLong {
+            field,
+            len: value.len(),
+            max: MAX_ID_BYTES,
+        });
+    }
+    if value.contains('#') {
+        return Err(ItemError::KeySeparator {
+            field,
+            value: value.to_owned(),
+        });
+    }
+    if value.chars().any(char::is_control) {
+        return Err(ItemError::ControlCharacter {
+            field,
+            value: value.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+impl OutboxItem {
+    /// A new pending event with a fresh time-ordered id (UUIDv7), indexed on its aggregate's shard.
+    ///
+    /// # Errors
+    /// [`ItemError`] when the event type, aggregate type or aggregate id is empty or malformed.
+    pub fn pending(
+        event: NewOutboxEvent,
+        config: &OutboxConfig,
+        now: DateTime<Utc>,
+    ) -> Result<Self, ItemError> {
+        let event_id = uuid::Uuid::now_v7().to_string();
+        Self::pending_with_id(event, config, now, event_id)
+    }
+
+    /// Like [`OutboxItem::pending`] with a caller-chosen event id (deterministic replays, tests).
+    ///
+    /// # Errors
+    /// [`ItemError`] when an id, the event type or the aggregate type is empty or malformed.
+    pub fn pending_with_id(
+        event: NewOutboxEvent,
+        config: &OutboxConfig,
+        now: DateTime<Utc>,
+        event_id: String,
+    ) -> Result<Self, ItemError> {
+        if event.partition_key.is_empty() {
+            return Err(ItemError::Empty {
+                field: "partition key",
+            });
+        }
+        validate_id("event id", &event_id)?;
+        validate_id("event type", &event.event_type)?;
+        validate_id("aggregate type", &event.aggregate_type)?;
+        validate_id("aggregate id", &event.aggregate_id)?;
+        let created_at = format_timestamp(now);
+        let shard = shard_for(&event.aggregate_id, config.shard_count);
+        let ttl =
+            now.timestamp() + i64::try_from(config.ttl_retention.as_secs()).unwrap_or(i64::MAX);
+        Ok(Self {
+            pk: event.partition_key,
+            sk: schema::outbox_sk(&event_id),
+            entity_type: entity::OUTBOX_EVENT.to_owned(),
+            gsi1pk: Some(schema::pending_shard_pk(shard)),
+            gsi1sk: Some(schema::pending_sort_key(&created_at, &event_id)),
+            event_id,
+            event_type: event.event_type,
+            payload: event.payload.to_string(),
+            status: OutboxStatus::Pending,
+            created_at,
+            aggregate_type: Some(event.aggregate_type),
+            aggregate_id: Some(event.aggregate_id),
+            sequence: event.sequence,
+            ttl: Some(ttl),
+            trace_header: event.trace_header,
+        })
+    }
+
+    pub fn key(&self) -> ItemKey {
+        ItemKey {
+            pk: self.pk.clone(),
+            sk: self.sk.clone(),
+        }
+    }
+
+    /// Whether this is an outbox event item (`EntityType = OutboxEvent`).
+    pub fn is_outbox_event(&self) -> bool {
+        self.entity_type == entity::OUTBOX_EVENT
+    }
+
+    /// Converts the item to DynamoDB attribute values.
+    ///
+    /// # Errors
+    /// Only if serialization fails, which the field types rule out in practice.
+    pub fn to_item(
+        &self,
+    ) -> Result<
+        std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>,
+        serde_dynamo::Error,
+    > {
+        serde_dynamo::to_item(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_dynamodb::types::AttributeValue as Av;
+    use chrono::TimeZone;
+    use std::collections::HashMap;
+    use std::time::Duration;
+
+    fn config() -> OutboxConfig {
+        OutboxConfig {
+            ttl_retention: Duration::from_secs(7 * 24 * 3600),
+            ..OutboxConfig::new("orders")
+        }
+    }
+
+    fn new_event() -> NewOutboxEvent {
+        NewOutboxEvent {
+            partition_key: schema::user_pk("u1"),
+            event_type: "OrderCreated".into(),
+            aggregate_type: "Order".into(),
+            aggregate_id: "o1".into(),
+            sequence: Some(1),
+            payload: serde_json::json!({"orderId": "o1"}),
+            trace_header: None,
+        }
+    }
+
+    #[test]
+    fn pending_item_has_the_documented_keys() {
+        let now = Utc.with_ymd_and_hms(2026, 11, 22, 10, 0, 0).unwrap();
+        let item = OutboxItem::pending_with_id(new_event(), &config(), now, "e1".into()).unwrap();
+        let shard = shard_for("o1", config().shard_count);
+        assert_eq!(item.pk, "USER#u1");
+        assert_eq!(item.sk, "OUTBOX#e1");
+        assert_eq!(
+            item.gsi1pk.as_deref(),
+            Some(format!("OUTBOX#PENDING#{shard}").as_str())
+        );
+        assert_eq!(
+            item.gsi1sk.as_deref(),
+            Some("EVENT#2026-11-22T10:00:00.000Z#e1")
+        );
+        assert_eq!(item.ttl, Some(now.timestamp() + 7 * 24 * 3600));
+        assert_eq!(item.status, OutboxStatus::Pending);
+        assert_eq!(item.payload, r#"{"orderId":"o1"}"#);
+    }
+
+    #[test]
+    fn round_trips_through_attribute_values() {
+        let item = OutboxItem::pending(new_event(), &config(), Utc::now()).unwrap();
+        let av = item.to_item().unwrap();
+        assert_eq!(av["Status"], Av::S("PENDING".into()));
+        assert_eq!(av["Sequence"], Av::N("1".into()));
+        let back: OutboxItem = serde_dynamo::from_item(av).unwrap();
+        assert_eq!(back, item);
+    }
+
+    #[test]
+    fn decodes_an_item_with_only_the_required_attributes() {
+        let av: HashMap<String, Av> = [
+            ("PK", "USER#x"),
+            ("SK", "OUTBOX#e9"),
+            ("EntityType", "OutboxEvent"),
+            ("EventId", "e9"),
+            ("EventType", "OrderCreated"),
+            ("Payload", "{}"),
+            ("Status", "PENDING"),
+            ("CreatedAt", "2026-11-22T10:00:00Z"),
+            ("GSI1PK", "OUTBOX#PENDING#3"),
+            ("GSI1SK", "EVENT#2026-11-22T10:00:00Z#e9"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), Av::S(v.to_owned())))
+        .collect();
+        let item: OutboxItem = serde_dynamo::from_item(av).unwrap();
+        assert_eq!(item.event_id, "e9");
+        assert_eq!(item.aggregate_id, None);
+        assert!(item.is_outbox_event());
+    }
+
+    #[test]
+    fn rejects_malformed_ids() {
+        let mut e = new_event();
+        e.aggregate_id = "a#b".into();
+        assert!(matches!(
+            OutboxItem::pending(e, &config(), Utc::now()),
+            Err(ItemError::KeySeparator {
+                field: "aggregate id",
+                ..
+            })
+        ));
+        let mut e = new_event();
+        e.event_type = " ".into();
+        assert!(matches!(
+            OutboxItem::pending(e, &config(), Utc::now()),
+            Err(ItemError::Empty {
+                field: "event type"
+            })
+        ));
+    }
+}

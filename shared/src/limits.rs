@@ -1,0 +1,29 @@
+//! AWS service limits the design works within, each with the reason it matters.
+
+/// `PutEvents` accepts at most 10 entries per call.
+pub const PUT_EVENTS_MAX_ENTRIES: usize = 10;
+
+/// `PutEvents` classic limit for one entry and for one whole request (256 KiB). Buses created
+/// since 2026 accept 1 MiB entries; the publisher's limits are configurable, this is the safe default.
+pub const PUT_EVENTS_DEFAULT_MAX_BYTES: usize = 256 * 1024;
+
+/// Largest per-entry size any EventBridge bus accepts (1 MiB), the upper bound for configuration.
+pub const PUT_EVENTS_ABSOLUTE_MAX_BYTES: usize = 1024 * 1024;
+
+/// EventBridge counts a set `Time` field as 14 bytes of the entry size.
+pub const PUT_EVENTS_TIME_BYTES: usize = 14;
+
+/// `TransactWriteItems` accepts at most 100 actions.
+pub const TRANSACT_MAX_ACTIONS: usize = 100;
+
+/// `TransactWriteItems` accepts at most 4 MB of item data in total.
+pub const TRANSACT_MAX_BYTES: usize = 4 * 1024 * 1024;
+
+/// A DynamoDB item (attribute names plus values) is at most 400 KB.
+pub const ITEM_MAX_BYTES: usize = 400 * 1024;
+
+/// `ClientRequestToken` makes `TransactWriteItems` idempotent for 10 minutes; at most 36 characters.
+pub const CLIENT_REQUEST_TOKEN_MAX_LEN: usize = 36;
+
+/// `BatchGetItem`/`BatchWriteItem`-style fan-out and `SendMessageBatch` take at most 10 entries.
+pub const SQS_SEND_BATCH_MAX: usize = 10;

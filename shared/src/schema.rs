@@ -1,0 +1,132 @@
+//! The single-table item schema: attribute names, entity types, status values and key formats.
+//!
+//! Every crate refers to these constants; no attribute name is spelled as a string literal
+//! anywhere else. See the README's "Item schema" section for the full table.
+
+/// Attribute names.
+pub mod attr {
+    /// Partition key of the table (`USER#{user_id}`).
+    pub const PK: &str = "PK";
+    /// Sort key of the table (`ORDER#{order_id}` or `OUTBOX#{event_id}`).
+    pub const SK: &str = "SK";
+    /// Discriminates item kinds in the single table (`Order`, `OutboxEvent`, …).
+    pub const ENTITY_TYPE: &str = "EntityType";
+
+    /// Order attributes.
+    pub const ORDER_ID: &str = "OrderId";
+    pub const USER_ID: &str = "UserId";
+    pub const AMOUNT: &str = "Amount";
+    pub const ITEMS: &str = "Items";
+    pub const STATUS: &str = "Status";
+    pub const VERSION: &str = "Version";
+    pub const CREATED_AT: &str = "CreatedAt";
+    pub const UPDATED_AT: &str = "UpdatedAt";
+
+    /// Outbox attributes.
+    pub const EVENT_ID: &str = "EventId";
+    pub const EVENT_TYPE: &str = "EventType";
+    pub const AGGREGATE_TYPE: &str = "AggregateType";
+    pub const AGGREGATE_ID: &str = "AggregateId";
+    pub const SEQUENCE: &str = "Sequence";
+    pub const PAYLOAD: &str = "Payload";
+    pub const TRACE_HEADER: &str = "TraceHeader";
+    /// Set when a relay publishes the event.
+    pub const PUBLISHED_AT: &str = "PublishedAt";
+    /// Set when a relay dead-letters a poison event.
+    pub const DEAD_LETTERED_AT: &str = "DeadLetteredAt";
+    /// Set with the reason when a relay dead-letters a poison event.
+    pub const DEAD_LETTER_REASON: &str = "DeadLetterReason";
+    /// Partition key of the sparse outbox index; present only while the event is pending.
+    pub const GSI1PK: &str = "GSI1PK";
+    /// Sort key of the sparse outbox index; present only while the event is pending.
+    pub const GSI1SK: &str = "GSI1SK";
+    /// Epoch seconds after which DynamoDB TTL deletes the item (cleanup only, never correctness).
+    pub const TTL: &str = "ttl";
+
+    /// Idempotency record written by an idempotent create (see the writer).
+    pub const IDEMPOTENCY_KEY: &str = "IdempotencyKey";
+    pub const REQUEST_HASH: &str = "RequestHash";
+}
+
+/// `EntityType` values.
+pub mod entity {
+    pub const ORDER: &str = "Order";
+    pub const OUTBOX_EVENT: &str = "OutboxEvent";
+    pub const IDEMPOTENCY: &str = "Idempotency";
+}
+
+/// Default name of the sparse, sharded outbox index.
+pub const DEFAULT_INDEX_NAME: &str = "GSI1";
+
+const USER_PREFIX: &str = "USER#";
+const ORDER_PREFIX: &str = "ORDER#";
+const OUTBOX_PREFIX: &str = "OUTBOX#";
+const IDEMPOTENCY_PREFIX: &str = "IDEMPOTENCY#";
+const PENDING_PREFIX: &str = "OUTBOX#PENDING#";
+const EVENT_PREFIX: &str = "EVENT#";
+
+/// `PK` of a user's item collection: `USER#{user_id}`.
+pub fn user_pk(user_id: &str) -> String {
+    format!("{USER_PREFIX}{user_id}")
+}
+
+/// `SK` of an order: `ORDER#{order_id}`.
+pub fn order_sk(order_id: &str) -> String {
+    format!("{ORDER_PREFIX}{order_id}")
+}
+
+/// `SK` of an outbox event: `OUTBOX#{event_id}`.
+pub fn outbox_sk(event_id: &str) -> String {
+    format!("{OUTBOX_PREFIX}{event_id}")
+}
+
+/// `SK` of an idempotency record: `IDEMPOTENCY#{key}`.
+pub fn idempotency_sk(key: &str) -> String {
+    format!("{IDEMPOTENCY_PREFIX}{key}")
+}
+
+/// `GSI1PK` of a pending event on `shard`: `OUTBOX#PENDING#{shard}`.
+pub fn pending_shard_pk(shard: u16) -> String {
+    format!("{PENDING_PREFIX}{shard}")
+}
+
+/// Reads the shard number back from a `GSI1PK`, if it has the pending-shard format.
+pub fn parse_pending_shard_pk(gsi1pk: &str) -> Option<u16> {
+    gsi1pk.strip_prefix(PENDING_PREFIX)?.parse().ok()
+}
+
+/// `GSI1SK` of a pending event: `EVENT#{created_at}#{event_id}`, oldest first.
+pub fn pending_sort_key(created_at: &str, event_id: &str) -> String {
+    format!("{EVENT_PREFIX}{created_at}#{event_id}")
+}
+
+/// `Status` values of an outbox item.
+pub mod status {
+    pub const PENDING: &str = "PENDING";
+    pub const PUBLISHED: &str = "PUBLISHED";
+    pub const DEAD_LETTERED: &str = "DEAD_LETTERED";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_formats_match_the_documented_schema() {
+        assert_eq!(user_pk("u-1"), "USER#u-1");
+        assert_eq!(order_sk("o-1"), "ORDER#o-1");
+        assert_eq!(outbox_sk("e-1"), "OUTBOX#e-1");
+        assert_eq!(pending_shard_pk(7), "OUTBOX#PENDING#7");
+        assert_eq!(
+            pending_sort_key("2026-01-01T00:00:00.000Z", "e-1"),
+            "EVENT#2026-01-01T00:00:00.000Z#e-1"
+        );
+    }
+
+    #[test]
+    fn shard_pk_round_trips() {
+        assert_eq!(parse_pending_shard_pk(&pending_shard_pk(15)), Some(15));
+        assert_eq!(parse_pending_shard_pk("OUTBOX#PENDING#x"), None);
+        assert_eq!(parse_pending_shard_pk("USER#1"), None);
+    }
+}

@@ -1,0 +1,399 @@
+//! Test harness for integration and end-to-end tests against the local AWS emulator.
+//!
+//! [`TestEnv::new`] gives each test its own randomly named table (from the same provisioning code
+//! as `infra`), EventBridge bus, sink SQS queue that receives everything on the bus through a rule,
+//! and dead-letter queue. Run the tests with `make test`, which installs and starts the emulator
+//! (moto in server mode) and points `AWS_ENDPOINT_URL` at it.
+
+use std::collections::HashMap;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use aws_config::SdkConfig;
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, QueueAttributeName};
+use outbox_shared::envelope::Envelope;
+use outbox_shared::{OutboxConfig, OutboxItem, PublisherConfig};
+use rand::Rng;
+use rand::distr::Alphanumeric;
+
+/// The EventBridge `Source` the test environment publishes with.
+pub const TEST_SOURCE: &str = "test.orders";
+
+const HOW_TO_RUN: &str = "run the tests with `make test` (it installs the pinned emulator into \
+     .venv and starts it), or start one with `scripts/emulator.sh start && eval \"$(scripts/emulator.sh env)\"` \
+     and then run cargo test";
+
+/// The emulator's endpoint, checked to be reachable.
+///
+/// # Panics
+/// With instructions when `AWS_ENDPOINT_URL` is unset or nothing answers there: integration tests
+/// never pass without the emulator.
+pub fn emulator_endpoint() -> String {
+    let Ok(endpoint) = std::env::var("AWS_ENDPOINT_URL") else {
+        panic!(
+            "AWS_ENDPOINT_URL is not set, so there is no local AWS emulator to test against: {HOW_TO_RUN}"
+        );
+    };
+    let authority = endpoint
+        .split("://")
+        .nth(1)
+        .unwrap_or(&endpoint)
+        .trim_end_matches('/');
+    let reachable = authority
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .is_some_and(|addr| TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok());
+    assert!(
+        reachable,
+        "the local AWS emulator at AWS_ENDPOINT_URL={endpoint} does not answer: {HOW_TO_RUN}"
+    );
+    endpoint
+}
+
+/// A random lowercase name with `prefix`, unique per test.
+pub fn unique_name(prefix: &str) -> String {
+    let suffix: String = rand::rng()
+        .sample_iter(&Alphanumeric)
+        .take(10)
+        .map(|c| char::from(c).to_ascii_lowercase())
+        .collect();
+    format!("{prefix}-{suffix}")
+}
+
+/// The workspace root (for finding binaries, fixtures and scripts).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ sits in the workspace root")
+        .to_path_buf()
+}
+
+/// One event as EventBridge delivered it to the sink queue.
+#[derive(Debug, Clone)]
+pub struct SinkMessage {
+    /// The whole EventBridge event (`id`, `source`, `detail-type`, `detail`, …).
+    pub event: serde_json::Value,
+    /// `detail`, parsed as the relay's envelope.
+    pub envelope: Envelope<serde_json::Value>,
+}
+
+impl SinkMessage {
+    pub fn event_id(&self) -> &str {
+        &self.envelope.metadata.event_id
+    }
+
+    pub fn detail_type(&self) -> &str {
+        self.event["detail-type"].as_str().unwrap_or_default()
+    }
+
+    pub fn source(&self) -> &str {
+        self.event["source"].as_str().unwrap_or_default()
+    }
+}
+
+/// A private set of emulator resources for one test.
+#[derive(Debug, Clone)]
+pub struct TestEnv {
+    pub sdk_config: SdkConfig,
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    pub streams: aws_sdk_dynamodbstreams::Client,
+    pub eventbridge: aws_sdk_eventbridge::Client,
+    pub sqs: aws_sdk_sqs::Client,
+    pub table_name: String,
+    pub stream_arn: String,
+    pub bus_name: String,
+    /// Receives every event on the bus, through a rule.
+    pub sink_queue_url: String,
+    /// Where the relays send poison records.
+    pub dead_letter_queue_url: String,
+}
+
+impl TestEnv {
+    /// Creates a fresh table, bus, sink queue (with the rule) and dead-letter queue.
+    ///
+    /// # Panics
+    /// When the emulator is missing (with instructions) or refuses to create a resource.
+    pub async fn new() -> Self {
+        let endpoint = emulator_endpoint();
+        let sdk_config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url(endpoint)
+            .load()
+            .await;
+        let env = Self {
+            dynamodb: aws_sdk_dynamodb::Client::new(&sdk_config),
+            streams: aws_sdk_dynamodbstreams::Client::new(&sdk_config),
+            eventbridge: aws_sdk_eventbridge::Client::new(&sdk_config),
+            sqs: aws_sdk_sqs::Client::new(&sdk_config),
+            sdk_config,
+            table_name: unique_name("outbox"),
+            stream_arn: String::new(),
+            bus_name: unique_name("bus"),
+            sink_queue_url: String::new(),
+            dead_letter_queue_url: String::new(),
+        };
+        env.provision().await
+    }
+
+    async fn provision(mut self) -> Self {
+        let table = outbox_infra::create_outbox_table(&self.dynamodb, &self.table_name)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        self.stream_arn = table.stream_arn;
+        self.eventbridge
+            .create_event_bus()
+            .name(&self.bus_name)
+            .send()
+            .await
+            .expect("create event bus");
+        self.sink_queue_url = self.create_queue(&unique_name("sink")).await;
+        self.dead_letter_queue_url = self.create_queue(&unique_name("dlq")).await;
+        let sink_arn = self.queue_arn(&self.sink_queue_url).await;
+        let rule = unique_name("all-events");
+        self.eventbridge
+            .put_rule()
+            .name(&rule)
+            .event_bus_name(&self.bus_name)
+            .event_pattern(r#"{"source": [{"prefix": ""}]}"#)
+            .send()
+            .await
+            .expect("put rule");
+        self.eventbridge
+            .put_targets()
+            .rule(&rule)
+            .event_bus_name(&self.bus_name)
+            .targets(
+                aws_sdk_eventbridge::types::Target::builder()
+                    .id("sink")
+                    .arn(sink_arn)
+                    .build()
+                    .expect("id and arn are set"),
+            )
+            .send()
+            .await
+            .expect("put targets");
+        self
+    }
+
+    /// Creates another queue (for tests that need more than the sink and dead-letter queues).
+    pub async fn create_queue(&self, name: &str) -> String {
+        self.sqs
+            .create_queue()
+            .queue_name(name)
+            .send()
+            .await
+            .expect("create queue")
+            .queue_url()
+            .expect("queue url")
+            .to_owned()
+    }
+
+    pub async fn queue_arn(&self, queue_url: &str) -> String {
+        self.sqs
+            .get_queue_attributes()
+            .queue_url(queue_url)
+            .attribute_names(QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .expect("get queue attributes")
+            .attributes()
+            .and_then(|a| a.get(&QueueAttributeName::QueueArn))
+            .expect("queue arn")
+            .clone()
+    }
+
+    /// Creates a bus with no rules (delivery cost out of the measurement, for benchmarks).
+    pub async fn create_bus_without_rules(&self) -> String {
+        let name = unique_name("bare-bus");
+        self.eventbridge
+            .create_event_bus()
+            .name(&name)
+            .send()
+            .await
+            .expect("create event bus");
+        name
+    }
+
+    /// The outbox configuration for this environment's table (16 shards, 7 days retention).
+    pub fn outbox_config(&self) -> OutboxConfig {
+        OutboxConfig::new(&self.table_name)
+    }
+
+    /// The publisher configuration for this environment's bus, with [`TEST_SOURCE`].
+    pub fn publisher_config(&self) -> PublisherConfig {
+        PublisherConfig::new(&self.bus_name, TEST_SOURCE)
+    }
+
+    /// Environment variables that point a relay binary at this environment.
+    pub fn relay_env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("TABLE_NAME", self.table_name.clone()),
+            ("EVENT_BUS_NAME", self.bus_name.clone()),
+            ("EVENT_SOURCE", TEST_SOURCE.to_owned()),
+            ("DEAD_LETTER_QUEUE_URL", self.dead_letter_queue_url.clone()),
+        ]
+    }
+
+    /// Reads and deletes every message on a queue, until it is empty.
+    pub async fn drain_queue(&self, queue_url: &str) -> Vec<aws_sdk_sqs::types::Message> {
+        let mut all = Vec::new();
+        loop {
+            let received = self
+                .sqs
+                .receive_message()
+                .queue_url(queue_url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(0)
+                .visibility_timeout(300)
+                .send()
+                .await
+                .expect("receive message");
+            let messages = received.messages().to_vec();
+            if messages.is_empty() {
+                if self.queue_depth(queue_url).await == 0 {
+                    return all;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            let entries: Vec<_> = messages
+                .iter()
+                .enumerate()
+                .map(|(i, m)| {
+                    DeleteMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(m.receipt_handle().expect("receipt handle"))
+                        .build()
+                        .expect("id and handle are set")
+                })
+                .collect();
+            self.sqs
+                .delete_message_batch()
+                .queue_url(queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .expect("delete message batch");
+            all.extend(messages);
+        }
+    }
+
+    /// Messages visible or in flight on a queue.
+    pub async fn queue_depth(&self, queue_url: &str) -> u64 {
+        let attrs = self
+            .sqs
+            .get_queue_attributes()
+            .queue_url(queue_url)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+            .send()
+            .await
+            .expect("get queue attributes");
+        let attrs = attrs.attributes().cloned().unwrap_or_default();
+        [
+            QueueAttributeName::ApproximateNumberOfMessages,
+            QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
+        ]
+        .iter()
+        .filter_map(|name| attrs.get(name)?.parse::<u64>().ok())
+        .sum()
+    }
+
+    /// Every event delivered to the sink queue so far (read and deleted), parsed.
+    ///
+    /// # Panics
+    /// When a message is not an EventBridge event carrying the relay's envelope.
+    pub async fn drain_sink(&self) -> Vec<SinkMessage> {
+        self.drain_queue(&self.sink_queue_url)
+            .await
+            .into_iter()
+            .map(|m| {
+                let body = m.body().expect("message body");
+                let event: serde_json::Value = serde_json::from_str(body)
+                    .unwrap_or_else(|e| panic!("sink message {body:?}: {e}"));
+                let envelope =
+                    serde_json::from_value(event["detail"].clone()).unwrap_or_else(|e| {
+                        panic!("sink message detail is not an envelope ({e}): {body}")
+                    });
+                SinkMessage { event, envelope }
+            })
+            .collect()
+    }
+
+    /// Waits until the sink queue holds at least `count` messages or `timeout` passes, then drains it.
+    pub async fn wait_for_sink(&self, count: u64, timeout: Duration) -> Vec<SinkMessage> {
+        let deadline = Instant::now() + timeout;
+        while self.queue_depth(&self.sink_queue_url).await < count && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.drain_sink().await
+    }
+
+    /// Every dead letter on the dead-letter queue so far (read and deleted), parsed.
+    pub async fn drain_dead_letters(&self) -> Vec<outbox_shared::DeadLetter> {
+        self.drain_queue(&self.dead_letter_queue_url)
+            .await
+            .into_iter()
+            .map(|m| serde_json::from_str(m.body().expect("body")).expect("dead letter JSON"))
+            .collect()
+    }
+
+    /// Every item in the table (a full scan).
+    pub async fn scan_items(&self) -> Vec<HashMap<String, AttributeValue>> {
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .dynamodb
+                .scan()
+                .table_name(&self.table_name)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .expect("scan");
+            items.extend(page.items().iter().cloned());
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                return items;
+            }
+        }
+    }
+
+    /// Every outbox event item in the table, decoded through the shared struct.
+    pub async fn outbox_items(&self) -> Vec<OutboxItem> {
+        self.scan_items()
+            .await
+            .into_iter()
+            .filter(|item| {
+                item.get(outbox_shared::schema::attr::ENTITY_TYPE)
+                    .and_then(|v| v.as_s().ok())
+                    .is_some_and(|t| t == outbox_shared::schema::entity::OUTBOX_EVENT)
+            })
+            .map(|item| serde_dynamo::from_item(item).expect("outbox item decodes"))
+            .collect()
+    }
+
+    /// Number of items in the pending index (`GSI1`), all shards.
+    pub async fn pending_in_index(&self) -> usize {
+        let mut count = 0;
+        let mut start = None;
+        loop {
+            let page = self
+                .dynamodb
+                .scan()
+                .table_name(&self.table_name)
+                .index_name(outbox_shared::schema::DEFAULT_INDEX_NAME)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .expect("scan index");
+            count += page.items().len();
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                return count;
+            }
+        }
+    }
+}
