@@ -48,6 +48,51 @@ pub mod attr {
     pub const REQUEST_HASH: &str = "RequestHash";
 }
 
+/// The consumer-side idempotency table (its own table, not the outbox table): one record per key.
+pub mod idempotency {
+    /// Attribute names.
+    pub mod attr {
+        /// Partition key: the idempotency key (by default the envelope's `metadata.eventId`).
+        pub const PK: &str = "pk";
+        /// `IN_PROGRESS`, `COMPLETED` or `FAILED`.
+        pub const STATUS: &str = "status";
+        /// Epoch milliseconds until which the record holds its key; after it the key can be claimed.
+        pub const EXPIRY: &str = "expiry";
+        /// Epoch seconds after which DynamoDB TTL deletes the record (cleanup only).
+        pub const TTL: &str = "ttl";
+        /// Hex SHA-256 of the canonical JSON payload, to reject a reused key with another payload.
+        pub const PAYLOAD_HASH: &str = "payload_hash";
+        /// The business logic's serialized response, once completed.
+        pub const RESPONSE: &str = "response";
+        /// Per-claim token: the completion is conditioned on it, so only the holder completes.
+        pub const CLAIM_TOKEN: &str = "claim_token";
+        /// The last business error, when a failure is recorded rather than released.
+        pub const ERROR: &str = "error";
+        /// How many times the key's logic has failed (recorded failures only).
+        pub const FAILURES: &str = "failures";
+    }
+
+    /// `status` values.
+    pub mod status {
+        pub const IN_PROGRESS: &str = "IN_PROGRESS";
+        pub const COMPLETED: &str = "COMPLETED";
+        pub const FAILED: &str = "FAILED";
+    }
+}
+
+/// The example consumer's stock table: one item per SKU, updated with optimistic concurrency.
+pub mod stock {
+    /// Attribute names.
+    pub mod attr {
+        /// Partition key: the SKU.
+        pub const PK: &str = "pk";
+        /// Units that can still be reserved.
+        pub const AVAILABLE: &str = "available";
+        /// Optimistic-concurrency version, incremented by every write.
+        pub const VERSION: &str = "version";
+    }
+}
+
 /// `EntityType` values.
 pub mod entity {
     pub const ORDER: &str = "Order";
