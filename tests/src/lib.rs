@@ -5,6 +5,8 @@
 //! and dead-letter queue. Run the tests with `make test`, which installs and starts the emulator
 //! (moto in server mode) and points `AWS_ENDPOINT_URL` at it.
 
+pub mod latency_model;
+
 use std::collections::HashMap;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};

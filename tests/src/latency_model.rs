@@ -1,0 +1,351 @@
+//! A latency model of the AWS endpoints, for benchmarks: an in-process SDK HTTP client that answers
+//! every call after a fixed delay, with unlimited parallelism.
+//!
+//! Plug it into any SDK client through [`LatencyModel::sdk_config`]. The SDK still builds, signs and
+//! serializes each request and parses each response, so the measurement includes the relay's own
+//! client-side cost; only the network and the service are replaced by a fixed delay.
+//!
+//! It models just what the relays call:
+//! - `AWSEvents.PutEvents`: every entry accepted.
+//! - `DynamoDB_20120810.Query` on the pending index: the first `:`-value that is a pending-shard key
+//!   (`OUTBOX#PENDING#n`) selects the shard; a value starting with `EVENT#` is an exclusive upper bound
+//!   on `GSI1SK` (the grace-period cutoff); `Limit` and `ExclusiveStartKey` paginate, oldest first.
+//! - `DynamoDB_20120810.UpdateItem`: removes the item from the pending index; if it was not there, the
+//!   call fails with `ConditionalCheckFailedException` as the real condition would.
+//! - `DynamoDB_20120810.PutItem` / `TransactWriteItems` / `SQS SendMessage`-style calls: accepted.
+//!
+//! Calls are counted per operation ([`LatencyModel::calls`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_sdk_dynamodb::config::{Credentials, SharedCredentialsProvider};
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpConnector,
+};
+use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_runtime_api::http::StatusCode;
+use aws_smithy_types::body::SdkBody;
+use outbox_shared::OutboxItem;
+use serde_json::{Value, json};
+
+/// Pending items of one shard, by `GSI1SK`.
+type Shard = BTreeMap<String, Value>;
+
+#[derive(Debug, Default)]
+struct State {
+    /// `GSI1PK` -> items in `GSI1SK` order.
+    index: HashMap<String, Shard>,
+    /// (`PK`, `SK`) -> (`GSI1PK`, `GSI1SK`) of pending items.
+    keys: HashMap<(String, String), (String, String)>,
+    calls: BTreeMap<String, u64>,
+}
+
+/// The model; cheap to clone (shared state).
+#[derive(Debug, Clone)]
+pub struct LatencyModel {
+    delay: Duration,
+    state: Arc<Mutex<State>>,
+}
+
+impl LatencyModel {
+    /// A model that answers every call after `delay`.
+    pub fn new(delay: Duration) -> Self {
+        Self {
+            delay,
+            state: Arc::default(),
+        }
+    }
+
+    /// SDK configuration whose clients talk to this model.
+    pub fn sdk_config(&self) -> SdkConfig {
+        SdkConfig::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+                "latency-model",
+                "latency-model",
+                None,
+                None,
+                "latency-model",
+            )))
+            .endpoint_url("http://latency-model.invalid")
+            .http_client(self.clone())
+            .build()
+    }
+
+    /// Adds pending items to the modelled index (they must carry `GSI1PK`/`GSI1SK`).
+    ///
+    /// # Panics
+    /// When an item has no index keys.
+    pub fn seed_pending(&self, items: &[OutboxItem]) {
+        let mut state = self.state.lock().expect("model state");
+        for item in items {
+            let gsi1pk = item.gsi1pk.clone().expect("pending item has GSI1PK");
+            let gsi1sk = item.gsi1sk.clone().expect("pending item has GSI1SK");
+            let wire = to_wire_item(item);
+            state.keys.insert(
+                (item.pk.clone(), item.sk.clone()),
+                (gsi1pk.clone(), gsi1sk.clone()),
+            );
+            state.index.entry(gsi1pk).or_default().insert(gsi1sk, wire);
+        }
+    }
+
+    /// Items still pending in the modelled index.
+    pub fn pending(&self) -> usize {
+        self.state.lock().expect("model state").keys.len()
+    }
+
+    /// Calls answered so far, by operation (`PutEvents`, `Query`, `UpdateItem`, …).
+    pub fn calls(&self) -> BTreeMap<String, u64> {
+        self.state.lock().expect("model state").calls.clone()
+    }
+
+    fn answer(&self, target: &str, body: &[u8]) -> (u16, Value) {
+        let operation = target.rsplit('.').next().unwrap_or(target).to_owned();
+        let request: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let mut state = self.state.lock().expect("model state");
+        *state.calls.entry(operation.clone()).or_default() += 1;
+        match operation.as_str() {
+            "PutEvents" => {
+                let n = request["Entries"].as_array().map_or(0, Vec::len);
+                let entries: Vec<Value> = (0..n)
+                    .map(|_| json!({"EventId": uuid::Uuid::now_v7().to_string()}))
+                    .collect();
+                (200, json!({"FailedEntryCount": 0, "Entries": entries}))
+            }
+            "Query" => (200, query(&state, &request)),
+            "UpdateItem" => {
+                let key = (
+                    string_value(&request["Key"]["PK"]),
+                    string_value(&request["Key"]["SK"]),
+                );
+                match state.keys.remove(&key) {
+                    Some((gsi1pk, gsi1sk)) => {
+                        if let Some(shard) = state.index.get_mut(&gsi1pk) {
+                            shard.remove(&gsi1sk);
+                        }
+                        (200, json!({}))
+                    }
+                    None => (
+                        400,
+                        json!({
+                            "__type": "com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException",
+                            "message": "The conditional request failed"
+                        }),
+                    ),
+                }
+            }
+            "SendMessage" => (200, json!({"MessageId": uuid::Uuid::now_v7().to_string()})),
+            _ => (200, json!({})),
+        }
+    }
+}
+
+fn string_value(attribute: &Value) -> String {
+    attribute["S"].as_str().unwrap_or_default().to_owned()
+}
+
+fn query(state: &State, request: &Value) -> Value {
+    let values: Vec<&str> = request["ExpressionAttributeValues"]
+        .as_object()
+        .map(|m| m.values().filter_map(|v| v["S"].as_str()).collect())
+        .unwrap_or_default();
+    let shard_key = values.iter().find(|v| v.starts_with("OUTBOX#PENDING#"));
+    let upper = values.iter().find(|v| v.starts_with("EVENT#"));
+    let start_after = request["ExclusiveStartKey"]["GSI1SK"]["S"].as_str();
+    let limit = request["Limit"]
+        .as_u64()
+        .and_then(|l| usize::try_from(l).ok())
+        .unwrap_or(usize::MAX);
+    let Some(shard) = shard_key.and_then(|k| state.index.get(*k)) else {
+        return json!({"Items": [], "Count": 0, "ScannedCount": 0});
+    };
+    let mut items = Vec::new();
+    let mut last = None;
+    for (sort_key, item) in shard {
+        if start_after.is_some_and(|s| sort_key.as_str() <= s) {
+            continue;
+        }
+        if upper.is_some_and(|u| sort_key.as_str() >= *u) {
+            break;
+        }
+        if items.len() == limit {
+            break;
+        }
+        items.push(item.clone());
+        last = Some(item);
+    }
+    let mut response = json!({"Count": items.len(), "ScannedCount": items.len(), "Items": items});
+    let more = last.is_some_and(|l| {
+        let sk = l["GSI1SK"]["S"].as_str().unwrap_or_default();
+        shard
+            .range::<str, _>((std::ops::Bound::Excluded(sk), std::ops::Bound::Unbounded))
+            .next()
+            .is_some_and(|(next, _)| upper.is_none_or(|u| next.as_str() < *u))
+    });
+    if more {
+        let l = last.expect("more implies a last item");
+        response["LastEvaluatedKey"] = json!({
+            "PK": l["PK"], "SK": l["SK"], "GSI1PK": l["GSI1PK"], "GSI1SK": l["GSI1SK"],
+        });
+    }
+    response
+}
+
+/// DynamoDB JSON of an outbox item (strings as `S`, numbers as `N`).
+fn to_wire_item(item: &OutboxItem) -> Value {
+    let plain = serde_json::to_value(item).expect("outbox item serializes");
+    let object = plain
+        .as_object()
+        .expect("outbox item is an object")
+        .iter()
+        .map(|(name, value)| {
+            let wire = match value {
+                Value::Number(n) => json!({"N": n.to_string()}),
+                Value::String(s) => json!({"S": s}),
+                other => json!({"S": other.to_string()}),
+            };
+            (name.clone(), wire)
+        })
+        .collect();
+    Value::Object(object)
+}
+
+impl HttpConnector for LatencyModel {
+    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        let target = request
+            .headers()
+            .get("x-amz-target")
+            .unwrap_or_default()
+            .to_owned();
+        let (status, body) = self.answer(&target, request.body().bytes().unwrap_or_default());
+        let delay = self.delay;
+        HttpConnectorFuture::new(async move {
+            tokio::time::sleep(delay).await;
+            let mut response = HttpResponse::new(
+                StatusCode::try_from(status).expect("valid status"),
+                SdkBody::from(body.to_string()),
+            );
+            response
+                .headers_mut()
+                .insert("content-type", "application/x-amz-json-1.0");
+            Ok(response)
+        })
+    }
+}
+
+impl HttpClient for LatencyModel {
+    fn http_connector(
+        &self,
+        _settings: &HttpConnectorSettings,
+        _components: &RuntimeComponents,
+    ) -> SharedHttpConnector {
+        SharedHttpConnector::new(self.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use outbox_shared::{NewOutboxEvent, OutboxConfig};
+    use std::time::Instant;
+
+    fn items(n: usize) -> Vec<OutboxItem> {
+        let config = OutboxConfig::new("t");
+        (0..n)
+            .map(|i| {
+                let event = NewOutboxEvent {
+                    partition_key: format!("USER#{i}"),
+                    event_type: "OrderCreated".into(),
+                    aggregate_type: "Order".into(),
+                    aggregate_id: "same-aggregate".into(),
+                    sequence: Some(i as u64),
+                    payload: json!({"i": i}),
+                    trace_header: None,
+                };
+                OutboxItem::pending(event, &config, chrono::Utc::now()).unwrap()
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn answers_after_the_delay_and_models_the_pending_index() {
+        let model = LatencyModel::new(Duration::from_millis(10));
+        let seeded = items(5);
+        model.seed_pending(&seeded);
+        let client = aws_sdk_dynamodb::Client::new(&model.sdk_config());
+        let shard = seeded[0].gsi1pk.clone().unwrap();
+
+        let started = Instant::now();
+        let page = client
+            .query()
+            .table_name("t")
+            .index_name("GSI1")
+            .key_condition_expression("GSI1PK = :p")
+            .expression_attribute_values(":p", AttributeValue::S(shard.clone()))
+            .limit(3)
+            .send()
+            .await
+            .unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(10));
+        assert_eq!(page.items().len(), 3);
+        let decoded: Vec<OutboxItem> = serde_dynamo::from_items(page.items().to_vec()).unwrap();
+        assert_eq!(decoded, seeded[..3]);
+        let next = client
+            .query()
+            .table_name("t")
+            .index_name("GSI1")
+            .key_condition_expression("GSI1PK = :p")
+            .expression_attribute_values(":p", AttributeValue::S(shard))
+            .set_exclusive_start_key(page.last_evaluated_key().cloned())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(next.items().len(), 2);
+        assert!(next.last_evaluated_key().is_none());
+
+        let store = outbox_shared::DynamoStatusStore::new(client.clone(), "t");
+        use outbox_shared::StatusStore;
+        let key = seeded[0].key();
+        assert_eq!(
+            store.mark_published(&key).await.unwrap(),
+            outbox_shared::FlipOutcome::Flipped
+        );
+        assert_eq!(
+            store.mark_published(&key).await.unwrap(),
+            outbox_shared::FlipOutcome::AlreadyDone
+        );
+        assert_eq!(model.pending(), 4);
+        assert_eq!(model.calls()["Query"], 2);
+        assert_eq!(model.calls()["UpdateItem"], 2);
+    }
+
+    #[tokio::test]
+    async fn put_events_accepts_every_entry() {
+        let model = LatencyModel::new(Duration::from_millis(1));
+        let publisher = outbox_shared::EventBridgePublisher::new(
+            aws_sdk_eventbridge::Client::new(&model.sdk_config()),
+            outbox_shared::PublisherConfig::new("bus", "src"),
+        )
+        .unwrap();
+        let events: Vec<_> = items(25)
+            .iter()
+            .map(|i| outbox_shared::OutboundEvent::from_item(i, "bus", "src").unwrap())
+            .collect();
+        use outbox_shared::Publisher;
+        let outcomes = publisher.publish(&events).await;
+        assert!(
+            outcomes
+                .iter()
+                .all(outbox_shared::PublishOutcome::is_published)
+        );
+        assert_eq!(model.calls()["PutEvents"], 3);
+        assert_eq!(publisher.stats().put_events_calls, 3);
+    }
+}
