@@ -73,6 +73,38 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// The path of a workspace binary (`relay-stream-local`, `relay-poller`, …), built on first use
+/// into the same target directory and profile as the running test.
+///
+/// # Panics
+/// When cargo cannot build it.
+pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // Test executables live in <target>/<profile>/deps; binaries in <target>/<profile>.
+    let exe = std::env::current_exe().expect("current exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test executable sits in <target>/<profile>/deps")
+        .to_path_buf();
+    let target_dir = profile_dir.parent().expect("profile dir has a parent");
+    let path = profile_dir.join(bin);
+    let _guard = BUILD.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut command = std::process::Command::new(cargo);
+    command
+        .current_dir(workspace_root())
+        .args(["build", "--quiet", "--package", package, "--bin", bin, "--target-dir"])
+        .arg(target_dir);
+    if profile_dir.file_name().is_some_and(|p| p == "release") {
+        command.arg("--release");
+    }
+    let status = command.status().expect("run cargo build");
+    assert!(status.success(), "cargo build --package {package} --bin {bin} failed");
+    assert!(path.exists(), "{} missing after a successful build", path.display());
+    path
+}
+
 /// One event as EventBridge delivered it to the sink queue.
 #[derive(Debug, Clone)]
 pub struct SinkMessage {
