@@ -89,19 +89,36 @@ pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
         .to_path_buf();
     let target_dir = profile_dir.parent().expect("profile dir has a parent");
     let path = profile_dir.join(bin);
-    let _guard = BUILD.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _guard = BUILD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let mut command = std::process::Command::new(cargo);
     command
         .current_dir(workspace_root())
-        .args(["build", "--quiet", "--package", package, "--bin", bin, "--target-dir"])
+        .args([
+            "build",
+            "--quiet",
+            "--package",
+            package,
+            "--bin",
+            bin,
+            "--target-dir",
+        ])
         .arg(target_dir);
     if profile_dir.file_name().is_some_and(|p| p == "release") {
         command.arg("--release");
     }
     let status = command.status().expect("run cargo build");
-    assert!(status.success(), "cargo build --package {package} --bin {bin} failed");
-    assert!(path.exists(), "{} missing after a successful build", path.display());
+    assert!(
+        status.success(),
+        "cargo build --package {package} --bin {bin} failed"
+    );
+    assert!(
+        path.exists(),
+        "{} missing after a successful build",
+        path.display()
+    );
     path
 }
 
@@ -171,6 +188,47 @@ impl TestEnv {
         env.provision().await
     }
 
+    /// An environment over resources that already exist (a table provisioned from the template,
+    /// a bus, a queue receiving everything on the bus, a dead-letter queue).
+    ///
+    /// # Panics
+    /// When the emulator is missing or the table does not exist.
+    pub async fn existing(table: &str, bus: &str, sink_queue_url: &str, dlq_url: &str) -> Self {
+        let endpoint = emulator_endpoint();
+        let sdk_config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url(endpoint)
+            .load()
+            .await;
+        let dynamodb = aws_sdk_dynamodb::Client::new(&sdk_config);
+        let stream_arn = dynamodb
+            .describe_table()
+            .table_name(table)
+            .send()
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "table {table}: {}",
+                    aws_sdk_dynamodb::error::DisplayErrorContext(e)
+                )
+            })
+            .table()
+            .and_then(|t| t.latest_stream_arn())
+            .unwrap_or_else(|| panic!("table {table} has no stream"))
+            .to_owned();
+        Self {
+            dynamodb,
+            streams: aws_sdk_dynamodbstreams::Client::new(&sdk_config),
+            eventbridge: aws_sdk_eventbridge::Client::new(&sdk_config),
+            sqs: aws_sdk_sqs::Client::new(&sdk_config),
+            sdk_config,
+            table_name: table.to_owned(),
+            stream_arn,
+            bus_name: bus.to_owned(),
+            sink_queue_url: sink_queue_url.to_owned(),
+            dead_letter_queue_url: dlq_url.to_owned(),
+        }
+    }
+
     async fn provision(mut self) -> Self {
         let table = outbox_infra::create_outbox_table(&self.dynamodb, &self.table_name)
             .await
@@ -184,7 +242,14 @@ impl TestEnv {
             .expect("create event bus");
         self.sink_queue_url = self.create_queue(&unique_name("sink")).await;
         self.dead_letter_queue_url = self.create_queue(&unique_name("dlq")).await;
-        let sink_arn = self.queue_arn(&self.sink_queue_url).await;
+        self.route_all_events_to(&self.sink_queue_url).await;
+        self
+    }
+
+    /// Adds a rule on the bus that sends every event to `queue_url` (the sink queue has one; tests
+    /// add more for independent counts).
+    pub async fn route_all_events_to(&self, queue_url: &str) {
+        let queue_arn = self.queue_arn(queue_url).await;
         let rule = unique_name("all-events");
         self.eventbridge
             .put_rule()
@@ -201,14 +266,13 @@ impl TestEnv {
             .targets(
                 aws_sdk_eventbridge::types::Target::builder()
                     .id("sink")
-                    .arn(sink_arn)
+                    .arn(queue_arn)
                     .build()
                     .expect("id and arn are set"),
             )
             .send()
             .await
             .expect("put targets");
-        self
     }
 
     /// Creates another queue (for tests that need more than the sink and dead-letter queues).
