@@ -1,21 +1,34 @@
 # One task runner; CI (.ci/run) calls the same targets.
 CARGO ?= cargo
 EMULATOR := scripts/emulator.sh
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+# Options for the demo, e.g. make demo DEMO_ARGS="--orders 5000 --shard-count 32 --batch-size 500"
+DEMO_ARGS ?=
 
-.PHONY: test check fmt clippy setup emulator-start emulator-stop ci
+.PHONY: demo test check fmt clippy lint-infra setup emulator-start emulator-stop ci
+
+## The main job end to end on a private local emulator (installs the pinned tools on first run):
+## orders through the stream relay, a simulated stream outage, a backfill by the poller, a summary.
+demo:
+	$(CARGO) build --locked -p relay-stream -p relay-poller -p outbox-tests --bins
+	$(EMULATOR) run -- $(TARGET_DIR)/debug/outbox-demo $(DEMO_ARGS)
 
 ## The whole test suite (unit, integration and end-to-end) against a private local emulator.
 test:
 	$(EMULATOR) run -- $(CARGO) test --workspace --all-targets --locked
 
 ## Formatting and lints, as CI runs them.
-check: fmt clippy
+check: fmt clippy lint-infra
 
 fmt:
 	$(CARGO) fmt --all -- --check
 
 clippy:
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+## cfn-lint and checkov on infra/ (pinned, in .venv-lint; installed on first use).
+lint-infra:
+	scripts/lint-infra.sh
 
 ## Install the pinned tools into .venv (the test and demo targets do this themselves).
 setup:
