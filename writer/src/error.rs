@@ -1,0 +1,152 @@
+//! Typed errors of the writer.
+//!
+//! Everything rejected before a call ([`InputError`], [`LimitError`]) wrote nothing. Cancellations
+//! of `TransactWriteItems` are read by position and become [`WriteError::AlreadyExists`],
+//! [`WriteError::VersionConflict`], [`WriteError::ConditionFailed`],
+//! [`WriteError::TransactionConflict`] or [`WriteError::Throttled`] (both retryable), or
+//! [`WriteError::Validation`]; other SDK errors are classified by `outbox_shared::error`.
+
+use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use outbox_shared::error::{classify_sdk_error, error_code, is_throttling_code};
+use outbox_shared::{ErrorClass, ItemError, ItemKey};
+
+/// Input that can never be written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InputError {
+    /// An id that becomes part of a key is empty or malformed (the error names which).
+    #[error(transparent)]
+    Id(#[from] ItemError),
+    #[error("an order needs at least one item")]
+    NoItems,
+    #[error("item {index} has an empty sku")]
+    EmptySku { index: usize },
+    #[error("item {index} ({sku:?}) has quantity 0")]
+    ZeroQuantity { index: usize, sku: String },
+    #[error("the order amount overflows (more than {max} cents)", max = u64::MAX)]
+    AmountOverflow,
+    #[error("a transaction needs at least one outbox event")]
+    NoEvents,
+    #[error("event {event_type:?} cannot become an EventBridge entry: {reason}")]
+    Event { event_type: String, reason: String },
+    #[error("the order's version cannot be incremented past {version}")]
+    VersionOverflow { version: u64 },
+}
+
+/// A write over one of the AWS limits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    #[error("a transaction has at most {max} actions, this one has {actions}")]
+    TooManyActions { actions: usize, max: usize },
+    #[error("a transaction holds at most {max} bytes, this one about {bytes}")]
+    TransactionTooLarge { bytes: usize, max: usize },
+    #[error("item {key} is {bytes} bytes, more than the {max} an item may hold")]
+    ItemTooLarge {
+        key: ItemKey,
+        bytes: usize,
+        max: usize,
+    },
+    #[error(
+        "event {event_id} ({event_type}) would be a {bytes}-byte EventBridge entry, more than the configured {max}"
+    )]
+    EventTooLarge {
+        event_id: String,
+        event_type: String,
+        bytes: usize,
+        max: usize,
+    },
+}
+
+/// Why a write did not happen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WriteError {
+    #[error("invalid input: {0}")]
+    InvalidInput(#[from] InputError),
+    #[error("limit exceeded: {0}")]
+    LimitExceeded(#[from] LimitError),
+    /// A `Put` expecting a new item found one: nothing was written.
+    #[error("{key} already exists")]
+    AlreadyExists { key: ItemKey },
+    /// The item's `Version` was no longer the one read: another writer got there first.
+    #[error("{key} no longer has version {expected_version}: it was changed concurrently")]
+    VersionConflict { key: ItemKey, expected_version: u64 },
+    /// The item to change does not exist.
+    #[error("{key} does not exist")]
+    NotFound { key: ItemKey },
+    /// Any other failed condition of a business action.
+    #[error("the condition on {key} failed")]
+    ConditionFailed { key: ItemKey },
+    /// The idempotency key was first used for a request with different content.
+    #[error("idempotency key {idempotency_key:?} was already used for a different request")]
+    IdempotencyKeyReused { idempotency_key: String },
+    /// Another transaction touched one of the items at the same time. Retryable.
+    #[error("the transaction conflicted with another one{}", on_key(.key))]
+    TransactionConflict { key: Option<ItemKey> },
+    /// DynamoDB throttled the request or one of its items. Retryable.
+    #[error("DynamoDB throttled the write{}", on_key(.key))]
+    Throttled { key: Option<ItemKey> },
+    /// DynamoDB rejected the request as invalid. Not retryable.
+    #[error("DynamoDB rejected the write{}: {message}", on_key(.key))]
+    Validation {
+        key: Option<ItemKey>,
+        message: String,
+    },
+    /// A stored item lacks an attribute the writer needs, or holds it in the wrong type.
+    #[error("stored item {key} is malformed: {reason}")]
+    MalformedItem { key: ItemKey, reason: String },
+    /// An item could not be converted to attribute values.
+    #[error("could not encode an item: {0}")]
+    Encoding(String),
+    /// Any other SDK failure, classified by `outbox_shared::error`.
+    #[error("DynamoDB call failed ({}): {message}", if class.is_retryable() { "retryable" } else { "permanent" })]
+    Dynamo {
+        class: ErrorClass,
+        code: Option<String>,
+        message: String,
+    },
+}
+
+fn on_key(key: &Option<ItemKey>) -> String {
+    key.as_ref().map(|k| format!(" on {k}")).unwrap_or_default()
+}
+
+impl WriteError {
+    /// Whether repeating the same write can succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::TransactionConflict { .. } | Self::Throttled { .. } => true,
+            Self::Dynamo { class, .. } => class.is_retryable(),
+            _ => false,
+        }
+    }
+
+    /// Whether DynamoDB certainly did not apply the transaction and repeating it may succeed.
+    ///
+    /// Unlike [`Self::is_retryable`], a timeout is excluded: the transaction may have landed, and
+    /// repeating a non-idempotent write could apply it twice.
+    pub(crate) fn is_transient_rejection(&self) -> bool {
+        matches!(
+            self,
+            Self::TransactionConflict { .. } | Self::Throttled { .. }
+        )
+    }
+}
+
+impl WriteError {
+    /// A failed SDK call other than a transaction cancellation, classified by
+    /// `outbox_shared::error`: throttling and transaction conflicts become their own variants.
+    pub(crate) fn from_sdk<E>(err: &SdkError<E>) -> Self
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        let code = error_code(err).map(str::to_owned);
+        match code.as_deref() {
+            Some(c) if is_throttling_code(c) => Self::Throttled { key: None },
+            Some("TransactionConflictException") => Self::TransactionConflict { key: None },
+            _ => Self::Dynamo {
+                class: classify_sdk_error(err),
+                code,
+                message: DisplayErrorContext(err).to_string(),
+            },
+        }
+    }
+}

@@ -1,0 +1,470 @@
+//! [`OutboxWriter`]: the DynamoDB adapter that commits business changes with their outbox events.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, Update};
+use chrono::{DateTime, Utc};
+use outbox_shared::item::validate_id;
+use outbox_shared::limits::CLIENT_REQUEST_TOKEN_MAX_LEN;
+use outbox_shared::schema::{self, attr, entity};
+use outbox_shared::time::format_timestamp;
+use outbox_shared::{ConfigError, ItemKey, NewOutboxEvent, OutboxItem};
+use sha2::{Digest, Sha256};
+use tracing::debug;
+
+use crate::config::WriterConfig;
+use crate::error::{InputError, WriteError};
+use crate::order::{
+    CreatedOrder, INITIAL_VERSION, NewOrder, ORDER_AGGREGATE, ORDER_CREATED, ORDER_STATUS_CHANGED,
+    OrderCreated, OrderStatus, OrderStatusChanged, UpdatedOrder, order_item,
+};
+use crate::transaction::{
+    CommittedTransaction, ConditionFailure, OutboxTransaction, Prepared, is_token_mismatch,
+};
+
+/// Writes orders (or any entity, through [`OutboxWriter::commit`]) together with their outbox
+/// events. Cheap to clone: the SDK client and the configuration are shared.
+#[derive(Debug, Clone)]
+pub struct OutboxWriter {
+    client: Client,
+    config: Arc<WriterConfig>,
+}
+
+impl OutboxWriter {
+    /// # Errors
+    /// [`ConfigError`] naming the first invalid setting.
+    pub fn new(client: Client, config: WriterConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Self {
+            client,
+            config: Arc::new(config),
+        })
+    }
+
+    pub fn config(&self) -> &WriterConfig {
+        &self.config
+    }
+
+    /// Commits business actions and outbox events atomically, retrying transaction conflicts and
+    /// throttling within [`WriterConfig::transaction_retry`].
+    ///
+    /// # Errors
+    /// [`WriteError::InvalidInput`]/[`WriteError::LimitExceeded`] before any call (nothing written);
+    /// the cancellation mapped by position; or the classified SDK error.
+    pub async fn commit(&self, tx: OutboxTransaction) -> Result<CommittedTransaction, WriteError> {
+        let prepared = tx.prepare(&self.config, Utc::now())?;
+        let mut delays = self.config.transaction_retry.delays();
+        loop {
+            match prepared.send(&self.client).await {
+                Err(e) if e.is_transient_rejection() => backoff(&mut delays, e, "commit").await?,
+                result => return result,
+            }
+        }
+    }
+
+    /// Creates an order and its `OrderCreated` event in one transaction.
+    ///
+    /// The order is written only if its key is new. With an idempotency key, an idempotency record
+    /// (`SK = IDEMPOTENCY#{key}`) joins the transaction, and a repeated create with the same key
+    /// and the same content returns the first create's ids with `replayed: true`, writing nothing.
+    ///
+    /// # Errors
+    /// - [`WriteError::InvalidInput`] / [`WriteError::LimitExceeded`]: rejected before any call.
+    /// - [`WriteError::AlreadyExists`]: an order with this id exists; nothing was written.
+    /// - [`WriteError::IdempotencyKeyReused`]: the key was used for a different request.
+    /// - [`WriteError::TransactionConflict`] / [`WriteError::Throttled`]: still conflicting after
+    ///   [`WriterConfig::transaction_retry`].
+    /// - [`WriteError::Validation`] / [`WriteError::Dynamo`]: DynamoDB refused the call.
+    pub async fn create_order_with_outbox(
+        &self,
+        user_id: &str,
+        order: NewOrder,
+    ) -> Result<CreatedOrder, WriteError> {
+        validate_id("user id", user_id).map_err(InputError::from)?;
+        let amount_cents = order.validate()?;
+        let order_id = order
+            .order_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        let now = Utc::now();
+        let created_at = format_timestamp(now);
+        let table = &self.config.outbox.table_name;
+
+        let payload = OrderCreated {
+            order_id: order_id.clone(),
+            user_id: user_id.to_owned(),
+            items: order.items.clone(),
+            amount_cents,
+            status: OrderStatus::Created,
+            version: INITIAL_VERSION,
+            created_at: created_at.clone(),
+        };
+        let event = OutboxItem::pending(
+            order_event(user_id, &order_id, ORDER_CREATED, INITIAL_VERSION, &payload)?,
+            &self.config.outbox,
+            now,
+        )
+        .map_err(InputError::from)?;
+        let event_id = event.event_id.clone();
+
+        let mut tx = OutboxTransaction::new();
+        let idempotency = order
+            .idempotency_key
+            .as_deref()
+            .map(|key| Idempotency::new(user_id, key, order.request_hash(user_id)));
+        if let Some(idem) = &idempotency {
+            // First position, so that when a replay also collides on the order (same order id),
+            // the cancellation reports the idempotency record.
+            tx = tx
+                .put(
+                    self.idempotency_put(idem, &order_id, &event_id, now)?,
+                    ConditionFailure::AlreadyExists,
+                )
+                .client_request_token(client_request_token(table, user_id, &idem.key));
+        }
+        let order_put = put_if_new(
+            table,
+            order_item(user_id, &order_id, &order.items, amount_cents, &created_at)?,
+        )?;
+        tx = tx
+            .put(order_put, ConditionFailure::AlreadyExists)
+            .outbox_item(event);
+        let mut prepared = tx.prepare(&self.config, now)?;
+
+        let mut delays = self.config.transaction_retry.delays();
+        loop {
+            let err = match prepared.send(&self.client).await {
+                Ok(_) => {
+                    debug!(%order_id, %event_id, "order created");
+                    return Ok(CreatedOrder {
+                        order_id,
+                        event_id,
+                        replayed: false,
+                    });
+                }
+                Err(err) => err,
+            };
+            if let Some(idem) = &idempotency {
+                let token_reused = is_token_mismatch(&err);
+                let lost_to_record =
+                    matches!(&err, WriteError::AlreadyExists { key } if *key == idem.record_key);
+                if token_reused || lost_to_record {
+                    if let Some(created) = self.replay(idem).await? {
+                        return Ok(created);
+                    }
+                    // No record: the earlier request with this token did not commit (or its
+                    // record expired), so the token guards nothing; the record's condition still does.
+                    prepared.client_request_token = None;
+                    backoff(&mut delays, err, "create").await?;
+                    continue;
+                }
+            }
+            if !err.is_transient_rejection() {
+                return Err(err);
+            }
+            backoff(&mut delays, err, "create").await?;
+        }
+    }
+
+    /// Changes an order's status with optimistic concurrency, emitting `OrderStatusChanged` with
+    /// `Sequence` = the new `Version` in the same transaction.
+    ///
+    /// Reads the order (consistently), then writes `Status`, `Version + 1` and `UpdatedAt` under the
+    /// condition that `Version` is still the one read. Version and transaction conflicts are retried
+    /// from the read, with exponential backoff and full jitter, within
+    /// [`WriterConfig::update_retry`].
+    ///
+    /// # Errors
+    /// - [`WriteError::NotFound`]: no such order.
+    /// - [`WriteError::VersionConflict`] / [`WriteError::TransactionConflict`]: still contended
+    ///   after the retry bound.
+    /// - [`WriteError::MalformedItem`]: the stored order lacks a numeric `Version` or a `Status`.
+    /// - [`WriteError::InvalidInput`] / [`WriteError::LimitExceeded`] / [`WriteError::Dynamo`].
+    pub async fn update_order_status_with_outbox(
+        &self,
+        user_id: &str,
+        order_id: &str,
+        status: OrderStatus,
+    ) -> Result<UpdatedOrder, WriteError> {
+        validate_id("user id", user_id).map_err(InputError::from)?;
+        validate_id("order id", order_id).map_err(InputError::from)?;
+        let mut delays = self.config.update_retry.delays();
+        let mut attempts: u32 = 0;
+        loop {
+            attempts += 1;
+            match self.try_update_status(user_id, order_id, status).await {
+                Ok(mut updated) => {
+                    updated.attempts = attempts;
+                    debug!(
+                        order_id,
+                        event_id = %updated.event_id,
+                        version = updated.version,
+                        attempts,
+                        "order status changed"
+                    );
+                    return Ok(updated);
+                }
+                Err(e)
+                    if matches!(e, WriteError::VersionConflict { .. })
+                        || e.is_transient_rejection() =>
+                {
+                    backoff(&mut delays, e, "status update").await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn try_update_status(
+        &self,
+        user_id: &str,
+        order_id: &str,
+        status: OrderStatus,
+    ) -> Result<UpdatedOrder, WriteError> {
+        let table = &self.config.outbox.table_name;
+        let key = key_map(&schema::user_pk(user_id), &schema::order_sk(order_id));
+        let item_key = ItemKey {
+            pk: schema::user_pk(user_id),
+            sk: schema::order_sk(order_id),
+        };
+        let current = self
+            .client
+            .get_item()
+            .table_name(table)
+            .set_key(Some(key.clone()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| WriteError::from_sdk(&e))?;
+        let Some(current) = current.item() else {
+            return Err(WriteError::NotFound { key: item_key });
+        };
+        let version = read_number(current, attr::VERSION, &item_key)?;
+        let previous_status = read_text(current, attr::STATUS, &item_key)?;
+        let next = version
+            .checked_add(1)
+            .ok_or(InputError::VersionOverflow { version })?;
+        let changed_at = format_timestamp(Utc::now());
+
+        let update = Update::builder()
+            .table_name(table)
+            .set_key(Some(key))
+            .update_expression("SET #status = :status, #version = :next, #updated = :now")
+            .condition_expression("#version = :expected")
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_names("#version", attr::VERSION)
+            .expression_attribute_names("#updated", attr::UPDATED_AT)
+            .expression_attribute_values(":status", AttributeValue::S(status.as_str().to_owned()))
+            .expression_attribute_values(":next", AttributeValue::N(next.to_string()))
+            .expression_attribute_values(":now", AttributeValue::S(changed_at.clone()))
+            .expression_attribute_values(":expected", AttributeValue::N(version.to_string()))
+            .build()
+            .map_err(|e| WriteError::Encoding(e.to_string()))?;
+        let payload = OrderStatusChanged {
+            order_id: order_id.to_owned(),
+            user_id: user_id.to_owned(),
+            previous_status: previous_status.clone(),
+            status,
+            version: next,
+            changed_at,
+        };
+        let tx = OutboxTransaction::new()
+            .update(
+                update,
+                ConditionFailure::VersionConflict {
+                    expected_version: version,
+                },
+            )
+            .event(order_event(
+                user_id,
+                order_id,
+                ORDER_STATUS_CHANGED,
+                next,
+                &payload,
+            )?);
+        let committed = self.commit_once(tx).await?;
+        let event_id = committed
+            .events
+            .first()
+            .map(|e| e.event_id.clone())
+            .unwrap_or_default();
+        Ok(UpdatedOrder {
+            order_id: order_id.to_owned(),
+            event_id,
+            version: next,
+            previous_status,
+            status,
+            attempts: 1,
+        })
+    }
+
+    async fn commit_once(&self, tx: OutboxTransaction) -> Result<CommittedTransaction, WriteError> {
+        let prepared: Prepared = tx.prepare(&self.config, Utc::now())?;
+        prepared.send(&self.client).await
+    }
+
+    fn idempotency_put(
+        &self,
+        idem: &Idempotency,
+        order_id: &str,
+        event_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Put, WriteError> {
+        let s = |v: &str| AttributeValue::S(v.to_owned());
+        let retention = i64::try_from(self.config.outbox.ttl_retention.as_secs()).unwrap_or(i64::MAX);
+        let mut item = key_map(&idem.record_key.pk, &idem.record_key.sk);
+        item.extend([
+            (attr::ENTITY_TYPE.to_owned(), s(entity::IDEMPOTENCY)),
+            (attr::IDEMPOTENCY_KEY.to_owned(), s(&idem.key)),
+            (attr::REQUEST_HASH.to_owned(), s(&idem.request_hash)),
+            (attr::ORDER_ID.to_owned(), s(order_id)),
+            (attr::EVENT_ID.to_owned(), s(event_id)),
+            (attr::CREATED_AT.to_owned(), s(&format_timestamp(now))),
+            // Keys are remembered as long as the events they guard.
+            (
+                attr::TTL.to_owned(),
+                AttributeValue::N(now.timestamp().saturating_add(retention).to_string()),
+            ),
+        ]);
+        put_if_new(&self.config.outbox.table_name, item)
+    }
+
+    /// Reads the idempotency record (consistently) and returns the first create's result, or
+    /// `None` when there is no record.
+    async fn replay(&self, idem: &Idempotency) -> Result<Option<CreatedOrder>, WriteError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.config.outbox.table_name)
+            .set_key(Some(key_map(&idem.record_key.pk, &idem.record_key.sk)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| WriteError::from_sdk(&e))?;
+        let Some(record) = out.item() else {
+            return Ok(None);
+        };
+        let key = &idem.record_key;
+        if read_text(record, attr::REQUEST_HASH, key)? != idem.request_hash {
+            return Err(WriteError::IdempotencyKeyReused {
+                idempotency_key: idem.key.clone(),
+            });
+        }
+        let created = CreatedOrder {
+            order_id: read_text(record, attr::ORDER_ID, key)?,
+            event_id: read_text(record, attr::EVENT_ID, key)?,
+            replayed: true,
+        };
+        debug!(order_id = %created.order_id, event_id = %created.event_id, "create replayed");
+        Ok(Some(created))
+    }
+}
+
+/// An idempotent create's key, record and request digest.
+#[derive(Debug)]
+struct Idempotency {
+    key: String,
+    record_key: ItemKey,
+    request_hash: String,
+}
+
+impl Idempotency {
+    fn new(user_id: &str, key: &str, request_hash: String) -> Self {
+        Self {
+            key: key.to_owned(),
+            record_key: ItemKey {
+                pk: schema::user_pk(user_id),
+                sk: schema::idempotency_sk(key),
+            },
+            request_hash,
+        }
+    }
+}
+
+/// Sleeps the next delay, or gives `err` back when the retry bound is reached.
+async fn backoff(
+    delays: &mut impl Iterator<Item = std::time::Duration>,
+    err: WriteError,
+    what: &'static str,
+) -> Result<(), WriteError> {
+    let Some(delay) = delays.next() else {
+        return Err(err);
+    };
+    debug!(what, delay_ms = delay.as_millis(), error = %err, "retrying after a conflict");
+    tokio::time::sleep(delay).await;
+    Ok(())
+}
+
+/// A `ClientRequestToken` for an idempotent create: a digest of table, user and key, so every
+/// retry of one logical create sends the same token, within DynamoDB's length limit.
+pub(crate) fn client_request_token(table: &str, user_id: &str, key: &str) -> String {
+    let digest = Sha256::digest(format!("{table}\u{0}{user_id}\u{0}{key}"));
+    let mut token = hex::encode(digest);
+    token.truncate(CLIENT_REQUEST_TOKEN_MAX_LEN.min(32));
+    token
+}
+
+fn order_event(
+    user_id: &str,
+    order_id: &str,
+    event_type: &str,
+    sequence: u64,
+    payload: &impl serde::Serialize,
+) -> Result<NewOutboxEvent, WriteError> {
+    Ok(NewOutboxEvent {
+        partition_key: schema::user_pk(user_id),
+        event_type: event_type.to_owned(),
+        aggregate_type: ORDER_AGGREGATE.to_owned(),
+        aggregate_id: order_id.to_owned(),
+        sequence: Some(sequence),
+        payload: serde_json::to_value(payload).map_err(|e| WriteError::Encoding(e.to_string()))?,
+        trace_header: None,
+    })
+}
+
+fn put_if_new(table: &str, item: HashMap<String, AttributeValue>) -> Result<Put, WriteError> {
+    Put::builder()
+        .table_name(table)
+        .set_item(Some(item))
+        .condition_expression("attribute_not_exists(#pk)")
+        .expression_attribute_names("#pk", attr::PK)
+        .build()
+        .map_err(|e| WriteError::Encoding(e.to_string()))
+}
+
+fn key_map(pk: &str, sk: &str) -> HashMap<String, AttributeValue> {
+    HashMap::from([
+        (attr::PK.to_owned(), AttributeValue::S(pk.to_owned())),
+        (attr::SK.to_owned(), AttributeValue::S(sk.to_owned())),
+    ])
+}
+
+fn read_text(
+    item: &HashMap<String, AttributeValue>,
+    name: &str,
+    key: &ItemKey,
+) -> Result<String, WriteError> {
+    item.get(name)
+        .and_then(|v| v.as_s().ok())
+        .cloned()
+        .ok_or_else(|| WriteError::MalformedItem {
+            key: key.clone(),
+            reason: format!("{name} is missing or not a string"),
+        })
+}
+
+fn read_number(
+    item: &HashMap<String, AttributeValue>,
+    name: &str,
+    key: &ItemKey,
+) -> Result<u64, WriteError> {
+    item.get(name)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| WriteError::MalformedItem {
+            key: key.clone(),
+            reason: format!("{name} is missing or not a non-negative integer"),
+        })
+}
