@@ -1,1 +1,65 @@
-//! Placeholder: filled in by its issue.
+//! The stream relay: publishes outbox `INSERT`s from the table's DynamoDB Stream to EventBridge.
+//!
+//! - [`handler`]: the handler, generic over the publisher, status-store and dead-letter ports.
+//! - [`config`]: typed settings from flags or the environment, shared by both binaries.
+//! - [`lambda`]: the glue between `lambda_runtime` and the handler (metrics, response).
+//! - [`local`]: `relay-stream-local`, a DynamoDB Streams reader that drives the same handler.
+//! - [`records`]: conversion of `aws-sdk-dynamodbstreams` records to the Lambda event shape.
+//! - [`metrics`]: metric names (CloudWatch Embedded Metric Format in the Lambda).
+//! - [`telemetry`]: tracing set-up (JSON when `AWS_LAMBDA_LOG_FORMAT=JSON`).
+
+pub mod config;
+pub mod handler;
+pub mod lambda;
+pub mod local;
+pub mod metrics;
+pub mod records;
+pub mod telemetry;
+
+pub use aws_lambda_events;
+pub use config::{RelayArgs, RelayConfigError};
+pub use handler::{
+    BatchCounts, BatchReport, HandlerOptions, IgnoreReason, RecordOutcome, StreamRelay,
+};
+pub use local::{LocalArgs, LocalRunner, RunnerOptions, StartingPosition};
+
+use outbox_shared::{DynamoStatusStore, EventBridgePublisher, SqsDeadLetterSink};
+
+/// The relay with its AWS adapters, as both binaries run it.
+pub type AwsStreamRelay = StreamRelay<EventBridgePublisher, DynamoStatusStore, SqsDeadLetterSink>;
+
+/// Builds the relay and its clients from `args` once, at start-up.
+///
+/// # Errors
+/// [`RelayConfigError`] naming the flag whose value is out of range.
+pub fn build_relay(
+    args: &RelayArgs,
+    sdk_config: &aws_config::SdkConfig,
+) -> Result<AwsStreamRelay, RelayConfigError> {
+    build_relay_with(
+        args,
+        aws_sdk_eventbridge::Client::new(sdk_config),
+        aws_sdk_dynamodb::Client::new(sdk_config),
+        aws_sdk_sqs::Client::new(sdk_config),
+    )
+}
+
+/// Like [`build_relay`] with caller-built clients (tests inject faults through them).
+///
+/// # Errors
+/// [`RelayConfigError`] naming the flag whose value is out of range.
+pub fn build_relay_with(
+    args: &RelayArgs,
+    eventbridge: aws_sdk_eventbridge::Client,
+    dynamodb: aws_sdk_dynamodb::Client,
+    sqs: aws_sdk_sqs::Client,
+) -> Result<AwsStreamRelay, RelayConfigError> {
+    let options = args.handler_options()?;
+    let publisher = EventBridgePublisher::new(eventbridge, args.publisher_config()?)
+        .expect("publisher_config validated the configuration");
+    let status = DynamoStatusStore::new(dynamodb, &args.table_name);
+    let dead_letters = args
+        .dead_letter_queue_url()
+        .map(|url| SqsDeadLetterSink::new(sqs, url));
+    Ok(StreamRelay::new(publisher, status, dead_letters, options))
+}

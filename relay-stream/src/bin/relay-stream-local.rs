@@ -1,0 +1,38 @@
+//! `relay-stream-local`: runs the stream relay locally against a table's DynamoDB Stream and prints
+//! a one-line JSON summary on exit (idle timeout, SIGTERM or ctrl-c).
+
+use std::io::Write;
+
+use anyhow::Context;
+use clap::Parser;
+use relay_stream::LocalArgs;
+use tokio_util::sync::CancellationToken;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    relay_stream::telemetry::init();
+    let args = LocalArgs::parse();
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    let summary = relay_stream::local::run(&args, &shutdown).await?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{}", serde_json::to_string(&summary)?).context("writing the summary")?;
+    Ok(())
+}
+
+async fn cancel_on_signal(shutdown: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler installs");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutting down");
+    shutdown.cancel();
+}

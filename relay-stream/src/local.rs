@@ -1,0 +1,523 @@
+//! `relay-stream-local`: a local event source for the handler.
+//!
+//! Reads the table's stream with `aws-sdk-dynamodbstreams` — every shard, parents before children,
+//! from `trim-horizon` or `latest` — and delivers batches to the same [`StreamRelay`] the Lambda
+//! runs, with the event source mapping's semantics: at most `batch_size` records per batch, a
+//! reported batch item failure re-delivers from that sequence number, a bounded number of times,
+//! after which the batch is given up (as the mapping would send it to its on-failure destination).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::dynamodb::EventRecord;
+use aws_sdk_dynamodbstreams::Client as StreamsClient;
+use aws_sdk_dynamodbstreams::error::{DisplayErrorContext, ProvideErrorMetadata};
+use aws_sdk_dynamodbstreams::types::ShardIteratorType;
+use futures::future::join_all;
+use outbox_shared::{DeadLetterSink, Publisher, StatusStore};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{RelayArgs, RelayConfigError};
+use crate::handler::{BatchCounts, StreamRelay};
+use crate::records::to_event_record;
+
+/// `GetRecords` returns at most 1,000 records per call.
+pub const GET_RECORDS_MAX_LIMIT: usize = 1000;
+
+/// Lambda's event source mapping accepts batch sizes of 1 to 10,000 records for streams.
+pub const MAX_BATCH_SIZE: u32 = 10_000;
+
+/// How often the shard list is refreshed to find children of split shards.
+const SHARD_REFRESH_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Longest wait between re-deliveries of a failing batch.
+const MAX_REDELIVERY_DELAY: Duration = Duration::from_secs(5);
+
+/// Where reading starts in shards that exist when the runner starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StartingPosition {
+    /// The oldest record still in the stream (24 h retention).
+    TrimHorizon,
+    /// Only records written after the runner started.
+    Latest,
+}
+
+/// Flags of `relay-stream-local`; each also reads the environment variable the Lambda reads.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "relay-stream-local",
+    about = "Reads the outbox table's DynamoDB Stream and relays outbox inserts to EventBridge with Lambda's batch semantics",
+    version
+)]
+pub struct LocalArgs {
+    #[command(flatten)]
+    pub relay: RelayArgs,
+    /// Records per batch delivered to the handler (1..=10000).
+    #[arg(long, env = "BATCH_SIZE", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_BATCH_SIZE)))]
+    pub batch_size: u32,
+    /// Where to start reading shards that exist at start-up.
+    #[arg(long = "from", env = "STARTING_POSITION", value_enum, default_value_t = StartingPosition::TrimHorizon)]
+    pub from: StartingPosition,
+    /// Exit after the stream has been idle this long (e.g. `2s`); without it, run until SIGTERM or
+    /// ctrl-c.
+    #[arg(long, env = "EXIT_WHEN_IDLE", value_parser = humantime::parse_duration)]
+    pub exit_when_idle: Option<Duration>,
+    /// Re-deliveries of a batch that reports a failure before it is given up.
+    #[arg(long, env = "MAXIMUM_RETRY_ATTEMPTS", default_value_t = 3)]
+    pub max_retries: u32,
+    /// Wait between polls of an idle stream (Lambda polls each shard four times a second).
+    #[arg(long, env = "POLL_INTERVAL", value_parser = humantime::parse_duration, default_value = "250ms")]
+    pub poll_interval: Duration,
+}
+
+/// How the runner reads and delivers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunnerOptions {
+    pub batch_size: usize,
+    pub from: StartingPosition,
+    pub exit_when_idle: Option<Duration>,
+    pub max_retries: u32,
+    pub poll_interval: Duration,
+}
+
+impl From<&LocalArgs> for RunnerOptions {
+    fn from(args: &LocalArgs) -> Self {
+        Self {
+            batch_size: args.batch_size as usize,
+            from: args.from,
+            exit_when_idle: args.exit_when_idle,
+            max_retries: args.max_retries,
+            poll_interval: args.poll_interval,
+        }
+    }
+}
+
+/// The stream could not be read at all.
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    #[error("table {table}: {message}")]
+    NoStream { table: String, message: String },
+    #[error("could not list the shards of {stream_arn}: {message}")]
+    DescribeStream { stream_arn: String, message: String },
+    #[error(transparent)]
+    Config(#[from] RelayConfigError),
+}
+
+/// The one-line JSON summary `relay-stream-local` prints on exit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Summary {
+    pub published: u64,
+    pub ignored: u64,
+    pub dead_lettered: u64,
+    pub failed: u64,
+    /// `PutEvents` calls sent, retries included (counted by the publisher, not derived).
+    pub put_events_calls: u64,
+}
+
+/// Builds the clients and the relay from `args`, then reads and relays until `shutdown` or idle.
+///
+/// # Errors
+/// [`RunnerError`] when the configuration is invalid or the stream cannot be found or listed.
+pub async fn run(args: &LocalArgs, shutdown: &CancellationToken) -> Result<Summary, RunnerError> {
+    let sdk_config = outbox_shared::load_aws_config().await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk_config);
+    let relay = crate::build_relay_with(
+        &args.relay,
+        aws_sdk_eventbridge::Client::new(&sdk_config),
+        dynamodb.clone(),
+        aws_sdk_sqs::Client::new(&sdk_config),
+    )?;
+    let stream_arn = stream_arn_of(&dynamodb, &args.relay.table_name).await?;
+    tracing::info!(stream_arn = %stream_arn, batch_size = args.batch_size, from = ?args.from, "relaying stream");
+    let runner = LocalRunner::new(
+        relay,
+        aws_sdk_dynamodbstreams::Client::new(&sdk_config),
+        stream_arn,
+        RunnerOptions::from(args),
+    );
+    let counts = runner.run(shutdown).await?;
+    Ok(Summary {
+        published: counts.published,
+        ignored: counts.ignored,
+        dead_lettered: counts.dead_lettered,
+        failed: counts.failed,
+        put_events_calls: runner.relay().publisher().stats().put_events_calls,
+    })
+}
+
+/// The stream ARN of `table_name`.
+///
+/// # Errors
+/// [`RunnerError::NoStream`] when the table cannot be described or has no stream.
+pub async fn stream_arn_of(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table_name: &str,
+) -> Result<String, RunnerError> {
+    let table = dynamodb
+        .describe_table()
+        .table_name(table_name)
+        .send()
+        .await
+        .map_err(|e| RunnerError::NoStream {
+            table: table_name.to_owned(),
+            message: aws_sdk_dynamodb::error::DisplayErrorContext(&e).to_string(),
+        })?;
+    table
+        .table()
+        .and_then(|t| t.latest_stream_arn())
+        .map(str::to_owned)
+        .ok_or_else(|| RunnerError::NoStream {
+            table: table_name.to_owned(),
+            message: "has no stream enabled".into(),
+        })
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ShardState {
+    /// Waiting for its parent to be read to the end.
+    Waiting,
+    Reading {
+        iterator: String,
+    },
+    /// Read to the end (closed), or skipped.
+    Done,
+}
+
+#[derive(Debug)]
+struct Shard {
+    id: String,
+    parent: Option<String>,
+    /// Set when the shard existed at start-up (the starting position applies to it).
+    initial: bool,
+    /// Whether the shard had an ending sequence number when listed.
+    closed: bool,
+    last_sequence: Option<String>,
+    state: ShardState,
+}
+
+/// What one poll of one shard did.
+#[derive(Debug, Default)]
+struct PollResult {
+    records: usize,
+    counts: BatchCounts,
+}
+
+/// The runner: reads a stream and drives a [`StreamRelay`].
+#[derive(Debug)]
+pub struct LocalRunner<P, S, D> {
+    relay: StreamRelay<P, S, D>,
+    streams: StreamsClient,
+    stream_arn: String,
+    options: RunnerOptions,
+}
+
+impl<P: Publisher, S: StatusStore, D: DeadLetterSink> LocalRunner<P, S, D> {
+    pub fn new(
+        relay: StreamRelay<P, S, D>,
+        streams: StreamsClient,
+        stream_arn: impl Into<String>,
+        options: RunnerOptions,
+    ) -> Self {
+        Self {
+            relay,
+            streams,
+            stream_arn: stream_arn.into(),
+            options,
+        }
+    }
+
+    pub fn relay(&self) -> &StreamRelay<P, S, D> {
+        &self.relay
+    }
+
+    /// Reads and relays until `shutdown` is cancelled or the stream has been idle for
+    /// `exit_when_idle`. A batch in flight is finished first.
+    ///
+    /// # Errors
+    /// [`RunnerError::DescribeStream`] when the shard list cannot be read at start-up.
+    pub async fn run(&self, shutdown: &CancellationToken) -> Result<BatchCounts, RunnerError> {
+        let mut shards: BTreeMap<String, Shard> = BTreeMap::new();
+        self.refresh_shards(&mut shards, true).await?;
+        let mut last_refresh = Instant::now();
+        let mut idle_since: Option<Instant> = None;
+        let mut counts = BatchCounts::default();
+        while !shutdown.is_cancelled() {
+            let nothing_to_read = !shards
+                .values()
+                .any(|s| matches!(s.state, ShardState::Reading { .. }));
+            if last_refresh.elapsed() >= SHARD_REFRESH_INTERVAL || nothing_to_read {
+                if let Err(err) = self.refresh_shards(&mut shards, false).await {
+                    tracing::warn!(error = %err, "could not refresh the shard list");
+                }
+                last_refresh = Instant::now();
+            }
+            self.start_ready_shards(&mut shards).await;
+
+            let polls = shards
+                .values_mut()
+                .filter(|s| matches!(s.state, ShardState::Reading { .. }))
+                .map(|shard| self.poll_shard(shard, shutdown));
+            let results = join_all(polls).await;
+            let records: usize = results.iter().map(|r| r.records).sum();
+            for result in results {
+                counts += result.counts;
+            }
+            if records > 0 {
+                idle_since = None;
+                continue;
+            }
+            let idle = *idle_since.get_or_insert_with(Instant::now);
+            if let Some(limit) = self.options.exit_when_idle
+                && idle.elapsed() >= limit
+            {
+                tracing::info!(idle_ms = limit.as_millis() as u64, "stream idle; exiting");
+                break;
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => {}
+                () = tokio::time::sleep(self.options.poll_interval) => {}
+            }
+        }
+        Ok(counts)
+    }
+
+    async fn refresh_shards(
+        &self,
+        shards: &mut BTreeMap<String, Shard>,
+        initial: bool,
+    ) -> Result<(), RunnerError> {
+        let mut start: Option<String> = None;
+        loop {
+            let page = self
+                .streams
+                .describe_stream()
+                .stream_arn(&self.stream_arn)
+                .set_exclusive_start_shard_id(start.take())
+                .send()
+                .await
+                .map_err(|e| RunnerError::DescribeStream {
+                    stream_arn: self.stream_arn.clone(),
+                    message: DisplayErrorContext(&e).to_string(),
+                })?;
+            let Some(description) = page.stream_description() else {
+                return Ok(());
+            };
+            for listed in description.shards() {
+                let Some(id) = listed.shard_id() else {
+                    continue;
+                };
+                shards.entry(id.to_owned()).or_insert_with(|| {
+                    tracing::debug!(shard = id, parent = ?listed.parent_shard_id(), "found shard");
+                    Shard {
+                        id: id.to_owned(),
+                        parent: listed.parent_shard_id().map(str::to_owned),
+                        initial,
+                        closed: listed
+                            .sequence_number_range()
+                            .and_then(|r| r.ending_sequence_number())
+                            .is_some(),
+                        last_sequence: None,
+                        state: ShardState::Waiting,
+                    }
+                });
+            }
+            match description.last_evaluated_shard_id() {
+                Some(last) => start = Some(last.to_owned()),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Starts reading every waiting shard whose parent is done or no longer listed (expired).
+    async fn start_ready_shards(&self, shards: &mut BTreeMap<String, Shard>) {
+        let ready: Vec<String> = shards
+            .values()
+            .filter(|s| s.state == ShardState::Waiting)
+            .filter(|s| {
+                s.parent
+                    .as_ref()
+                    .and_then(|p| shards.get(p))
+                    .is_none_or(|parent| parent.state == ShardState::Done)
+            })
+            .map(|s| s.id.clone())
+            .collect();
+        for id in ready {
+            let shard = shards.get_mut(&id).expect("listed above");
+            let position = if shard.initial && self.options.from == StartingPosition::Latest {
+                if shard.closed {
+                    // Nothing new will ever be written to a closed shard.
+                    shard.state = ShardState::Done;
+                    continue;
+                }
+                ShardIteratorType::Latest
+            } else {
+                ShardIteratorType::TrimHorizon
+            };
+            match self.iterator(&shard.id, position, None).await {
+                Ok(iterator) => shard.state = ShardState::Reading { iterator },
+                Err(message) => {
+                    tracing::warn!(shard = %shard.id, error = %message, "could not start reading shard");
+                }
+            }
+        }
+    }
+
+    async fn iterator(
+        &self,
+        shard_id: &str,
+        position: ShardIteratorType,
+        sequence: Option<&str>,
+    ) -> Result<String, String> {
+        self.streams
+            .get_shard_iterator()
+            .stream_arn(&self.stream_arn)
+            .shard_id(shard_id)
+            .shard_iterator_type(position)
+            .set_sequence_number(sequence.map(str::to_owned))
+            .send()
+            .await
+            .map_err(|e| DisplayErrorContext(&e).to_string())?
+            .shard_iterator()
+            .map(str::to_owned)
+            .ok_or_else(|| "no shard iterator returned".to_owned())
+    }
+
+    /// Reads up to one batch from `shard` and delivers it.
+    async fn poll_shard(&self, shard: &mut Shard, shutdown: &CancellationToken) -> PollResult {
+        let ShardState::Reading { iterator } = &shard.state else {
+            return PollResult::default();
+        };
+        let mut iterator = Some(iterator.clone());
+        let mut batch: Vec<EventRecord> = Vec::new();
+        while let Some(current) = iterator.take() {
+            let limit = (self.options.batch_size - batch.len()).min(GET_RECORDS_MAX_LIMIT);
+            let page = match self
+                .streams
+                .get_records()
+                .shard_iterator(&current)
+                .limit(i32::try_from(limit).unwrap_or(i32::MAX))
+                .send()
+                .await
+            {
+                Ok(page) => page,
+                Err(err) => {
+                    iterator = self.recover_iterator(shard, &current, &err).await;
+                    break;
+                }
+            };
+            let records = page.records();
+            batch.extend(records.iter().map(|r| to_event_record(r, &self.stream_arn)));
+            iterator = page.next_shard_iterator().map(str::to_owned);
+            if iterator.is_none() {
+                tracing::info!(shard = %shard.id, "shard closed and read to the end");
+            }
+            if records.len() < limit || batch.len() >= self.options.batch_size {
+                break;
+            }
+        }
+        if let Some(last) = batch.last().and_then(|r| r.change.sequence_number.clone()) {
+            shard.last_sequence = Some(last);
+        }
+        shard.state = match iterator {
+            Some(iterator) => ShardState::Reading { iterator },
+            None => ShardState::Done,
+        };
+        let records = batch.len();
+        let counts = if batch.is_empty() {
+            BatchCounts::default()
+        } else {
+            self.deliver(&shard.id, &batch, shutdown).await
+        };
+        PollResult { records, counts }
+    }
+
+    /// A new iterator after a failed `GetRecords`, or the same one to try again later.
+    async fn recover_iterator<E: ProvideErrorMetadata + std::error::Error + 'static>(
+        &self,
+        shard: &Shard,
+        current: &str,
+        err: &aws_sdk_dynamodbstreams::error::SdkError<
+            E,
+            aws_sdk_dynamodbstreams::config::http::HttpResponse,
+        >,
+    ) -> Option<String> {
+        match err.code() {
+            Some("ExpiredIteratorException" | "TrimmedDataAccessException") => {
+                let (position, sequence) = match (&shard.last_sequence, err.code()) {
+                    (Some(seq), Some("ExpiredIteratorException")) => {
+                        (ShardIteratorType::AfterSequenceNumber, Some(seq.as_str()))
+                    }
+                    _ => (ShardIteratorType::TrimHorizon, None),
+                };
+                match self.iterator(&shard.id, position, sequence).await {
+                    Ok(iterator) => Some(iterator),
+                    Err(message) => {
+                        tracing::warn!(shard = %shard.id, error = %message, "could not renew the shard iterator");
+                        Some(current.to_owned())
+                    }
+                }
+            }
+            Some("ResourceNotFoundException") => {
+                tracing::error!(shard = %shard.id, "stream or shard no longer exists; stopping reading it");
+                None
+            }
+            _ => {
+                tracing::warn!(shard = %shard.id, error = %DisplayErrorContext(err), "GetRecords failed; will retry");
+                Some(current.to_owned())
+            }
+        }
+    }
+
+    /// Delivers one batch with Lambda's semantics: re-deliver from the reported record, at most
+    /// `max_retries` times, then give the rest of the batch up.
+    async fn deliver(
+        &self,
+        shard_id: &str,
+        batch: &[EventRecord],
+        shutdown: &CancellationToken,
+    ) -> BatchCounts {
+        let mut counts = BatchCounts::default();
+        let mut start = 0;
+        let mut retries = 0;
+        loop {
+            let report = self.relay.handle(&batch[start..]).await;
+            let mut delivered = report.counts();
+            let Some(failed_at) = report.first_unpublished else {
+                counts += delivered;
+                return counts;
+            };
+            // Records that failed now are counted only if they are given up.
+            let failed = delivered.failed;
+            delivered.failed = 0;
+            counts += delivered;
+            let sequence = batch[start + failed_at].change.sequence_number.clone();
+            if retries >= self.options.max_retries || shutdown.is_cancelled() {
+                tracing::error!(
+                    shard = shard_id,
+                    sequence_number = ?sequence,
+                    failed,
+                    retries,
+                    "giving up on the rest of the batch; its events stay pending for the poller"
+                );
+                counts.failed += failed;
+                return counts;
+            }
+            retries += 1;
+            let delay = self
+                .options
+                .poll_interval
+                .saturating_mul(1 << retries.min(8))
+                .min(MAX_REDELIVERY_DELAY);
+            tracing::warn!(shard = shard_id, sequence_number = ?sequence, retries, delay_ms = delay.as_millis() as u64, "re-delivering from the first unpublished record");
+            tokio::select! {
+                () = shutdown.cancelled() => {
+                    counts.failed += failed;
+                    return counts;
+                }
+                () = tokio::time::sleep(delay) => {}
+            }
+            start += failed_at;
+        }
+    }
+}
