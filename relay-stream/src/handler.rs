@@ -453,3 +453,509 @@ fn classify(record: &EventRecord, options: &HandlerOptions) -> Classified {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{FakeDeadLetters, FakePublisher, FakeStatusStore};
+    use aws_lambda_events::dynamodb::Event;
+    use serde_json::json;
+
+    const AWS_SAMPLE: &str = include_str!("../../tests/fixtures/stream/aws-sample-event.json");
+    const AWS_LAMBDA_EVENTS_SAMPLE: &str =
+        include_str!("../../tests/fixtures/stream/aws-lambda-events-sample.json");
+    const OUTBOX_BATCH: &str = include_str!("../../tests/fixtures/stream/outbox-batch.json");
+
+    type Relay<'a> = StreamRelay<&'a FakePublisher, &'a FakeStatusStore, &'a FakeDeadLetters>;
+
+    struct Ports {
+        publisher: FakePublisher,
+        status: FakeStatusStore,
+        dead_letters: FakeDeadLetters,
+    }
+
+    impl Ports {
+        fn new(publisher: FakePublisher) -> Self {
+            Self {
+                publisher,
+                status: FakeStatusStore::default(),
+                dead_letters: FakeDeadLetters::default(),
+            }
+        }
+
+        fn relay(&self, dead_letter_queue: bool, strict: bool) -> Relay<'_> {
+            let mut options = HandlerOptions::new("bus", "test.orders");
+            options.stop_at_first_failure = strict;
+            options.strict_chunk_size = 2;
+            StreamRelay::new(
+                &self.publisher,
+                &self.status,
+                dead_letter_queue.then_some(&self.dead_letters),
+                options,
+            )
+        }
+    }
+
+    fn records(fixture: &str) -> Vec<EventRecord> {
+        serde_json::from_str::<Event>(fixture).unwrap().records
+    }
+
+    /// An outbox INSERT record with `event_id`, `payload` and sequence number `seq`.
+    fn outbox_insert(seq: u32, event_id: &str, payload: &str) -> EventRecord {
+        serde_json::from_value(json!({
+            "eventID": format!("ev-{seq}"), "eventName": "INSERT", "awsRegion": "us-east-1",
+            "dynamodb": {
+                "ApproximateCreationDateTime": 1795860000,
+                "Keys": {"PK": {"S": "USER#u"}, "SK": {"S": format!("OUTBOX#{event_id}")}},
+                "NewImage": {
+                    "PK": {"S": "USER#u"}, "SK": {"S": format!("OUTBOX#{event_id}")},
+                    "EntityType": {"S": "OutboxEvent"}, "EventId": {"S": event_id},
+                    "EventType": {"S": "OrderCreated"}, "Payload": {"S": payload},
+                    "Status": {"S": "PENDING"}, "CreatedAt": {"S": "2026-11-28T08:00:00.000Z"},
+                    "AggregateId": {"S": format!("o-{event_id}")},
+                    "GSI1PK": {"S": "OUTBOX#PENDING#1"}, "GSI1SK": {"S": "EVENT#x"}
+                },
+                "SequenceNumber": format!("{seq:08}"), "SizeBytes": 100,
+                "StreamViewType": "NEW_AND_OLD_IMAGES"
+            }
+        }))
+        .unwrap()
+    }
+
+    fn key(event_id: &str) -> ItemKey {
+        ItemKey {
+            pk: "USER#u".into(),
+            sk: format!("OUTBOX#{event_id}"),
+        }
+    }
+
+    fn failed() -> PublishOutcome {
+        PublishOutcome::Failed {
+            code: "ThrottlingException".into(),
+            message: "slow down".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn aws_sample_events_are_ignored() {
+        for fixture in [AWS_SAMPLE, AWS_LAMBDA_EVENTS_SAMPLE] {
+            // Given AWS's published sample stream events (no outbox items in them)
+            let ports = Ports::new(FakePublisher::default());
+            let records = records(fixture);
+            assert!(!records.is_empty());
+
+            // When the handler runs
+            let report = ports.relay(true, false).handle(&records).await;
+
+            // Then nothing is published, nothing fails
+            assert!(
+                report
+                    .outcomes
+                    .iter()
+                    .all(|o| matches!(o, RecordOutcome::Ignored(_))),
+                "{report:?}"
+            );
+            assert!(ports.publisher.published().is_empty());
+            assert!(report.response(&records).batch_item_failures.is_empty());
+        }
+    }
+
+    #[tokio::test]
+    async fn only_outbox_inserts_are_published_and_marked() {
+        // Given an order INSERT, an outbox INSERT, its MODIFY, a TTL REMOVE and a minimal outbox
+        // INSERT written by another client
+        let ports = Ports::new(FakePublisher::default());
+        let records = records(OUTBOX_BATCH);
+        assert_eq!(
+            records[3]
+                .user_identity
+                .as_ref()
+                .map(|u| u.principal_id.as_str()),
+            Some("dynamodb.amazonaws.com")
+        );
+
+        // When the handler runs
+        let report = ports.relay(true, false).handle(&records).await;
+
+        // Then exactly the two outbox INSERTs are published, with the documented envelope
+        let id = "0194f7c2-8a4b-7d3e-9c1a-2b3c4d5e6f70";
+        assert_eq!(
+            report.outcomes,
+            vec![
+                RecordOutcome::Ignored(IgnoreReason::NotOutboxEvent),
+                RecordOutcome::Published {
+                    event_id: id.into()
+                },
+                RecordOutcome::Ignored(IgnoreReason::NotInsert("MODIFY".into())),
+                RecordOutcome::Ignored(IgnoreReason::NotInsert("REMOVE".into())),
+                RecordOutcome::Published {
+                    event_id: "evt-minimal-1".into()
+                },
+            ]
+        );
+        let published = ports.publisher.published();
+        let detail: serde_json::Value = serde_json::from_str(&published[0].detail).unwrap();
+        assert_eq!(detail["metadata"]["eventId"], id);
+        assert_eq!(detail["metadata"]["aggregateId"], "o-1001");
+        assert_eq!(detail["data"]["amountCents"], 2598);
+        assert_eq!(published[0].detail_type, "OrderCreated");
+        assert_eq!(published[0].source, "test.orders");
+        assert_eq!(published[1].detail_type, "OrderShipped");
+        // And both are marked published
+        let flipped: Vec<_> = ports
+            .status
+            .flips()
+            .into_iter()
+            .map(|(k, _)| k.sk)
+            .collect();
+        assert_eq!(flipped.len(), 2);
+        assert!(flipped.contains(&format!("OUTBOX#{id}")));
+        assert!(report.response(&records).batch_item_failures.is_empty());
+        assert_eq!(
+            report.counts(),
+            BatchCounts {
+                published: 2,
+                ignored: 3,
+                dead_lettered: 0,
+                failed: 0
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn poison_goes_to_the_dead_letter_queue_without_blocking() {
+        // Given a non-JSON payload, an image that does not decode, and good events around them
+        let ports = Ports::new(FakePublisher::default());
+        let mut undecodable = outbox_insert(3, "e3", "{}");
+        undecodable
+            .change
+            .new_image
+            .insert("Status".into(), AttributeValue::N("7".into()));
+        let records = vec![
+            outbox_insert(1, "e1", "{}"),
+            outbox_insert(2, "e2", "not json"),
+            undecodable,
+            outbox_insert(4, "e4", "{}"),
+        ];
+
+        // When the handler runs
+        let report = ports.relay(true, false).handle(&records).await;
+
+        // Then both poison records are dead-lettered with a reason and the full record
+        assert!(
+            matches!(&report.outcomes[1], RecordOutcome::DeadLettered { reason, .. } if reason.contains("not valid JSON"))
+        );
+        assert!(
+            matches!(&report.outcomes[2], RecordOutcome::DeadLettered { reason, .. } if reason.contains("does not decode"))
+        );
+        let letters = ports.dead_letters.letters();
+        assert_eq!(letters.len(), 2);
+        let letter = letters
+            .iter()
+            .find(|l| l.event_id.as_deref() == Some("e2"))
+            .unwrap();
+        assert_eq!(letter.origin, ORIGIN);
+        assert_eq!(letter.key, Some(key("e2")));
+        assert_eq!(
+            letter.record["dynamodb"]["NewImage"]["Payload"]["S"],
+            "not json"
+        );
+        // And marked dead-lettered, while the events around them are published
+        let flips = ports.status.flips();
+        assert!(flips.contains(&(key("e2"), OutboxStatus::DeadLettered)));
+        assert!(flips.contains(&(key("e3"), OutboxStatus::DeadLettered)));
+        assert_eq!(ports.publisher.published().len(), 2);
+        assert_eq!(report.first_unpublished, None);
+    }
+
+    #[tokio::test]
+    async fn without_a_dead_letter_queue_poison_is_a_batch_item_failure() {
+        let ports = Ports::new(FakePublisher::default());
+        let records = vec![outbox_insert(1, "e1", "{}"), outbox_insert(2, "e2", "nope")];
+        let report = ports.relay(false, false).handle(&records).await;
+        let response = report.response(&records);
+        assert_eq!(response.batch_item_failures.len(), 1);
+        assert_eq!(
+            response.batch_item_failures[0].item_identifier.as_deref(),
+            Some("00000002")
+        );
+        assert!(
+            matches!(&report.outcomes[1], RecordOutcome::Failed { reason, .. } if reason.contains("no dead-letter queue"))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_event_is_the_batch_item_failure_and_later_events_still_publish() {
+        // Given a publisher that cannot publish e2
+        let ports = Ports::new(FakePublisher::default().with_outcome("e2", failed()));
+        let records: Vec<_> = (1..=4)
+            .map(|i| outbox_insert(i, &format!("e{i}"), "{}"))
+            .collect();
+
+        // When the handler runs (default: not strict)
+        let report = ports.relay(true, false).handle(&records).await;
+
+        // Then e2's record is reported, e2 is not marked, and e3, e4 were published
+        assert_eq!(report.first_unpublished, Some(1));
+        assert_eq!(
+            report.response(&records).batch_item_failures[0]
+                .item_identifier
+                .as_deref(),
+            Some("00000002")
+        );
+        let published: Vec<_> = ports
+            .publisher
+            .published()
+            .into_iter()
+            .map(|e| e.event_id)
+            .collect();
+        assert_eq!(published, ["e1", "e3", "e4"]);
+        assert!(
+            !ports
+                .status
+                .flips()
+                .contains(&(key("e2"), OutboxStatus::Published))
+        );
+    }
+
+    #[tokio::test]
+    async fn strict_mode_stops_at_the_first_failure() {
+        // Given a publisher that cannot publish e3, and strict order (2 events per step)
+        let ports = Ports::new(FakePublisher::default().with_outcome("e3", failed()));
+        let records: Vec<_> = (1..=6)
+            .map(|i| outbox_insert(i, &format!("e{i}"), "{}"))
+            .collect();
+
+        // When the handler runs
+        let report = ports.relay(true, true).handle(&records).await;
+
+        // Then the step holding e3 is the last one attempted
+        let published: Vec<_> = ports
+            .publisher
+            .published()
+            .into_iter()
+            .map(|e| e.event_id)
+            .collect();
+        assert_eq!(published, ["e1", "e2", "e4"]);
+        assert_eq!(report.first_unpublished, Some(2));
+        assert_eq!(
+            report.outcomes[4],
+            RecordOutcome::NotAttempted {
+                event_id: "e5".into()
+            }
+        );
+        assert_eq!(ports.publisher.calls(), 2);
+    }
+
+    #[tokio::test]
+    async fn rejected_entries_are_dead_lettered() {
+        let ports = Ports::new(FakePublisher::default().with_outcome(
+            "e1",
+            PublishOutcome::Rejected {
+                code: "MalformedDetail".into(),
+                message: "bad".into(),
+            },
+        ));
+        let records = vec![outbox_insert(1, "e1", "{}"), outbox_insert(2, "e2", "{}")];
+        let report = ports.relay(true, false).handle(&records).await;
+        assert!(
+            matches!(&report.outcomes[0], RecordOutcome::DeadLettered { reason, .. } if reason.contains("MalformedDetail"))
+        );
+        assert_eq!(
+            report.outcomes[1],
+            RecordOutcome::Published {
+                event_id: "e2".into()
+            }
+        );
+        assert_eq!(report.first_unpublished, None);
+    }
+
+    #[tokio::test]
+    async fn a_failed_mark_is_not_a_batch_failure() {
+        // Given a status store that is throttled
+        let ports = Ports {
+            status: FakeStatusStore::failing(),
+            ..Ports::new(FakePublisher::default())
+        };
+        let records = vec![outbox_insert(1, "e1", "{}")];
+        // When the event is published
+        let report = ports.relay(true, false).handle(&records).await;
+        // Then it is reported published (the poller re-publishes it later with the same id)
+        assert_eq!(
+            report.outcomes[0],
+            RecordOutcome::Published {
+                event_id: "e1".into()
+            }
+        );
+        assert!(report.response(&records).batch_item_failures.is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_unavailable_dead_letter_queue_fails_the_record() {
+        let ports = Ports {
+            dead_letters: FakeDeadLetters::unavailable(),
+            ..Ports::new(FakePublisher::default())
+        };
+        let records = vec![outbox_insert(1, "e1", "{}"), outbox_insert(2, "e2", "x")];
+        let report = ports.relay(true, false).handle(&records).await;
+        assert_eq!(report.first_unpublished, Some(1));
+    }
+
+    #[tokio::test]
+    async fn a_record_without_sequence_number_fails_the_whole_batch() {
+        let ports = Ports::new(FakePublisher::default().with_outcome("e1", failed()));
+        let mut record = outbox_insert(1, "e1", "{}");
+        record.change.sequence_number = None;
+        let records = vec![record];
+        let report = ports.relay(true, false).handle(&records).await;
+        let response = report.response(&records);
+        assert_eq!(
+            response.batch_item_failures[0].item_identifier.as_deref(),
+            Some("")
+        );
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn attribute() -> impl Strategy<Value = AttributeValue> {
+            let leaf = prop_oneof![
+                ".{0,20}".prop_map(AttributeValue::S),
+                "-?[0-9]{1,5}(\\.[0-9]{1,3})?".prop_map(AttributeValue::N),
+                any::<bool>().prop_map(AttributeValue::Bool),
+                Just(AttributeValue::Null(true)),
+                prop::collection::vec(any::<u8>(), 0..8).prop_map(AttributeValue::B),
+            ];
+            leaf.prop_recursive(2, 8, 4, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..4).prop_map(AttributeValue::L),
+                    prop::collection::hash_map("[a-z]{1,5}", inner, 0..4)
+                        .prop_map(AttributeValue::M),
+                ]
+            })
+        }
+
+        fn payload() -> impl Strategy<Value = String> {
+            prop_oneof![
+                Just("{}".to_owned()),
+                ".{0,40}",
+                "[a-z]{1,8}".prop_map(|s| format!("{{\"k\":\"{s}\"}}")),
+                // Larger than the entry limit below.
+                (2_000usize..6_000).prop_map(|n| format!("{{\"big\":\"{}\"}}", "x".repeat(n))),
+            ]
+        }
+
+        /// A value for `name`: usually well-formed, sometimes of the wrong type or missing.
+        fn field(
+            name: &'static str,
+            good: BoxedStrategy<String>,
+        ) -> impl Strategy<Value = Option<(String, AttributeValue)>> {
+            prop_oneof![
+                6 => good.prop_map(move |s| Some((name.to_owned(), AttributeValue::S(s)))),
+                1 => attribute().prop_map(move |a| Some((name.to_owned(), a))),
+                1 => Just(None),
+            ]
+        }
+
+        fn image() -> impl Strategy<Value = HashMap<String, AttributeValue>> {
+            let fields = (
+                field("PK", "USER#[a-z0-9]{1,6}".boxed()),
+                field("SK", "OUTBOX#[a-z0-9]{1,6}".boxed()),
+                field(
+                    "EntityType",
+                    prop_oneof![Just("OutboxEvent".to_owned()), Just("Order".to_owned())].boxed(),
+                ),
+                field("EventId", "[a-z0-9-]{0,12}".boxed()),
+                field("EventType", "[A-Za-z ]{0,12}".boxed()),
+                field("Payload", payload().boxed()),
+                field(
+                    "Status",
+                    prop_oneof![
+                        Just("PENDING".to_owned()),
+                        Just("PUBLISHED".to_owned()),
+                        ".{0,8}".prop_map(String::from)
+                    ]
+                    .boxed(),
+                ),
+                field(
+                    "CreatedAt",
+                    prop_oneof![
+                        Just("2026-11-28T08:00:00.000Z".to_owned()),
+                        ".{0,10}".prop_map(String::from)
+                    ]
+                    .boxed(),
+                ),
+                prop::option::of(attribute()),
+                prop::collection::hash_map("[A-Za-z]{1,8}", attribute(), 0..3),
+            );
+            fields.prop_map(
+                |(pk, sk, et, id, ty, payload, status, created, sequence, extra)| {
+                    let mut image: HashMap<String, AttributeValue> = extra;
+                    image.extend(
+                        [pk, sk, et, id, ty, payload, status, created]
+                            .into_iter()
+                            .flatten(),
+                    );
+                    if let Some(sequence) = sequence {
+                        image.insert("Sequence".into(), sequence);
+                    }
+                    image
+                },
+            )
+        }
+
+        fn record() -> impl Strategy<Value = EventRecord> {
+            (
+                prop_oneof![
+                    4 => Just("INSERT".to_owned()),
+                    1 => Just("MODIFY".to_owned()),
+                    1 => Just("REMOVE".to_owned()),
+                    1 => "[A-Z]{0,6}".prop_map(String::from),
+                ],
+                image(),
+                prop::option::of("[0-9]{1,20}"),
+            )
+                .prop_map(|(name, image, seq)| {
+                    let mut record = EventRecord::default();
+                    record.event_name = name;
+                    record.change.new_image = image.into();
+                    record.change.sequence_number = seq;
+                    record
+                })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+            #[test]
+            fn every_record_ends_ignored_published_or_dead_lettered(records in prop::collection::vec(record(), 0..12)) {
+                let ports = Ports::new(FakePublisher::default().with_max_entry_bytes(4_096));
+                let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+                let report = runtime.block_on(ports.relay(true, false).handle(&records));
+
+                prop_assert_eq!(report.outcomes.len(), records.len());
+                prop_assert_eq!(report.first_unpublished, None);
+                let mut published = 0;
+                for (record, outcome) in records.iter().zip(&report.outcomes) {
+                    match outcome {
+                        RecordOutcome::Ignored(_) => {}
+                        RecordOutcome::Published { .. } => {
+                            published += 1;
+                            prop_assert_eq!(record.event_name.as_str(), "INSERT");
+                        }
+                        RecordOutcome::DeadLettered { reason, .. } => prop_assert!(!reason.is_empty()),
+                        other => prop_assert!(false, "unexpected outcome {:?}", other),
+                    }
+                }
+                let sent = ports.publisher.published();
+                prop_assert_eq!(sent.len(), published);
+                for event in sent {
+                    let detail: serde_json::Value = serde_json::from_str(&event.detail).unwrap();
+                    prop_assert_eq!(detail["metadata"]["eventId"].as_str(), Some(event.event_id.as_str()));
+                }
+                prop_assert_eq!(ports.dead_letters.letters().len() as u64, report.counts().dead_lettered);
+            }
+        }
+    }
+}

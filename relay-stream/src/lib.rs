@@ -7,6 +7,7 @@
 //! - [`records`]: conversion of `aws-sdk-dynamodbstreams` records to the Lambda event shape.
 //! - [`metrics`]: metric names (CloudWatch Embedded Metric Format in the Lambda).
 //! - [`telemetry`]: tracing set-up (JSON when `AWS_LAMBDA_LOG_FORMAT=JSON`).
+//! - [`testing`]: in-memory ports for tests and benchmarks.
 
 pub mod config;
 pub mod handler;
@@ -15,6 +16,7 @@ pub mod local;
 pub mod metrics;
 pub mod records;
 pub mod telemetry;
+pub mod testing;
 
 pub use aws_lambda_events;
 pub use config::{RelayArgs, RelayConfigError};
