@@ -1,0 +1,595 @@
+//! `outbox-demo`: the main job end to end on the local emulator.
+//!
+//! 1. writes N orders through `create_order_with_outbox` while `relay-stream-local` relays them;
+//! 2. stops the stream relay (a simulated stream outage) and writes more orders;
+//! 3. backfills those with `relay-poller drain`;
+//! 4. reads everything the bus delivered to the sink queue and prints a summary: written,
+//!    published, duplicates, missing (must be 0), dead-lettered, write-to-delivery latency,
+//!    PutEvents calls.
+//!
+//! It exits non-zero if any event is missing. Run it with `make demo`, which installs and starts
+//! the emulator first; every child process is stopped on exit, ctrl-c included.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use aws_sdk_sqs::types::MessageSystemAttributeName;
+use clap::Parser;
+use futures::StreamExt;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use outbox_shared::envelope::Envelope;
+use outbox_shared::{OutboxConfig, ShardCount};
+use outbox_tests::{TEST_SOURCE, TestEnv};
+use outbox_writer::{NewOrder, OrderLine, OutboxWriter, WriterConfig};
+use serde::{Deserialize, Serialize};
+use tokio::process::{Child, Command};
+
+/// Runs the outbox relay end to end on the local emulator and prints what was delivered.
+#[derive(Debug, Parser)]
+#[command(name = "outbox-demo", version)]
+struct Args {
+    /// Orders written while the stream relay runs.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    orders: u64,
+    /// Orders written during the simulated stream outage (default: a fifth of --orders, at least 1).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    outage_orders: Option<u64>,
+    /// Shards of the pending-event index (writer and poller).
+    #[arg(long, default_value = "16")]
+    shard_count: ShardCount,
+    /// Stream records per handler invocation of the stream relay.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    batch_size: u64,
+    /// Orders written concurrently.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=256))]
+    concurrency: u64,
+    /// How long to wait for the stream relay to publish the first phase's events.
+    #[arg(long, default_value = "5m")]
+    timeout: humantime::Duration,
+    /// Directory holding `relay-stream-local` and `relay-poller` (default: beside this binary).
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// Also print the summary as one JSON line on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Use an existing table instead of provisioning one (with --event-bus-name, --sink-queue-url and
+    /// --dead-letter-queue-url).
+    #[arg(long, requires_all = ["event_bus_name", "sink_queue_url", "dead_letter_queue_url"])]
+    table_name: Option<String>,
+    #[arg(long, requires = "table_name")]
+    event_bus_name: Option<String>,
+    /// A queue that receives every event on the bus.
+    #[arg(long, requires = "table_name")]
+    sink_queue_url: Option<String>,
+    #[arg(long, requires = "table_name")]
+    dead_letter_queue_url: Option<String>,
+}
+
+/// What the demo observed; also printed as JSON with `--json`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Orders (and so `OrderCreated` events) written.
+    pub written: u64,
+    /// Events the stream relay reported published.
+    pub published_by_stream: u64,
+    /// Events `relay-poller drain` reported published.
+    pub published_by_poller: u64,
+    /// Messages on the sink queue (duplicates included).
+    pub delivered: u64,
+    /// Distinct `metadata.eventId`s delivered.
+    pub unique_delivered: u64,
+    /// Deliveries beyond the first of an event id.
+    pub duplicates: u64,
+    /// Written events never delivered: must be 0.
+    pub missing: u64,
+    /// Events sent to the dead-letter queue by either relay.
+    pub dead_lettered: u64,
+    pub latency_p50_ms: u64,
+    pub latency_p99_ms: u64,
+    /// PutEvents calls by both relays, retries included.
+    pub put_events_calls: u64,
+    pub seconds: f64,
+}
+
+/// The one-line JSON summary the relays print on exit (fields the demo reads).
+#[derive(Debug, Default, Deserialize)]
+struct RelaySummary {
+    #[serde(default)]
+    published: u64,
+    #[serde(default)]
+    dead_lettered: u64,
+    #[serde(default)]
+    failed: u64,
+    #[serde(default)]
+    put_events_calls: u64,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let outcome = tokio::select! {
+        outcome = run(&args) => outcome,
+        _ = tokio::signal::ctrl_c() => {
+            // Dropping `run` drops its child handles, which kills them (kill_on_drop).
+            eprintln!("outbox-demo: interrupted; stopped the relays");
+            return ExitCode::from(130);
+        }
+    };
+    match outcome {
+        Ok(summary) if summary.missing == 0 => ExitCode::SUCCESS,
+        Ok(summary) => {
+            eprintln!("outbox-demo: {} events missing", summary.missing);
+            ExitCode::FAILURE
+        }
+        Err(err) => {
+            eprintln!("outbox-demo: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: &Args) -> Result<Summary> {
+    let started = Instant::now();
+    let bin_dir = match &args.bin_dir {
+        Some(dir) => dir.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .context("this binary has no directory")?
+            .to_path_buf(),
+    };
+    let stream_bin = relay_binary(&bin_dir, "relay-stream-local")?;
+    let poller_bin = relay_binary(&bin_dir, "relay-poller")?;
+    let env = &provision(args).await?;
+    let outbox = OutboxConfig {
+        shard_count: args.shard_count,
+        ..OutboxConfig::new(&env.table_name)
+    };
+    let writer = OutboxWriter::new(env.dynamodb.clone(), WriterConfig::new(outbox, TEST_SOURCE))
+        .context("writer configuration")?;
+    let outage_orders = args.outage_orders.unwrap_or((args.orders / 5).max(1));
+    let bars = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
+
+    // Phase 1: the stream relay relays orders while they are written.
+    phase(&format!(
+        "1/4 writing {} orders while relay-stream-local relays them",
+        args.orders
+    ));
+    let mut stream_relay = spawn_relay(
+        &stream_bin,
+        &[
+            "--from",
+            "trim-horizon",
+            "--batch-size",
+            &args.batch_size.to_string(),
+        ],
+        env,
+        args,
+    )?;
+    let written_bar = bars.add(bar(args.orders, "written  "));
+    let published_bar = bars.add(bar(args.orders, "published"));
+    let (written, watched) = tokio::join!(
+        write_orders(&writer, 0, args.orders, args.concurrency, &written_bar),
+        watch_sink(
+            env,
+            args.orders,
+            args.timeout.into(),
+            &published_bar,
+            &mut stream_relay
+        ),
+    );
+    written_bar.finish();
+    published_bar.finish();
+    let mut written_ids = written.context("writing orders")?;
+    if let Err(err) = watched {
+        phase(&format!("stream relay did not publish everything: {err:#}"));
+    }
+    let stream_summary = stop_relay(stream_relay, "relay-stream-local").await?;
+
+    // Phase 2: a stream outage; these orders are only in the table.
+    phase(&format!(
+        "2/4 stream relay stopped (simulated outage); writing {outage_orders} more orders"
+    ));
+    let outage_bar = bars.add(bar(outage_orders, "written  "));
+    let outage_written = write_orders(
+        &writer,
+        args.orders,
+        outage_orders,
+        args.concurrency,
+        &outage_bar,
+    )
+    .await;
+    outage_bar.finish();
+    written_ids.extend(outage_written.context("writing outage orders")?);
+
+    // Phase 3: backfill with the poller.
+    phase("3/4 backfilling with relay-poller drain");
+    let poller = spawn_relay(
+        &poller_bin,
+        &["drain", "--shard-count", &args.shard_count.to_string()],
+        env,
+        args,
+    )?;
+    let poller_summary = stop_relay_when_done(poller, "relay-poller drain").await?;
+
+    // Phase 4: read what the bus delivered.
+    phase("4/4 reading the sink queue");
+    let deliveries = read_deliveries(env).await?;
+    let dead_letters = env.queue_depth(&env.dead_letter_queue_url).await;
+    let summary = summarize(
+        &written_ids,
+        &deliveries,
+        &stream_summary,
+        &poller_summary,
+        dead_letters,
+        started.elapsed(),
+    );
+    print_summary(&summary);
+    if args.json {
+        println!("{}", serde_json::to_string(&summary)?);
+    }
+    Ok(summary)
+}
+
+fn phase(message: &str) {
+    eprintln!("outbox-demo: {message}");
+}
+
+fn bar(len: u64, label: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template(&format!(
+            "{label} [{{bar:40}}] {{pos:>7}}/{{len:7}} {{per_sec:>12}} {{elapsed:>4}}"
+        ))
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    bar
+}
+
+fn relay_binary(dir: &Path, name: &str) -> Result<PathBuf> {
+    let path = dir.join(name);
+    if !path.is_file() {
+        bail!(
+            "{} not found: build the relays first (`make demo` does: cargo build -p relay-stream -p relay-poller), or pass --bin-dir",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+async fn provision(args: &Args) -> Result<TestEnv> {
+    if std::env::var_os("AWS_ENDPOINT_URL").is_none() {
+        bail!(
+            "AWS_ENDPOINT_URL is not set: run the demo with `make demo`, which starts the local emulator"
+        );
+    }
+    let env = match (
+        &args.table_name,
+        &args.event_bus_name,
+        &args.sink_queue_url,
+        &args.dead_letter_queue_url,
+    ) {
+        (Some(table), Some(bus), Some(sink), Some(dlq)) => {
+            TestEnv::existing(table, bus, sink, dlq).await
+        }
+        _ => {
+            phase(
+                "provisioning the table, bus, sink queue and dead-letter queue from infra/template.yaml",
+            );
+            TestEnv::new().await
+        }
+    };
+    Ok(env)
+}
+
+fn spawn_relay(binary: &Path, extra: &[&str], env: &TestEnv, args: &Args) -> Result<Child> {
+    let mut command = Command::new(binary);
+    command
+        .args(extra)
+        .envs(env.relay_env())
+        .env("OUTBOX_SHARD_COUNT", args.shard_count.to_string())
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    let child = command
+        .spawn()
+        .with_context(|| format!("starting {}", binary.display()))?;
+    if let Some(pid) = child.id() {
+        phase(&format!(
+            "started {} (pid {pid})",
+            binary.file_name().unwrap_or_default().to_string_lossy()
+        ));
+    }
+    Ok(child)
+}
+
+/// Writes `count` orders numbered from `first`; returns each order's event id.
+async fn write_orders(
+    writer: &OutboxWriter,
+    first: u64,
+    count: u64,
+    concurrency: u64,
+    bar: &ProgressBar,
+) -> Result<Vec<String>> {
+    let results: Vec<Result<String>> = futures::stream::iter(first..first + count)
+        .map(|n| async move {
+            let user = format!("user-{}", n % 97);
+            let order = NewOrder::new(vec![
+                OrderLine::new(format!("sku-{}", n % 13), 1 + (n % 3) as u32, 1_250),
+                OrderLine::new("sku-gift-wrap", 1, 300),
+            ]);
+            let created = writer
+                .create_order_with_outbox(&user, order)
+                .await
+                .with_context(|| format!("order {n} for {user}"))?;
+            bar.inc(1);
+            Ok(created.event_id)
+        })
+        .buffer_unordered(usize::try_from(concurrency).unwrap_or(16))
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+/// Shows the sink queue filling up until `expected` events arrived or `timeout` passed.
+async fn watch_sink(
+    env: &TestEnv,
+    expected: u64,
+    timeout: Duration,
+    bar: &ProgressBar,
+    relay: &mut Child,
+) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let depth = env.queue_depth(&env.sink_queue_url).await;
+        bar.set_position(depth.min(expected));
+        if depth >= expected {
+            return Ok(());
+        }
+        if let Some(status) = relay.try_wait()? {
+            bail!("relay-stream-local exited early with {status}");
+        }
+        if Instant::now() >= deadline {
+            bail!("{depth} of {expected} events arrived within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Stops a long-running relay with SIGTERM and reads its summary line.
+async fn stop_relay(mut child: Child, name: &str) -> Result<RelaySummary> {
+    if let Some(pid) = child.id() {
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .context("sending SIGTERM")?;
+        if !status.success() {
+            bail!("could not send SIGTERM to {name} (pid {pid})");
+        }
+    }
+    let finished = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
+    if finished.is_err() {
+        child.kill().await.ok();
+        bail!("{name} did not stop within 30 s of SIGTERM");
+    }
+    read_summary(child, name).await
+}
+
+/// Waits for a relay that exits by itself and reads its summary line.
+async fn stop_relay_when_done(mut child: Child, name: &str) -> Result<RelaySummary> {
+    let status = child.wait().await?;
+    let summary = read_summary(child, name).await?;
+    if !status.success() {
+        bail!("{name} exited with {status} (summary: {summary:?})");
+    }
+    Ok(summary)
+}
+
+async fn read_summary(mut child: Child, name: &str) -> Result<RelaySummary> {
+    use tokio::io::AsyncReadExt;
+    let mut out = String::new();
+    if let Some(mut stdout) = child.stdout.take() {
+        stdout.read_to_string(&mut out).await?;
+    }
+    let line = out
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .with_context(|| format!("{name} printed no JSON summary line (stdout: {out:?})"))?;
+    let summary: RelaySummary =
+        serde_json::from_str(line).with_context(|| format!("{name} summary {line:?}"))?;
+    if summary.failed > 0 {
+        phase(&format!("{name} reported {} failed events", summary.failed));
+    }
+    Ok(summary)
+}
+
+/// One delivery on the sink queue: the event id and write-to-delivery latency.
+struct Delivery {
+    event_id: String,
+    latency_ms: Option<u64>,
+}
+
+async fn read_deliveries(env: &TestEnv) -> Result<Vec<Delivery>> {
+    let mut deliveries = Vec::new();
+    loop {
+        let received = env
+            .sqs
+            .receive_message()
+            .queue_url(&env.sink_queue_url)
+            .max_number_of_messages(10)
+            .visibility_timeout(300)
+            .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp)
+            .send()
+            .await
+            .context("receiving from the sink queue")?;
+        let messages = received.messages();
+        if messages.is_empty() {
+            if env.queue_depth(&env.sink_queue_url).await == 0 {
+                return Ok(deliveries);
+            }
+            continue;
+        }
+        for message in messages {
+            let body = message.body().unwrap_or_default();
+            let event: serde_json::Value =
+                serde_json::from_str(body).with_context(|| format!("sink message {body:?}"))?;
+            let envelope: Envelope<serde_json::Value> =
+                serde_json::from_value(event["detail"].clone())
+                    .with_context(|| format!("sink message detail {body:?}"))?;
+            let sent_ms = message
+                .attributes()
+                .and_then(|a| a.get(&MessageSystemAttributeName::SentTimestamp))
+                .and_then(|t| t.parse::<i64>().ok());
+            let occurred_ms = outbox_shared::time::parse_timestamp(&envelope.metadata.occurred_at)
+                .ok()
+                .map(|t| t.timestamp_millis());
+            let latency_ms = sent_ms
+                .zip(occurred_ms)
+                .and_then(|(sent, occurred)| u64::try_from(sent - occurred).ok());
+            deliveries.push(Delivery {
+                event_id: envelope.metadata.event_id,
+                latency_ms,
+            });
+            if let Some(handle) = message.receipt_handle() {
+                env.sqs
+                    .delete_message()
+                    .queue_url(&env.sink_queue_url)
+                    .receipt_handle(handle)
+                    .send()
+                    .await
+                    .context("deleting from the sink queue")?;
+            }
+        }
+    }
+}
+
+fn summarize(
+    written: &[String],
+    deliveries: &[Delivery],
+    stream: &RelaySummary,
+    poller: &RelaySummary,
+    dead_letters_on_queue: u64,
+    elapsed: Duration,
+) -> Summary {
+    let mut first_latency: HashMap<&str, Option<u64>> = HashMap::new();
+    for delivery in deliveries {
+        first_latency
+            .entry(delivery.event_id.as_str())
+            .or_insert(delivery.latency_ms);
+    }
+    let written_set: HashSet<&str> = written.iter().map(String::as_str).collect();
+    let missing = written_set
+        .iter()
+        .filter(|id| !first_latency.contains_key(*id))
+        .count();
+    let mut latencies: Vec<u64> = first_latency.values().filter_map(|l| *l).collect();
+    latencies.sort_unstable();
+    let delivered = deliveries.len() as u64;
+    let unique = first_latency.len() as u64;
+    Summary {
+        written: written.len() as u64,
+        published_by_stream: stream.published,
+        published_by_poller: poller.published,
+        delivered,
+        unique_delivered: unique,
+        duplicates: delivered - unique,
+        missing: missing as u64,
+        dead_lettered: (stream.dead_lettered + poller.dead_lettered).max(dead_letters_on_queue),
+        latency_p50_ms: percentile(&latencies, 50),
+        latency_p99_ms: percentile(&latencies, 99),
+        put_events_calls: stream.put_events_calls + poller.put_events_calls,
+        seconds: (elapsed.as_secs_f64() * 10.0).round() / 10.0,
+    }
+}
+
+/// Nearest-rank percentile of sorted values (0 when empty).
+fn percentile(sorted: &[u64], p: usize) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (p * sorted.len()).div_ceil(100).max(1);
+    sorted[rank - 1]
+}
+
+#[allow(clippy::print_stdout)] // The summary table is this binary's output.
+fn print_summary(s: &Summary) {
+    let rows: [(&str, String); 11] = [
+        ("written", s.written.to_string()),
+        (
+            "published by stream relay",
+            s.published_by_stream.to_string(),
+        ),
+        (
+            "published by poller (backfill)",
+            s.published_by_poller.to_string(),
+        ),
+        ("delivered to sink queue", s.delivered.to_string()),
+        ("duplicates", s.duplicates.to_string()),
+        ("missing", s.missing.to_string()),
+        ("dead-lettered", s.dead_lettered.to_string()),
+        ("write-to-delivery p50", format!("{} ms", s.latency_p50_ms)),
+        ("write-to-delivery p99", format!("{} ms", s.latency_p99_ms)),
+        ("PutEvents calls", s.put_events_calls.to_string()),
+        ("elapsed", format!("{:.1} s", s.seconds)),
+    ];
+    println!();
+    println!("{:<32} {:>10}", "outbox demo summary", "");
+    println!("{}", "-".repeat(43));
+    for (label, value) in rows {
+        println!("{label:<32} {value:>10}");
+    }
+    println!(
+        "{}",
+        if s.missing == 0 {
+            "result: every written event was delivered"
+        } else {
+            "result: EVENTS MISSING"
+        }
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentile_is_nearest_rank() {
+        let values: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&values, 50), 50);
+        assert_eq!(percentile(&values, 99), 99);
+        assert_eq!(percentile(&[7], 99), 7);
+        assert_eq!(percentile(&[], 50), 0);
+    }
+
+    #[test]
+    fn summary_counts_duplicates_and_missing() {
+        let written = vec!["a".to_owned(), "b".to_owned(), "c".to_owned()];
+        let d = |id: &str, ms| Delivery {
+            event_id: id.to_owned(),
+            latency_ms: Some(ms),
+        };
+        let deliveries = vec![d("a", 10), d("a", 50), d("b", 20)];
+        let s = summarize(
+            &written,
+            &deliveries,
+            &RelaySummary::default(),
+            &RelaySummary::default(),
+            0,
+            Duration::from_secs(1),
+        );
+        assert_eq!(
+            (s.delivered, s.unique_delivered, s.duplicates, s.missing),
+            (3, 2, 1, 1)
+        );
+        assert_eq!((s.latency_p50_ms, s.latency_p99_ms), (10, 20));
+    }
+}
