@@ -1,0 +1,45 @@
+//! The example consumer Lambda: reserves stock for `OrderCreated` events, once per event.
+
+use anyhow::Context as _;
+use aws_lambda_events::eventbridge::EventBridgeEvent;
+use clap::Parser;
+use lambda_runtime::{LambdaEvent, service_fn};
+use outbox_consumer::example::{DynamoInventory, ExampleArgs, handle_event};
+use outbox_consumer::{IdempotencyStore, OccTable};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    init_tracing();
+    let args = ExampleArgs::parse();
+    let (idempotency, occ) = args.configs().context("invalid configuration")?;
+    let sdk_config = outbox_shared::load_aws_config().await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk_config);
+    let store = IdempotencyStore::new(dynamodb.clone(), idempotency)?;
+    let inventory = DynamoInventory::new(OccTable::new(dynamodb, occ)?);
+    let (store, inventory) = (&store, &inventory);
+    lambda_runtime::run(service_fn(
+        move |event: LambdaEvent<EventBridgeEvent<serde_json::Value>>| async move {
+            let deadline = i64::try_from(event.context.deadline)
+                .ok()
+                .and_then(chrono::DateTime::from_timestamp_millis);
+            handle_event(&event.payload, deadline, store, inventory).await
+        },
+    ))
+    .await
+    .map_err(|e| anyhow::anyhow!(e))
+}
+
+/// JSON logs when Lambda asks for them (`AWS_LAMBDA_LOG_FORMAT=JSON`), text otherwise.
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .without_time()
+        .with_target(false);
+    if std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

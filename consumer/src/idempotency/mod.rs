@@ -1,0 +1,790 @@
+//! The idempotency store: makes a consumer's side effects happen once per key although the relay
+//! delivers at least once.
+//!
+//! One record per key on its own table. [`IdempotencyStore::run`]:
+//! 1. claims the key with a conditional put of `IN_PROGRESS`
+//!    (`attribute_not_exists(pk) OR expiry < :now`) carrying a fresh claim token, the payload hash
+//!    and a lock expiry (bounded by the Lambda's deadline when one is given);
+//! 2. runs the business future;
+//! 3. marks the record `COMPLETED` with the serialized response, conditioned on the claim token,
+//!    so a holder whose lock expired and was taken over cannot overwrite the new holder.
+//!
+//! A completed record keeps its key for [`IdempotencyConfig::completed_retention`] (its `expiry`),
+//! and `ttl` lets DynamoDB delete it afterwards. On a failed claim the existing record is read from
+//! the same call (`ReturnValuesOnConditionCheckFailure`) and turned into the caller's outcome.
+
+mod cache;
+mod key;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use chrono::{DateTime, Utc};
+use outbox_shared::ConfigError;
+use outbox_shared::limits::ITEM_MAX_BYTES;
+use outbox_shared::schema::idempotency::{attr, status};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::{debug, info, warn};
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::StoreError;
+use cache::{CachedCompletion, CompletedCache};
+pub use key::{EventIdKey, KeyExtractor, MAX_KEY_BYTES, payload_hash};
+
+/// Default lock: long enough for a typical consumer, short enough that a crashed holder's key is
+/// free again within a minute.
+pub const DEFAULT_LOCK_EXPIRY: Duration = Duration::from_secs(60);
+
+/// Default window in which a completed key answers with its stored response: the outbox's own
+/// retention, the longest a relay can still re-deliver an event.
+pub const DEFAULT_COMPLETED_RETENTION: Duration = outbox_shared::config::DEFAULT_TTL_RETENTION;
+
+/// Room kept in a record for everything but the response (key, hash, token, numbers, names).
+const RECORD_OVERHEAD_BYTES: usize = 4 * 1024;
+
+/// Longest business error message kept on a `FAILED` record.
+const MAX_ERROR_CHARS: usize = 1024;
+
+/// Claims retried when the record that refused the claim turned out to be already expired (it
+/// expired between the put and our look at it). More than a couple means a clock problem.
+const MAX_CLAIM_ATTEMPTS: usize = 3;
+
+/// What happens to a claim when the business logic fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// Delete the record: the next delivery runs the logic at once.
+    Release,
+    /// Keep the record as `FAILED` with the error and a failure count; the key can be claimed
+    /// again after `retry_after` (zero: at once). Keeps the payload check and a trace of failures.
+    MarkFailed { retry_after: Duration },
+}
+
+/// Settings of an [`IdempotencyStore`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyConfig {
+    pub table_name: String,
+    /// How long a claim keeps others out while the logic runs; a crashed holder's key is free
+    /// after it. In a Lambda it is further bounded by the invocation's deadline.
+    pub lock_expiry: Duration,
+    /// How long a completed key answers with its stored response (and TTL keeps records).
+    pub completed_retention: Duration,
+    pub on_failure: FailurePolicy,
+    /// Completed keys remembered in memory (0: no cache).
+    pub cache_capacity: usize,
+}
+
+impl IdempotencyConfig {
+    /// Defaults: 60 s lock, 7 days retention, release on failure, no cache.
+    pub fn new(table_name: impl Into<String>) -> Self {
+        Self {
+            table_name: table_name.into(),
+            lock_expiry: DEFAULT_LOCK_EXPIRY,
+            completed_retention: DEFAULT_COMPLETED_RETENTION,
+            on_failure: FailurePolicy::Release,
+            cache_capacity: 0,
+        }
+    }
+
+    /// # Errors
+    /// [`ConfigError`] naming the setting that is empty or out of range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.table_name.trim().is_empty() {
+            return Err(ConfigError::Empty {
+                setting: "idempotency table name",
+            });
+        }
+        if self.lock_expiry < Duration::from_millis(1) {
+            return Err(ConfigError::OutOfRange {
+                setting: "lock expiry",
+                detail: "must be at least 1 ms".into(),
+            });
+        }
+        if self.completed_retention < self.lock_expiry {
+            return Err(ConfigError::OutOfRange {
+                setting: "completed retention",
+                detail: format!(
+                    "{:?} is shorter than the lock expiry {:?}",
+                    self.completed_retention, self.lock_expiry
+                ),
+            });
+        }
+        for (setting, duration) in [
+            ("lock expiry", self.lock_expiry),
+            ("completed retention", self.completed_retention),
+        ] {
+            if chrono::Duration::from_std(duration).is_err() {
+                return Err(ConfigError::OutOfRange {
+                    setting,
+                    detail: format!("{duration:?} is too long"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the caller gets when the key was not refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome<R> {
+    /// The logic ran now and its response is stored.
+    Executed(R),
+    /// The key had completed before: the stored response, the logic not run.
+    AlreadyCompleted(R),
+}
+
+impl<R> Outcome<R> {
+    pub fn response(&self) -> &R {
+        match self {
+            Self::Executed(r) | Self::AlreadyCompleted(r) => r,
+        }
+    }
+
+    pub fn into_response(self) -> R {
+        match self {
+            Self::Executed(r) | Self::AlreadyCompleted(r) => r,
+        }
+    }
+
+    /// Whether this call ran the logic.
+    pub fn executed(&self) -> bool {
+        matches!(self, Self::Executed(_))
+    }
+}
+
+/// Why a key was refused or its logic could not be recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum IdempotencyError<E: fmt::Display + fmt::Debug> {
+    /// Another caller holds the key. Retryable: after `expires_at` it has either completed or
+    /// its lock has expired.
+    #[error("key {key:?} is in progress elsewhere until {expires_at}")]
+    InProgress {
+        key: String,
+        expires_at: DateTime<Utc>,
+    },
+    /// The key's logic failed recently and [`FailurePolicy::MarkFailed`] holds it until `retry_at`.
+    #[error("key {key:?} failed recently; it can be retried after {retry_at}")]
+    RetryLater {
+        key: String,
+        retry_at: DateTime<Utc>,
+    },
+    /// The key was used before with a different payload: a caller bug, never retryable.
+    #[error("key {key:?} was already used with a different payload")]
+    PayloadMismatch { key: String },
+    /// The business logic failed; the claim was released or marked failed per the policy, so a
+    /// retry runs it again.
+    #[error("business logic for key {key:?} failed: {error}")]
+    Business { key: String, error: E },
+    /// The logic ran, but our lock had expired and another caller took the key over before we
+    /// could record the response. The effect may have happened twice; retrying returns the other
+    /// caller's response.
+    #[error("key {key:?}: the claim expired and was taken over before the response was stored")]
+    ClaimLost { key: String },
+    #[error("key {key:?} {reason}")]
+    InvalidKey { key: String, reason: String },
+    /// The payload or response cannot be (de)serialized as JSON.
+    #[error("key {key:?}: {what} is not serializable: {reason}")]
+    Serialization {
+        key: String,
+        what: &'static str,
+        reason: String,
+    },
+    /// The logic ran but its response cannot be stored (the item limit is 400 KB). The claim is
+    /// left to expire rather than released, so the effect is not repeated at once.
+    #[error("key {key:?}: the response is {bytes} bytes, more than the {max} a record can hold")]
+    ResponseTooLarge {
+        key: String,
+        bytes: usize,
+        max: usize,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl<E: fmt::Display + fmt::Debug> IdempotencyError<E> {
+    /// Whether delivering the same event again can succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::InProgress { .. }
+            | Self::RetryLater { .. }
+            | Self::Business { .. }
+            | Self::ClaimLost { .. } => true,
+            Self::Store(e) => e.retryable,
+            Self::PayloadMismatch { .. }
+            | Self::InvalidKey { .. }
+            | Self::Serialization { .. }
+            | Self::ResponseTooLarge { .. } => false,
+        }
+    }
+}
+
+/// The DynamoDB idempotency store. Cheap to clone; clones share the cache.
+#[derive(Clone)]
+pub struct IdempotencyStore<C = SystemClock> {
+    client: aws_sdk_dynamodb::Client,
+    config: Arc<IdempotencyConfig>,
+    clock: C,
+    cache: Option<Arc<CompletedCache>>,
+}
+
+impl<C> fmt::Debug for IdempotencyStore<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdempotencyStore")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl IdempotencyStore<SystemClock> {
+    /// # Errors
+    /// [`ConfigError`] when the configuration is out of range.
+    pub fn new(
+        client: aws_sdk_dynamodb::Client,
+        config: IdempotencyConfig,
+    ) -> Result<Self, ConfigError> {
+        Self::with_clock(client, config, SystemClock)
+    }
+}
+
+/// What a refused claim found.
+#[derive(Debug)]
+struct ExistingRecord {
+    status: String,
+    expiry: DateTime<Utc>,
+    payload_hash: String,
+    response: Option<String>,
+}
+
+enum Claim {
+    Claimed { token: String },
+    Refused(Option<ExistingRecord>),
+}
+
+/// How a call proceeds after trying to claim its key.
+enum Claimed<R> {
+    /// The key is ours under this token: run the logic.
+    Ours { token: String },
+    /// The key had completed: answer with the stored response.
+    Completed(Outcome<R>),
+}
+
+impl<C: Clock> IdempotencyStore<C> {
+    /// A store reading time from `clock` (tests inject a [`crate::clock::ManualClock`]).
+    ///
+    /// # Errors
+    /// [`ConfigError`] when the configuration is out of range.
+    pub fn with_clock(
+        client: aws_sdk_dynamodb::Client,
+        config: IdempotencyConfig,
+        clock: C,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let cache = (config.cache_capacity > 0)
+            .then(|| Arc::new(CompletedCache::new(config.cache_capacity)));
+        Ok(Self {
+            client,
+            config: Arc::new(config),
+            clock,
+            cache,
+        })
+    }
+
+    pub fn config(&self) -> &IdempotencyConfig {
+        &self.config
+    }
+
+    /// Runs `logic` once for `key`: see the module documentation for the protocol.
+    ///
+    /// `payload` is what the key stands for; a later call with the same key and another payload
+    /// is refused. `deadline` (a Lambda's invocation deadline) bounds the lock, so a function that
+    /// times out does not hold its key longer than it lives.
+    ///
+    /// # Errors
+    /// [`IdempotencyError`]: refused (`InProgress`, `RetryLater`, `PayloadMismatch`), the logic's
+    /// own failure (`Business`, after releasing or marking the claim), or a store failure.
+    pub async fn run<P, R, E, F, Fut>(
+        &self,
+        key: &str,
+        payload: &P,
+        deadline: Option<DateTime<Utc>>,
+        logic: F,
+    ) -> Result<Outcome<R>, IdempotencyError<E>>
+    where
+        P: Serialize + ?Sized,
+        R: Serialize + DeserializeOwned,
+        E: fmt::Display + fmt::Debug,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<R, E>>,
+    {
+        key::validate_key(key).map_err(|reason| IdempotencyError::InvalidKey {
+            key: key.to_owned(),
+            reason,
+        })?;
+        let hash = payload_hash(payload).map_err(|reason| IdempotencyError::Serialization {
+            key: key.to_owned(),
+            what: "payload",
+            reason,
+        })?;
+        if let Some(hit) = self.cached(key) {
+            debug!(key, "idempotency cache hit");
+            return self.answer_completed(key, &hash, &hit.payload_hash, &hit.response);
+        }
+        let token = match self.claim_or_answer(key, &hash, deadline).await? {
+            Claimed::Ours { token } => token,
+            Claimed::Completed(outcome) => return Ok(outcome),
+        };
+        match logic().await {
+            Ok(response) => {
+                self.complete(key, &hash, &token, &response).await?;
+                Ok(Outcome::Executed(response))
+            }
+            Err(error) => {
+                self.handle_failure(key, &token, &error).await;
+                Err(IdempotencyError::Business {
+                    key: key.to_owned(),
+                    error,
+                })
+            }
+        }
+    }
+
+    /// [`IdempotencyStore::run`] with the key taken from `event` by `keys` and the event itself
+    /// as the payload (pass the envelope, not the EventBridge wrapper: its `id` and `time` change
+    /// on every delivery).
+    ///
+    /// # Errors
+    /// As [`IdempotencyStore::run`].
+    pub async fn run_event<Ev, R, E, F, Fut>(
+        &self,
+        event: &Ev,
+        keys: &impl KeyExtractor<Ev>,
+        deadline: Option<DateTime<Utc>>,
+        logic: F,
+    ) -> Result<Outcome<R>, IdempotencyError<E>>
+    where
+        Ev: Serialize + ?Sized,
+        R: Serialize + DeserializeOwned,
+        E: fmt::Display + fmt::Debug,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<R, E>>,
+    {
+        let key = keys.key(event);
+        self.run(&key, event, deadline, logic).await
+    }
+
+    fn cached(&self, key: &str) -> Option<CachedCompletion> {
+        self.cache.as_ref()?.get(key, self.clock.now())
+    }
+
+    /// Claims the key, or answers from the record that holds it (stored response or refusal).
+    async fn claim_or_answer<R, E>(
+        &self,
+        key: &str,
+        hash: &str,
+        deadline: Option<DateTime<Utc>>,
+    ) -> Result<Claimed<R>, IdempotencyError<E>>
+    where
+        R: DeserializeOwned,
+        E: fmt::Display + fmt::Debug,
+    {
+        for _ in 0..MAX_CLAIM_ATTEMPTS {
+            let now = self.clock.now();
+            let existing = match self.claim(key, hash, now, deadline).await? {
+                Claim::Claimed { token } => return Ok(Claimed::Ours { token }),
+                Claim::Refused(Some(existing)) => existing,
+                Claim::Refused(None) => match self.read(key).await? {
+                    Some(existing) => existing,
+                    // Deleted (released) between the put and the read: claim again.
+                    None => continue,
+                },
+            };
+            if existing.expiry < now {
+                continue;
+            }
+            if existing.payload_hash != hash {
+                return Err(IdempotencyError::PayloadMismatch {
+                    key: key.to_owned(),
+                });
+            }
+            let answer = match existing.status.as_str() {
+                status::COMPLETED => {
+                    let response = existing.response.unwrap_or_default();
+                    if let Some(cache) = &self.cache {
+                        cache.insert(
+                            key,
+                            CachedCompletion {
+                                payload_hash: existing.payload_hash.clone(),
+                                response: response.clone(),
+                                expiry: existing.expiry,
+                            },
+                        );
+                    }
+                    self.answer_completed(key, hash, &existing.payload_hash, &response)
+                        .map(Claimed::Completed)
+                }
+                status::FAILED => Err(IdempotencyError::RetryLater {
+                    key: key.to_owned(),
+                    retry_at: existing.expiry,
+                }),
+                _ => {
+                    debug!(key, expires_at = %existing.expiry, "idempotency key in progress elsewhere");
+                    Err(IdempotencyError::InProgress {
+                        key: key.to_owned(),
+                        expires_at: existing.expiry,
+                    })
+                }
+            };
+            return answer;
+        }
+        Err(IdempotencyError::Store(StoreError::malformed(
+            "PutItem",
+            &self.config.table_name,
+            format!(
+                "key {key:?} could not be claimed in {MAX_CLAIM_ATTEMPTS} attempts although its \
+                 record kept expiring: are clocks far apart?"
+            ),
+        )))
+    }
+
+    fn answer_completed<R, E>(
+        &self,
+        key: &str,
+        hash: &str,
+        stored_hash: &str,
+        response: &str,
+    ) -> Result<Outcome<R>, IdempotencyError<E>>
+    where
+        R: DeserializeOwned,
+        E: fmt::Display + fmt::Debug,
+    {
+        if stored_hash != hash {
+            return Err(IdempotencyError::PayloadMismatch {
+                key: key.to_owned(),
+            });
+        }
+        let response =
+            serde_json::from_str(response).map_err(|e| IdempotencyError::Serialization {
+                key: key.to_owned(),
+                what: "stored response",
+                reason: e.to_string(),
+            })?;
+        debug!(key, "idempotency key already completed");
+        Ok(Outcome::AlreadyCompleted(response))
+    }
+
+    async fn claim(
+        &self,
+        key: &str,
+        hash: &str,
+        now: DateTime<Utc>,
+        deadline: Option<DateTime<Utc>>,
+    ) -> Result<Claim, StoreError> {
+        let mut expiry = now + to_chrono(self.config.lock_expiry);
+        if let Some(deadline) = deadline {
+            expiry = expiry.min(deadline.max(now));
+        }
+        let token = uuid::Uuid::now_v7().to_string();
+        let item = HashMap::from([
+            (attr::PK.to_owned(), s(key)),
+            (attr::STATUS.to_owned(), s(status::IN_PROGRESS)),
+            (attr::EXPIRY.to_owned(), millis(expiry)),
+            (attr::TTL.to_owned(), self.ttl(now)),
+            (attr::PAYLOAD_HASH.to_owned(), s(hash)),
+            (attr::CLAIM_TOKEN.to_owned(), s(&token)),
+        ]);
+        let sent = self
+            .client
+            .put_item()
+            .table_name(&self.config.table_name)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#pk) OR #expiry < :now")
+            .expression_attribute_names("#pk", attr::PK)
+            .expression_attribute_names("#expiry", attr::EXPIRY)
+            .expression_attribute_values(":now", millis(now))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match sent {
+            Ok(_) => {
+                debug!(key, expires_at = %expiry, "idempotency key claimed");
+                Ok(Claim::Claimed { token })
+            }
+            Err(err) => match err.as_service_error() {
+                Some(PutItemError::ConditionalCheckFailedException(failed)) => {
+                    let existing = failed.item().map(|item| self.parse(item)).transpose()?;
+                    Ok(Claim::Refused(existing))
+                }
+                _ => Err(StoreError::from_sdk(
+                    "PutItem",
+                    &self.config.table_name,
+                    &err,
+                )),
+            },
+        }
+    }
+
+    async fn read(&self, key: &str) -> Result<Option<ExistingRecord>, StoreError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.config.table_name)
+            .key(attr::PK, s(key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| StoreError::from_sdk("GetItem", &self.config.table_name, &e))?;
+        output.item().map(|item| self.parse(item)).transpose()
+    }
+
+    fn parse(&self, item: &HashMap<String, AttributeValue>) -> Result<ExistingRecord, StoreError> {
+        let malformed =
+            |detail: String| StoreError::malformed("read", &self.config.table_name, detail);
+        let string = |name: &str| {
+            item.get(name)
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .ok_or_else(|| malformed(format!("{name} is missing or not a string")))
+        };
+        let expiry_ms: i64 = item
+            .get(attr::EXPIRY)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| malformed(format!("{} is missing or not a number", attr::EXPIRY)))?;
+        Ok(ExistingRecord {
+            status: string(attr::STATUS)?,
+            expiry: DateTime::from_timestamp_millis(expiry_ms).ok_or_else(|| {
+                malformed(format!("{} {expiry_ms} is out of range", attr::EXPIRY))
+            })?,
+            payload_hash: string(attr::PAYLOAD_HASH)?,
+            response: item
+                .get(attr::RESPONSE)
+                .and_then(|v| v.as_s().ok())
+                .cloned(),
+        })
+    }
+
+    async fn complete<R, E>(
+        &self,
+        key: &str,
+        hash: &str,
+        token: &str,
+        response: &R,
+    ) -> Result<(), IdempotencyError<E>>
+    where
+        R: Serialize,
+        E: fmt::Display + fmt::Debug,
+    {
+        let json =
+            serde_json::to_string(response).map_err(|e| IdempotencyError::Serialization {
+                key: key.to_owned(),
+                what: "response",
+                reason: e.to_string(),
+            })?;
+        let max = ITEM_MAX_BYTES - RECORD_OVERHEAD_BYTES;
+        if json.len() > max {
+            warn!(
+                key,
+                bytes = json.len(),
+                "response too large to store; the claim is left to expire"
+            );
+            return Err(IdempotencyError::ResponseTooLarge {
+                key: key.to_owned(),
+                bytes: json.len(),
+                max,
+            });
+        }
+        let now = self.clock.now();
+        let expiry = now + to_chrono(self.config.completed_retention);
+        let sent = self
+            .client
+            .update_item()
+            .table_name(&self.config.table_name)
+            .key(attr::PK, s(key))
+            .update_expression(
+                "SET #status = :completed, #response = :response, #expiry = :expiry, #ttl = :ttl \
+                 REMOVE #token",
+            )
+            .condition_expression("#token = :token")
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_names("#response", attr::RESPONSE)
+            .expression_attribute_names("#expiry", attr::EXPIRY)
+            .expression_attribute_names("#ttl", attr::TTL)
+            .expression_attribute_names("#token", attr::CLAIM_TOKEN)
+            .expression_attribute_values(":completed", s(status::COMPLETED))
+            .expression_attribute_values(":response", s(&json))
+            .expression_attribute_values(":expiry", millis(expiry))
+            .expression_attribute_values(":ttl", self.ttl(now))
+            .expression_attribute_values(":token", s(token))
+            .send()
+            .await;
+        match sent {
+            Ok(_) => {
+                info!(key, "idempotency key completed");
+                if let Some(cache) = &self.cache {
+                    cache.insert(
+                        key,
+                        CachedCompletion {
+                            payload_hash: hash.to_owned(),
+                            response: json,
+                            expiry,
+                        },
+                    );
+                }
+                Ok(())
+            }
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                warn!(
+                    key,
+                    "claim expired and was taken over before completion; the effect may have run twice"
+                );
+                Err(IdempotencyError::ClaimLost {
+                    key: key.to_owned(),
+                })
+            }
+            Err(err) => {
+                Err(StoreError::from_sdk("UpdateItem", &self.config.table_name, &err).into())
+            }
+        }
+    }
+
+    /// Applies the failure policy. Best effort: if it cannot, the claim still expires.
+    async fn handle_failure<E: fmt::Display>(&self, key: &str, token: &str, error: &E) {
+        let result = match self.config.on_failure {
+            FailurePolicy::Release => self
+                .client
+                .delete_item()
+                .table_name(&self.config.table_name)
+                .key(attr::PK, s(key))
+                .condition_expression("#token = :token")
+                .expression_attribute_names("#token", attr::CLAIM_TOKEN)
+                .expression_attribute_values(":token", s(token))
+                .send()
+                .await
+                .map(drop)
+                .map_err(|e| {
+                    let taken = e
+                        .as_service_error()
+                        .is_some_and(|e| e.is_conditional_check_failed_exception());
+                    (
+                        taken,
+                        StoreError::from_sdk("DeleteItem", &self.config.table_name, &e),
+                    )
+                }),
+            FailurePolicy::MarkFailed { retry_after } => {
+                let message: String = error.to_string().chars().take(MAX_ERROR_CHARS).collect();
+                let retry_at = self.clock.now() + to_chrono(retry_after);
+                self.client
+                    .update_item()
+                    .table_name(&self.config.table_name)
+                    .key(attr::PK, s(key))
+                    .update_expression(
+                        "SET #status = :failed, #error = :error, #expiry = :expiry, \
+                         #failures = if_not_exists(#failures, :zero) + :one REMOVE #token",
+                    )
+                    .condition_expression("#token = :token")
+                    .expression_attribute_names("#status", attr::STATUS)
+                    .expression_attribute_names("#error", attr::ERROR)
+                    .expression_attribute_names("#expiry", attr::EXPIRY)
+                    .expression_attribute_names("#failures", attr::FAILURES)
+                    .expression_attribute_names("#token", attr::CLAIM_TOKEN)
+                    .expression_attribute_values(":failed", s(status::FAILED))
+                    .expression_attribute_values(":error", s(&message))
+                    .expression_attribute_values(":expiry", millis(retry_at))
+                    .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+                    .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                    .expression_attribute_values(":token", s(token))
+                    .send()
+                    .await
+                    .map(drop)
+                    .map_err(|e| {
+                        let taken = e
+                            .as_service_error()
+                            .is_some_and(|e| e.is_conditional_check_failed_exception());
+                        (
+                            taken,
+                            StoreError::from_sdk("UpdateItem", &self.config.table_name, &e),
+                        )
+                    })
+            }
+        };
+        match result {
+            Ok(()) => {
+                info!(key, policy = ?self.config.on_failure, "business logic failed; key left retryable")
+            }
+            Err((true, _)) => debug!(key, "claim already taken over; nothing to release"),
+            Err((false, e)) => {
+                warn!(key, error = %e, "could not release the claim; it frees itself when the lock expires")
+            }
+        }
+    }
+
+    fn ttl(&self, now: DateTime<Utc>) -> AttributeValue {
+        let retention =
+            i64::try_from(self.config.completed_retention.as_secs()).unwrap_or(i64::MAX);
+        // Never before the record's own expiry, so TTL only removes records that no longer matter.
+        AttributeValue::N(
+            now.timestamp()
+                .saturating_add(retention)
+                .saturating_add(1)
+                .to_string(),
+        )
+    }
+}
+
+fn s(value: &str) -> AttributeValue {
+    AttributeValue::S(value.to_owned())
+}
+
+fn millis(at: DateTime<Utc>) -> AttributeValue {
+    AttributeValue::N(at.timestamp_millis().to_string())
+}
+
+fn to_chrono(duration: Duration) -> chrono::Duration {
+    // Validated at construction to fit.
+    chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_config_is_valid_and_errors_name_the_setting() {
+        IdempotencyConfig::new("t").validate().unwrap();
+        let err = IdempotencyConfig::new(" ").validate().unwrap_err();
+        assert_eq!(err.to_string(), "idempotency table name must not be empty");
+        let config = IdempotencyConfig {
+            lock_expiry: Duration::from_secs(120),
+            completed_retention: Duration::from_secs(60),
+            ..IdempotencyConfig::new("t")
+        };
+        assert!(
+            config
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .starts_with("completed retention")
+        );
+    }
+
+    #[test]
+    fn refusals_say_whether_to_retry() {
+        let in_progress: IdempotencyError<String> = IdempotencyError::InProgress {
+            key: "k".into(),
+            expires_at: Utc::now(),
+        };
+        assert!(in_progress.is_retryable());
+        let mismatch: IdempotencyError<String> =
+            IdempotencyError::PayloadMismatch { key: "k".into() };
+        assert!(!mismatch.is_retryable());
+    }
+}
