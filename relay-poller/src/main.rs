@@ -1,0 +1,20 @@
+//! `relay-poller`: parse the command line, set up logging, run the command.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use relay_poller::{Cli, app};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    app::init_tracing();
+    match app::run(cli).await {
+        Ok(code) => code,
+        Err(err) => {
+            tracing::error!(error = format!("{err:#}"), "relay-poller failed");
+            eprintln!("relay-poller: {err:#}");
+            app::exit_code_for(&err)
+        }
+    }
+}
