@@ -1,0 +1,339 @@
+//! The deployable template and the emulator agree: the table local provisioning creates has the
+//! template's keys, index, stream and TTL, and the stream relay's filter pattern, evaluated by a
+//! real event-pattern engine against real stream records, passes only outbox inserts.
+
+use std::collections::{BTreeMap, HashMap};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodbstreams::types::ShardIteratorType;
+use aws_sdk_eventbridge::types::{PutEventsRequestEntry, Target};
+use outbox_infra::Template;
+use outbox_shared::schema::{self, attr, entity};
+use outbox_tests::{TestEnv, unique_name};
+use serde_json::{Value, json};
+
+/// `(attribute, key type)` pairs, as both the template and DescribeTable list them.
+fn pairs<'a>(keys: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<(String, String)> {
+    keys.into_iter()
+        .map(|(a, k)| (a.to_owned(), k.to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn local_table_has_the_templates_keys_index_stream_and_ttl() {
+    // Given the template's table and a table provisioned locally from it
+    let spec = Template::embedded().unwrap().outbox_table().unwrap();
+    let env = TestEnv::new().await;
+
+    // When the emulator describes the table and its TTL
+    let table = env
+        .dynamodb
+        .describe_table()
+        .table_name(&env.table_name)
+        .send()
+        .await
+        .unwrap()
+        .table
+        .unwrap();
+    let ttl = env
+        .dynamodb
+        .describe_time_to_live()
+        .table_name(&env.table_name)
+        .send()
+        .await
+        .unwrap()
+        .time_to_live_description
+        .unwrap();
+
+    // Then keys, attribute types, index, stream view type and TTL attribute are the template's
+    assert_eq!(
+        pairs(
+            table
+                .key_schema()
+                .iter()
+                .map(|k| (k.attribute_name(), k.key_type().as_str()))
+        ),
+        pairs(
+            spec.key_schema
+                .iter()
+                .map(|k| (k.attribute_name.as_str(), k.key_type.as_str()))
+        ),
+    );
+    let described_attrs: BTreeMap<_, _> = table
+        .attribute_definitions()
+        .iter()
+        .map(|a| (a.attribute_name(), a.attribute_type().as_str()))
+        .collect();
+    let declared_attrs: BTreeMap<_, _> = spec
+        .attribute_definitions
+        .iter()
+        .map(|a| (a.attribute_name.as_str(), a.attribute_type.as_str()))
+        .collect();
+    assert_eq!(described_attrs, declared_attrs);
+
+    let indexes = table.global_secondary_indexes();
+    assert_eq!(indexes.len(), spec.global_secondary_indexes.len());
+    for declared in &spec.global_secondary_indexes {
+        let described = indexes
+            .iter()
+            .find(|i| i.index_name() == Some(declared.index_name.as_str()))
+            .unwrap_or_else(|| panic!("index {} is missing", declared.index_name));
+        assert_eq!(
+            pairs(
+                described
+                    .key_schema()
+                    .iter()
+                    .map(|k| (k.attribute_name(), k.key_type().as_str()))
+            ),
+            pairs(
+                declared
+                    .key_schema
+                    .iter()
+                    .map(|k| (k.attribute_name.as_str(), k.key_type.as_str()))
+            ),
+        );
+        assert_eq!(
+            described
+                .projection()
+                .and_then(|p| p.projection_type())
+                .map(|t| t.as_str()),
+            Some(declared.projection.projection_type.as_str())
+        );
+    }
+    assert!(
+        indexes
+            .iter()
+            .any(|i| i.index_name() == Some(schema::DEFAULT_INDEX_NAME))
+    );
+
+    let stream = table.stream_specification().unwrap();
+    assert!(stream.stream_enabled());
+    assert_eq!(
+        stream.stream_view_type().map(|v| v.as_str()),
+        spec.stream_specification
+            .as_ref()
+            .map(|s| s.stream_view_type.as_str())
+    );
+    assert!(
+        table
+            .latest_stream_arn()
+            .is_some_and(|a| a == env.stream_arn)
+    );
+
+    let declared_ttl = spec.time_to_live_specification.unwrap();
+    assert_eq!(
+        ttl.attribute_name(),
+        Some(declared_ttl.attribute_name.as_str())
+    );
+    assert_eq!(ttl.attribute_name(), Some(attr::TTL));
+    assert_eq!(
+        ttl.time_to_live_status().map(|s| s.as_str()),
+        Some("ENABLED")
+    );
+}
+
+fn s(value: &str) -> AttributeValue {
+    AttributeValue::S(value.to_owned())
+}
+
+/// Every record on the table's stream, as Lambda delivers it to the function (the JSON that
+/// event-source-mapping filters are evaluated against).
+async fn stream_records_as_lambda_sees_them(env: &TestEnv) -> Vec<Value> {
+    let description = env
+        .streams
+        .describe_stream()
+        .stream_arn(&env.stream_arn)
+        .send()
+        .await
+        .unwrap()
+        .stream_description
+        .unwrap();
+    let mut records = Vec::new();
+    for shard in description.shards() {
+        let mut iterator = env
+            .streams
+            .get_shard_iterator()
+            .stream_arn(&env.stream_arn)
+            .shard_id(shard.shard_id().unwrap())
+            .shard_iterator_type(ShardIteratorType::TrimHorizon)
+            .send()
+            .await
+            .unwrap()
+            .shard_iterator;
+        while let Some(current) = iterator {
+            let page = env
+                .streams
+                .get_records()
+                .shard_iterator(current)
+                .send()
+                .await
+                .unwrap();
+            if page.records().is_empty() {
+                break;
+            }
+            for record in page.records() {
+                let change = record.dynamodb().unwrap();
+                let image = |image: Option<&HashMap<_, _>>| {
+                    image
+                        .map(|i| serde_json::to_value(serde_dynamo::Item::from(i.clone())).unwrap())
+                };
+                let mut dynamodb = json!({
+                    "Keys": image(change.keys()),
+                    "SequenceNumber": change.sequence_number(),
+                    "StreamViewType": change.stream_view_type().map(|v| v.as_str()),
+                });
+                if let Some(new_image) = image(change.new_image()) {
+                    dynamodb["NewImage"] = new_image;
+                }
+                if let Some(old_image) = image(change.old_image()) {
+                    dynamodb["OldImage"] = old_image;
+                }
+                records.push(json!({
+                    "eventID": record.event_id(),
+                    "eventName": record.event_name().map(|n| n.as_str()),
+                    "eventSource": "aws:dynamodb",
+                    "eventSourceARN": env.stream_arn,
+                    "awsRegion": record.aws_region(),
+                    "dynamodb": dynamodb,
+                }));
+            }
+            iterator = page.next_shard_iterator;
+        }
+    }
+    records
+}
+
+/// The records the template's filter pattern matches, evaluated by the emulator's EventBridge
+/// pattern engine (Lambda filter criteria use EventBridge pattern syntax): each record is put on a
+/// bus as an event's `detail`, behind a rule with the pattern nested under `detail`.
+async fn records_matching(env: &TestEnv, pattern: &str, records: &[Value]) -> Vec<String> {
+    let pattern: Value = serde_json::from_str(pattern).unwrap();
+    let matched_queue = env.create_queue(&unique_name("filter-matched")).await;
+    let rule = unique_name("stream-filter");
+    env.eventbridge
+        .put_rule()
+        .name(&rule)
+        .event_bus_name(&env.bus_name)
+        .event_pattern(json!({ "detail": pattern }).to_string())
+        .send()
+        .await
+        .unwrap();
+    env.eventbridge
+        .put_targets()
+        .rule(&rule)
+        .event_bus_name(&env.bus_name)
+        .targets(
+            Target::builder()
+                .id("matched")
+                .arn(env.queue_arn(&matched_queue).await)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    for record in records {
+        let out = env
+            .eventbridge
+            .put_events()
+            .entries(
+                PutEventsRequestEntry::builder()
+                    .event_bus_name(&env.bus_name)
+                    .source("test.stream-records")
+                    .detail_type("StreamRecord")
+                    .detail(record.to_string())
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(out.failed_entry_count(), 0);
+    }
+    let mut matched: Vec<String> = env
+        .drain_queue(&matched_queue)
+        .await
+        .iter()
+        .map(|m| {
+            let event: Value = serde_json::from_str(m.body().unwrap()).unwrap();
+            event["detail"]["eventID"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    matched.sort();
+    matched
+}
+
+#[tokio::test]
+async fn stream_filter_passes_outbox_inserts_only() {
+    // Given an order INSERT, an outbox INSERT, a MODIFY of the outbox item and a REMOVE of the
+    // order on the table's stream
+    let env = TestEnv::new().await;
+    let pk = schema::user_pk("u-1");
+    let order_sk = schema::order_sk("o-1");
+    let outbox_sk = schema::outbox_sk("e-1");
+    env.dynamodb
+        .put_item()
+        .table_name(&env.table_name)
+        .item(attr::PK, s(&pk))
+        .item(attr::SK, s(&order_sk))
+        .item(attr::ENTITY_TYPE, s(entity::ORDER))
+        .item(attr::ORDER_ID, s("o-1"))
+        .send()
+        .await
+        .unwrap();
+    env.dynamodb
+        .put_item()
+        .table_name(&env.table_name)
+        .item(attr::PK, s(&pk))
+        .item(attr::SK, s(&outbox_sk))
+        .item(attr::ENTITY_TYPE, s(entity::OUTBOX_EVENT))
+        .item(attr::EVENT_ID, s("e-1"))
+        .item(attr::EVENT_TYPE, s("OrderCreated"))
+        .item(attr::STATUS, s(schema::status::PENDING))
+        .item(attr::GSI1PK, s(&schema::pending_shard_pk(3)))
+        .item(
+            attr::GSI1SK,
+            s(&schema::pending_sort_key("2026-11-22T10:00:00.000Z", "e-1")),
+        )
+        .send()
+        .await
+        .unwrap();
+    env.dynamodb
+        .update_item()
+        .table_name(&env.table_name)
+        .key(attr::PK, s(&pk))
+        .key(attr::SK, s(&outbox_sk))
+        .update_expression("SET #status = :published REMOVE #gsi1pk, #gsi1sk")
+        .expression_attribute_names("#status", attr::STATUS)
+        .expression_attribute_names("#gsi1pk", attr::GSI1PK)
+        .expression_attribute_names("#gsi1sk", attr::GSI1SK)
+        .expression_attribute_values(":published", s(schema::status::PUBLISHED))
+        .send()
+        .await
+        .unwrap();
+    env.dynamodb
+        .delete_item()
+        .table_name(&env.table_name)
+        .key(attr::PK, s(&pk))
+        .key(attr::SK, s(&order_sk))
+        .send()
+        .await
+        .unwrap();
+    let records = stream_records_as_lambda_sees_them(&env).await;
+    let names: Vec<_> = records
+        .iter()
+        .map(|r| r["eventName"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["INSERT", "INSERT", "MODIFY", "REMOVE"]);
+    let outbox_insert = records[1]["eventID"].as_str().unwrap().to_owned();
+
+    // When the template's filter patterns are evaluated against those records
+    let patterns = Template::embedded()
+        .unwrap()
+        .stream_filter_patterns()
+        .unwrap();
+    assert_eq!(patterns.len(), 1, "Lambda ORs filters: test each one");
+    let matched = records_matching(&env, &patterns[0], &records).await;
+
+    // Then only the outbox INSERT passes: not the order INSERT, the MODIFY or the REMOVE
+    assert_eq!(matched, [outbox_insert]);
+}
