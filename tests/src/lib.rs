@@ -1,8 +1,8 @@
 //! Test harness for integration and end-to-end tests against the local AWS emulator.
 //!
-//! [`TestEnv::new`] gives each test its own randomly named table (from the same provisioning code
-//! as `infra`), EventBridge bus, sink SQS queue that receives everything on the bus through a rule,
-//! and dead-letter queue. Run the tests with `make test`, which installs and starts the emulator
+//! [`TestEnv::new`] gives each test its own randomly named table, EventBridge bus (with archive) and
+//! dead-letter queue, all created from `infra/template.yaml` by `outbox_infra`, plus a sink SQS queue
+//! that receives everything on the bus through a rule. Run the tests with `make test`, which installs and starts the emulator
 //! (moto in server mode) and points `AWS_ENDPOINT_URL` at it.
 
 pub mod latency_model;
@@ -234,14 +234,15 @@ impl TestEnv {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         self.stream_arn = table.stream_arn;
-        self.eventbridge
-            .create_event_bus()
-            .name(&self.bus_name)
-            .send()
+        outbox_infra::create_event_bus(&self.eventbridge, &self.bus_name)
             .await
-            .expect("create event bus");
+            .unwrap_or_else(|e| panic!("{e}"));
         self.sink_queue_url = self.create_queue(&unique_name("sink")).await;
-        self.dead_letter_queue_url = self.create_queue(&unique_name("dlq")).await;
+        self.dead_letter_queue_url =
+            outbox_infra::create_dead_letter_queue(&self.sqs, &unique_name("dlq"))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"))
+                .queue_url;
         self.route_all_events_to(&self.sink_queue_url).await;
         self
     }
