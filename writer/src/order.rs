@@ -370,14 +370,8 @@ mod tests {
 
     #[test]
     fn order_item_has_the_documented_attributes() {
-        let item = order_item(
-            "u1",
-            "o1",
-            &order().items,
-            1300,
-            "2026-11-22T10:00:00.000Z",
-        )
-        .unwrap();
+        let item =
+            order_item("u1", "o1", &order().items, 1300, "2026-11-22T10:00:00.000Z").unwrap();
         assert_eq!(item[attr::PK], AttributeValue::S("USER#u1".into()));
         assert_eq!(item[attr::SK], AttributeValue::S("ORDER#o1".into()));
         assert_eq!(item[attr::ENTITY_TYPE], AttributeValue::S("Order".into()));

@@ -29,7 +29,7 @@ use aws_sdk_dynamodb::types::{
 use chrono::{DateTime, Utc};
 use outbox_shared::limits::{ITEM_MAX_BYTES, TRANSACT_MAX_ACTIONS, TRANSACT_MAX_BYTES};
 use outbox_shared::schema::attr;
-use outbox_shared::{ItemKey, NewOutboxEvent, OutboundEvent, OutboxItem};
+use outbox_shared::{ErrorClass, ItemKey, NewOutboxEvent, OutboundEvent, OutboxItem};
 
 use crate::config::WriterConfig;
 use crate::error::{InputError, LimitError, WriteError};
@@ -246,8 +246,9 @@ impl OutboxTransaction {
         for spec in self.events {
             let outbox = match spec {
                 EventSpec::Built(item) => item,
-                EventSpec::New(event) => OutboxItem::pending(event, &config.outbox, now)
-                    .map_err(InputError::Id)?,
+                EventSpec::New(event) => {
+                    OutboxItem::pending(event, &config.outbox, now).map_err(InputError::Id)?
+                }
             };
             check_event_size(&outbox, config)?;
             let item = outbox
@@ -391,12 +392,24 @@ pub(crate) fn map_sdk_error(
     err: &SdkError<TransactWriteItemsError>,
     outcomes: &[(ItemKey, ConditionFailure)],
 ) -> WriteError {
-    if let Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) =
-        err.as_service_error()
-    {
-        return map_cancellation(cancelled.cancellation_reasons(), outcomes, cancelled.message());
+    match err.as_service_error() {
+        Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) => map_cancellation(
+            cancelled.cancellation_reasons(),
+            outcomes,
+            cancelled.message(),
+        ),
+        Some(TransactWriteItemsError::IdempotentParameterMismatchException(e)) => {
+            WriteError::Dynamo {
+                class: ErrorClass::Permanent,
+                code: Some(IDEMPOTENT_PARAMETER_MISMATCH.to_owned()),
+                message: e
+                    .message()
+                    .unwrap_or(IDEMPOTENT_PARAMETER_MISMATCH)
+                    .to_owned(),
+            }
+        }
+        _ => WriteError::from_sdk(err),
     }
-    WriteError::from_sdk(err)
 }
 
 /// Reads cancellation reasons by position. A validation failure wins (the request is wrong and
@@ -474,4 +487,159 @@ fn condition_error(key: ItemKey, outcome: &ConditionFailure) -> WriteError {
 /// The `IdempotentParameterMismatch` answer: the token was used for a different request.
 pub(crate) fn is_token_mismatch(err: &WriteError) -> bool {
     matches!(err, WriteError::Dynamo { code: Some(code), .. } if code == IDEMPOTENT_PARAMETER_MISMATCH)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use outbox_shared::OutboxConfig;
+    use outbox_shared::limits::PUT_EVENTS_DEFAULT_MAX_BYTES;
+
+    fn config() -> WriterConfig {
+        WriterConfig::new(OutboxConfig::new("orders"), "test.orders")
+    }
+
+    fn key(sk: &str) -> ItemKey {
+        ItemKey {
+            pk: "USER#u".into(),
+            sk: sk.into(),
+        }
+    }
+
+    fn outcomes() -> Vec<(ItemKey, ConditionFailure)> {
+        vec![
+            (
+                key("ORDER#o"),
+                ConditionFailure::VersionConflict {
+                    expected_version: 4,
+                },
+            ),
+            (key("OUTBOX#e"), ConditionFailure::AlreadyExists),
+        ]
+    }
+
+    fn reasons(codes: &[&str]) -> Vec<CancellationReason> {
+        codes
+            .iter()
+            .map(|c| CancellationReason::builder().code(*c).build())
+            .collect()
+    }
+
+    fn event(payload: serde_json::Value) -> NewOutboxEvent {
+        NewOutboxEvent {
+            partition_key: "USER#u".into(),
+            event_type: "Ping".into(),
+            aggregate_type: "Test".into(),
+            aggregate_id: "a".into(),
+            sequence: None,
+            payload,
+            trace_header: None,
+        }
+    }
+
+    #[test]
+    fn cancellation_reasons_are_read_by_position() {
+        let map = |codes: &[&str]| map_cancellation(&reasons(codes), &outcomes(), None);
+        assert_eq!(
+            map(&["ConditionalCheckFailed", "None"]),
+            WriteError::VersionConflict {
+                key: key("ORDER#o"),
+                expected_version: 4
+            }
+        );
+        assert_eq!(
+            map(&["None", "ConditionalCheckFailed"]),
+            WriteError::AlreadyExists {
+                key: key("OUTBOX#e")
+            }
+        );
+        assert_eq!(
+            map(&["None", "TransactionConflict"]),
+            WriteError::TransactionConflict {
+                key: Some(key("OUTBOX#e"))
+            }
+        );
+        assert_eq!(
+            map(&["ThrottlingError", "None"]),
+            WriteError::Throttled {
+                key: Some(key("ORDER#o"))
+            }
+        );
+        assert!(matches!(
+            map(&["None", "ValidationError"]),
+            WriteError::Validation { key: Some(k), .. } if k == key("OUTBOX#e")
+        ));
+    }
+
+    #[test]
+    fn final_reasons_win_over_retryable_ones() {
+        let map = |codes: &[&str]| map_cancellation(&reasons(codes), &outcomes(), None);
+        assert!(matches!(
+            map(&["TransactionConflict", "ValidationError"]),
+            WriteError::Validation { .. }
+        ));
+        assert!(matches!(
+            map(&["TransactionConflict", "ConditionalCheckFailed"]),
+            WriteError::AlreadyExists { .. }
+        ));
+        assert!(map(&["TransactionConflict", "ThrottlingError"]).is_retryable());
+        assert!(matches!(map(&[]), WriteError::Validation { key: None, .. }));
+    }
+
+    #[test]
+    fn a_transaction_needs_an_event_and_at_most_100_actions() {
+        let err = OutboxTransaction::new()
+            .prepare(&config(), Utc::now())
+            .unwrap_err();
+        assert_eq!(err, WriteError::InvalidInput(InputError::NoEvents));
+        let tx = (0..=TRANSACT_MAX_ACTIONS).fold(OutboxTransaction::new(), |tx, i| {
+            tx.event(event(serde_json::json!(i)))
+        });
+        assert_eq!(tx.len(), 101);
+        assert_eq!(
+            tx.prepare(&config(), Utc::now()).unwrap_err(),
+            WriteError::LimitExceeded(LimitError::TooManyActions {
+                actions: 101,
+                max: 100
+            })
+        );
+        let tx = (0..TRANSACT_MAX_ACTIONS).fold(OutboxTransaction::new(), |tx, i| {
+            tx.event(event(serde_json::json!(i)))
+        });
+        let prepared = tx.prepare(&config(), Utc::now()).unwrap();
+        assert_eq!(prepared.items.len(), 100);
+        assert_eq!(prepared.outcomes.len(), 100);
+    }
+
+    #[test]
+    fn the_future_entry_size_is_checked_against_the_configured_limit() {
+        // A payload that lands just under and just over the default 256 KiB entry once the
+        // envelope, source and detail type are added.
+        let fits = "x".repeat(PUT_EVENTS_DEFAULT_MAX_BYTES - 1024);
+        OutboxTransaction::new()
+            .event(event(serde_json::json!(fits)))
+            .prepare(&config(), Utc::now())
+            .unwrap();
+        let too_big = "x".repeat(PUT_EVENTS_DEFAULT_MAX_BYTES);
+        let err = OutboxTransaction::new()
+            .event(event(serde_json::json!(too_big)))
+            .prepare(&config(), Utc::now())
+            .unwrap_err();
+        assert!(
+            matches!(err, WriteError::LimitExceeded(LimitError::EventTooLarge { max, bytes, .. })
+                if max == PUT_EVENTS_DEFAULT_MAX_BYTES && bytes > max),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn malformed_event_ids_are_rejected() {
+        let mut bad = event(serde_json::json!({}));
+        bad.aggregate_id = "a#b".into();
+        let err = OutboxTransaction::new()
+            .event(bad)
+            .prepare(&config(), Utc::now())
+            .unwrap_err();
+        assert!(matches!(err, WriteError::InvalidInput(InputError::Id(_))));
+    }
 }
