@@ -31,24 +31,41 @@ const METRICS_FLUSH_INTERVAL: Duration = Duration::from_secs(60);
 pub type AwsPoller =
     Poller<DynamoPendingIndex, EventBridgePublisher, DynamoStatusStore, SqsDeadLetterSink>;
 
-/// Builds the poller on AWS clients from `sdk`.
+/// The SDK clients the poller uses, built once.
+#[derive(Debug, Clone)]
+pub struct AwsClients {
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    pub eventbridge: aws_sdk_eventbridge::Client,
+    pub sqs: aws_sdk_sqs::Client,
+}
+
+impl AwsClients {
+    pub fn new(sdk: &SdkConfig) -> Self {
+        Self {
+            dynamodb: aws_sdk_dynamodb::Client::new(sdk),
+            eventbridge: aws_sdk_eventbridge::Client::new(sdk),
+            sqs: aws_sdk_sqs::Client::new(sdk),
+        }
+    }
+}
+
+/// Builds the poller on `clients`.
 ///
 /// # Errors
 /// When the publisher configuration is out of range.
 pub fn aws_poller(
-    sdk: &SdkConfig,
+    clients: AwsClients,
     config: &RelayConfig,
 ) -> Result<AwsPoller, outbox_shared::ConfigError> {
-    let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
     let outbox = &config.index.outbox;
-    let index = DynamoPendingIndex::new(dynamodb.clone(), &outbox.table_name, &outbox.index_name);
-    let publisher = EventBridgePublisher::new(
-        aws_sdk_eventbridge::Client::new(sdk),
-        config.publisher.clone(),
-    )?;
-    let store = DynamoStatusStore::new(dynamodb, &outbox.table_name);
-    let dead_letters =
-        SqsDeadLetterSink::new(aws_sdk_sqs::Client::new(sdk), &config.dead_letter_queue_url);
+    let index = DynamoPendingIndex::new(
+        clients.dynamodb.clone(),
+        &outbox.table_name,
+        &outbox.index_name,
+    );
+    let publisher = EventBridgePublisher::new(clients.eventbridge, config.publisher.clone())?;
+    let store = DynamoStatusStore::new(clients.dynamodb, &outbox.table_name);
+    let dead_letters = SqsDeadLetterSink::new(clients.sqs, &config.dead_letter_queue_url);
     let settings = PollerSettings {
         shards: config.index.shards.clone(),
         page_size: config.page_size,
@@ -115,7 +132,7 @@ async fn start(
     let collector = metrics::install_emf(METRICS_FLUSH_INTERVAL)
         .map_err(|e| anyhow::anyhow!("installing the metrics recorder: {e}"))?;
     let sdk = outbox_shared::load_aws_config().await;
-    let poller = aws_poller(&sdk, config).map_err(|e| ConfigError {
+    let poller = aws_poller(AwsClients::new(&sdk), config).map_err(|e| ConfigError {
         flag: "--event-bus-name/--source",
         reason: e.to_string(),
     })?;
@@ -185,6 +202,10 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
                 }
             }
         }
+    };
+    let summary = DrainSummary {
+        put_events_calls: poller.publisher().stats().put_events_calls,
+        ..summary
     };
     let _ = collector.flush(std::io::stderr());
     let line = serde_json::to_string(&summary).context("serializing the summary")?;

@@ -19,3 +19,5 @@ pub mod status;
 pub use config::{Cli, Command, ConfigError, RelayConfig};
 pub use index::{DynamoPendingIndex, PendingIndex};
 pub use poller::{CycleOutcome, CycleStats, DrainSummary, Poller, PollerSettings};
+/// Re-exported so callers can drive the loops without naming tokio-util.
+pub use tokio_util::sync::CancellationToken;

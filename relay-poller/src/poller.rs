@@ -128,6 +128,8 @@ pub struct DrainSummary {
     pub complete: bool,
     /// Stopped by SIGTERM or ctrl-c.
     pub interrupted: bool,
+    /// `PutEvents` calls sent (filled in by the binary from the EventBridge publisher's stats).
+    pub put_events_calls: u64,
 }
 
 /// Counters over the life of one poller, readable while it works.
@@ -246,6 +248,15 @@ where
 
     pub fn settings(&self) -> &PollerSettings {
         &self.settings
+    }
+
+    pub fn publisher(&self) -> &P {
+        &self.publisher
+    }
+
+    /// One step of `run`: [`Poller::poll_once`] for the events older than `grace` now.
+    pub async fn step(&self, grace: Duration, cancel: &CancellationToken) -> CycleStats {
+        self.poll_once(cutoff(Utc::now(), grace), cancel).await
     }
 
     /// One step: every configured shard, all pages of events created before `cutoff`.
@@ -531,6 +542,7 @@ where
             passes: 0,
             complete: false,
             interrupted: false,
+            put_events_calls: 0,
         }
     }
 }

@@ -1,0 +1,355 @@
+//! Benchmark of `relay-poller` (figures in docs/benchmarks.md, section `relay-poller`).
+//!
+//! 1. Emulator: 2,000 pending events over 16 shards published to a bus without rules, by the
+//!    poller's drain and, side by side in the same run, by a classic polling publisher (each shard
+//!    polled one small page at a time, one `PutEvents` and one update per event). Reports events per
+//!    second and API calls per event by operation (counted by an SDK interceptor).
+//! 2. Latency model (10 ms per call, unlimited parallelism): events per second of one poller.
+//!
+//! Rerun: `scripts/emulator.sh run -- cargo bench -p outbox-tests --bench poller`
+//! (`POLLER_BENCH_RUNS` sets the runs per configuration, default 3; medians are reported).
+//! Without `--bench` (as `cargo test --benches` runs it) it does one small smoke run of each.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::ConfigBag;
+use chrono::Utc;
+use futures::StreamExt;
+use outbox_shared::schema::{self, attr};
+use outbox_shared::{
+    DynamoStatusStore, NewOutboxEvent, OutboundEvent, OutboxConfig, OutboxItem, ShardCount,
+    StatusStore,
+};
+use outbox_tests::TestEnv;
+use outbox_tests::latency_model::LatencyModel;
+use relay_poller::CancellationToken;
+use relay_poller::app::{AwsClients, aws_poller};
+use relay_poller::config::{RelayArgs, TableArgs};
+
+const EVENTS: usize = 2000;
+const SMOKE_EVENTS: usize = 100;
+/// The classic publisher's page: "one small page at a time".
+const BASELINE_PAGE: i32 = 10;
+/// `BatchWriteItem` takes at most 25 items.
+const BATCH_WRITE_MAX: usize = 25;
+const MODEL_DELAY: Duration = Duration::from_millis(10);
+
+/// Counts SDK call attempts by operation name.
+#[derive(Debug, Clone, Default)]
+struct CallCounter(Arc<Mutex<BTreeMap<String, u64>>>);
+
+impl Intercept for CallCounter {
+    fn name(&self) -> &'static str {
+        "CallCounter"
+    }
+
+    fn read_before_attempt(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if let Some(metadata) = cfg.load::<Metadata>() {
+            *self
+                .0
+                .lock()
+                .unwrap()
+                .entry(metadata.name().to_owned())
+                .or_default() += 1;
+        }
+        Ok(())
+    }
+}
+
+impl CallCounter {
+    fn take(&self) -> BTreeMap<String, u64> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+fn counted_clients(env: &TestEnv, counter: &CallCounter) -> AwsClients {
+    let sdk = &env.sdk_config;
+    AwsClients {
+        dynamodb: aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(sdk)
+                .interceptor(counter.clone())
+                .build(),
+        ),
+        eventbridge: aws_sdk_eventbridge::Client::from_conf(
+            aws_sdk_eventbridge::config::Builder::from(sdk)
+                .interceptor(counter.clone())
+                .build(),
+        ),
+        sqs: aws_sdk_sqs::Client::new(sdk),
+    }
+}
+
+/// `count` pending events, one per aggregate, created a minute ago.
+fn pending_items(table: &str, count: usize) -> Vec<OutboxItem> {
+    let created = Utc::now() - chrono::Duration::minutes(1);
+    let config = OutboxConfig::new(table);
+    (0..count)
+        .map(|i| {
+            let event = NewOutboxEvent {
+                partition_key: schema::user_pk(&format!("user-{}", i % 100)),
+                event_type: "OrderCreated".into(),
+                aggregate_type: "Order".into(),
+                aggregate_id: format!("order-{i}"),
+                sequence: Some(1),
+                payload: serde_json::json!({"orderId": format!("order-{i}"), "amountCents": 2500}),
+                trace_header: None,
+            };
+            OutboxItem::pending(
+                event,
+                &config,
+                created + chrono::Duration::milliseconds(i as i64),
+            )
+            .unwrap()
+        })
+        .collect()
+}
+
+async fn seed(env: &TestEnv, items: &[OutboxItem]) {
+    futures::stream::iter(items.chunks(BATCH_WRITE_MAX))
+        .for_each_concurrent(8, |chunk| async move {
+            let mut requests: Vec<WriteRequest> = chunk
+                .iter()
+                .map(|item| {
+                    WriteRequest::builder()
+                        .put_request(
+                            PutRequest::builder()
+                                .set_item(Some(item.to_item().unwrap()))
+                                .build()
+                                .unwrap(),
+                        )
+                        .build()
+                })
+                .collect();
+            while !requests.is_empty() {
+                let out = env
+                    .dynamodb
+                    .batch_write_item()
+                    .request_items(&env.table_name, requests)
+                    .send()
+                    .await
+                    .expect("batch write");
+                requests = out
+                    .unprocessed_items()
+                    .and_then(|u| u.get(&env.table_name))
+                    .cloned()
+                    .unwrap_or_default();
+            }
+        })
+        .await;
+}
+
+fn relay_args(table: &str, bus: &str, dlq: &str) -> RelayArgs {
+    RelayArgs {
+        table: TableArgs {
+            table_name: table.to_owned(),
+            index_name: schema::DEFAULT_INDEX_NAME.into(),
+            shard_count: ShardCount::default(),
+            shards: None,
+        },
+        event_bus_name: bus.to_owned(),
+        source: outbox_tests::TEST_SOURCE.into(),
+        dead_letter_queue_url: dlq.to_owned(),
+        page_size: relay_poller::config::DEFAULT_PAGE_SIZE,
+        shard_concurrency: 16,
+        publish_concurrency: 10,
+        flip_concurrency: 32,
+        shutdown_timeout: Duration::from_secs(5),
+    }
+}
+
+/// One measured run: events per second and calls per event by operation.
+#[derive(Debug)]
+struct Run {
+    events_per_second: f64,
+    calls_per_event: BTreeMap<String, f64>,
+}
+
+fn per_event(calls: BTreeMap<String, u64>, events: usize) -> BTreeMap<String, f64> {
+    calls
+        .into_iter()
+        .map(|(op, n)| (op, n as f64 / events as f64))
+        .collect()
+}
+
+async fn poller_on_emulator(events: usize) -> Run {
+    let env = TestEnv::new().await;
+    let bus = env.create_bus_without_rules().await;
+    seed(&env, &pending_items(&env.table_name, events)).await;
+    let counter = CallCounter::default();
+    let config = relay_args(&env.table_name, &bus, &env.dead_letter_queue_url)
+        .validate()
+        .unwrap();
+    let poller = aws_poller(counted_clients(&env, &counter), &config).unwrap();
+    let started = Instant::now();
+    let summary = poller
+        .drain(Duration::ZERO, 3, &CancellationToken::new())
+        .await;
+    let elapsed = started.elapsed();
+    assert!(
+        summary.complete && summary.published == events as u64,
+        "{summary:?}"
+    );
+    assert_eq!(env.pending_in_index().await, 0);
+    Run {
+        events_per_second: events as f64 / elapsed.as_secs_f64(),
+        calls_per_event: per_event(counter.take(), events),
+    }
+}
+
+/// The classic polling publisher: shard by shard, a small page at a time, and per event one
+/// `PutEvents` call and one conditional update, in sequence.
+async fn baseline_on_emulator(events: usize) -> Run {
+    let env = TestEnv::new().await;
+    let bus = env.create_bus_without_rules().await;
+    seed(&env, &pending_items(&env.table_name, events)).await;
+    let counter = CallCounter::default();
+    let clients = counted_clients(&env, &counter);
+    let store = DynamoStatusStore::new(clients.dynamodb.clone(), &env.table_name);
+    let before = schema::pending_sort_key(&outbox_shared::time::format_timestamp(Utc::now()), "");
+    let started = Instant::now();
+    let mut published = 0;
+    for shard in ShardCount::default().shards() {
+        loop {
+            let page = clients
+                .dynamodb
+                .query()
+                .table_name(&env.table_name)
+                .index_name(schema::DEFAULT_INDEX_NAME)
+                .key_condition_expression("#pk = :pk AND #sk < :before")
+                .expression_attribute_names("#pk", attr::GSI1PK)
+                .expression_attribute_names("#sk", attr::GSI1SK)
+                .expression_attribute_values(
+                    ":pk",
+                    aws_sdk_dynamodb::types::AttributeValue::S(schema::pending_shard_pk(shard)),
+                )
+                .expression_attribute_values(
+                    ":before",
+                    aws_sdk_dynamodb::types::AttributeValue::S(before.clone()),
+                )
+                .limit(BASELINE_PAGE)
+                .send()
+                .await
+                .expect("query");
+            if page.items().is_empty() {
+                break;
+            }
+            for raw in page.items() {
+                let item: OutboxItem = serde_dynamo::from_item(raw.clone()).unwrap();
+                let event =
+                    OutboundEvent::from_item(&item, &bus, outbox_tests::TEST_SOURCE).unwrap();
+                let out = clients
+                    .eventbridge
+                    .put_events()
+                    .entries(event.to_entry())
+                    .send()
+                    .await
+                    .expect("put events");
+                assert_eq!(out.failed_entry_count(), 0);
+                store.mark_published(&item.key()).await.expect("flip");
+                published += 1;
+            }
+        }
+    }
+    let elapsed = started.elapsed();
+    assert_eq!(published, events);
+    Run {
+        events_per_second: events as f64 / elapsed.as_secs_f64(),
+        calls_per_event: per_event(counter.take(), events),
+    }
+}
+
+async fn poller_on_latency_model(events: usize) -> Run {
+    let model = LatencyModel::new(MODEL_DELAY);
+    model.seed_pending(&pending_items("model-table", events));
+    let sdk = model.sdk_config();
+    let config = relay_args("model-table", "model-bus", "http://model.invalid/dlq")
+        .validate()
+        .unwrap();
+    let poller = aws_poller(AwsClients::new(&sdk), &config).unwrap();
+    let started = Instant::now();
+    let summary = poller
+        .drain(Duration::ZERO, 3, &CancellationToken::new())
+        .await;
+    let elapsed = started.elapsed();
+    assert!(
+        summary.complete && summary.published == events as u64,
+        "{summary:?}"
+    );
+    assert_eq!(model.pending(), 0);
+    Run {
+        events_per_second: events as f64 / elapsed.as_secs_f64(),
+        calls_per_event: per_event(model.calls(), events),
+    }
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn report(name: &str, runs: &[Run]) -> f64 {
+    let eps = median(runs.iter().map(|r| r.events_per_second).collect());
+    let mut ops: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for run in runs {
+        for (op, n) in &run.calls_per_event {
+            ops.entry(op.clone()).or_default().push(*n);
+        }
+    }
+    let calls: Vec<String> = ops
+        .into_iter()
+        .map(|(op, values)| format!("{op} {:.3}", median(values)))
+        .collect();
+    let each: Vec<String> = runs
+        .iter()
+        .map(|r| format!("{:.0}", r.events_per_second))
+        .collect();
+    println!(
+        "{name:<34} median {eps:>7.0} events/s  (runs: {})  calls/event: {}",
+        each.join(", "),
+        calls.join(", ")
+    );
+    eps
+}
+
+#[tokio::main]
+async fn main() {
+    let bench = std::env::args().any(|a| a == "--bench");
+    let (events, runs) = if bench {
+        let runs = std::env::var("POLLER_BENCH_RUNS")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(3);
+        (EVENTS, runs)
+    } else {
+        (SMOKE_EVENTS, 1)
+    };
+    println!("relay-poller benchmark: {events} events over 16 shards, {runs} run(s) each");
+
+    let mut model_runs = Vec::new();
+    for _ in 0..runs {
+        model_runs.push(poller_on_latency_model(events).await);
+    }
+    report("latency model (10 ms/call): poller", &model_runs);
+
+    let (mut baseline, mut poller) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        baseline.push(baseline_on_emulator(events).await);
+        poller.push(poller_on_emulator(events).await);
+    }
+    let base = report("emulator: classic baseline", &baseline);
+    let ours = report("emulator: relay-poller drain", &poller);
+    println!("emulator speed-up over the baseline: {:.2}x", ours / base);
+}
