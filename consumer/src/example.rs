@@ -90,10 +90,10 @@ pub trait Inventory: Send + Sync {
 
 /// One SKU's stock as stored (key and version are added by the OCC helper).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-struct StockLevel {
+pub struct StockLevel {
     // serde needs the name as a literal; `stock_level_uses_the_schema_names` ties it to the schema.
     #[serde(rename = "available")]
-    available: u64,
+    pub available: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -121,7 +121,19 @@ impl DynamoInventory {
         Self { stock }
     }
 
-    fn key(sku: &str) -> Item {
+    /// A SKU's stock and version, if the SKU exists.
+    ///
+    /// # Errors
+    /// [`OccError`] when the read fails or the item is not a stock level.
+    pub async fn stock_level(
+        &self,
+        sku: &str,
+    ) -> Result<Option<crate::occ::Versioned<StockLevel>>, OccError<std::convert::Infallible>> {
+        self.stock.read(&Self::key(sku)).await
+    }
+
+    /// The stock table key of `sku`.
+    pub fn key(sku: &str) -> Item {
         Item::from([(
             stock::attr::PK.to_owned(),
             AttributeValue::S(sku.to_owned()),

@@ -3,6 +3,7 @@
 //! exponential, fully jittered delay, a bounded number of times.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
 
@@ -128,10 +129,9 @@ impl OccTable {
     /// # Errors
     /// [`OccError::Store`] when the read fails, [`OccError::Serialization`] when the item does not
     /// decode as `T`.
-    pub async fn read<T, E>(&self, key: &Item) -> Result<Option<Versioned<T>>, OccError<E>>
+    pub async fn read<T>(&self, key: &Item) -> Result<Option<Versioned<T>>, OccError<Infallible>>
     where
         T: DeserializeOwned,
-        E: fmt::Display + fmt::Debug,
     {
         let item = self.read_item(key).await?;
         item.map(|item| self.decode(item)).transpose()

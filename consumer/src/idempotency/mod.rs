@@ -2,7 +2,7 @@
 //! delivers at least once.
 //!
 //! One record per key on its own table. [`IdempotencyStore::run`]:
-//! 1. claims the key with a conditional put of `IN_PROGRESS`
+//! 1. claims the key with a conditional upsert of `IN_PROGRESS`
 //!    (`attribute_not_exists(pk) OR expiry < :now`) carrying a fresh claim token, the payload hash
 //!    and a lock expiry (bounded by the Lambda's deadline when one is given);
 //! 2. runs the business future;
@@ -22,7 +22,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use chrono::{DateTime, Utc};
 use outbox_shared::ConfigError;
@@ -442,7 +442,7 @@ impl<C: Clock> IdempotencyStore<C> {
             return answer;
         }
         Err(IdempotencyError::Store(StoreError::malformed(
-            "PutItem",
+            "UpdateItem",
             &self.config.table_name,
             format!(
                 "key {key:?} could not be claimed in {MAX_CLAIM_ATTEMPTS} attempts although its \
@@ -489,22 +489,30 @@ impl<C: Clock> IdempotencyStore<C> {
             expiry = expiry.min(deadline.max(now));
         }
         let token = uuid::Uuid::now_v7().to_string();
-        let item = HashMap::from([
-            (attr::PK.to_owned(), s(key)),
-            (attr::STATUS.to_owned(), s(status::IN_PROGRESS)),
-            (attr::EXPIRY.to_owned(), millis(expiry)),
-            (attr::TTL.to_owned(), self.ttl(now)),
-            (attr::PAYLOAD_HASH.to_owned(), s(hash)),
-            (attr::CLAIM_TOKEN.to_owned(), s(&token)),
-        ]);
+        // An upsert rather than a whole-item put, under the same condition: a key that failed
+        // before keeps its failure count across the new claim.
         let sent = self
             .client
-            .put_item()
+            .update_item()
             .table_name(&self.config.table_name)
-            .set_item(Some(item))
+            .key(attr::PK, s(key))
+            .update_expression(
+                "SET #status = :in_progress, #expiry = :expiry, #ttl = :ttl, \
+                 #hash = :hash, #token = :token REMOVE #response",
+            )
             .condition_expression("attribute_not_exists(#pk) OR #expiry < :now")
             .expression_attribute_names("#pk", attr::PK)
+            .expression_attribute_names("#status", attr::STATUS)
             .expression_attribute_names("#expiry", attr::EXPIRY)
+            .expression_attribute_names("#ttl", attr::TTL)
+            .expression_attribute_names("#hash", attr::PAYLOAD_HASH)
+            .expression_attribute_names("#token", attr::CLAIM_TOKEN)
+            .expression_attribute_names("#response", attr::RESPONSE)
+            .expression_attribute_values(":in_progress", s(status::IN_PROGRESS))
+            .expression_attribute_values(":expiry", millis(expiry))
+            .expression_attribute_values(":ttl", self.ttl(now))
+            .expression_attribute_values(":hash", s(hash))
+            .expression_attribute_values(":token", s(&token))
             .expression_attribute_values(":now", millis(now))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
@@ -515,12 +523,12 @@ impl<C: Clock> IdempotencyStore<C> {
                 Ok(Claim::Claimed { token })
             }
             Err(err) => match err.as_service_error() {
-                Some(PutItemError::ConditionalCheckFailedException(failed)) => {
+                Some(UpdateItemError::ConditionalCheckFailedException(failed)) => {
                     let existing = failed.item().map(|item| self.parse(item)).transpose()?;
                     Ok(Claim::Refused(existing))
                 }
                 _ => Err(StoreError::from_sdk(
-                    "PutItem",
+                    "UpdateItem",
                     &self.config.table_name,
                     &err,
                 )),
