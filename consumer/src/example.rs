@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
-use aws_lambda_events::eventbridge::EventBridgeEvent;
+pub use aws_lambda_events::eventbridge::EventBridgeEvent;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use outbox_shared::Envelope;
