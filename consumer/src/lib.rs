@@ -18,6 +18,9 @@ pub mod occ;
 pub mod retry;
 pub mod tables;
 
+#[cfg(test)]
+mod test_support;
+
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::StoreError;
 pub use idempotency::{

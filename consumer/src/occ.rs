@@ -307,4 +307,55 @@ mod tests {
         let rejected: OccError<String> = OccError::Rejected("insufficient".into());
         assert!(!rejected.is_retryable());
     }
+
+    #[tokio::test]
+    async fn a_throttled_write_is_a_store_error_not_a_conflict() {
+        use crate::test_support::{mock_client, throttled};
+        use aws_sdk_dynamodb::Client;
+        use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
+        use aws_sdk_dynamodb::types::error::ProvisionedThroughputExceededException;
+        use aws_smithy_mocks::mock;
+
+        #[derive(Debug, serde::Serialize, serde::Deserialize)]
+        struct Counter {
+            n: u64,
+        }
+
+        let read = mock!(Client::get_item).then_output(|| {
+            GetItemOutput::builder()
+                .set_item(Some(Item::from([
+                    ("pk".to_owned(), AttributeValue::S("sku".into())),
+                    ("n".to_owned(), number(5)),
+                    ("version".to_owned(), number(1)),
+                ])))
+                .build()
+        });
+        let write = mock!(Client::put_item).then_error(|| {
+            PutItemError::ProvisionedThroughputExceededException(
+                ProvisionedThroughputExceededException::builder()
+                    .message("throttled")
+                    .meta(throttled())
+                    .build(),
+            )
+        });
+        let table = OccTable::new(
+            mock_client(&[&read, &write]),
+            OccConfig::new("t", "version"),
+        )
+        .unwrap();
+        let key = Item::from([("pk".to_owned(), AttributeValue::S("sku".into()))]);
+        let result = table
+            .update(&key, |current: Option<Counter>| {
+                let n = current.map_or(0, |c| c.n);
+                Ok::<_, String>(Counter {
+                    n: n.saturating_sub(1),
+                })
+            })
+            .await;
+        match result {
+            Err(e @ OccError::Store(_)) => assert!(e.is_retryable(), "{e}"),
+            other => panic!("expected a store error, got {other:?}"),
+        }
+        assert_eq!(write.num_calls(), 1);
+    }
 }

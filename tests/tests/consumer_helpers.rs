@@ -543,3 +543,55 @@ async fn with_no_retries_contention_gives_the_typed_conflict() {
         .expect("stock");
     assert_eq!(level.value.available, 99);
 }
+
+#[tokio::test]
+async fn a_holder_whose_lock_was_taken_over_cannot_overwrite_the_new_holders_response() {
+    // Given a slow holder whose 30 s lock expires while its logic runs
+    let env = TestEnv::new().await;
+    let table = idempotency_table(&env).await;
+    let clock = ManualClock::new(Utc::now());
+    let config = IdempotencyConfig {
+        lock_expiry: Duration::from_secs(30),
+        ..IdempotencyConfig::new(&table)
+    };
+    let store = store(&env, config, &clock);
+    let (claimed_tx, claimed_rx) = tokio::sync::oneshot::channel();
+    let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
+    let slow = tokio::spawn({
+        let store = store.clone();
+        async move {
+            store
+                .run("evt-slow", &json!({}), None, || async move {
+                    claimed_tx.send(()).unwrap();
+                    finish_rx.await.unwrap();
+                    Ok::<_, String>(json!({"by": "slow"}))
+                })
+                .await
+        }
+    });
+    claimed_rx.await.expect("slow holder claimed the key");
+
+    // When another caller takes the key over after the expiry and completes, then the slow one
+    // finishes
+    clock.advance(Duration::from_secs(31));
+    let fast = store
+        .run("evt-slow", &json!({}), None, || async {
+            Ok::<_, String>(json!({"by": "fast"}))
+        })
+        .await
+        .unwrap();
+    finish_tx.send(()).unwrap();
+    let slow = slow.await.expect("slow task");
+
+    // Then the slow holder is told its claim was lost, and the stored response is the new holder's
+    assert!(fast.executed());
+    assert!(
+        matches!(&slow, Err(e @ IdempotencyError::ClaimLost { .. }) if e.is_retryable()),
+        "{slow:?}"
+    );
+    let replay = store
+        .run("evt-slow", &json!({}), None, counting(&Arc::default()))
+        .await
+        .unwrap();
+    assert_eq!(replay, Outcome::AlreadyCompleted(json!({"by": "fast"})));
+}
