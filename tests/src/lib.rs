@@ -496,3 +496,64 @@ impl TestEnv {
         }
     }
 }
+
+/// DynamoDB applies each conditional write atomically; moto checks a condition and then writes
+/// without a lock across its server threads, so two concurrent writes to one item can both pass.
+/// This connector sends one single-item write at a time to the emulator, which restores
+/// DynamoDB's per-item atomicity while reads (and so read-modify-write races) stay concurrent.
+#[derive(Debug)]
+struct OneWriteAtATime {
+    inner: aws_smithy_runtime_api::client::http::SharedHttpConnector,
+    lock: std::sync::Arc<tokio::sync::Mutex<()>>,
+}
+
+/// The DynamoDB operations whose conditions moto does not apply atomically.
+const SINGLE_ITEM_WRITES: &[&str] = &[".PutItem", ".UpdateItem", ".DeleteItem"];
+
+impl aws_smithy_runtime_api::client::http::HttpConnector for OneWriteAtATime {
+    fn call(
+        &self,
+        request: aws_smithy_runtime_api::client::orchestrator::HttpRequest,
+    ) -> aws_smithy_runtime_api::client::http::HttpConnectorFuture {
+        use aws_smithy_runtime_api::client::http::HttpConnectorFuture;
+        let inner = self.inner.clone();
+        let is_write = request
+            .headers()
+            .get("x-amz-target")
+            .is_some_and(|target| SINGLE_ITEM_WRITES.iter().any(|op| target.ends_with(op)));
+        if !is_write {
+            return inner.call(request);
+        }
+        let lock = std::sync::Arc::clone(&self.lock);
+        HttpConnectorFuture::new(async move {
+            let _one_at_a_time = lock.lock().await;
+            inner.call(request).await
+        })
+    }
+}
+
+impl TestEnv {
+    /// A DynamoDB client whose single-item conditional writes are atomic on the emulator, as they
+    /// are on DynamoDB (see [`OneWriteAtATime`]): for tests of concurrent conditional writes.
+    pub fn dynamodb_with_atomic_writes(&self) -> aws_sdk_dynamodb::Client {
+        use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+        use aws_smithy_runtime_api::client::http::{
+            HttpClient, SharedHttpConnector, http_client_fn,
+        };
+        let base = aws_smithy_http_client::Builder::new()
+            .tls_provider(Provider::Rustls(CryptoMode::AwsLc))
+            .build_https();
+        let lock = std::sync::Arc::new(tokio::sync::Mutex::new(()));
+        let http_client = http_client_fn(move |settings, components| {
+            SharedHttpConnector::new(OneWriteAtATime {
+                inner: base.http_connector(settings, components),
+                lock: std::sync::Arc::clone(&lock),
+            })
+        });
+        aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(&self.sdk_config)
+                .http_client(http_client)
+                .build(),
+        )
+    }
+}

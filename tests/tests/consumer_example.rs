@@ -138,12 +138,12 @@ async fn consumer(
             .unwrap();
     }
     let store = IdempotencyStore::new(
-        env.dynamodb.clone(),
+        env.dynamodb_with_atomic_writes(),
         IdempotencyConfig::new(idempotency_table),
     )
     .unwrap();
     let occ = OccTable::new(
-        env.dynamodb.clone(),
+        env.dynamodb_with_atomic_writes(),
         OccConfig::new(stock_table, stock::attr::VERSION),
     )
     .unwrap();
