@@ -1,0 +1,109 @@
+//! Wall time of one 100-event batch through the stream handler against the latency model
+//! (every AWS call answers after 10 ms, unlimited parallelism): the floor is two round trips,
+//! publish then mark published, each fully concurrent.
+//!
+//! Run: `cargo bench -p outbox-tests --bench relay_stream_latency` (no emulator needed). Prints the
+//! median, p90 and minimum over 30 batches after 3 warm-up batches.
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use outbox_shared::schema;
+use outbox_shared::{NewOutboxEvent, OutboxConfig, OutboxItem};
+use outbox_tests::latency_model::LatencyModel;
+use relay_stream::RelayArgs;
+use relay_stream::aws_lambda_events::dynamodb::EventRecord;
+
+const EVENTS: usize = 100;
+const WARM_UP: usize = 3;
+const RUNS: usize = 30;
+const LATENCY: Duration = Duration::from_millis(10);
+
+fn items(config: &OutboxConfig, batch: usize) -> Vec<OutboxItem> {
+    (0..EVENTS)
+        .map(|i| {
+            let order = format!("o-{batch}-{i}");
+            OutboxItem::pending(
+                NewOutboxEvent {
+                    partition_key: schema::user_pk(&format!("u-{i}")),
+                    event_type: "OrderCreated".into(),
+                    aggregate_type: "Order".into(),
+                    aggregate_id: order.clone(),
+                    sequence: Some(1),
+                    payload: serde_json::json!({"orderId": order, "amountCents": 1200}),
+                    trace_header: None,
+                },
+                config,
+                Utc::now(),
+            )
+            .expect("valid event")
+        })
+        .collect()
+}
+
+fn record(item: &OutboxItem, seq: usize) -> EventRecord {
+    let mut record = EventRecord::default();
+    record.event_name = "INSERT".into();
+    record.change.new_image = serde_dynamo::to_item(item).expect("item serializes");
+    record.change.sequence_number = Some(format!("{seq:020}"));
+    record.change.approximate_creation_date_time = Utc::now();
+    record
+}
+
+fn main() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let model = LatencyModel::new(LATENCY);
+        let sdk = model.sdk_config();
+        let args = RelayArgs {
+            table_name: "bench-table".into(),
+            event_bus_name: "bench-bus".into(),
+            source: "bench.orders".into(),
+            dead_letter_queue_url: None,
+            max_entries_per_call: 10,
+            max_request_bytes: 256 * 1024,
+            max_entry_bytes: 256 * 1024,
+            publish_concurrency: 16,
+            publish_max_attempts: 5,
+            mark_concurrency: relay_stream::config::DEFAULT_MARK_CONCURRENCY,
+            stop_at_first_failure: false,
+        };
+        let relay = relay_stream::build_relay_with(
+            &args,
+            aws_sdk_eventbridge::Client::new(&sdk),
+            aws_sdk_dynamodb::Client::new(&sdk),
+            aws_sdk_sqs::Client::new(&sdk),
+        )
+        .expect("valid configuration");
+        let config = OutboxConfig::new("bench-table");
+        let mut times = Vec::with_capacity(RUNS);
+        for run in 0..WARM_UP + RUNS {
+            let items = items(&config, run);
+            model.seed_pending(&items);
+            let records: Vec<EventRecord> =
+                items.iter().enumerate().map(|(i, item)| record(item, i)).collect();
+            let started = Instant::now();
+            let report = relay.handle(&records).await;
+            let elapsed = started.elapsed();
+            assert_eq!(report.counts().published, EVENTS as u64);
+            assert_eq!(model.pending(), 0, "every event marked published");
+            if run >= WARM_UP {
+                times.push(elapsed);
+            }
+        }
+        times.sort();
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let calls = model.calls();
+        let mut out = std::io::stdout().lock();
+        use std::io::Write;
+        writeln!(
+            out,
+            "relay-stream 100-event batch, {} ms per call: median {:.1} ms, p90 {:.1} ms, min {:.1} ms over {RUNS} runs; calls {calls:?}",
+            LATENCY.as_millis(),
+            ms(times[RUNS / 2]),
+            ms(times[RUNS * 9 / 10]),
+            ms(times[0]),
+        )
+        .expect("stdout");
+    });
+}
