@@ -75,6 +75,9 @@ pub fn install_emf(
     let collector = metrics_cloudwatch_embedded::Builder::new()
         .cloudwatch_namespace(NAMESPACE)
         .with_dimension("Service", "relay-poller")
+        // An idle poller must still report its zero backlog: the oldest-pending alarm treats
+        // missing data as "the poller is down".
+        .emit_zeros(true)
         .with_auto_flush_writer(interval, std::io::stderr)
         .init()?;
     metrics::describe_counter!(PUBLISHED, Unit::Count, "events published and flipped");
