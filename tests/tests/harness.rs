@@ -35,3 +35,150 @@ async fn events_on_the_bus_reach_the_sink_queue() {
     assert_eq!(messages[0].envelope.data, serde_json::json!({"n": 1}));
     assert!(env.outbox_items().await.is_empty());
 }
+
+mod emulator_transactions {
+    //! The emulator must isolate transactions as DynamoDB does (see tools/moto_server.py).
+
+    use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+    use aws_sdk_dynamodbstreams::types::ShardIteratorType;
+    use outbox_tests::TestEnv;
+
+    fn s(v: &str) -> AttributeValue {
+        AttributeValue::S(v.to_owned())
+    }
+
+    fn put(env: &TestEnv, pk: &str, condition: Option<&str>) -> TransactWriteItem {
+        let put = Put::builder()
+            .table_name(&env.table_name)
+            .item("PK", s(pk))
+            .item("SK", s("item"))
+            .set_condition_expression(condition.map(str::to_owned))
+            .build()
+            .unwrap();
+        TransactWriteItem::builder().put(put).build()
+    }
+
+    async fn stream_record_count(env: &TestEnv) -> usize {
+        let stream = env
+            .streams
+            .describe_stream()
+            .stream_arn(&env.stream_arn)
+            .send()
+            .await
+            .unwrap();
+        let mut count = 0;
+        for shard in stream.stream_description().unwrap().shards() {
+            let mut iterator = env
+                .streams
+                .get_shard_iterator()
+                .stream_arn(&env.stream_arn)
+                .shard_id(shard.shard_id().unwrap())
+                .shard_iterator_type(ShardIteratorType::TrimHorizon)
+                .send()
+                .await
+                .unwrap()
+                .shard_iterator
+                .unwrap();
+            loop {
+                let page = env
+                    .streams
+                    .get_records()
+                    .shard_iterator(&iterator)
+                    .send()
+                    .await
+                    .unwrap();
+                if page.records().is_empty() {
+                    break;
+                }
+                count += page.records().len();
+                match page.next_shard_iterator {
+                    Some(next) => iterator = next,
+                    None => break,
+                }
+            }
+        }
+        count
+    }
+
+    async fn get(
+        env: &TestEnv,
+        pk: &str,
+    ) -> Option<std::collections::HashMap<String, AttributeValue>> {
+        env.dynamodb
+            .get_item()
+            .table_name(&env.table_name)
+            .key("PK", s(pk))
+            .key("SK", s("item"))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .item
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_transaction_leaves_items_and_stream_untouched() {
+        // Given an item A and the stream records so far
+        let env = TestEnv::new().await;
+        env.dynamodb
+            .put_item()
+            .table_name(&env.table_name)
+            .item("PK", s("A"))
+            .item("SK", s("item"))
+            .item("v", s("old"))
+            .send()
+            .await
+            .unwrap();
+        let records_before = stream_record_count(&env).await;
+
+        // When a transaction puts B and updates A before its third action's condition fails
+        let update = Update::builder()
+            .table_name(&env.table_name)
+            .key("PK", s("A"))
+            .key("SK", s("item"))
+            .update_expression("SET v = :new")
+            .expression_attribute_values(":new", s("new"))
+            .build()
+            .unwrap();
+        let result = env
+            .dynamodb
+            .transact_write_items()
+            .transact_items(put(&env, "B", None))
+            .transact_items(TransactWriteItem::builder().update(update).build())
+            .transact_items(put(&env, "C", Some("attribute_exists(PK)")))
+            .send()
+            .await;
+
+        // Then it is cancelled, B is absent, A is unchanged, and no stream record was added
+        assert!(result.is_err(), "the transaction is cancelled");
+        assert!(get(&env, "B").await.is_none());
+        assert_eq!(get(&env, "A").await.unwrap()["v"], s("old"));
+        assert_eq!(stream_record_count(&env).await, records_before);
+    }
+
+    #[tokio::test]
+    async fn cancelled_transactions_do_not_undo_concurrent_commits() {
+        // Given 64 concurrent transactions, every other one cancelled by its condition
+        let env = TestEnv::new().await;
+        let results = futures::future::join_all((0..64).map(|i| {
+            let env = env.clone();
+            async move {
+                let condition = (i % 2 == 1).then_some("attribute_exists(PK)");
+                env.dynamodb
+                    .transact_write_items()
+                    .transact_items(put(&env, &format!("item-{i}"), condition))
+                    .transact_items(put(&env, &format!("twin-{i}"), None))
+                    .send()
+                    .await
+                    .is_ok()
+            }
+        }))
+        .await;
+
+        // Then exactly the uncancelled ones committed, and every one of their items is there
+        let committed: Vec<usize> = (0..64).filter(|i| results[*i]).collect();
+        assert_eq!(committed, (0..64).step_by(2).collect::<Vec<_>>());
+        let items = env.scan_items().await;
+        assert_eq!(items.len(), 64, "32 transactions of 2 items each");
+    }
+}
