@@ -23,7 +23,6 @@ use crate::idempotency::{
     EventIdKey, FailurePolicy, IdempotencyConfig, IdempotencyError, IdempotencyStore, Outcome,
 };
 use crate::occ::{Item, OccConfig, OccError, OccTable};
-use crate::retry::RetryPolicy;
 
 /// The `DetailType` (and `metadata.eventType`) this consumer acts on.
 pub const ORDER_CREATED: &str = "OrderCreated";
@@ -337,7 +336,7 @@ pub struct ExampleArgs {
     pub cache_capacity: usize,
     /// Retries of a stock update that lost a race with another order.
     #[arg(long, env = "STOCK_MAX_RETRIES", default_value_t = 10)]
-    pub stock_max_retries: usize,
+    pub stock_max_retries: u32,
 }
 
 impl ExampleArgs {
@@ -354,13 +353,8 @@ impl ExampleArgs {
             ..IdempotencyConfig::new(&self.idempotency_table)
         };
         idempotency.validate()?;
-        let occ = OccConfig {
-            retry: RetryPolicy {
-                max_retries: self.stock_max_retries,
-                ..RetryPolicy::default()
-            },
-            ..OccConfig::new(&self.stock_table, stock::attr::VERSION)
-        };
+        let mut occ = OccConfig::new(&self.stock_table, stock::attr::VERSION);
+        occ.retry.max_retries = self.stock_max_retries;
         occ.validate()?;
         Ok((idempotency, occ))
     }

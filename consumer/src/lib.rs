@@ -5,8 +5,8 @@
 //! - [`idempotency`]: a DynamoDB idempotency store keyed on the envelope's `metadata.eventId`
 //!   (or any caller key) that runs business logic once and answers duplicates with the stored
 //!   response;
-//! - [`occ`]: read-modify-conditional-write on a `version` attribute with bounded retries;
-//! - [`retry`]: the exponential, fully jittered backoff both use;
+//! - [`occ`]: read-modify-conditional-write on a `version` attribute with bounded retries
+//!   (`outbox_shared::RetryPolicy`: exponential backoff with full jitter);
 //! - [`example`]: an EventBridge-triggered Lambda that reserves stock for `OrderCreated` with both;
 //! - [`tables`]: creates the tables for local use and tests.
 
@@ -15,7 +15,6 @@ pub mod error;
 pub mod example;
 pub mod idempotency;
 pub mod occ;
-pub mod retry;
 pub mod tables;
 
 #[cfg(test)]
@@ -28,4 +27,4 @@ pub use idempotency::{
     Outcome,
 };
 pub use occ::{Committed, OccConfig, OccError, OccTable, Versioned};
-pub use retry::RetryPolicy;
+pub use outbox_shared::RetryPolicy;

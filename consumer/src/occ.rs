@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use tracing::debug;
 
 use crate::error::StoreError;
-use crate::retry::RetryPolicy;
+use outbox_shared::RetryPolicy;
 
 /// A DynamoDB item.
 pub type Item = HashMap<String, AttributeValue>;
@@ -30,12 +30,16 @@ pub struct OccConfig {
 }
 
 impl OccConfig {
-    /// The default retry policy for `table_name`, versioned on `version_attribute`.
+    /// The default retry policy (10 retries from 10 ms up to 1 s: enough for a few dozen writers
+    /// on one item) for `table_name`, versioned on `version_attribute`.
     pub fn new(table_name: impl Into<String>, version_attribute: impl Into<String>) -> Self {
         Self {
             table_name: table_name.into(),
             version_attribute: version_attribute.into(),
-            retry: RetryPolicy::default(),
+            retry: RetryPolicy {
+                base_delay: std::time::Duration::from_millis(10),
+                ..RetryPolicy::default()
+            },
         }
     }
 
@@ -52,7 +56,7 @@ impl OccConfig {
                 setting: "version attribute",
             });
         }
-        self.retry.validate()
+        self.retry.validate("OCC retry")
     }
 }
 
@@ -175,7 +179,7 @@ impl OccTable {
         F: FnMut(Option<T>) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let mut delays = self.config.retry.backoff();
+        let mut delays = self.config.retry.delays();
         let mut current = self.read_item(key).await?;
         let mut attempts = 0;
         loop {

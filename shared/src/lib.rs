@@ -7,6 +7,7 @@
 //! - [`config`]: typed configuration shared by the writer and the relays.
 //! - [`limits`]: the AWS limits the design works within, named.
 //! - [`error`]: the one place where SDK errors are classified as retryable or not.
+//! - [`retry`]: bounded exponential backoff with full jitter, for contention.
 //! - [`publisher`]: the publisher port and its EventBridge adapter (size-aware batching, bounded
 //!   concurrency, per-entry retries).
 //! - [`status`]: the status-store port and its DynamoDB adapter (the conditional "mark published" flip).
@@ -19,6 +20,7 @@ pub mod error;
 pub mod item;
 pub mod limits;
 pub mod publisher;
+pub mod retry;
 pub mod schema;
 pub mod shard;
 pub mod status;
@@ -30,6 +32,7 @@ pub use envelope::{Envelope, EnvelopeError, EventMetadata, OutboundEvent};
 pub use error::{ErrorClass, classify_sdk_error};
 pub use item::{ItemError, ItemKey, NewOutboxEvent, OutboxItem, OutboxStatus};
 pub use publisher::{EventBridgePublisher, PublishOutcome, PublishStats, Publisher};
+pub use retry::RetryPolicy;
 pub use shard::{ShardCount, shard_for};
 pub use status::{DynamoStatusStore, FlipOutcome, StatusError, StatusStore};
 

@@ -4,7 +4,7 @@
 use outbox_shared::limits::{PUT_EVENTS_ABSOLUTE_MAX_BYTES, PUT_EVENTS_DEFAULT_MAX_BYTES};
 use outbox_shared::{ConfigError, OutboxConfig};
 
-use crate::retry::RetryPolicy;
+use outbox_shared::RetryPolicy;
 
 /// How the writer writes. Build it with [`WriterConfig::new`] and adjust fields as needed.
 #[derive(Debug, Clone, PartialEq, Eq)]

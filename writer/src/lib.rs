@@ -16,7 +16,6 @@
 pub mod config;
 pub mod error;
 pub mod order;
-pub mod retry;
 pub mod size;
 pub mod transaction;
 mod writer;
@@ -26,7 +25,7 @@ pub use error::{InputError, LimitError, WriteError};
 pub use order::{
     CreatedOrder, NewOrder, OrderCreated, OrderLine, OrderStatus, OrderStatusChanged, UpdatedOrder,
 };
+pub use outbox_shared::RetryPolicy;
 pub use outbox_shared::{ConfigError, NewOutboxEvent};
-pub use retry::RetryPolicy;
 pub use transaction::{CommittedTransaction, ConditionFailure, OutboxTransaction};
 pub use writer::OutboxWriter;

@@ -477,7 +477,6 @@ mod tests {
 
     use super::*;
     use crate::order::OrderLine;
-    use crate::retry::RetryPolicy;
     use aws_sdk_dynamodb::config::retry::RetryConfig;
     use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
     use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
@@ -492,6 +491,7 @@ mod tests {
         MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock,
     };
     use outbox_shared::OutboxConfig;
+    use outbox_shared::RetryPolicy;
     use std::time::Duration;
 
     fn client(rules: &[&Rule]) -> Client {

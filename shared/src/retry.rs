@@ -1,18 +1,22 @@
-//! Bounded retries with exponential backoff and full jitter.
+//! Bounded retries with exponential backoff and full jitter, for contention (optimistic
+//! concurrency, transaction conflicts) in the writer and the consumer helpers.
 //!
 //! The exponential schedule comes from `backon` (`base * 2^n`, capped at `max_delay`). backon's own
-//! jitter adds a random `[0, d)` on top of each delay, giving `[d, 2d)`: that still lets contending
-//! callers wake up close together. Full jitter (AWS Architecture Blog, "Exponential Backoff and
-//! Jitter") sleeps a uniform `[0, d]` instead, which spreads them out the most, so the jitter is
-//! computed here over backon's un-jittered delays.
+//! jitter adds a random `[0, d)` on top of each delay, giving `[d, 2d)`: contending callers still
+//! wake up close together. Full jitter (AWS Architecture Blog, "Exponential Backoff and Jitter")
+//! sleeps a uniform `[0, d]` instead, which spreads them out the most, so [`FullJitter`] draws each
+//! delay below backon's un-jittered one.
 
 use std::time::Duration;
 
-use backon::{BackoffBuilder, ExponentialBuilder};
-use outbox_shared::ConfigError;
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::config::ConfigError;
 
 /// Most retries a policy may allow; beyond this a caller is better served by an error.
-pub const MAX_RETRIES: u32 = 100;
+pub const MAX_RETRIES: u32 = 1_000;
 
 /// How often and how patiently to retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +74,7 @@ impl RetryPolicy {
     }
 
     /// The exponential schedule without jitter: `max_retries` delays.
-    pub fn exponential_delays(&self) -> impl Iterator<Item = Duration> + use<> {
+    pub fn exponential_delays(&self) -> ExponentialBackoff {
         ExponentialBuilder::new()
             .with_factor(2.0)
             .with_min_delay(self.base_delay)
@@ -80,9 +84,35 @@ impl RetryPolicy {
     }
 
     /// The delays to sleep between attempts: full jitter over [`Self::exponential_delays`].
-    pub fn delays(&self) -> impl Iterator<Item = Duration> + use<> {
-        self.exponential_delays()
-            .map(|cap| full_jitter(cap, rand::random::<f64>()))
+    pub fn delays(&self) -> FullJitter {
+        FullJitter {
+            inner: self.exponential_delays(),
+            rng: SmallRng::from_os_rng(),
+        }
+    }
+}
+
+/// Exponential backoff with full jitter; also a [`backon::Backoff`].
+#[derive(Debug)]
+pub struct FullJitter {
+    inner: ExponentialBackoff,
+    rng: SmallRng,
+}
+
+impl Iterator for FullJitter {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let cap = self.inner.next()?;
+        Some(full_jitter(cap, self.rng.random::<f64>()))
+    }
+}
+
+impl BackoffBuilder for RetryPolicy {
+    type Backoff = FullJitter;
+
+    fn build(self) -> FullJitter {
+        self.delays()
     }
 }
 
@@ -124,6 +154,17 @@ mod tests {
     }
 
     #[test]
+    fn jitter_reaches_below_half_the_cap() {
+        // Full jitter, not backon's "delay plus up to one more delay": some draws fall under half
+        // the cap (the chance that none of 200 does is 2^-200).
+        let low = (0..200)
+            .filter_map(|_| policy(1).delays().next())
+            .filter(|d| *d < Duration::from_millis(5))
+            .count();
+        assert!(low > 0);
+    }
+
+    #[test]
     fn full_jitter_spans_the_whole_range() {
         let cap = Duration::from_millis(100);
         assert_eq!(full_jitter(cap, 0.0), Duration::ZERO);
@@ -133,10 +174,11 @@ mod tests {
     }
 
     #[test]
-    fn rejects_inverted_bounds() {
+    fn rejects_inconsistent_bounds_naming_the_setting() {
         let mut p = policy(1);
         p.base_delay = Duration::from_secs(1);
-        assert!(p.validate("update retry").is_err());
+        let err = p.validate("update retry").unwrap_err().to_string();
+        assert!(err.starts_with("update retry base delay"), "{err}");
         assert!(policy(MAX_RETRIES + 1).validate("update retry").is_err());
     }
 }
