@@ -77,18 +77,6 @@ pub fn aws_poller(
     Ok(Poller::new(index, publisher, store, dead_letters, settings))
 }
 
-/// JSON logs on stderr (stdout carries the commands' results), level from `RUST_LOG`
-/// (default `info`).
-pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-}
-
 /// Runs one parsed command line to its exit code.
 ///
 /// # Errors

@@ -8,7 +8,7 @@ use relay_poller::{Cli, app};
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    app::init_tracing();
+    outbox_shared::telemetry::init_tracing(outbox_shared::telemetry::LogFormat::Json);
     match app::run(cli).await {
         Ok(code) => code,
         Err(err) => {

@@ -183,21 +183,22 @@ fn string_attr(raw: &RawItem, name: &str) -> Option<String> {
 
 /// Decodes an index item into an event, or says why it is poison. `None` when even the table
 /// key is missing (not an item of this table's shape; nothing can be done with it).
-fn decode(raw: RawItem, bus: &str, source: &str) -> Option<Result<Ready, (Poison, RawItem)>> {
+/// The poison case is boxed: it carries the whole raw item, and decoding mostly succeeds.
+fn decode(raw: RawItem, bus: &str, source: &str) -> Option<Result<Ready, Box<(Poison, RawItem)>>> {
     let key = ItemKey {
         pk: string_attr(&raw, attr::PK)?,
         sk: string_attr(&raw, attr::SK)?,
     };
     let poison = |reason: String, raw: RawItem| {
         let event_id = string_attr(&raw, attr::EVENT_ID);
-        Err((
+        Err(Box::new((
             Poison {
                 key: key.clone(),
                 event_id,
                 reason,
             },
             raw,
-        ))
+        )))
     };
     let item: OutboxItem = match serde_dynamo::from_item(raw.clone()) {
         Ok(item) => item,
@@ -330,7 +331,10 @@ where
                     self.totals.failing(item.key);
                 }
                 Some(Ok(item)) => ready.push(item),
-                Some(Err((poison, raw))) => self.dead_letter(poison, &raw, stats).await,
+                Some(Err(poisoned)) => {
+                    let (poison, raw) = *poisoned;
+                    self.dead_letter(poison, &raw, stats).await
+                }
                 None => {
                     tracing::error!(
                         shard,

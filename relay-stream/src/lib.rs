@@ -6,7 +6,6 @@
 //! - [`local`]: `relay-stream-local`, a DynamoDB Streams reader that drives the same handler.
 //! - [`records`]: conversion of `aws-sdk-dynamodbstreams` records to the Lambda event shape.
 //! - [`metrics`]: metric names (CloudWatch Embedded Metric Format in the Lambda).
-//! - [`telemetry`]: tracing set-up (JSON when `AWS_LAMBDA_LOG_FORMAT=JSON`).
 //! - [`testing`]: in-memory ports for tests and benchmarks.
 
 pub mod config;
@@ -15,7 +14,6 @@ pub mod lambda;
 pub mod local;
 pub mod metrics;
 pub mod records;
-pub mod telemetry;
 pub mod testing;
 
 pub use aws_lambda_events;

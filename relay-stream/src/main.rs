@@ -18,7 +18,9 @@ struct Env {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    relay_stream::telemetry::init();
+    outbox_shared::telemetry::init_tracing(
+        outbox_shared::telemetry::LogFormat::FromLambdaEnvironment,
+    );
     let env = Env::try_parse_from(["relay-stream"])
         .context("reading the configuration from the environment")?;
     let sdk_config = outbox_shared::load_aws_config().await;

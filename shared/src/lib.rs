@@ -11,6 +11,7 @@
 //! - [`publisher`]: the publisher port and its EventBridge adapter (size-aware batching, bounded
 //!   concurrency, per-entry retries).
 //! - [`status`]: the status-store port and its DynamoDB adapter (the conditional "mark published" flip).
+//! - [`telemetry`]: the tracing set-up every binary uses.
 //! - [`dead_letter`]: the dead-letter port and its SQS adapter for poison events.
 
 pub mod config;
@@ -24,6 +25,7 @@ pub mod retry;
 pub mod schema;
 pub mod shard;
 pub mod status;
+pub mod telemetry;
 pub mod time;
 
 pub use config::{ConfigError, OutboxConfig, PublisherConfig};

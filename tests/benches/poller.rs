@@ -10,6 +10,9 @@
 //! (`POLLER_BENCH_RUNS` sets the runs per configuration, default 3; medians are reported).
 //! Without `--bench` (as `cargo test --benches` runs it) it does one small smoke run of each.
 
+// The report is this benchmark's output.
+#![allow(clippy::print_stdout)]
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

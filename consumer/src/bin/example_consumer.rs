@@ -9,7 +9,9 @@ use outbox_consumer::{IdempotencyStore, OccTable};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    init_tracing();
+    outbox_shared::telemetry::init_tracing(
+        outbox_shared::telemetry::LogFormat::FromLambdaEnvironment,
+    );
     let args = ExampleArgs::parse();
     let (idempotency, occ) = args.configs().context("invalid configuration")?;
     let sdk_config = outbox_shared::load_aws_config().await;
@@ -27,19 +29,4 @@ async fn main() -> anyhow::Result<()> {
     ))
     .await
     .map_err(|e| anyhow::anyhow!(e))
-}
-
-/// JSON logs when Lambda asks for them (`AWS_LAMBDA_LOG_FORMAT=JSON`), text otherwise.
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .without_time()
-        .with_target(false);
-    if std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
 }

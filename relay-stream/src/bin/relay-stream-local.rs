@@ -10,7 +10,9 @@ use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    relay_stream::telemetry::init();
+    outbox_shared::telemetry::init_tracing(
+        outbox_shared::telemetry::LogFormat::FromLambdaEnvironment,
+    );
     let args = LocalArgs::parse();
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));

@@ -10,6 +10,9 @@
 //! It exits non-zero if any event is missing. Run it with `make demo`, which installs and starts
 //! the emulator first; every child process is stopped on exit, ctrl-c included.
 
+// The summary (table and JSON line) is this program's output.
+#![allow(clippy::print_stdout)]
+
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
@@ -546,7 +549,6 @@ fn percentile(sorted: &[u64], p: usize) -> u64 {
     sorted[rank - 1]
 }
 
-#[allow(clippy::print_stdout)] // The summary table is this binary's output.
 fn print_summary(s: &Summary) {
     let rows: [(&str, String); 11] = [
         ("written", s.written.to_string()),
