@@ -10,12 +10,12 @@ DEMO_ARGS ?=
 ## The main job end to end on a private local emulator (installs the pinned tools on first run):
 ## orders through the stream relay, a simulated stream outage, a backfill by the poller, a summary.
 demo:
-	$(CARGO) build --locked -p relay-stream -p relay-poller -p outbox-tests --bins
+	$(CARGO) build --locked --workspace --bins --tests
 	$(EMULATOR) run -- $(TARGET_DIR)/debug/outbox-demo $(DEMO_ARGS)
 
 ## The whole test suite (unit, integration and end-to-end) against a private local emulator.
 test:
-	$(EMULATOR) run -- $(CARGO) test --workspace --all-targets --locked
+	$(EMULATOR) run -- $(CARGO) test --workspace --locked
 
 ## Formatting and lints, as CI runs them.
 check: fmt clippy lint-infra

@@ -73,12 +73,17 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The path of a workspace binary (`relay-stream-local`, `relay-poller`, …), built on first use
-/// into the same target directory and profile as the running test.
+/// The path of a workspace binary (`relay-stream-local`, `relay-poller`, …), built into the same
+/// target directory and profile as the running test.
+///
+/// It builds the whole workspace with its tests rather than one `--package`: that is the feature
+/// resolution of `cargo test --workspace`, so under `make test` the build is a no-op, where a
+/// one-package build would recompile the SDK crates with other features (and the next test build
+/// would recompile them back).
 ///
 /// # Panics
 /// When cargo cannot build it.
-pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
+pub fn workspace_binary(bin: &str) -> PathBuf {
     static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
     // Test executables live in <target>/<profile>/deps; binaries in <target>/<profile>.
     let exe = std::env::current_exe().expect("current exe");
@@ -99,10 +104,9 @@ pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
         .args([
             "build",
             "--quiet",
-            "--package",
-            package,
-            "--bin",
-            bin,
+            "--workspace",
+            "--bins",
+            "--tests",
             "--target-dir",
         ])
         .arg(target_dir);
@@ -112,7 +116,7 @@ pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
     let status = command.status().expect("run cargo build");
     assert!(
         status.success(),
-        "cargo build --package {package} --bin {bin} failed"
+        "cargo build of the workspace (for {bin}) failed"
     );
     assert!(
         path.exists(),
@@ -494,66 +498,5 @@ impl TestEnv {
                 return count;
             }
         }
-    }
-}
-
-/// DynamoDB applies each conditional write atomically; moto checks a condition and then writes
-/// without a lock across its server threads, so two concurrent writes to one item can both pass.
-/// This connector sends one single-item write at a time to the emulator, which restores
-/// DynamoDB's per-item atomicity while reads (and so read-modify-write races) stay concurrent.
-#[derive(Debug)]
-struct OneWriteAtATime {
-    inner: aws_smithy_runtime_api::client::http::SharedHttpConnector,
-    lock: std::sync::Arc<tokio::sync::Mutex<()>>,
-}
-
-/// The DynamoDB operations whose conditions moto does not apply atomically.
-const SINGLE_ITEM_WRITES: &[&str] = &[".PutItem", ".UpdateItem", ".DeleteItem"];
-
-impl aws_smithy_runtime_api::client::http::HttpConnector for OneWriteAtATime {
-    fn call(
-        &self,
-        request: aws_smithy_runtime_api::client::orchestrator::HttpRequest,
-    ) -> aws_smithy_runtime_api::client::http::HttpConnectorFuture {
-        use aws_smithy_runtime_api::client::http::HttpConnectorFuture;
-        let inner = self.inner.clone();
-        let is_write = request
-            .headers()
-            .get("x-amz-target")
-            .is_some_and(|target| SINGLE_ITEM_WRITES.iter().any(|op| target.ends_with(op)));
-        if !is_write {
-            return inner.call(request);
-        }
-        let lock = std::sync::Arc::clone(&self.lock);
-        HttpConnectorFuture::new(async move {
-            let _one_at_a_time = lock.lock().await;
-            inner.call(request).await
-        })
-    }
-}
-
-impl TestEnv {
-    /// A DynamoDB client whose single-item conditional writes are atomic on the emulator, as they
-    /// are on DynamoDB (see [`OneWriteAtATime`]): for tests of concurrent conditional writes.
-    pub fn dynamodb_with_atomic_writes(&self) -> aws_sdk_dynamodb::Client {
-        use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
-        use aws_smithy_runtime_api::client::http::{
-            HttpClient, SharedHttpConnector, http_client_fn,
-        };
-        let base = aws_smithy_http_client::Builder::new()
-            .tls_provider(Provider::Rustls(CryptoMode::AwsLc))
-            .build_https();
-        let lock = std::sync::Arc::new(tokio::sync::Mutex::new(()));
-        let http_client = http_client_fn(move |settings, components| {
-            SharedHttpConnector::new(OneWriteAtATime {
-                inner: base.http_connector(settings, components),
-                lock: std::sync::Arc::clone(&lock),
-            })
-        });
-        aws_sdk_dynamodb::Client::from_conf(
-            aws_sdk_dynamodb::config::Builder::from(&self.sdk_config)
-                .http_client(http_client)
-                .build(),
-        )
     }
 }

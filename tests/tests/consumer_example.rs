@@ -138,12 +138,12 @@ async fn consumer(
             .unwrap();
     }
     let store = IdempotencyStore::new(
-        env.dynamodb_with_atomic_writes(),
+        env.dynamodb.clone(),
         IdempotencyConfig::new(idempotency_table),
     )
     .unwrap();
     let occ = OccTable::new(
-        env.dynamodb_with_atomic_writes(),
+        env.dynamodb.clone(),
         OccConfig::new(stock_table, stock::attr::VERSION),
     )
     .unwrap();

@@ -1,9 +1,6 @@
 //! The consumer helpers against the local emulator: the idempotency store (concurrent duplicates,
 //! crashed holders, stored responses, payload mismatches, failure policies, the cache) and the
 //! OCC helper (concurrent decrements, conflicts with no retries).
-//!
-//! The helpers get a client whose single-item writes are atomic on the emulator, as on DynamoDB
-//! (`TestEnv::dynamodb_with_atomic_writes`): moto does not apply conditions atomically.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -37,8 +34,7 @@ fn store(
     config: IdempotencyConfig,
     clock: &ManualClock,
 ) -> IdempotencyStore<ManualClock> {
-    IdempotencyStore::with_clock(env.dynamodb_with_atomic_writes(), config, clock.clone())
-        .expect("valid config")
+    IdempotencyStore::with_clock(env.dynamodb.clone(), config, clock.clone()).expect("valid config")
 }
 
 async fn record(
@@ -84,11 +80,8 @@ async fn the_same_event_delivered_ten_times_concurrently_has_its_effect_once() {
     // Given an idempotency store and a business effect that takes a while
     let env = TestEnv::new().await;
     let table = idempotency_table(&env).await;
-    let store = IdempotencyStore::new(
-        env.dynamodb_with_atomic_writes(),
-        IdempotencyConfig::new(&table),
-    )
-    .unwrap();
+    let store =
+        IdempotencyStore::new(env.dynamodb.clone(), IdempotencyConfig::new(&table)).unwrap();
     let runs = Arc::new(AtomicUsize::new(0));
     let payload = json!({"orderId": "o-1", "items": [{"sku": "A", "quantity": 1}]});
 
@@ -305,11 +298,8 @@ async fn a_business_failure_releases_the_key_so_a_retry_runs() {
     // Given the default policy (release on failure) and logic that fails once
     let env = TestEnv::new().await;
     let table = idempotency_table(&env).await;
-    let store = IdempotencyStore::new(
-        env.dynamodb_with_atomic_writes(),
-        IdempotencyConfig::new(&table),
-    )
-    .unwrap();
+    let store =
+        IdempotencyStore::new(env.dynamodb.clone(), IdempotencyConfig::new(&table)).unwrap();
     let payload = json!({"orderId": "o-4"});
 
     // When the first delivery fails
@@ -392,7 +382,7 @@ async fn the_cache_answers_completed_keys_without_the_table() {
         cache_capacity: 16,
         ..IdempotencyConfig::new(&table)
     };
-    let store = IdempotencyStore::new(env.dynamodb_with_atomic_writes(), config).unwrap();
+    let store = IdempotencyStore::new(env.dynamodb.clone(), config).unwrap();
     let runs = Arc::new(AtomicUsize::new(0));
     let payload = json!({"orderId": "o-6"});
     store
@@ -445,9 +435,8 @@ async fn stock_table(env: &TestEnv, available: u64) -> (String, Arc<DynamoInvent
         .await
         .expect("seed stock");
     let config = OccConfig::new(&name, stock::attr::VERSION);
-    let inventory = DynamoInventory::new(
-        OccTable::new(env.dynamodb_with_atomic_writes(), config.clone()).unwrap(),
-    );
+    let inventory =
+        DynamoInventory::new(OccTable::new(env.dynamodb.clone(), config.clone()).unwrap());
     (name, Arc::new(inventory), config)
 }
 
@@ -457,7 +446,7 @@ async fn sixteen_concurrent_decrements_of_a_stock_of_100_end_at_84() {
     let env = TestEnv::new().await;
     let (_, inventory, config) = stock_table(&env, 100).await;
     let occ = OccTable::new(
-        env.dynamodb_with_atomic_writes(),
+        env.dynamodb.clone(),
         OccConfig {
             retry: RetryPolicy {
                 max_retries: 100,
@@ -504,7 +493,7 @@ async fn with_no_retries_contention_gives_the_typed_conflict() {
     let env = TestEnv::new().await;
     let (_, inventory, config) = stock_table(&env, 100).await;
     let occ = OccTable::new(
-        env.dynamodb_with_atomic_writes(),
+        env.dynamodb.clone(),
         OccConfig {
             retry: RetryPolicy {
                 max_retries: 0,

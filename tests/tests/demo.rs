@@ -15,8 +15,8 @@ use outbox_tests::{TestEnv, unique_name, workspace_binary, workspace_root};
 
 /// The demo binary with the relays built beside it.
 fn demo_binary() -> PathBuf {
-    workspace_binary("relay-stream", "relay-stream-local");
-    workspace_binary("relay-poller", "relay-poller");
+    workspace_binary("relay-stream-local");
+    workspace_binary("relay-poller");
     PathBuf::from(env!("CARGO_BIN_EXE_outbox-demo"))
 }
 

@@ -86,7 +86,7 @@ async fn put_minimal_event(env: &TestEnv, event_id: &str, created_at: &str, payl
 
 /// `relay-poller drain` pointed at `env`, stdout piped for the summary.
 fn spawn_drain(env: &TestEnv, extra: &[&str]) -> Child {
-    Command::new(workspace_binary("relay-poller", "relay-poller"))
+    Command::new(workspace_binary("relay-poller"))
         .arg("drain")
         .args(extra)
         .envs(env.relay_env())

@@ -14,15 +14,14 @@ use serde_json::Value;
 
 /// Runs `relay-stream-local` against `env` until the stream is idle and returns its summary.
 async fn run_relay(env: &TestEnv, args: &[&str]) -> Value {
-    let output =
-        tokio::process::Command::new(workspace_binary("relay-stream", "relay-stream-local"))
-            .envs(env.relay_env())
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .output()
-            .await
-            .expect("relay-stream-local runs");
+    let output = tokio::process::Command::new(workspace_binary("relay-stream-local"))
+        .envs(env.relay_env())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .output()
+        .await
+        .expect("relay-stream-local runs");
     assert!(output.status.success(), "exit status {}", output.status);
     summary_of(&output.stdout)
 }
@@ -186,14 +185,13 @@ async fn relays_items_written_by_another_client_with_only_the_required_attribute
 async fn sigterm_prints_the_summary_and_exits_zero() {
     // Given relay-stream-local following the stream from `latest`, with no idle exit
     let env = TestEnv::new().await;
-    let child =
-        tokio::process::Command::new(workspace_binary("relay-stream", "relay-stream-local"))
-            .envs(env.relay_env())
-            .args(["--from", "latest"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("relay-stream-local starts");
+    let child = tokio::process::Command::new(workspace_binary("relay-stream-local"))
+        .envs(env.relay_env())
+        .args(["--from", "latest"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("relay-stream-local starts");
     // Give it time to take its LATEST iterator before writing (LATEST excludes earlier records).
     tokio::time::sleep(Duration::from_secs(2)).await;
 

@@ -22,15 +22,8 @@ fn writer(env: &TestEnv) -> OutboxWriter {
 fn writer_with(env: &TestEnv, adjust: impl FnOnce(&mut WriterConfig)) -> OutboxWriter {
     let mut config = WriterConfig::new(env.outbox_config(), TEST_SOURCE);
     adjust(&mut config);
-    let client = aws_sdk_dynamodb::Client::from_conf(
-        aws_sdk_dynamodb::config::Builder::from(&env.sdk_config)
-            .http_client(writer_serializable::http_client())
-            .build(),
-    );
-    OutboxWriter::new(client, config).expect("valid writer config")
+    OutboxWriter::new(env.dynamodb.clone(), config).expect("valid writer config")
 }
-
-mod writer_serializable;
 
 fn lines() -> Vec<OrderLine> {
     vec![

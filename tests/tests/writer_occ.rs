@@ -18,15 +18,8 @@ const CALLERS: u64 = 8;
 fn writer(env: &TestEnv, update_retry: RetryPolicy) -> OutboxWriter {
     let mut config = WriterConfig::new(env.outbox_config(), TEST_SOURCE);
     config.update_retry = update_retry;
-    let client = aws_sdk_dynamodb::Client::from_conf(
-        aws_sdk_dynamodb::config::Builder::from(&env.sdk_config)
-            .http_client(writer_serializable::http_client())
-            .build(),
-    );
-    OutboxWriter::new(client, config).expect("valid writer config")
+    OutboxWriter::new(env.dynamodb.clone(), config).expect("valid writer config")
 }
-
-mod writer_serializable;
 
 /// Enough retries for 8 contending callers: each round at least one of them wins.
 fn patient() -> RetryPolicy {

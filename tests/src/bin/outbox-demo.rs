@@ -265,7 +265,7 @@ fn relay_binary(dir: &Path, name: &str) -> Result<PathBuf> {
     let path = dir.join(name);
     if !path.is_file() {
         bail!(
-            "{} not found: build the relays first (`make demo` does: cargo build -p relay-stream -p relay-poller), or pass --bin-dir",
+            "{} not found: build the relays first (`make demo` does: cargo build --workspace --bins --tests), or pass --bin-dir",
             path.display()
         );
     }
