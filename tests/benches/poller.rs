@@ -7,7 +7,8 @@
 //! 2. Latency model (10 ms per call, unlimited parallelism): events per second of one poller.
 //!
 //! Rerun: `scripts/emulator.sh run -- cargo bench -p outbox-tests --bench poller`
-//! (`POLLER_BENCH_RUNS` sets the runs per configuration, default 3; medians are reported).
+//! (`POLLER_BENCH_RUNS` sets the runs per configuration, default 3; medians are reported;
+//! `POLLER_BENCH_PARTS=model` or `=emulator` runs one part).
 //! Without `--bench` (as `cargo test --benches` runs it) it does one small smoke run of each.
 
 // The report is this benchmark's output.
@@ -340,13 +341,30 @@ async fn main() {
         (SMOKE_EVENTS, 1)
     };
     println!("relay-poller benchmark: {events} events over 16 shards, {runs} run(s) each");
+    // POLLER_BENCH_PARTS=model or =emulator runs one part (default: both).
+    let parts = std::env::var("POLLER_BENCH_PARTS").unwrap_or_default();
+    let (model, emulator) = match parts.as_str() {
+        "model" => (true, false),
+        "emulator" => (false, true),
+        _ => (true, true),
+    };
+    if model {
+        run_on_latency_model(events, runs).await;
+    }
+    if emulator {
+        run_on_emulator(events, runs).await;
+    }
+}
 
+async fn run_on_latency_model(events: usize, runs: usize) {
     let mut model_runs = Vec::new();
     for _ in 0..runs {
         model_runs.push(poller_on_latency_model(events).await);
     }
     report("latency model (10 ms/call): poller", &model_runs);
+}
 
+async fn run_on_emulator(events: usize, runs: usize) {
     let (mut baseline, mut poller) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         baseline.push(baseline_on_emulator(events).await);
