@@ -17,19 +17,10 @@ PYTHON=${PYTHON:-python3}
 
 die() { echo "emulator.sh: $*" >&2; exit 1; }
 
-install() {
-  local stamp="$VENV/.requirements.sha256" want
-  want=$(sha256sum "$REQUIREMENTS" | cut -d' ' -f1)
-  if [[ -x "$VENV/bin/moto_server" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-    return 0
-  fi
-  command -v "$PYTHON" >/dev/null || die "needs Python 3 ($PYTHON not found)"
-  echo "emulator.sh: installing pinned tools into $VENV (first run only, about a minute)" >&2
-  "$PYTHON" -m venv "$VENV" || die "could not create $VENV: install Python's venv module (Debian: apt-get install python3-venv)"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQUIREMENTS" \
-    || die "pip could not install $REQUIREMENTS"
-  echo "$want" > "$stamp"
-}
+# shellcheck source=scripts/pinned-venv.sh
+source "$ROOT/scripts/pinned-venv.sh"
+
+install() { install_pinned_venv emulator.sh "$VENV" "$REQUIREMENTS" moto_server; }
 
 free_port() {
   "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

@@ -5,7 +5,7 @@
 # The IAM wildcard rule is a unit test of outbox-infra (`cargo test -p outbox-infra`).
 #
 # The linters live in their own virtualenv (.venv-lint) from tools/requirements-lint.txt, installed
-# once per machine (a stamp of the requirements' hash, as scripts/emulator.sh does).
+# once per machine (scripts/pinned-venv.sh).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -13,21 +13,11 @@ VENV="$ROOT/.venv-lint"
 REQUIREMENTS="$ROOT/tools/requirements-lint.txt"
 PYTHON=${PYTHON:-python3}
 
-die() { echo "lint-infra.sh: $*" >&2; exit 1; }
 
-install() {
-  local stamp="$VENV/.requirements.sha256" want
-  want=$(sha256sum "$REQUIREMENTS" | cut -d' ' -f1)
-  if [[ -x "$VENV/bin/checkov" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-    return 0
-  fi
-  command -v "$PYTHON" >/dev/null || die "needs Python 3 ($PYTHON not found)"
-  echo "lint-infra.sh: installing pinned linters into $VENV (first run only, a minute or two)" >&2
-  "$PYTHON" -m venv "$VENV" || die "could not create $VENV: install Python's venv module"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQUIREMENTS" \
-    || die "pip could not install $REQUIREMENTS"
-  echo "$want" > "$stamp"
-}
+# shellcheck source=scripts/pinned-venv.sh
+source "$ROOT/scripts/pinned-venv.sh"
+
+install() { install_pinned_venv lint-infra.sh "$VENV" "$REQUIREMENTS" checkov; }
 
 install
 cd "$ROOT"
