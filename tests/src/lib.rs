@@ -443,6 +443,47 @@ impl TestEnv {
             .collect()
     }
 
+    /// Every record on the table's stream so far, all shards, oldest first.
+    pub async fn stream_records(&self) -> Vec<aws_sdk_dynamodbstreams::types::Record> {
+        let description = self
+            .streams
+            .describe_stream()
+            .stream_arn(&self.stream_arn)
+            .send()
+            .await
+            .expect("describe stream")
+            .stream_description
+            .expect("stream description");
+        let mut records = Vec::new();
+        for shard in description.shards() {
+            let mut iterator = self
+                .streams
+                .get_shard_iterator()
+                .stream_arn(&self.stream_arn)
+                .shard_id(shard.shard_id().expect("shard id"))
+                .shard_iterator_type(aws_sdk_dynamodbstreams::types::ShardIteratorType::TrimHorizon)
+                .send()
+                .await
+                .expect("get shard iterator")
+                .shard_iterator;
+            while let Some(current) = iterator {
+                let page = self
+                    .streams
+                    .get_records()
+                    .shard_iterator(current)
+                    .send()
+                    .await
+                    .expect("get records");
+                if page.records().is_empty() {
+                    break;
+                }
+                records.extend(page.records().iter().cloned());
+                iterator = page.next_shard_iterator;
+            }
+        }
+        records
+    }
+
     /// Every item in the table (a full scan).
     pub async fn scan_items(&self) -> Vec<HashMap<String, AttributeValue>> {
         let mut items = Vec::new();

@@ -40,7 +40,6 @@ mod emulator_transactions {
     //! The emulator must isolate transactions as DynamoDB does (see tools/moto_server.py).
 
     use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
-    use aws_sdk_dynamodbstreams::types::ShardIteratorType;
     use outbox_tests::TestEnv;
 
     fn s(v: &str) -> AttributeValue {
@@ -59,45 +58,7 @@ mod emulator_transactions {
     }
 
     async fn stream_record_count(env: &TestEnv) -> usize {
-        let stream = env
-            .streams
-            .describe_stream()
-            .stream_arn(&env.stream_arn)
-            .send()
-            .await
-            .unwrap();
-        let mut count = 0;
-        for shard in stream.stream_description().unwrap().shards() {
-            let mut iterator = env
-                .streams
-                .get_shard_iterator()
-                .stream_arn(&env.stream_arn)
-                .shard_id(shard.shard_id().unwrap())
-                .shard_iterator_type(ShardIteratorType::TrimHorizon)
-                .send()
-                .await
-                .unwrap()
-                .shard_iterator
-                .unwrap();
-            loop {
-                let page = env
-                    .streams
-                    .get_records()
-                    .shard_iterator(&iterator)
-                    .send()
-                    .await
-                    .unwrap();
-                if page.records().is_empty() {
-                    break;
-                }
-                count += page.records().len();
-                match page.next_shard_iterator {
-                    Some(next) => iterator = next,
-                    None => break,
-                }
-            }
-        }
-        count
+        env.stream_records().await.len()
     }
 
     async fn get(

@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use aws_sdk_eventbridge::types::{PutEventsRequestEntry, Target};
 use outbox_infra::Template;
 use outbox_shared::schema::{self, attr, entity};
@@ -139,68 +138,35 @@ fn s(value: &str) -> AttributeValue {
 /// Every record on the table's stream, as Lambda delivers it to the function (the JSON that
 /// event-source-mapping filters are evaluated against).
 async fn stream_records_as_lambda_sees_them(env: &TestEnv) -> Vec<Value> {
-    let description = env
-        .streams
-        .describe_stream()
-        .stream_arn(&env.stream_arn)
-        .send()
+    let image = |image: Option<&HashMap<_, _>>| {
+        image.map(|i| serde_json::to_value(serde_dynamo::Item::from(i.clone())).unwrap())
+    };
+    env.stream_records()
         .await
-        .unwrap()
-        .stream_description
-        .unwrap();
-    let mut records = Vec::new();
-    for shard in description.shards() {
-        let mut iterator = env
-            .streams
-            .get_shard_iterator()
-            .stream_arn(&env.stream_arn)
-            .shard_id(shard.shard_id().unwrap())
-            .shard_iterator_type(ShardIteratorType::TrimHorizon)
-            .send()
-            .await
-            .unwrap()
-            .shard_iterator;
-        while let Some(current) = iterator {
-            let page = env
-                .streams
-                .get_records()
-                .shard_iterator(current)
-                .send()
-                .await
-                .unwrap();
-            if page.records().is_empty() {
-                break;
+        .iter()
+        .map(|record| {
+            let change = record.dynamodb().unwrap();
+            let mut dynamodb = json!({
+                "Keys": image(change.keys()),
+                "SequenceNumber": change.sequence_number(),
+                "StreamViewType": change.stream_view_type().map(|v| v.as_str()),
+            });
+            if let Some(new_image) = image(change.new_image()) {
+                dynamodb["NewImage"] = new_image;
             }
-            for record in page.records() {
-                let change = record.dynamodb().unwrap();
-                let image = |image: Option<&HashMap<_, _>>| {
-                    image
-                        .map(|i| serde_json::to_value(serde_dynamo::Item::from(i.clone())).unwrap())
-                };
-                let mut dynamodb = json!({
-                    "Keys": image(change.keys()),
-                    "SequenceNumber": change.sequence_number(),
-                    "StreamViewType": change.stream_view_type().map(|v| v.as_str()),
-                });
-                if let Some(new_image) = image(change.new_image()) {
-                    dynamodb["NewImage"] = new_image;
-                }
-                if let Some(old_image) = image(change.old_image()) {
-                    dynamodb["OldImage"] = old_image;
-                }
-                records.push(json!({
-                    "eventID": record.event_id(),
-                    "eventName": record.event_name().map(|n| n.as_str()),
-                    "eventSource": "aws:dynamodb",
-                    "eventSourceARN": env.stream_arn,
-                    "awsRegion": record.aws_region(),
-                    "dynamodb": dynamodb,
-                }));
+            if let Some(old_image) = image(change.old_image()) {
+                dynamodb["OldImage"] = old_image;
             }
-            iterator = page.next_shard_iterator;
-        }
-    }
-    records
+            json!({
+                "eventID": record.event_id(),
+                "eventName": record.event_name().map(|n| n.as_str()),
+                "eventSource": "aws:dynamodb",
+                "eventSourceARN": env.stream_arn,
+                "awsRegion": record.aws_region(),
+                "dynamodb": dynamodb,
+            })
+        })
+        .collect()
 }
 
 /// The records the template's filter pattern matches, evaluated by the emulator's EventBridge
