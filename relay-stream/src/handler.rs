@@ -431,7 +431,9 @@ fn classify(record: &EventRecord, options: &HandlerOptions) -> Classified {
     if string_attr(image, attr::ENTITY_TYPE) != Some(entity::OUTBOX_EVENT) {
         return Classified::Ignore(IgnoreReason::NotOutboxEvent);
     }
-    let item: OutboxItem = match serde_dynamo::from_item(image.clone()) {
+    // Decoded through a reference: the record stays whole for the dead-letter queue and the
+    // response, and nothing is cloned but the item's own fields.
+    let item: OutboxItem = match outbox_shared::image::from_image(image) {
         Ok(item) => item,
         Err(err) => {
             return Classified::Poison {

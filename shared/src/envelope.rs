@@ -15,27 +15,31 @@ use crate::limits::PUT_EVENTS_TIME_BYTES;
 use crate::time::parse_timestamp;
 
 /// `metadata` of the envelope: who the event is about and when it happened.
+///
+/// Generic over the string type so the relays serialize it from borrowed `&str`s; consumers use
+/// the default, `String`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EventMetadata {
+#[serde(rename_all = "camelCase", bound(deserialize = "S: Deserialize<'de>"))]
+pub struct EventMetadata<S = String> {
     /// Stable across re-publishes: the de-duplication key.
-    pub event_id: String,
-    pub event_type: String,
+    pub event_id: S,
+    pub event_type: S,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub aggregate_type: Option<String>,
+    pub aggregate_type: Option<S>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub aggregate_id: Option<String>,
+    pub aggregate_id: Option<S>,
     /// The aggregate's version when the event was written: consumers order by it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sequence: Option<u64>,
     /// The outbox item's `CreatedAt`.
-    pub occurred_at: String,
+    pub occurred_at: S,
 }
 
 /// The `Detail` of every relayed event. Consumers deserialize `Envelope<TheirData>`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Envelope<D> {
-    pub metadata: EventMetadata,
+#[serde(bound(deserialize = "D: Deserialize<'de>, S: Deserialize<'de>"))]
+pub struct Envelope<D, S = String> {
+    pub metadata: EventMetadata<S>,
     pub data: D,
 }
 
@@ -101,12 +105,12 @@ impl OutboundEvent {
             })?;
         let envelope = Envelope {
             metadata: EventMetadata {
-                event_id: event_id.clone(),
-                event_type: item.event_type.clone(),
-                aggregate_type: item.aggregate_type.clone(),
-                aggregate_id: item.aggregate_id.clone(),
+                event_id: event_id.as_str(),
+                event_type: item.event_type.as_str(),
+                aggregate_type: item.aggregate_type.as_deref(),
+                aggregate_id: item.aggregate_id.as_deref(),
                 sequence: item.sequence,
-                occurred_at: item.created_at.clone(),
+                occurred_at: item.created_at.as_str(),
             },
             data,
         };

@@ -3,6 +3,7 @@
 //! - [`schema`]: attribute names, entity types and key formats of the single-table design.
 //! - [`shard`]: the stable shard function that spreads pending events over the `GSI1` shards.
 //! - [`item`]: [`OutboxItem`], the one serde struct for an outbox event item, both directions.
+//! - [`image`]: decoding a borrowed item image (a stream record's `NewImage`) without cloning it.
 //! - [`envelope`]: the EventBridge envelope (`Detail = {"metadata": …, "data": <Payload>}`).
 //! - [`config`]: typed configuration shared by the writer and the relays.
 //! - [`limits`]: the AWS limits the design works within, named.
@@ -18,6 +19,7 @@ pub mod config;
 pub mod dead_letter;
 pub mod envelope;
 pub mod error;
+pub mod image;
 pub mod item;
 pub mod limits;
 pub mod publisher;
