@@ -446,11 +446,16 @@ fn classify(record: &EventRecord, options: &HandlerOptions) -> Classified {
     if item.status != OutboxStatus::Pending {
         return Classified::Ignore(IgnoreReason::NotPending(item.status));
     }
-    match OutboundEvent::from_item(&item, &options.event_bus_name, &options.source) {
-        Ok(event) => Classified::Ready(item.key(), event),
+    let event = OutboundEvent::from_item(&item, &options.event_bus_name, &options.source);
+    let key = ItemKey {
+        pk: item.pk,
+        sk: item.sk,
+    };
+    match event {
+        Ok(event) => Classified::Ready(key, event),
         Err(err) => Classified::Poison {
-            event_id: Some(item.event_id.clone()),
-            key: Some(item.key()),
+            event_id: Some(item.event_id),
+            key: Some(key),
             reason: err.to_string(),
         },
     }

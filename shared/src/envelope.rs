@@ -57,6 +57,9 @@ pub enum EnvelopeError {
     BadTimestamp { event_id: String, value: String },
 }
 
+/// The envelope's bytes besides its field values: keys, quotes, braces and a sequence number.
+const ENVELOPE_OVERHEAD_BYTES: usize = 160;
+
 /// One event ready for `PutEvents`, with everything the publisher needs to batch it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboundEvent {
@@ -114,7 +117,17 @@ impl OutboundEvent {
             },
             data,
         };
-        let detail = serde_json::to_string(&envelope).expect("envelope of valid JSON serializes");
+        // Sized for the common case (nothing to escape) so the buffer is allocated once.
+        let metadata_len = [&item.event_id, &item.event_type, &item.created_at]
+            .into_iter()
+            .chain(item.aggregate_type.as_ref())
+            .chain(item.aggregate_id.as_ref())
+            .map(String::len)
+            .sum::<usize>();
+        let mut detail =
+            Vec::with_capacity(ENVELOPE_OVERHEAD_BYTES + metadata_len + item.payload.len());
+        serde_json::to_writer(&mut detail, &envelope).expect("envelope of valid JSON serializes");
+        let detail = String::from_utf8(detail).expect("serde_json writes UTF-8");
         Ok(Self {
             event_id: event_id.clone(),
             ordering_key: item.aggregate_id.clone().unwrap_or_else(|| item.pk.clone()),
@@ -199,6 +212,24 @@ mod tests {
         let entry = event.to_entry();
         assert_eq!(entry.trace_header(), Some("Root=1-abc"));
         assert_eq!(entry.event_bus_name(), Some("bus"));
+    }
+
+    #[test]
+    fn detail_fits_the_buffer_it_is_written_into() {
+        let full = item(r#"{"amount": 12}"#);
+        let event = OutboundEvent::from_item(&full, "bus", "orders").unwrap();
+        let values = full.event_id.len()
+            + full.event_type.len()
+            + full.created_at.len()
+            + full.aggregate_type.as_ref().map_or(0, String::len)
+            + full.aggregate_id.as_ref().map_or(0, String::len)
+            + full.payload.len();
+        // The overhead covers the longest metadata (every field and a 20-digit sequence).
+        let mut longest = full.clone();
+        longest.sequence = Some(u64::MAX);
+        let longest_event = OutboundEvent::from_item(&longest, "bus", "orders").unwrap();
+        assert!(longest_event.detail.len() - values <= ENVELOPE_OVERHEAD_BYTES);
+        assert!(event.detail.len() > values);
     }
 
     #[test]

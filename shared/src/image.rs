@@ -78,7 +78,10 @@ impl<'de> MapAccess<'de> for Attributes<'de> {
             .map(Some)
     }
 
-    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, ImageError> {
+    fn next_value_seed<V: DeserializeSeed<'de>>(
+        &mut self,
+        seed: V,
+    ) -> Result<V::Value, ImageError> {
         let (name, value) = self
             .current
             .take()
@@ -154,7 +157,9 @@ impl<'de> Deserializer<'de> for Attr<'de> {
             AttributeValue::Ss(ss) => visitor.visit_seq(Elements::new(
                 ss.iter().map(|s| BorrowedStrDeserializer::new(s.as_str())),
             )),
-            AttributeValue::Ns(ns) => visitor.visit_seq(Elements::new(ns.iter().map(|n| Number(n)))),
+            AttributeValue::Ns(ns) => {
+                visitor.visit_seq(Elements::new(ns.iter().map(|n| Number(n))))
+            }
             AttributeValue::Bs(bs) => visitor.visit_seq(Elements::new(
                 bs.iter()
                     .map(|b| de::value::BorrowedBytesDeserializer::new(b.as_slice())),
@@ -362,7 +367,10 @@ where
         &mut self,
         seed: T,
     ) -> Result<Option<T::Value>, ImageError> {
-        self.items.next().map(|item| seed.deserialize(item)).transpose()
+        self.items
+            .next()
+            .map(|item| seed.deserialize(item))
+            .transpose()
     }
 
     fn size_hint(&self) -> Option<usize> {
@@ -428,18 +436,33 @@ mod tests {
     fn errors_name_the_attribute() {
         let mut bad_status = outbox_image();
         bad_status.insert("Status".into(), s("SHIPPED"));
-        let err = from_image::<OutboxItem>(&bad_status).unwrap_err().to_string();
-        assert!(err.starts_with("attribute Status: unknown variant `SHIPPED`"), "{err}");
+        let err = from_image::<OutboxItem>(&bad_status)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("attribute Status: unknown variant `SHIPPED`"),
+            "{err}"
+        );
 
         let mut wrong_type = outbox_image();
         wrong_type.insert("EventId".into(), n("12"));
-        let err = from_image::<OutboxItem>(&wrong_type).unwrap_err().to_string();
-        assert_eq!(err, "attribute EventId: invalid type: number (N), expected a string");
+        let err = from_image::<OutboxItem>(&wrong_type)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "attribute EventId: invalid type: number (N), expected a string"
+        );
 
         let mut bad_number = outbox_image();
         bad_number.insert("Sequence".into(), n("-1"));
-        let err = from_image::<OutboxItem>(&bad_number).unwrap_err().to_string();
-        assert!(err.starts_with("attribute Sequence: invalid value: string \"-1\""), "{err}");
+        let err = from_image::<OutboxItem>(&bad_number)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("attribute Sequence: invalid value: string \"-1\""),
+            "{err}"
+        );
 
         let mut missing = outbox_image();
         missing.remove("Payload");
@@ -482,7 +505,7 @@ mod tests {
     /// Bytes through `deserialize_bytes`/`visit_bytes`, without another dependency.
     mod serde_bytes_like {
         #[derive(Debug, PartialEq)]
-        pub struct Bytes(pub Vec<u8>);
+        pub(super) struct Bytes(pub(super) Vec<u8>);
 
         impl<'de> serde::Deserialize<'de> for Bytes {
             fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -515,7 +538,10 @@ mod tests {
             ("null", AttributeValue::Null(true)),
             ("bytes", AttributeValue::B(vec![0, 1, 255])),
             ("tags", AttributeValue::Ss(vec!["a".into(), "b".into()])),
-            ("counts", AttributeValue::Ns(vec!["1".into(), "65535".into()])),
+            (
+                "counts",
+                AttributeValue::Ns(vec!["1".into(), "65535".into()]),
+            ),
             ("blobs", AttributeValue::Bs(vec![vec![1], vec![]])),
             (
                 "list",
@@ -529,7 +555,10 @@ mod tests {
             (
                 "any",
                 AttributeValue::M(image(&[
-                    ("l", AttributeValue::L(vec![n("1"), n("-2"), n("1.5"), s("t")])),
+                    (
+                        "l",
+                        AttributeValue::L(vec![n("1"), n("-2"), n("1.5"), s("t")]),
+                    ),
                     ("b", AttributeValue::Bool(false)),
                 ])),
             ),
