@@ -1,6 +1,7 @@
 //! Handler CPU cost per event: a 1,000-record batch of outbox INSERTs through the handler with a
 //! no-op publisher and status store (no I/O), so what is measured is filtering, decoding the image
-//! with `serde_dynamo`, building the envelope and bookkeeping.
+//! (`outbox_shared::image::from_image`), validating the payload, building the envelope and
+//! bookkeeping.
 //!
 //! Run: `cargo bench -p relay-stream --bench handler` (criterion; the report's time per element is
 //! the cost per event).
