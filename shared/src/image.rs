@@ -104,9 +104,11 @@ impl<'de> Attr<'de> {
     fn unexpected(self) -> Unexpected<'de> {
         match self.0 {
             AttributeValue::N(_) => Unexpected::Other("number (N)"),
-            AttributeValue::S(s) => Unexpected::Str(s),
+            // Not the value itself: a misplaced string can be a whole payload, and this message
+            // ends up in a dead letter's reason.
+            AttributeValue::S(_) => Unexpected::Other("string (S)"),
             AttributeValue::Bool(b) => Unexpected::Bool(*b),
-            AttributeValue::B(b) => Unexpected::Bytes(b),
+            AttributeValue::B(_) => Unexpected::Other("binary (B)"),
             AttributeValue::Null(_) => Unexpected::Other("NULL"),
             AttributeValue::M(_) => Unexpected::Map,
             AttributeValue::L(_) => Unexpected::Seq,
@@ -452,6 +454,14 @@ mod tests {
         assert_eq!(
             err,
             "attribute EventId: invalid type: number (N), expected a string"
+        );
+
+        let mut huge = outbox_image();
+        huge.insert("Sequence".into(), s(&"x".repeat(100_000)));
+        let err = from_image::<OutboxItem>(&huge).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "attribute Sequence: invalid type: string (S), expected u64"
         );
 
         let mut bad_number = outbox_image();
