@@ -153,7 +153,9 @@ impl<'de> Deserializer<'de> for Attr<'de> {
             AttributeValue::S(s) => visitor.visit_borrowed_str(s),
             AttributeValue::Bool(b) => visitor.visit_bool(*b),
             AttributeValue::B(b) => visitor.visit_borrowed_bytes(b),
-            AttributeValue::Null(_) => visitor.visit_unit(),
+            // DynamoDB only ever sends `NULL: true`; `false` is malformed, as in serde_dynamo.
+            AttributeValue::Null(true) => visitor.visit_unit(),
+            AttributeValue::Null(false) => self.invalid_type(&visitor),
             AttributeValue::M(m) => visitor.visit_map(Attributes::new(m)),
             AttributeValue::L(l) => visitor.visit_seq(Elements::new(l.iter().map(Attr))),
             AttributeValue::Ss(ss) => visitor.visit_seq(Elements::new(
@@ -592,6 +594,26 @@ mod tests {
         assert!(serde_dynamo::from_item::<_, Everything>(overflow).is_err());
     }
 
+    /// DynamoDB only sends `NULL: true`. A malformed `NULL: false` is an error where the item
+    /// reads the attribute, as in serde_dynamo; an attribute the item does not read is skipped
+    /// unexamined (serde_dynamo walks it and fails), which is why the property below draws only
+    /// values DynamoDB can send.
+    #[test]
+    fn a_malformed_null_is_an_error_where_it_is_read() {
+        let mut image = outbox_image();
+        image.insert("TraceHeader".into(), AttributeValue::Null(false));
+        let err = from_image::<OutboxItem>(&image).unwrap_err().to_string();
+        assert!(
+            err.starts_with("attribute TraceHeader: invalid type"),
+            "{err}"
+        );
+        assert!(serde_dynamo::from_item::<_, OutboxItem>(image).is_err());
+
+        let mut unread = outbox_image();
+        unread.insert("Unrelated".into(), AttributeValue::Null(false));
+        assert!(from_image::<OutboxItem>(&unread).is_ok());
+    }
+
     fn attribute() -> impl Strategy<Value = AttributeValue> {
         prop_oneof![
             "[A-Z_]{0,12}".prop_map(AttributeValue::S),
@@ -599,7 +621,7 @@ mod tests {
                 .prop_map(|v| AttributeValue::S(v.to_owned())),
             "-?[0-9]{1,21}(\\.[0-9])?".prop_map(AttributeValue::N),
             any::<bool>().prop_map(AttributeValue::Bool),
-            any::<bool>().prop_map(AttributeValue::Null),
+            Just(AttributeValue::Null(true)),
             proptest::collection::vec(any::<u8>(), 0..4).prop_map(AttributeValue::B),
             proptest::collection::vec("[a-z]{0,3}", 0..3).prop_map(AttributeValue::Ss),
             Just(AttributeValue::M(HashMap::new())),
