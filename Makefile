@@ -10,7 +10,7 @@ DEMO_ARGS ?=
 ## The main job end to end on a private local emulator (installs the pinned tools on first run):
 ## orders through the stream relay, a simulated stream outage, a backfill by the poller, a summary.
 demo:
-	$(CARGO) build --locked --workspace --bins --tests
+	$(CARGO) build --locked --workspace --bins
 	$(EMULATOR) run -- $(TARGET_DIR)/debug/outbox-demo $(DEMO_ARGS)
 
 ## The whole test suite (unit, integration and end-to-end) against a private local emulator.

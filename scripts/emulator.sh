@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# The local AWS emulator: moto in server mode, from a pinned project-local virtualenv (.venv).
+# The local AWS emulators, at pinned versions, installed into the checkout on first use:
+#   - AWS's DynamoDB Local (Java) for DynamoDB and DynamoDB Streams, in .dynamodb-local
+#     (scripts/dynamodb-local.sh says where it comes from and how it is checked);
+#   - moto in server mode (PyPI) for EventBridge and SQS, in the project-local virtualenv .venv.
 #
-#   scripts/emulator.sh install        create .venv and install the pinned tools (idempotent)
-#   scripts/emulator.sh start          start moto on a free loopback port; writes .emulator/env
-#   scripts/emulator.sh env            print the exports for the running emulator (eval "$(…)")
-#   scripts/emulator.sh stop           stop the emulator started by `start`
-#   scripts/emulator.sh run -- CMD…    start a private emulator, run CMD against it, stop it
+#   scripts/emulator.sh install        install the pinned emulators and tools (idempotent)
+#   scripts/emulator.sh start          start both on free loopback ports; writes .emulator/env
+#   scripts/emulator.sh env            print the exports for the running emulators (eval "$(…)")
+#   scripts/emulator.sh stop           stop the emulators started by `start`
+#   scripts/emulator.sh run -- CMD…    start private emulators, run CMD against them, stop them
 #
-# Clients reach it through the standard AWS_ENDPOINT_URL; dummy credentials and a region are set.
+# Clients reach them through the SDK's standard endpoint variables: AWS_ENDPOINT_URL_DYNAMODB and
+# AWS_ENDPOINT_URL_DYNAMODB_STREAMS (DynamoDB Local), AWS_ENDPOINT_URL (moto, everything else);
+# dummy credentials and a region are set.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -17,34 +22,68 @@ PYTHON=${PYTHON:-python3}
 
 die() { echo "emulator.sh: $*" >&2; exit 1; }
 
+DYNAMODB_LOCAL="$ROOT/.dynamodb-local"
+
 # shellcheck source=scripts/pinned-venv.sh
 source "$ROOT/scripts/pinned-venv.sh"
+# shellcheck source=scripts/dynamodb-local.sh
+source "$ROOT/scripts/dynamodb-local.sh"
 
-install() { install_pinned_venv emulator.sh "$VENV" "$REQUIREMENTS" moto_server; }
+install() {
+  install_pinned_venv emulator.sh "$VENV" "$REQUIREMENTS" moto_server
+  install_dynamodb_local emulator.sh "$DYNAMODB_LOCAL"
+  JAVA=$(java_or_install emulator.sh)
+}
 
 free_port() {
   "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# start STATE_DIR: starts moto, waits until it answers, writes STATE_DIR/{pid,env,moto.log}.
+# answers URL: true once anything answers HTTP at URL (an error status is an answer).
+answers() {
+  "$PYTHON" - "$1" <<'PY' 2>/dev/null
+import sys, urllib.error, urllib.request
+try:
+    urllib.request.urlopen(sys.argv[1], timeout=1)
+except urllib.error.HTTPError:
+    pass
+PY
+}
+
+# start STATE_DIR: starts moto and DynamoDB Local, waits until both answer, writes
+# STATE_DIR/{pids,env,moto.log,dynamodb-local.log}.
 start_in() {
-  local state=$1 port pid
+  local state=$1 moto_port ddb_port moto_pid ddb_pid pid
   mkdir -p "$state"
-  if [[ -f "$state/pid" ]] && kill -0 "$(cat "$state/pid")" 2>/dev/null; then
-    echo "emulator.sh: already running (pid $(cat "$state/pid")); env in $state/env" >&2
+  if [[ -f "$state/pids" ]] && all_running "$state"; then
+    echo "emulator.sh: already running (pids $(tr '\n' ' ' < "$state/pids")); env in $state/env" >&2
     return 0
   fi
   install
-  port=$(free_port)
-  # setsid: own process group, so `stop` ends moto and any worker it forked.
-  # tools/moto_server.py is moto's server with requests serialized (why: see that file).
-  setsid "$VENV/bin/python" "$ROOT/tools/moto_server.py" -H 127.0.0.1 -p "$port" >"$state/moto.log" 2>&1 < /dev/null &
-  pid=$!
-  echo "$pid" > "$state/pid"
-  for _ in $(seq 1 100); do
-    if "$PYTHON" -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$port/moto-api/', timeout=1)" 2>/dev/null; then
+  moto_port=$(free_port)
+  ddb_port=$(free_port)
+  # setsid: each in its own process group, so `stop` ends it and anything it forked.
+  # tools/moto_server.py is moto's server with requests handled one at a time (why: see that file).
+  setsid "$VENV/bin/python" "$ROOT/tools/moto_server.py" -H 127.0.0.1 -p "$moto_port" >"$state/moto.log" 2>&1 < /dev/null &
+  moto_pid=$!
+  # In memory (a fresh database per start), no telemetry; the native SQLite libraries ship beside the jar.
+  # TieredStopAtLevel=1: the JVM's quick compiler only. With the full one, DynamoDB Local answers
+  # the first few hundred writes up to 30 times slower while it compiles (conditional updates of
+  # 20 to 50 ms at the start of the demo against under 3 ms later); short runs never recoup that.
+  (cd "$state" && exec setsid "$JAVA" -XX:TieredStopAtLevel=1 -Djava.library.path="$DYNAMODB_LOCAL/DynamoDBLocal_lib" \
+    -jar "$DYNAMODB_LOCAL/DynamoDBLocal.jar" -inMemory -disableTelemetry -port "$ddb_port" \
+    >"$state/dynamodb-local.log" 2>&1 < /dev/null) &
+  ddb_pid=$!
+  printf '%s\n%s\n' "$moto_pid" "$ddb_pid" > "$state/pids"
+  local moto_up="" ddb_up=""
+  for _ in $(seq 1 300); do
+    [[ -z $moto_up ]] && answers "http://127.0.0.1:$moto_port/moto-api/" && moto_up=1
+    [[ -z $ddb_up ]] && answers "http://127.0.0.1:$ddb_port/" && ddb_up=1
+    if [[ -n $moto_up && -n $ddb_up ]]; then
       cat > "$state/env" <<ENV
-export AWS_ENDPOINT_URL=http://127.0.0.1:$port
+export AWS_ENDPOINT_URL=http://127.0.0.1:$moto_port
+export AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:$ddb_port
+export AWS_ENDPOINT_URL_DYNAMODB_STREAMS=http://127.0.0.1:$ddb_port
 export AWS_ACCESS_KEY_ID=testing
 export AWS_SECRET_ACCESS_KEY=testing
 export AWS_SESSION_TOKEN=testing
@@ -53,24 +92,41 @@ export AWS_DEFAULT_REGION=us-east-1
 export AWS_EC2_METADATA_DISABLED=true
 export PATH="$VENV/bin:\$PATH"
 ENV
-      echo "emulator.sh: moto listening on 127.0.0.1:$port (pid $pid)" >&2
+      echo "emulator.sh: DynamoDB Local listening on 127.0.0.1:$ddb_port (pid $ddb_pid), moto on 127.0.0.1:$moto_port (pid $moto_pid)" >&2
       return 0
     fi
-    kill -0 "$pid" 2>/dev/null || { cat "$state/moto.log" >&2; die "moto exited during start-up (log above)"; }
+    for pid in $moto_pid $ddb_pid; do
+      if ! kill -0 "$pid" 2>/dev/null; then
+        cat "$state/moto.log" "$state/dynamodb-local.log" >&2
+        stop_in "$state"
+        die "an emulator exited during start-up (logs above)"
+      fi
+    done
     sleep 0.1
   done
   stop_in "$state"
-  die "moto did not answer on port $port within 10 s; see $state/moto.log"
+  die "the emulators did not answer within 30 s; see $state/moto.log and $state/dynamodb-local.log"
+}
+
+# all_running STATE_DIR: true when every process in STATE_DIR/pids is alive.
+all_running() {
+  local pid
+  while read -r pid; do
+    kill -0 "$pid" 2>/dev/null || return 1
+  done < "$1/pids"
 }
 
 stop_in() {
   local state=$1 pid
-  [[ -f "$state/pid" ]] || return 0
-  pid=$(cat "$state/pid")
-  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL -- "-$pid" 2>/dev/null || true
-  rm -f "$state/pid" "$state/env"
+  [[ -f "$state/pids" ]] || return 0
+  while read -r pid; do
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  done < "$state/pids"
+  while read -r pid; do
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$pid" 2>/dev/null || true
+  done < "$state/pids"
+  rm -f "$state/pids" "$state/env"
 }
 
 case "${1:-}" in
@@ -97,6 +153,6 @@ case "${1:-}" in
     set -e
     exit "$status" ;;
   *)
-    sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2 ;;
 esac

@@ -6,13 +6,15 @@
 //!   (or any caller key) that runs business logic once and answers duplicates with the stored
 //!   response;
 //! - [`occ`]: read-modify-conditional-write on a `version` attribute with bounded retries
-//!   (`outbox_shared::RetryPolicy`: exponential backoff with full jitter);
-//! - [`example`]: an EventBridge-triggered Lambda that reserves stock for `OrderCreated` with both;
-//! - [`tables`]: creates the tables for local use and tests.
+//!   ([`RetryPolicy`]: exponential backoff with full jitter);
+//! - [`tables`]: the idempotency table's schema, and table creation for local use and tests.
+//!
+//! A complete EventBridge-triggered consumer built with both is the `order-consumer` crate in
+//! `examples/`. With the `eventbridge` feature, [`EventIdKey`] also keys
+//! `aws_lambda_events::eventbridge::EventBridgeEvent`s.
 
 pub mod clock;
 pub mod error;
-pub mod example;
 pub mod idempotency;
 pub mod occ;
 pub mod tables;

@@ -97,7 +97,7 @@ impl<E: fmt::Display + fmt::Debug> OccError<E> {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Conflict { .. } => true,
-            Self::Store(e) => e.retryable,
+            Self::Store(e) => e.is_retryable(),
             Self::Rejected(_) | Self::Serialization(_) => false,
         }
     }
@@ -251,7 +251,7 @@ impl OccTable {
             })),
             Err(err) => match err.as_service_error() {
                 Some(PutItemError::ConditionalCheckFailedException(_)) => Ok(Attempt::Conflict),
-                _ => Err(StoreError::from_sdk("PutItem", &self.config.table_name, &err).into()),
+                _ => Err(StoreError::from_sdk("PutItem", &self.config.table_name, err).into()),
             },
         }
     }
@@ -265,7 +265,7 @@ impl OccTable {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| StoreError::from_sdk("GetItem", &self.config.table_name, &e))?;
+            .map_err(|e| StoreError::from_sdk("GetItem", &self.config.table_name, e))?;
         Ok(output.item().cloned())
     }
 

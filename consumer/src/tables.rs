@@ -1,21 +1,55 @@
-//! Creates the consumer's tables for local use and tests (deployments declare them in the
-//! template): the idempotency table (`pk`, TTL on `ttl`) and the example's stock table (`pk`).
+//! The helpers' own tables: the idempotency table's schema (attribute names and status values),
+//! and table creation for local use and tests (deployments declare the tables in the template).
+//!
+//! These tables are the consumer's, not the outbox table: a consumer service owns and names them.
 
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType, TableStatus, TimeToLiveSpecification,
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableStatus,
+    TimeToLiveSpecification,
 };
-use outbox_shared::schema::{idempotency, stock};
 
 use crate::error::StoreError;
+
+/// The idempotency table (its own table, not the outbox table): one record per key.
+pub mod idempotency {
+    /// Attribute names.
+    pub mod attr {
+        /// Partition key: the idempotency key (by default the envelope's `metadata.eventId`).
+        pub const PK: &str = "pk";
+        /// `IN_PROGRESS`, `COMPLETED` or `FAILED`.
+        pub const STATUS: &str = "status";
+        /// Epoch milliseconds until which the record holds its key; after it the key can be claimed.
+        pub const EXPIRY: &str = "expiry";
+        /// Epoch seconds after which DynamoDB TTL deletes the record (cleanup only).
+        pub const TTL: &str = "ttl";
+        /// Hex SHA-256 of the canonical JSON payload, to reject a reused key with another payload.
+        pub const PAYLOAD_HASH: &str = "payload_hash";
+        /// The business logic's serialized response, once completed.
+        pub const RESPONSE: &str = "response";
+        /// Per-claim token: the completion is conditioned on it, so only the holder completes.
+        pub const CLAIM_TOKEN: &str = "claim_token";
+        /// The last business error, when a failure is recorded rather than released.
+        pub const ERROR: &str = "error";
+        /// How many times the key's logic has failed (recorded failures only).
+        pub const FAILURES: &str = "failures";
+    }
+
+    /// `status` values.
+    pub mod status {
+        pub const IN_PROGRESS: &str = "IN_PROGRESS";
+        pub const COMPLETED: &str = "COMPLETED";
+        pub const FAILED: &str = "FAILED";
+    }
+}
 
 /// How long to wait for a new table to become `ACTIVE` (the emulator is instant; AWS takes seconds).
 const TABLE_ACTIVE_TIMEOUT: Duration = Duration::from_secs(60);
 const TABLE_ACTIVE_POLL: Duration = Duration::from_millis(200);
 
-/// Creates the idempotency table: partition key `pk`, on-demand, TTL on `ttl`.
+/// Creates the idempotency table: partition key [`idempotency::attr::PK`], on-demand, TTL on
+/// [`idempotency::attr::TTL`].
 ///
 /// # Errors
 /// [`StoreError`] naming the call that failed.
@@ -36,47 +70,17 @@ pub async fn create_idempotency_table(
         )
         .send()
         .await
-        .map_err(|e| StoreError::from_sdk("UpdateTimeToLive", table_name, &e))?;
+        .map_err(|e| StoreError::from_sdk("UpdateTimeToLive", table_name, e))?;
     Ok(())
 }
 
-/// Creates the example consumer's stock table: partition key `pk` (the SKU), on-demand.
+/// Creates an on-demand table keyed by the string partition key `partition_key`, and waits
+/// until it is `ACTIVE` (for a consumer's own tables, e.g. one an [`OccTable`](crate::OccTable)
+/// updates).
 ///
 /// # Errors
-/// [`StoreError`] naming the call that failed.
-pub async fn create_stock_table(
-    client: &aws_sdk_dynamodb::Client,
-    table_name: &str,
-) -> Result<(), StoreError> {
-    create_hash_key_table(client, table_name, stock::attr::PK).await
-}
-
-/// Sets a SKU's available stock, starting its version at 1 (seeding, not a reservation).
-///
-/// # Errors
-/// [`StoreError`] when the write fails.
-pub async fn put_stock(
-    client: &aws_sdk_dynamodb::Client,
-    table_name: &str,
-    sku: &str,
-    available: u64,
-) -> Result<(), StoreError> {
-    client
-        .put_item()
-        .table_name(table_name)
-        .item(stock::attr::PK, AttributeValue::S(sku.to_owned()))
-        .item(
-            stock::attr::AVAILABLE,
-            AttributeValue::N(available.to_string()),
-        )
-        .item(stock::attr::VERSION, AttributeValue::N("1".to_owned()))
-        .send()
-        .await
-        .map_err(|e| StoreError::from_sdk("PutItem", table_name, &e))?;
-    Ok(())
-}
-
-async fn create_hash_key_table(
+/// [`StoreError`] naming the call that failed, or [`StoreError::NotActive`].
+pub async fn create_hash_key_table(
     client: &aws_sdk_dynamodb::Client,
     table_name: &str,
     partition_key: &str,
@@ -101,7 +105,7 @@ async fn create_hash_key_table(
         )
         .send()
         .await
-        .map_err(|e| StoreError::from_sdk("CreateTable", table_name, &e))?;
+        .map_err(|e| StoreError::from_sdk("CreateTable", table_name, e))?;
     let deadline = tokio::time::Instant::now() + TABLE_ACTIVE_TIMEOUT;
     loop {
         let described = client
@@ -109,17 +113,16 @@ async fn create_hash_key_table(
             .table_name(table_name)
             .send()
             .await
-            .map_err(|e| StoreError::from_sdk("DescribeTable", table_name, &e))?;
+            .map_err(|e| StoreError::from_sdk("DescribeTable", table_name, e))?;
         let status = described.table().and_then(|t| t.table_status());
         if status == Some(&TableStatus::Active) {
             return Ok(());
         }
         if tokio::time::Instant::now() >= deadline {
-            return Err(StoreError {
-                operation: "DescribeTable",
+            return Err(StoreError::NotActive {
                 table: table_name.to_owned(),
-                message: format!("not ACTIVE after {TABLE_ACTIVE_TIMEOUT:?} (status {status:?})"),
-                retryable: true,
+                waited: TABLE_ACTIVE_TIMEOUT,
+                status: status.map_or_else(|| "unknown".to_owned(), |s| s.as_str().to_owned()),
             });
         }
         tokio::time::sleep(TABLE_ACTIVE_POLL).await;

@@ -3,14 +3,16 @@
 //! Local provisioning creates, on the emulator, the table (keys, sparse sharded index, stream,
 //! TTL), bus (with its archive) and dead-letter queue exactly as the template declares them: the
 //! template is embedded at compile time and read through [`template::Template`], so there is no
-//! second, hand-written schema to drift from it.
+//! second, hand-written schema to drift from it. A sink queue behind a rule
+//! ([`create_sink_queue`]) is how the demo and the tests observe deliveries.
 
 pub mod iam;
 mod provision;
 pub mod template;
 
 pub use provision::{
-    ProvisionError, ProvisionedBus, ProvisionedQueue, ProvisionedTable, create_dead_letter_queue,
-    create_event_bus, create_outbox_table,
+    LocalStack, ProvisionError, ProvisionedBus, ProvisionedQueue, ProvisionedTable,
+    create_dead_letter_queue, create_event_bus, create_outbox_table, create_sink_queue,
+    queue_depth, route_all_events,
 };
 pub use template::{TEMPLATE_YAML, Template, TemplateError};

@@ -36,10 +36,13 @@ impl From<template::TemplateError> for ProvisionError {
     }
 }
 
-fn provision_error(resource: impl Into<String>, err: impl std::error::Error) -> ProvisionError {
+fn provision_error(
+    resource: impl Into<String>,
+    err: impl std::error::Error + 'static,
+) -> ProvisionError {
     ProvisionError {
         resource: resource.into(),
-        message: aws_sdk_dynamodb::error::DisplayErrorContext(err).to_string(),
+        message: outbox_shared::error::describe(&err),
     }
 }
 
@@ -190,10 +193,19 @@ pub async fn create_dead_letter_queue(
         .filter(|(name, _)| !NON_ATTRIBUTE_QUEUE_PROPERTIES.contains(&name.as_str()))
         .map(|(name, value)| (QueueAttributeName::from(name.as_str()), value))
         .collect();
+    create_queue(client, queue_name, attributes).await
+}
+
+/// Creates a queue with `attributes`.
+async fn create_queue(
+    client: &aws_sdk_sqs::Client,
+    queue_name: &str,
+    attributes: HashMap<QueueAttributeName, String>,
+) -> Result<ProvisionedQueue, ProvisionError> {
     let queue_url = client
         .create_queue()
         .queue_name(queue_name)
-        .set_attributes(Some(attributes))
+        .set_attributes(Some(attributes).filter(|a| !a.is_empty()))
         .send()
         .await
         .map_err(|e| provision_error(format!("queue {queue_name}"), e))?
@@ -201,6 +213,73 @@ pub async fn create_dead_letter_queue(
         .unwrap_or_default()
         .to_owned();
     Ok(ProvisionedQueue { queue_url })
+}
+
+/// Creates a plain queue under `queue_name` that receives every event on `bus_name`, through a
+/// rule named `rule_name` (how the local stack observes deliveries: the sink of the demo and the
+/// tests).
+///
+/// # Errors
+/// [`ProvisionError`] naming the call that failed.
+pub async fn create_sink_queue(
+    eventbridge: &aws_sdk_eventbridge::Client,
+    sqs: &aws_sdk_sqs::Client,
+    bus_name: &str,
+    queue_name: &str,
+    rule_name: &str,
+) -> Result<ProvisionedQueue, ProvisionError> {
+    let queue = create_queue(sqs, queue_name, HashMap::new()).await?;
+    route_all_events(eventbridge, sqs, bus_name, &queue.queue_url, rule_name).await?;
+    Ok(queue)
+}
+
+/// Adds a rule `rule_name` on `bus_name` that sends every event to the queue at `queue_url`.
+///
+/// # Errors
+/// [`ProvisionError`] naming the call that failed.
+pub async fn route_all_events(
+    eventbridge: &aws_sdk_eventbridge::Client,
+    sqs: &aws_sdk_sqs::Client,
+    bus_name: &str,
+    queue_url: &str,
+    rule_name: &str,
+) -> Result<(), ProvisionError> {
+    let queue_arn = sqs
+        .get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .map_err(|e| provision_error(format!("queue {queue_url}"), e))?
+        .attributes()
+        .and_then(|a| a.get(&QueueAttributeName::QueueArn))
+        .cloned()
+        .ok_or_else(|| ProvisionError {
+            resource: format!("queue {queue_url}"),
+            message: "no QueueArn attribute".into(),
+        })?;
+    eventbridge
+        .put_rule()
+        .name(rule_name)
+        .event_bus_name(bus_name)
+        .event_pattern(r#"{"source": [{"prefix": ""}]}"#)
+        .send()
+        .await
+        .map_err(|e| provision_error(format!("rule {rule_name}"), e))?;
+    let target = aws_sdk_eventbridge::types::Target::builder()
+        .id("sink")
+        .arn(queue_arn)
+        .build()
+        .map_err(|e| provision_error(format!("target of rule {rule_name}"), e))?;
+    eventbridge
+        .put_targets()
+        .rule(rule_name)
+        .event_bus_name(bus_name)
+        .targets(target)
+        .send()
+        .await
+        .map_err(|e| provision_error(format!("targets of rule {rule_name}"), e))?;
+    Ok(())
 }
 
 /// Parses an SDK enum from the template's text, rejecting values the SDK does not know (it would
@@ -271,4 +350,127 @@ fn indexes(spec: &TableSpec) -> Result<Vec<GlobalSecondaryIndex>, ProvisionError
                 .map_err(|e| provision_error(format!("index {}", index.index_name), e))
         })
         .collect()
+}
+
+/// The template's table, bus and dead-letter queue on an endpoint (the local emulator), plus a
+/// sink queue that receives every event on the bus: what the demo and the tests run against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalStack {
+    pub table_name: String,
+    pub stream_arn: String,
+    pub bus_name: String,
+    /// Receives every event on the bus, through a rule.
+    pub sink_queue_url: String,
+    /// Where the relays send poison events.
+    pub dead_letter_queue_url: String,
+}
+
+impl LocalStack {
+    /// Creates a fresh stack whose resource names end in `suffix` (`outbox-{suffix}`,
+    /// `bus-{suffix}`, `sink-{suffix}`, `dlq-{suffix}`).
+    ///
+    /// # Errors
+    /// [`ProvisionError`] naming the resource that could not be created.
+    pub async fn provision(
+        dynamodb: &aws_sdk_dynamodb::Client,
+        eventbridge: &aws_sdk_eventbridge::Client,
+        sqs: &aws_sdk_sqs::Client,
+        suffix: &str,
+    ) -> Result<Self, ProvisionError> {
+        let table = create_outbox_table(dynamodb, &format!("outbox-{suffix}")).await?;
+        let bus = create_event_bus(eventbridge, &format!("bus-{suffix}")).await?;
+        let sink = create_sink_queue(
+            eventbridge,
+            sqs,
+            &bus.bus_name,
+            &format!("sink-{suffix}"),
+            &format!("all-events-{suffix}"),
+        )
+        .await?;
+        let dead_letters = create_dead_letter_queue(sqs, &format!("dlq-{suffix}")).await?;
+        Ok(Self {
+            table_name: table.table_name,
+            stream_arn: table.stream_arn,
+            bus_name: bus.bus_name,
+            sink_queue_url: sink.queue_url,
+            dead_letter_queue_url: dead_letters.queue_url,
+        })
+    }
+
+    /// A stack over resources that already exist; the table's stream ARN is looked up.
+    ///
+    /// # Errors
+    /// [`ProvisionError`] when the table cannot be described or has no stream.
+    pub async fn existing(
+        dynamodb: &aws_sdk_dynamodb::Client,
+        table_name: &str,
+        bus_name: &str,
+        sink_queue_url: &str,
+        dead_letter_queue_url: &str,
+    ) -> Result<Self, ProvisionError> {
+        let resource = || format!("table {table_name}");
+        let stream_arn = dynamodb
+            .describe_table()
+            .table_name(table_name)
+            .send()
+            .await
+            .map_err(|e| provision_error(resource(), e))?
+            .table()
+            .and_then(|t| t.latest_stream_arn())
+            .map(str::to_owned)
+            .ok_or_else(|| ProvisionError {
+                resource: resource(),
+                message: "has no stream".into(),
+            })?;
+        Ok(Self {
+            table_name: table_name.to_owned(),
+            stream_arn,
+            bus_name: bus_name.to_owned(),
+            sink_queue_url: sink_queue_url.to_owned(),
+            dead_letter_queue_url: dead_letter_queue_url.to_owned(),
+        })
+    }
+
+    /// Environment variables that point a relay binary at this stack, publishing as `source`.
+    pub fn relay_env(&self, source: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("TABLE_NAME", self.table_name.clone()),
+            ("EVENT_BUS_NAME", self.bus_name.clone()),
+            ("EVENT_SOURCE", source.to_owned()),
+            ("DEAD_LETTER_QUEUE_URL", self.dead_letter_queue_url.clone()),
+            // Locally moto serves one request at a time and the emulators share the machine's
+            // cores with the tests: under load a call waits far longer than on AWS, so the relays
+            // get longer SDK timeouts here.
+            ("SDK_ATTEMPT_TIMEOUT", "30s".to_owned()),
+            ("SDK_OPERATION_TIMEOUT", "90s".to_owned()),
+        ]
+    }
+}
+
+/// Messages on a queue, visible and in flight.
+///
+/// # Errors
+/// [`ProvisionError`] when the queue's attributes cannot be read.
+pub async fn queue_depth(
+    sqs: &aws_sdk_sqs::Client,
+    queue_url: &str,
+) -> Result<u64, ProvisionError> {
+    let counted = [
+        QueueAttributeName::ApproximateNumberOfMessages,
+        QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
+    ];
+    let attributes = sqs
+        .get_queue_attributes()
+        .queue_url(queue_url)
+        .set_attribute_names(Some(counted.to_vec()))
+        .send()
+        .await
+        .map_err(|e| provision_error(format!("queue {queue_url}"), e))?
+        .attributes()
+        .cloned()
+        .unwrap_or_default();
+    Ok(counted
+        .iter()
+        .filter_map(|name| attributes.get(name)?.parse::<u64>().ok())
+        .sum())
 }

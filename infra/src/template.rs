@@ -25,6 +25,9 @@ pub mod logical_id {
     pub const DEAD_LETTER_QUEUE: &str = "DeadLetterQueue";
     /// The stream Lambda's event source mapping.
     pub const RELAY_EVENT_SOURCE_MAPPING: &str = "RelayEventSourceMapping";
+    /// The poller fleet's shard leases (`relay-poller run --create-lease-table` creates the same
+    /// table locally).
+    pub const LEASE_TABLE: &str = "LeaseTable";
 }
 
 /// The template could not be read as the resources local provisioning expects.
@@ -189,6 +192,14 @@ impl Template {
         self.typed_properties(logical_id::OUTBOX_TABLE)
     }
 
+    /// The lease table's keys and TTL.
+    ///
+    /// # Errors
+    /// [`TemplateError`] when the resource is missing or not shaped like a table.
+    pub fn lease_table(&self) -> Result<TableSpec, TemplateError> {
+        self.typed_properties(logical_id::LEASE_TABLE)
+    }
+
     /// The event patterns of the stream relay's `FilterCriteria`, as JSON text.
     ///
     /// # Errors
@@ -329,11 +340,25 @@ mod tests {
     }
 
     #[test]
-    fn stream_filter_is_valid_json() {
+    fn stream_filter_is_valid_json_for_outbox_inserts_and_ttl_deletions() {
         let patterns = template().stream_filter_patterns().unwrap();
 
-        assert_eq!(patterns.len(), 1);
-        let pattern: serde_json::Value = serde_json::from_str(&patterns[0]).unwrap();
-        assert_eq!(pattern["eventName"], serde_json::json!(["INSERT"]));
+        assert_eq!(patterns.len(), 2, "{patterns:?}");
+        let inserts: serde_json::Value = serde_json::from_str(&patterns[0]).unwrap();
+        assert_eq!(inserts["eventName"], serde_json::json!(["INSERT"]));
+        assert_eq!(
+            inserts["dynamodb"]["NewImage"][attr::ENTITY_TYPE]["S"],
+            serde_json::json!(["OutboxEvent"])
+        );
+        let ttl_deletions: serde_json::Value = serde_json::from_str(&patterns[1]).unwrap();
+        assert_eq!(ttl_deletions["eventName"], serde_json::json!(["REMOVE"]));
+        assert_eq!(
+            ttl_deletions["userIdentity"],
+            serde_json::json!({"type": ["Service"], "principalId": ["dynamodb.amazonaws.com"]})
+        );
+        assert_eq!(
+            ttl_deletions["dynamodb"]["OldImage"][attr::STATUS]["S"],
+            serde_json::json!(["PENDING"])
+        );
     }
 }

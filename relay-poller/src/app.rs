@@ -9,14 +9,24 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use aws_config::SdkConfig;
 use chrono::Utc;
-use outbox_shared::{DynamoStatusStore, EventBridgePublisher, SqsDeadLetterSink};
+use relay_runtime::{
+    DynamoStatusStore, EventBridgePublisher, PublisherConfigError, SettingError, SqsDeadLetterSink,
+};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Cli, Command, ConfigError, DrainArgs, RelayConfig, RunArgs, StatusArgs};
+use crate::config::{
+    Cli, Command, DrainArgs, InspectArgs, RedriveArgs, RelayConfig, RunArgs, StatusArgs,
+};
 use crate::index::DynamoPendingIndex;
+use crate::inspect::Inspector;
+use crate::lease::{
+    DynamoLeaseStore, LeaseError, LeaseManager, LeaseSettings, LeaseStore, RespectLeases,
+    SystemClock, create_lease_table, discover_owner,
+};
 use crate::poller::{DrainSummary, Poller, PollerSettings};
+use crate::redrive::{Redrive, Selection, Source};
 use crate::{metrics, status};
 
 /// Exit code for configuration errors (clap uses the same for bad flags).
@@ -42,9 +52,9 @@ pub struct AwsClients {
 impl AwsClients {
     pub fn new(sdk: &SdkConfig) -> Self {
         Self {
-            dynamodb: aws_sdk_dynamodb::Client::new(sdk),
-            eventbridge: aws_sdk_eventbridge::Client::new(sdk),
-            sqs: aws_sdk_sqs::Client::new(sdk),
+            dynamodb: relay_runtime::clients::dynamodb(sdk),
+            eventbridge: relay_runtime::clients::eventbridge(sdk),
+            sqs: relay_runtime::clients::sqs(sdk),
         }
     }
 }
@@ -56,7 +66,7 @@ impl AwsClients {
 pub fn aws_poller(
     clients: AwsClients,
     config: &RelayConfig,
-) -> Result<AwsPoller, outbox_shared::ConfigError> {
+) -> Result<AwsPoller, PublisherConfigError> {
     let outbox = &config.index.outbox;
     let index = DynamoPendingIndex::new(
         clients.dynamodb.clone(),
@@ -64,15 +74,17 @@ pub fn aws_poller(
         &outbox.index_name,
     );
     let publisher = EventBridgePublisher::new(clients.eventbridge, config.publisher.clone())?;
-    let store = DynamoStatusStore::new(clients.dynamodb, &outbox.table_name);
+    let store = DynamoStatusStore::new(clients.dynamodb, &outbox.table_name, config.ttl);
     let dead_letters = SqsDeadLetterSink::new(clients.sqs, &config.dead_letter_queue_url);
     let settings = PollerSettings {
         shards: config.index.shards.clone(),
+        shard_count: outbox.shard_count,
         page_size: config.page_size,
         shard_concurrency: config.shard_concurrency,
-        flip_concurrency: config.flip_concurrency,
-        event_bus_name: config.publisher.event_bus_name.clone(),
-        source: config.publisher.source.clone(),
+        mark_concurrency: config.mark_concurrency,
+        idle_backoff_max: config.idle_backoff_max,
+        ttl_refresh_margin: config.ttl_refresh_margin,
+        sweep_interval: config.sweep_interval,
     };
     Ok(Poller::new(index, publisher, store, dead_letters, settings))
 }
@@ -80,18 +92,20 @@ pub fn aws_poller(
 /// Runs one parsed command line to its exit code.
 ///
 /// # Errors
-/// Invalid configuration ([`ConfigError`], exit code [`EXIT_CONFIG`]) or a failure to set up.
+/// Invalid configuration ([`SettingError`], exit code [`EXIT_CONFIG`]) or a failure to set up.
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => run_continuously(args).await,
         Command::Drain(args) => drain(args).await,
         Command::Status(args) => show_status(args).await,
+        Command::Redrive(args) => redrive(args).await,
+        Command::Inspect(args) => inspect(args).await,
     }
 }
 
 /// The exit code for an error returned by [`run`].
 pub fn exit_code_for(err: &anyhow::Error) -> ExitCode {
-    if err.downcast_ref::<ConfigError>().is_some() {
+    if err.downcast_ref::<SettingError>().is_some() {
         ExitCode::from(EXIT_CONFIG)
     } else {
         ExitCode::from(EXIT_FAILURE)
@@ -116,64 +130,175 @@ async fn start(
 ) -> anyhow::Result<(
     Arc<AwsPoller>,
     &'static metrics_cloudwatch_embedded::Collector,
+    AwsClients,
 )> {
-    let collector = metrics::install_emf(METRICS_FLUSH_INTERVAL)
+    let collector = metrics::install_emf(&config.metrics_namespace, METRICS_FLUSH_INTERVAL)
         .map_err(|e| anyhow::anyhow!("installing the metrics recorder: {e}"))?;
-    let sdk = outbox_shared::load_aws_config().await;
-    let poller = aws_poller(AwsClients::new(&sdk), config).map_err(|e| ConfigError {
-        flag: "--event-bus-name/--source",
-        reason: e.to_string(),
-    })?;
-    Ok((Arc::new(poller), collector))
+    let sdk = relay_runtime::load_aws_config().await?;
+    let clients = AwsClients::new(&sdk);
+    let poller = aws_poller(clients.clone(), config).map_err(SettingError::from)?;
+    Ok((Arc::new(poller), collector, clients))
+}
+
+/// The poller's leases on AWS.
+pub type AwsLeaseManager = LeaseManager<DynamoLeaseStore, SystemClock>;
+
+/// This process's lease manager over every shard of the shard count, after creating the lease
+/// table when asked to.
+///
+/// # Errors
+/// When the table cannot be created.
+pub async fn lease_manager(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    config: &RelayConfig,
+    settings: &LeaseSettings,
+) -> Result<AwsLeaseManager, LeaseError> {
+    if settings.create_table {
+        create_lease_table(dynamodb, &settings.table_name).await?;
+    }
+    let store = DynamoLeaseStore::new(dynamodb.clone(), &settings.table_name);
+    let owner = discover_owner().await;
+    let shards = config.index.outbox.shard_count.shards().collect();
+    Ok(LeaseManager::new(
+        store,
+        SystemClock,
+        owner,
+        shards,
+        settings.clone(),
+    ))
 }
 
 async fn run_continuously(args: RunArgs) -> anyhow::Result<ExitCode> {
     let config = args.relay.validate()?;
+    let leases = args.leases.settings(args.relay.table.shards.is_some())?;
     let shutdown = shutdown_signal()?;
-    let (poller, collector) = start(&config).await?;
-    tracing::info!(table = %config.index.outbox.table_name, shards = ?config.index.shards, grace_ms = args.grace_period.as_millis() as u64, "poller running");
+    let (poller, collector, clients) = start(&config).await?;
+    let manager = match &leases {
+        Some(settings) => Some(Arc::new(
+            lease_manager(&clients.dynamodb, &config, settings).await?,
+        )),
+        None => None,
+    };
+    match (&manager, &leases) {
+        (Some(manager), Some(settings)) => tracing::info!(
+            table = %config.index.outbox.table_name,
+            lease_table = %settings.table_name,
+            owner = %manager.owner(),
+            lease_duration_ms = settings.duration.as_millis() as u64,
+            renew_interval_ms = settings.renew_interval.as_millis() as u64,
+            grace_ms = args.grace_period.as_millis() as u64,
+            "poller running on leases"
+        ),
+        _ => {
+            tracing::info!(table = %config.index.outbox.table_name, shards = ?config.index.shards, grace_ms = args.grace_period.as_millis() as u64, "poller running")
+        }
+    }
     let cancel = CancellationToken::new();
-    let tracker = TaskTracker::new();
-    tracker.spawn({
-        let (poller, cancel) = (poller.clone(), cancel.clone());
+    let mut polling = tokio::spawn({
+        let (poller, cancel, manager) = (poller.clone(), cancel.clone(), manager.clone());
         async move {
-            poller
-                .run(args.grace_period, args.idle_backoff_max, cancel)
-                .await;
+            match manager {
+                Some(manager) => {
+                    poller
+                        .run_on(&manager.assignment(), args.grace_period, cancel)
+                        .await;
+                }
+                None => poller.run(args.grace_period, cancel).await,
+            }
         }
     });
-    tracker.close();
+    // The lease rounds go on while in-flight work finishes, so the leases are still this
+    // poller's until it releases them.
+    let stop_rounds = CancellationToken::new();
+    let mut rounds = tokio::spawn({
+        let (manager, stop_rounds) = (manager.clone(), stop_rounds.clone());
+        async move {
+            match manager {
+                Some(manager) => manager.run(&stop_rounds).await,
+                None => {
+                    stop_rounds.cancelled().await;
+                    Ok(())
+                }
+            }
+        }
+    });
+    let (mut failure, mut stopped) = (None, false);
     tokio::select! {
-        () = shutdown => cancel.cancel(),
-        () = tracker.wait() => {}
+        () = shutdown => {
+            cancel.cancel();
+            if let Some(manager) = &manager {
+                manager.stop_taking();
+            }
+        }
+        _ = &mut polling => stopped = true,
+        result = &mut rounds => {
+            cancel.cancel();
+            failure = Some(result.context("lease task")?.err());
+        }
     }
-    if tokio::time::timeout(config.shutdown_timeout, tracker.wait())
-        .await
-        .is_err()
+    if !stopped
+        && tokio::time::timeout(config.shutdown_timeout, &mut polling)
+            .await
+            .is_err()
     {
+        polling.abort();
         tracing::warn!(
             timeout_ms = config.shutdown_timeout.as_millis() as u64,
             "in-flight work abandoned at the shutdown timeout; its events stay pending"
         );
     }
+    stop_rounds.cancel();
+    if failure.is_none() {
+        failure = Some(rounds.await.context("lease task")?.err());
+    }
+    if let Some(manager) = &manager {
+        manager.release_all().await;
+    }
     let _ = collector.flush(std::io::stderr());
     tracing::info!("poller stopped");
-    Ok(ExitCode::SUCCESS)
+    match failure.flatten() {
+        Some(err) => Err(err).context("holding shard leases"),
+        None => Ok(ExitCode::SUCCESS),
+    }
 }
 
 async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
     let config = args.relay.validate()?;
+    let respected = args.respected_lease_table()?.map(str::to_owned);
     let shutdown = shutdown_signal()?;
-    let (poller, collector) = start(&config).await?;
+    let (poller, collector, clients) = start(&config).await?;
+    let respect = respected.map(|table| {
+        Arc::new(RespectLeases::new(
+            DynamoLeaseStore::new(clients.dynamodb.clone(), table),
+            SystemClock,
+            config.index.shards.clone(),
+        ))
+    });
     let started = Instant::now();
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
     let mut handle = tracker.spawn({
-        let (poller, cancel) = (poller.clone(), cancel.clone());
+        let (poller, cancel, respect) = (poller.clone(), cancel.clone(), respect.clone());
         async move {
-            poller
-                .drain(args.grace_period, args.max_stalled_passes, &cancel)
-                .await
+            match respect {
+                Some(respect) => {
+                    let mut summary = poller
+                        .drain_on(
+                            &*respect,
+                            args.grace_period,
+                            args.max_stalled_passes,
+                            &cancel,
+                        )
+                        .await;
+                    summary.skipped_shards = respect.skipped();
+                    summary
+                }
+                None => {
+                    poller
+                        .drain(args.grace_period, args.max_stalled_passes, &cancel)
+                        .await
+                }
+            }
         }
     });
     tracker.close();
@@ -186,7 +311,11 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
                 Err(_) => {
                     tracing::warn!(timeout_ms = config.shutdown_timeout.as_millis() as u64, "in-flight work abandoned at the shutdown timeout; its events stay pending");
                     handle.abort();
-                    DrainSummary { interrupted: true, ..poller.summary(started.elapsed()) }
+                    let remaining = tokio::time::timeout(config.shutdown_timeout, poller.count_remaining())
+                        .await
+                        .ok()
+                        .flatten();
+                    DrainSummary { interrupted: true, remaining, ..poller.summary(started.elapsed()) }
                 }
             }
         }
@@ -207,8 +336,9 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
         interrupted = summary.interrupted,
         "drain finished"
     );
-    // An interrupted drain is a clean stop, not a failure: a later drain carries on.
-    if summary.complete || summary.interrupted {
+    // Only an empty index is success: a script that runs a drain and sees exit 0 may rely on
+    // nothing being left, interrupted or not (the summary says how many remain).
+    if summary.complete {
         Ok(ExitCode::SUCCESS)
     } else {
         Ok(ExitCode::from(EXIT_FAILURE))
@@ -217,14 +347,44 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
 
 async fn show_status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let index_config = args.table.validate()?;
-    let sdk = outbox_shared::load_aws_config().await;
+    let sdk = relay_runtime::load_aws_config().await?;
+    let clients = AwsClients::new(&sdk);
     let outbox = &index_config.outbox;
     let index = DynamoPendingIndex::new(
-        aws_sdk_dynamodb::Client::new(&sdk),
+        clients.dynamodb.clone(),
         &outbox.table_name,
         &outbox.index_name,
     );
-    let report = status::collect(&index, &index_config.shards, Utc::now()).await?;
+    let now = Utc::now();
+    let mut report = status::collect(&index, &index_config.shards, outbox.shard_count, now).await?;
+    if let Some(table) = args.lease_table.name() {
+        let view = DynamoLeaseStore::new(clients.dynamodb.clone(), table)
+            .read()
+            .await?;
+        report.leases = Some(status::LeaseReport::from_view(
+            table,
+            &view,
+            &index_config.shards,
+            now.timestamp_millis(),
+        ));
+    }
+    let expiring_at = relay_runtime::status::ttl_after(now, args.ttl_refresh_margin);
+    report.expiring_pending = Some(
+        status::expiring_pending(
+            &clients.dynamodb,
+            &outbox.table_name,
+            &outbox.index_name,
+            expiring_at,
+        )
+        .await?,
+    );
+    report.dead_lettered_items =
+        Some(status::dead_lettered_items(&clients.dynamodb, &outbox.table_name).await?);
+    if let Some(url) =
+        relay_runtime::config::dead_letter_queue_url(args.dead_letter_queue_url.as_deref())
+    {
+        report.dead_letter_queue_depth = Some(status::queue_depth(&clients.sqs, url).await?);
+    }
     let text = if args.json {
         serde_json::to_string(&report)? + "\n"
     } else {
@@ -234,4 +394,99 @@ async fn show_status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         .write_all(text.as_bytes())
         .context("writing the status")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether stdout is a person's terminal (tables) or a script's pipe (JSON).
+fn stdout_is_terminal() -> bool {
+    use std::io::IsTerminal;
+    std::io::stdout().is_terminal()
+}
+
+async fn redrive(args: RedriveArgs) -> anyhow::Result<ExitCode> {
+    let config = args.relay.validate()?;
+    let sdk = relay_runtime::load_aws_config().await?;
+    let clients = AwsClients::new(&sdk);
+    let outbox = &config.index.outbox;
+    let redrive = Redrive {
+        dynamodb: clients.dynamodb.clone(),
+        sqs: clients.sqs.clone(),
+        table_name: outbox.table_name.clone(),
+        dead_letter_queue_url: config.dead_letter_queue_url.clone(),
+        shard_count: outbox.shard_count,
+        ttl: config.ttl,
+    };
+    let selection = Selection {
+        event_ids: args.event_ids.iter().cloned().collect(),
+        event_type: args.event_type.clone(),
+        since: args.since,
+        until: args.until,
+        limit: args.limit,
+    };
+    let source = if args.from_table {
+        Source::Table
+    } else {
+        Source::Queue
+    };
+    let (keys, mut summary) = redrive.run(source, &selection, args.dry_run).await?;
+    if args.publish && !args.dry_run && !keys.is_empty() {
+        let poller = aws_poller(clients.clone(), &config).map_err(SettingError::from)?;
+        let items = redrive.pending_items(&keys).await?;
+        let stats = poller.publish_items(items).await;
+        summary.published = stats.published + stats.already_published;
+        if stats.failed + stats.deferred + stats.mark_errors > 0 {
+            tracing::warn!(
+                failed = stats.failed,
+                deferred = stats.deferred,
+                mark_errors = stats.mark_errors,
+                "some redriven events were not published now; they are pending and the relays publish them"
+            );
+        }
+    }
+    let text = if args.json || !stdout_is_terminal() {
+        serde_json::to_string(&summary)? + "\n"
+    } else {
+        summary.to_table()
+    };
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .context("writing the summary")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
+    SettingError::non_empty("--table-name", "TABLE_NAME", &args.table_name)?;
+    let sdk = relay_runtime::load_aws_config().await?;
+    let inspector = Inspector {
+        dynamodb: aws_sdk_dynamodb::Client::new(&sdk),
+        table_name: args.table_name.clone(),
+    };
+    let now = Utc::now();
+    let found = match &args.key {
+        Some(key) => {
+            let key = outbox_shared::ItemKey {
+                pk: key[0].clone(),
+                sk: key[1].clone(),
+            };
+            vec![inspector.by_key(&key, now).await?]
+        }
+        None => inspector.by_event_ids(&args.event_ids, now).await?,
+    };
+    let text = if args.json {
+        serde_json::to_string(&found)? + "\n"
+    } else {
+        found
+            .iter()
+            .map(crate::inspect::Inspection::to_text)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .context("writing the inspection")?;
+    // Not finding an event is an answer, but a script should see it.
+    if found.iter().all(|i| i.found) {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Ok(ExitCode::from(EXIT_FAILURE))
+    }
 }

@@ -1,7 +1,8 @@
 //! Command line and environment configuration, parsed by clap and validated once at start-up.
 //!
 //! Every flag can also be set through the environment variable named in its help. Validation
-//! errors name the flag, so an operator knows which setting to fix.
+//! errors name the flag and the variable, so an operator knows which setting to fix. The
+//! publisher's flags are `relay_runtime::PublisherArgs`, the same as the stream relay's.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -9,10 +10,12 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use outbox_shared::limits::PUT_EVENTS_MAX_ENTRIES;
 use outbox_shared::schema::DEFAULT_INDEX_NAME;
 use outbox_shared::shard::DEFAULT_SHARD_COUNT;
-use outbox_shared::{OutboxConfig, PublisherConfig, ShardCount};
+use outbox_shared::{OutboxConfig, ShardCount};
+use relay_runtime::{PublisherArgs, PublisherConfig, RetentionArgs, SettingError, TtlPolicy};
+
+use crate::lease::{LeaseSettings, MIN_RENEWALS_PER_DURATION};
 
 /// `Query` returns at most 1 MB per page whatever the limit; beyond this many items a page of
 /// typical outbox events would hit that cap anyway.
@@ -20,6 +23,12 @@ pub const MAX_PAGE_SIZE: i32 = 1000;
 
 /// Default items per `Query` page: ten full `PutEvents` calls.
 pub const DEFAULT_PAGE_SIZE: i32 = 100;
+
+/// Default status updates in flight per shard (16 shards at once make 512 in all).
+pub const DEFAULT_MARK_CONCURRENCY: usize = 32;
+
+/// Most shards, or status updates per shard, handled at once.
+pub const MAX_CONCURRENCY: usize = 1024;
 
 /// The fallback poller of the DynamoDB -> EventBridge outbox relay.
 #[derive(Debug, Parser)]
@@ -35,11 +44,19 @@ pub enum Command {
     /// Poll continuously: publish events older than the grace period, back off when idle, stop
     /// cleanly on SIGTERM or ctrl-c.
     Run(RunArgs),
-    /// Backfill: publish everything pending, print a one-line JSON summary, exit 0 when the index
-    /// is empty and non-zero when events remain unpublished.
+    /// Backfill: publish everything pending (stray partitions included), print a one-line JSON
+    /// summary, exit 0 when the index is empty and non-zero when events remain (interrupted
+    /// included; the summary says how many).
     Drain(DrainArgs),
     /// Show the backlog per shard and the age of the oldest pending event.
     Status(StatusArgs),
+    /// Put dead-lettered events back to be published (from the dead-letter queue, or with
+    /// `--from-table` the `DEAD_LETTERED` items), then publish them. Safe to run again; `--dry-run`
+    /// changes nothing.
+    Redrive(RedriveArgs),
+    /// What happened to events: status, shard, age, ttl, published or dead-lettered time and
+    /// reason, whether they are in the pending index.
+    Inspect(InspectArgs),
 }
 
 /// Where the pending events are.
@@ -55,9 +72,47 @@ pub struct TableArgs {
     #[arg(long, env = "OUTBOX_SHARD_COUNT", default_value_t = ShardCount::new(DEFAULT_SHARD_COUNT).expect("default is valid"))]
     pub shard_count: ShardCount,
     /// The shards this process polls, e.g. `0-7` or `0-3,8-11` (default: all), so several tasks
-    /// can split the work.
+    /// can split the work by hand (`run` with a lease table shares them by itself).
     #[arg(long, env = "OUTBOX_SHARDS")]
     pub shards: Option<ShardSelection>,
+}
+
+/// The lease table a poller fleet shares.
+#[derive(Debug, Clone, Default, Args)]
+pub struct LeaseTableArgs {
+    /// The lease table of the poller fleet (one lease per shard, a heartbeat per poller). With
+    /// it, `run` holds leases on its fair share of the shards instead of polling `--shards`;
+    /// `drain` ignores it unless `--respect-leases`; `status` shows each shard's owner.
+    #[arg(long, env = "OUTBOX_LEASE_TABLE")]
+    pub lease_table: Option<String>,
+}
+
+/// How `run` holds shard leases.
+#[derive(Debug, Clone, Args)]
+pub struct LeaseArgs {
+    #[command(flatten)]
+    pub table: LeaseTableArgs,
+    /// How long a lease lasts after its holder last renewed it; a poller that stops renewing
+    /// loses its shards to the others this long after its last renewal.
+    #[arg(long, env = "OUTBOX_LEASE_DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub lease_duration: Duration,
+    /// How often a poller renews its leases, takes free or expired ones and answers hand-over
+    /// requests: at most a third of `--lease-duration`. A poller stops polling a shard this long
+    /// before its lease expires, so it is also the clock skew between pollers the leases tolerate.
+    #[arg(long, env = "OUTBOX_LEASE_RENEW_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub lease_renew_interval: Duration,
+    /// Create the lease table (on-demand billing) when it does not exist: for local runs (the
+    /// template creates it on AWS).
+    #[arg(
+        long,
+        env = "OUTBOX_CREATE_LEASE_TABLE",
+        default_value_t = false,
+        value_parser = clap::builder::BoolishValueParser::new(),
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub create_lease_table: bool,
 }
 
 /// How events are published and how hard the poller works.
@@ -65,12 +120,23 @@ pub struct TableArgs {
 pub struct RelayArgs {
     #[command(flatten)]
     pub table: TableArgs,
-    /// The EventBridge bus events are published to.
-    #[arg(long, env = "EVENT_BUS_NAME")]
-    pub event_bus_name: String,
-    /// EventBridge `Source` of every event.
-    #[arg(long, env = "EVENT_SOURCE")]
-    pub source: String,
+    /// Where, as whom and how events are published: the same flags as the stream relay's.
+    #[command(flatten)]
+    pub publisher: PublisherArgs,
+    /// How long marked items stay: the same flag in every relay.
+    #[command(flatten)]
+    pub retention: RetentionArgs,
+    /// Where the metrics go: the same flag in every relay.
+    #[command(flatten)]
+    pub metrics: relay_runtime::metrics::MetricsArgs,
+    /// A pending item whose `ttl` is past or less than this away gets it pushed forward
+    /// (`--ttl-retention` from now), so DynamoDB's TTL never deletes an unpublished event.
+    #[arg(long, env = "OUTBOX_TTL_REFRESH_MARGIN", default_value = "1day", value_parser = humantime::parse_duration)]
+    pub ttl_refresh_margin: Duration,
+    /// How often `run` scans the whole index for events under partitions outside
+    /// `--shard-count` (a reshard, another writer) and publishes them; every `drain` pass does.
+    #[arg(long, env = "OUTBOX_SWEEP_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub sweep_interval: Duration,
     /// SQS queue that receives poison events with the item and the reason.
     #[arg(long, env = "DEAD_LETTER_QUEUE_URL")]
     pub dead_letter_queue_url: String,
@@ -80,12 +146,13 @@ pub struct RelayArgs {
     /// Shards polled at once.
     #[arg(long, env = "OUTBOX_SHARD_CONCURRENCY", default_value_t = 16)]
     pub shard_concurrency: usize,
-    /// `PutEvents` calls in flight at once, per shard.
-    #[arg(long, env = "OUTBOX_PUBLISH_CONCURRENCY", default_value_t = 10)]
-    pub publish_concurrency: usize,
-    /// Conditional status flips in flight at once, per shard.
-    #[arg(long, env = "OUTBOX_FLIP_CONCURRENCY", default_value_t = 32)]
-    pub flip_concurrency: usize,
+    /// Status updates (mark published / dead-lettered) in flight at once, per shard.
+    #[arg(long, env = "MARK_CONCURRENCY", default_value_t = DEFAULT_MARK_CONCURRENCY)]
+    pub mark_concurrency: usize,
+    /// Longest pause between passes that find nothing to do, or only failures (the pause doubles
+    /// from 100 ms up to it), in `run` and `drain` alike.
+    #[arg(long, env = "OUTBOX_IDLE_BACKOFF_MAX", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub idle_backoff_max: Duration,
     /// After SIGTERM, how long in-flight work may take before it is abandoned (abandoned events
     /// stay pending and are published later).
     #[arg(long, env = "OUTBOX_SHUTDOWN_TIMEOUT", default_value = "8s", value_parser = humantime::parse_duration)]
@@ -100,9 +167,8 @@ pub struct RunArgs {
     /// Only events older than this are published, so the poller does not race the stream relay.
     #[arg(long, env = "OUTBOX_GRACE_PERIOD", default_value = "30s", value_parser = humantime::parse_duration)]
     pub grace_period: Duration,
-    /// Longest pause between polls when the index is idle (the pause doubles from 100 ms up to it).
-    #[arg(long, env = "OUTBOX_IDLE_BACKOFF_MAX", default_value = "5s", value_parser = humantime::parse_duration)]
-    pub idle_backoff_max: Duration,
+    #[command(flatten)]
+    pub leases: LeaseArgs,
 }
 
 /// `relay-poller drain`.
@@ -116,6 +182,20 @@ pub struct DrainArgs {
     /// Consecutive passes that publish nothing (only failures) before the drain gives up.
     #[arg(long, env = "OUTBOX_MAX_STALLED_PASSES", default_value_t = 3)]
     pub max_stalled_passes: u32,
+    #[command(flatten)]
+    pub lease_table: LeaseTableArgs,
+    /// Leave the shards a running poller holds a lease on to it (read from `--lease-table` before
+    /// each pass) and drain the rest; without it a drain polls every shard, leases or not.
+    #[arg(
+        long,
+        env = "OUTBOX_RESPECT_LEASES",
+        default_value_t = false,
+        value_parser = clap::builder::BoolishValueParser::new(),
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub respect_leases: bool,
 }
 
 /// `relay-poller status`.
@@ -123,9 +203,84 @@ pub struct DrainArgs {
 pub struct StatusArgs {
     #[command(flatten)]
     pub table: TableArgs,
+    /// The dead-letter queue, for its depth (left out of the report when unset).
+    #[arg(long, env = "DEAD_LETTER_QUEUE_URL")]
+    pub dead_letter_queue_url: Option<String>,
+    /// Pending items whose `ttl` is closer than this are counted as expiring.
+    #[arg(long, env = "OUTBOX_TTL_REFRESH_MARGIN", default_value = "1day", value_parser = humantime::parse_duration)]
+    pub ttl_refresh_margin: Duration,
+    /// With a lease table: each shard's owner and lease age, and the live pollers.
+    #[command(flatten)]
+    pub lease_table: LeaseTableArgs,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `relay-poller redrive`.
+#[derive(Debug, Clone, Args)]
+pub struct RedriveArgs {
+    #[command(flatten)]
+    pub relay: RelayArgs,
+    /// Redrive the `DEAD_LETTERED` items of the table instead of the dead-letter queue's messages
+    /// (their messages stay; a later queue redrive deletes them as already done).
+    #[arg(long)]
+    pub from_table: bool,
+    /// Only this event (repeatable).
+    #[arg(long = "event-id", value_name = "EVENT_ID")]
+    pub event_ids: Vec<String>,
+    /// Only events of this type.
+    #[arg(long)]
+    pub event_type: Option<String>,
+    /// Only events created at or after this time (RFC 3339, e.g. 2026-11-22T10:00:00Z).
+    #[arg(long, value_parser = parse_time)]
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only events created before this time (RFC 3339).
+    #[arg(long, value_parser = parse_time)]
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+    /// At most this many events.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Publish the redriven events right away through the normal path (`--publish false`: leave
+    /// them to the running relays).
+    #[arg(
+        long,
+        default_value_t = true,
+        value_parser = clap::builder::BoolishValueParser::new(),
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub publish: bool,
+    /// List what would be redriven and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the one-line JSON summary even on a terminal (it is the default elsewhere).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `relay-poller inspect`.
+#[derive(Debug, Clone, Args)]
+pub struct InspectArgs {
+    /// The outbox table.
+    #[arg(long, env = "TABLE_NAME")]
+    pub table_name: String,
+    /// Event ids to look up.
+    #[arg(value_name = "EVENT_ID", required_unless_present = "key")]
+    pub event_ids: Vec<String>,
+    /// Look up one item by its table key instead.
+    #[arg(long, num_args = 2, value_names = ["PK", "SK"], conflicts_with = "event_ids")]
+    pub key: Option<Vec<String>>,
+    /// Print JSON (one array) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_time(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .map_err(|e| format!("{text:?} is not an RFC 3339 time such as 2026-11-22T10:00:00Z: {e}"))
 }
 
 /// A subset of shards: `3`, `0-7`, `0-3,8-11`.
@@ -175,23 +330,6 @@ impl fmt::Display for ShardSelection {
     }
 }
 
-/// A setting that is missing or out of range, with the flag that sets it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {flag}: {reason}")]
-pub struct ConfigError {
-    pub flag: &'static str,
-    pub reason: String,
-}
-
-impl ConfigError {
-    fn new(flag: &'static str, reason: impl Into<String>) -> Self {
-        Self {
-            flag,
-            reason: reason.into(),
-        }
-    }
-}
-
 /// Validated index settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexConfig {
@@ -208,40 +346,98 @@ pub struct RelayConfig {
     pub dead_letter_queue_url: String,
     pub page_size: i32,
     pub shard_concurrency: usize,
-    pub flip_concurrency: usize,
+    pub mark_concurrency: usize,
+    pub idle_backoff_max: Duration,
     pub shutdown_timeout: Duration,
+    pub ttl: TtlPolicy,
+    pub metrics_namespace: String,
+    pub ttl_refresh_margin: Duration,
+    pub sweep_interval: Duration,
 }
 
-fn non_empty(flag: &'static str, value: &str) -> Result<(), ConfigError> {
-    if value.trim().is_empty() {
-        return Err(ConfigError::new(flag, "must not be empty"));
+impl LeaseTableArgs {
+    /// The lease table's name, if one is set (an empty value means none, as CloudFormation
+    /// passes an unset optional parameter).
+    pub fn name(&self) -> Option<&str> {
+        self.lease_table.as_deref().filter(|t| !t.trim().is_empty())
     }
-    Ok(())
 }
 
-fn at_least_one(flag: &'static str, value: usize, max: usize) -> Result<(), ConfigError> {
-    if !(1..=max).contains(&value) {
-        return Err(ConfigError::new(
-            flag,
-            format!("must be between 1 and {max}, got {value}"),
-        ));
+impl LeaseArgs {
+    /// The lease settings of `run`, `None` without a lease table. `shards_selected`: whether
+    /// `--shards` is set too, which leases replace.
+    ///
+    /// # Errors
+    /// [`SettingError`] naming the flag and variable out of range or in conflict.
+    pub fn settings(&self, shards_selected: bool) -> Result<Option<LeaseSettings>, SettingError> {
+        let Some(table) = self.table.name() else {
+            return Ok(None);
+        };
+        if shards_selected {
+            return Err(SettingError::new(
+                "--shards",
+                "OUTBOX_SHARDS",
+                "leave it unset with --lease-table (OUTBOX_LEASE_TABLE): the leases decide which shards each poller polls",
+            ));
+        }
+        if self.lease_renew_interval.is_zero() {
+            return Err(SettingError::new(
+                "--lease-renew-interval",
+                "OUTBOX_LEASE_RENEW_INTERVAL",
+                "must be longer than zero",
+            ));
+        }
+        if self.lease_renew_interval * MIN_RENEWALS_PER_DURATION > self.lease_duration {
+            return Err(SettingError::new(
+                "--lease-renew-interval",
+                "OUTBOX_LEASE_RENEW_INTERVAL",
+                format!(
+                    "must be at most a third of --lease-duration ({}), so a lease is renewed {MIN_RENEWALS_PER_DURATION} times before it expires",
+                    humantime::format_duration(self.lease_duration)
+                ),
+            ));
+        }
+        Ok(Some(LeaseSettings {
+            table_name: table.to_owned(),
+            duration: self.lease_duration,
+            renew_interval: self.lease_renew_interval,
+            create_table: self.create_lease_table,
+        }))
     }
-    Ok(())
+}
+
+impl DrainArgs {
+    /// The lease table a drain leaves held shards to, `None` without `--respect-leases`.
+    ///
+    /// # Errors
+    /// [`SettingError`] when `--respect-leases` is set without a lease table.
+    pub fn respected_lease_table(&self) -> Result<Option<&str>, SettingError> {
+        match (self.respect_leases, self.lease_table.name()) {
+            (false, _) => Ok(None),
+            (true, Some(table)) => Ok(Some(table)),
+            (true, None) => Err(SettingError::new(
+                "--respect-leases",
+                "OUTBOX_RESPECT_LEASES",
+                "needs --lease-table (OUTBOX_LEASE_TABLE)",
+            )),
+        }
+    }
 }
 
 impl TableArgs {
     /// # Errors
-    /// [`ConfigError`] naming the flag that is empty or out of range.
-    pub fn validate(&self) -> Result<IndexConfig, ConfigError> {
-        non_empty("--table-name", &self.table_name)?;
-        non_empty("--index-name", &self.index_name)?;
+    /// [`SettingError`] naming the flag and variable that is empty or out of range.
+    pub fn validate(&self) -> Result<IndexConfig, SettingError> {
+        SettingError::non_empty("--table-name", "TABLE_NAME", &self.table_name)?;
+        SettingError::non_empty("--index-name", "OUTBOX_INDEX_NAME", &self.index_name)?;
         let selection = self
             .shards
             .clone()
             .unwrap_or_else(|| ShardSelection::all(self.shard_count));
         if let Some(&beyond) = selection.0.iter().find(|&&s| s >= self.shard_count.get()) {
-            return Err(ConfigError::new(
+            return Err(SettingError::new(
                 "--shards",
+                "OUTBOX_SHARDS",
                 format!(
                     "shard {beyond} does not exist with --shard-count {} (shards are 0-{})",
                     self.shard_count,
@@ -263,40 +459,67 @@ impl TableArgs {
 
 impl RelayArgs {
     /// # Errors
-    /// [`ConfigError`] naming the flag that is empty or out of range.
-    pub fn validate(&self) -> Result<RelayConfig, ConfigError> {
+    /// [`SettingError`] naming the flag and variable that is empty or out of range.
+    pub fn validate(&self) -> Result<RelayConfig, SettingError> {
         let index = self.table.validate()?;
-        non_empty("--event-bus-name", &self.event_bus_name)?;
-        non_empty("--source", &self.source)?;
-        non_empty("--dead-letter-queue-url", &self.dead_letter_queue_url)?;
-        if !(1..=MAX_PAGE_SIZE).contains(&self.page_size) {
-            return Err(ConfigError::new(
-                "--page-size",
+        let publisher = self.publisher.config()?;
+        let ttl = self.retention.ttl_policy()?;
+        if self.ttl_refresh_margin >= ttl.published {
+            return Err(SettingError::new(
+                "--ttl-refresh-margin",
+                "OUTBOX_TTL_REFRESH_MARGIN",
                 format!(
-                    "must be between 1 and {MAX_PAGE_SIZE}, got {}",
-                    self.page_size
+                    "must be shorter than --ttl-retention ({}), or every read would extend every ttl",
+                    humantime::format_duration(ttl.published)
                 ),
             ));
         }
-        at_least_one("--shard-concurrency", self.shard_concurrency, 1024)?;
-        at_least_one("--publish-concurrency", self.publish_concurrency, 1024)?;
-        at_least_one("--flip-concurrency", self.flip_concurrency, 1024)?;
-        let publisher = PublisherConfig {
-            max_entries_per_call: PUT_EVENTS_MAX_ENTRIES,
-            max_concurrency: self.publish_concurrency,
-            ..PublisherConfig::new(&self.event_bus_name, &self.source)
-        };
-        publisher
-            .validate()
-            .map_err(|e| ConfigError::new("--event-bus-name/--source", e.to_string()))?;
+        if self.sweep_interval.is_zero() {
+            return Err(SettingError::new(
+                "--sweep-interval",
+                "OUTBOX_SWEEP_INTERVAL",
+                "must be longer than zero",
+            ));
+        }
+        SettingError::non_empty(
+            "--dead-letter-queue-url",
+            "DEAD_LETTER_QUEUE_URL",
+            &self.dead_letter_queue_url,
+        )?;
+        SettingError::in_range(
+            "--page-size",
+            "OUTBOX_PAGE_SIZE",
+            self.page_size,
+            1,
+            MAX_PAGE_SIZE,
+        )?;
+        SettingError::in_range(
+            "--shard-concurrency",
+            "OUTBOX_SHARD_CONCURRENCY",
+            self.shard_concurrency,
+            1,
+            MAX_CONCURRENCY,
+        )?;
+        SettingError::in_range(
+            "--mark-concurrency",
+            "MARK_CONCURRENCY",
+            self.mark_concurrency,
+            1,
+            MAX_CONCURRENCY,
+        )?;
         Ok(RelayConfig {
             index,
             publisher,
             dead_letter_queue_url: self.dead_letter_queue_url.clone(),
             page_size: self.page_size,
             shard_concurrency: self.shard_concurrency,
-            flip_concurrency: self.flip_concurrency,
+            mark_concurrency: self.mark_concurrency,
+            idle_backoff_max: self.idle_backoff_max,
             shutdown_timeout: self.shutdown_timeout,
+            ttl,
+            metrics_namespace: self.metrics.metrics_namespace.clone(),
+            ttl_refresh_margin: self.ttl_refresh_margin,
+            sweep_interval: self.sweep_interval,
         })
     }
 }
@@ -321,7 +544,7 @@ mod tests {
         "http://q",
     ];
 
-    fn drain_with(extra: &[&str]) -> Result<RelayConfig, ConfigError> {
+    fn drain_with(extra: &[&str]) -> Result<RelayConfig, SettingError> {
         let args: Vec<&str> = ["drain"]
             .iter()
             .chain(RELAY)
@@ -373,8 +596,8 @@ mod tests {
             "--page-size"
         );
         assert_eq!(
-            drain_with(&["--flip-concurrency", "0"]).unwrap_err().flag,
-            "--flip-concurrency"
+            drain_with(&["--mark-concurrency", "0"]).unwrap_err().flag,
+            "--mark-concurrency"
         );
         let args: Vec<&str> = ["drain", "--table-name", " "]
             .iter()
@@ -385,6 +608,29 @@ mod tests {
             panic!()
         };
         assert_eq!(d.relay.validate().unwrap_err().flag, "--table-name");
+    }
+
+    #[test]
+    fn publisher_flags_are_the_stream_relays_and_allow_one_mebibyte_entries() {
+        // A backfill must publish whatever the stream relay publishes.
+        let config = drain_with(&[
+            "--max-entry-bytes",
+            "1048576",
+            "--max-request-bytes",
+            "1048576",
+            "--publish-concurrency",
+            "4",
+        ])
+        .unwrap();
+        assert_eq!(config.publisher.max_entry_bytes, 1024 * 1024);
+        assert_eq!(config.publisher.max_concurrency, 4);
+        let err = drain_with(&["--publish-concurrency", "0"]).unwrap_err();
+        assert_eq!(
+            (err.flag, err.env),
+            ("--publish-concurrency", "PUBLISH_CONCURRENCY")
+        );
+        let err = drain_with(&["--page-size", "0"]).unwrap_err();
+        assert!(err.to_string().contains("OUTBOX_PAGE_SIZE"), "{err}");
     }
 
     #[test]
@@ -401,6 +647,155 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("--grace-period"), "{err}");
+    }
+
+    #[test]
+    fn redrive_and_inspect_parse_their_filters() {
+        let args: Vec<&str> = ["redrive"]
+            .iter()
+            .chain(RELAY)
+            .chain(&[
+                "--event-id",
+                "a",
+                "--event-id",
+                "b",
+                "--since",
+                "2026-11-22T10:00:00Z",
+                "--publish",
+                "false",
+                "--dry-run",
+            ])
+            .copied()
+            .collect();
+        let Command::Redrive(redrive) = parse(&args).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(redrive.event_ids, ["a", "b"]);
+        assert!(!redrive.publish && redrive.dry_run && !redrive.from_table);
+        assert_eq!(
+            redrive.since.unwrap().to_rfc3339(),
+            "2026-11-22T10:00:00+00:00"
+        );
+        let err = parse(&["redrive", "--since", "yesterday"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--since") && err.contains("RFC 3339"), "{err}");
+
+        let Command::Inspect(inspect) = parse(&[
+            "inspect",
+            "--table-name",
+            "t",
+            "--key",
+            "USER#u",
+            "OUTBOX#e",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!()
+        };
+        assert_eq!(inspect.key.unwrap(), ["USER#u", "OUTBOX#e"]);
+        assert!(parse(&["inspect", "--table-name", "t"]).is_err());
+    }
+
+    #[test]
+    fn ttl_settings_are_checked_against_each_other() {
+        let config = drain_with(&[]).unwrap();
+        assert_eq!(config.ttl.published, Duration::from_secs(7 * 24 * 3600));
+        assert_eq!(config.ttl_refresh_margin, crate::DEFAULT_TTL_REFRESH_MARGIN);
+        assert_eq!(config.sweep_interval, crate::DEFAULT_SWEEP_INTERVAL);
+        let err =
+            drain_with(&["--ttl-retention", "1day", "--ttl-refresh-margin", "2days"]).unwrap_err();
+        assert_eq!(
+            (err.flag, err.env),
+            ("--ttl-refresh-margin", "OUTBOX_TTL_REFRESH_MARGIN")
+        );
+        let err = drain_with(&["--ttl-retention", "0s"]).unwrap_err();
+        assert_eq!(err.flag, "--ttl-retention");
+        let err = drain_with(&["--sweep-interval", "0s"]).unwrap_err();
+        assert_eq!(err.env, "OUTBOX_SWEEP_INTERVAL");
+    }
+
+    fn run_with(extra: &[&str]) -> RunArgs {
+        let args: Vec<&str> = ["run"].iter().chain(RELAY).chain(extra).copied().collect();
+        match parse(&args).unwrap().command {
+            Command::Run(run) => run,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn without_a_lease_table_run_polls_its_shards_as_before() {
+        let run = run_with(&["--shards", "0-3"]);
+        assert_eq!(run.leases.settings(true).unwrap(), None);
+        assert_eq!(run.relay.validate().unwrap().index.shards, [0, 1, 2, 3]);
+        // An empty value (CloudFormation's unset parameter) is no table
+        let run = run_with(&["--lease-table", ""]);
+        assert_eq!(run.leases.settings(false).unwrap(), None);
+    }
+
+    #[test]
+    fn lease_settings_default_and_are_checked_against_each_other() {
+        let run = run_with(&["--lease-table", "leases", "--create-lease-table"]);
+        let settings = run.leases.settings(false).unwrap().unwrap();
+        assert_eq!(settings.table_name, "leases");
+        assert_eq!(settings.duration, crate::lease::DEFAULT_LEASE_DURATION);
+        assert_eq!(
+            settings.renew_interval,
+            crate::lease::DEFAULT_RENEW_INTERVAL
+        );
+        assert!(settings.create_table);
+        assert_eq!(settings.poll_window(), Duration::from_secs(20));
+
+        let run = run_with(&[
+            "--lease-table",
+            "leases",
+            "--lease-duration",
+            "3s",
+            "--lease-renew-interval",
+            "1500ms",
+        ]);
+        let err = run.leases.settings(false).unwrap_err();
+        assert_eq!(
+            (err.flag, err.env),
+            ("--lease-renew-interval", "OUTBOX_LEASE_RENEW_INTERVAL")
+        );
+        assert!(err.to_string().contains("a third"), "{err}");
+
+        let run = run_with(&["--lease-table", "leases", "--shards", "0-3"]);
+        assert_eq!(run.leases.settings(true).unwrap_err().flag, "--shards");
+    }
+
+    #[test]
+    fn drain_respects_leases_only_when_asked() {
+        let drain = |extra: &[&str]| {
+            let args: Vec<&str> = ["drain"]
+                .iter()
+                .chain(RELAY)
+                .chain(extra)
+                .copied()
+                .collect();
+            match parse(&args).unwrap().command {
+                Command::Drain(d) => d,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(
+            drain(&["--lease-table", "leases"])
+                .respected_lease_table()
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            drain(&["--lease-table", "leases", "--respect-leases"])
+                .respected_lease_table()
+                .unwrap(),
+            Some("leases")
+        );
+        let err = drain(&["--respect-leases"])
+            .respected_lease_table()
+            .unwrap_err();
+        assert_eq!(err.flag, "--respect-leases");
     }
 
     #[test]

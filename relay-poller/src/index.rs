@@ -1,7 +1,9 @@
-//! The pending-index port and its DynamoDB adapter: pages of pending events per shard of the
-//! sparse, sharded `GSI1`, oldest first, and the backlog of a shard.
+//! The pending-index port and its DynamoDB adapter: pages of pending events per partition (a
+//! `GSI1PK` value, one per shard) of the sparse, sharded `GSI1`, oldest first; the backlog of a
+//! shard; and a sweep of the whole index for the partitions it holds, so events under a `GSI1PK`
+//! outside the configured shard count (a reshard, another writer) are found.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 
 use aws_sdk_dynamodb::Client;
@@ -9,7 +11,7 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::query::QueryError;
 use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, Select};
-use outbox_shared::error::{ErrorClass, classify_sdk_error};
+use outbox_shared::SdkFailure;
 use outbox_shared::schema::{self, attr};
 
 /// A raw item as the index returns it (the index projects all attributes).
@@ -18,7 +20,7 @@ pub type RawItem = HashMap<String, AttributeValue>;
 /// Where the next page starts (the index's `LastEvaluatedKey`).
 pub type Cursor = HashMap<String, AttributeValue>;
 
-/// One page of pending events of one shard, oldest first.
+/// One page of pending events of one partition, oldest first.
 #[derive(Debug, Clone, Default)]
 pub struct PendingPage {
     pub items: Vec<RawItem>,
@@ -35,22 +37,37 @@ pub struct ShardBacklog {
     pub oldest_created_at: Option<String>,
 }
 
-/// A query of the index that failed (after the SDK's own retries).
-#[derive(Debug, thiserror::Error)]
-#[error("query of shard {shard} failed: {message}")]
+/// A read of the index that failed (after the SDK's own retries).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{} of the pending index ({target}) failed", .failure.operation)]
 pub struct IndexError {
-    pub shard: u16,
-    pub class: ErrorClass,
-    pub message: String,
+    /// What was read: a partition (`GSI1PK` value) or `whole index`.
+    pub target: String,
+    #[source]
+    pub failure: SdkFailure,
+}
+
+/// Pending events per partition (`GSI1PK` value) over the whole index.
+pub type PartitionCounts = BTreeMap<String, u64>;
+
+/// An aggregate the stream relay left to the poller (`HOLD_FAILED_AGGREGATES`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    /// The aggregate (`AggregateId`, or `PK` without one).
+    pub ordering_key: String,
+    /// The `GSI1PK` of the held event: where its aggregate's pending events are.
+    pub partition: String,
+    /// When the hold was set; it is released only if unchanged.
+    pub held_since: String,
 }
 
 /// Port: reads pending events from the sharded index.
 pub trait PendingIndex: Send + Sync {
-    /// Up to `limit` pending events of `shard` whose sort key is below `before` (the grace-period
-    /// cutoff), oldest first, starting after `start`.
+    /// Up to `limit` pending events of `partition` (a `GSI1PK` value) whose sort key is below
+    /// `before` (the grace-period cutoff), oldest first, starting after `start`.
     fn query_page(
         &self,
-        shard: u16,
+        partition: &str,
         before: &str,
         limit: i32,
         start: Option<Cursor>,
@@ -58,6 +75,19 @@ pub trait PendingIndex: Send + Sync {
 
     /// Counts the pending events of `shard` and finds the oldest.
     fn backlog(&self, shard: u16) -> impl Future<Output = Result<ShardBacklog, IndexError>> + Send;
+
+    /// Counts the pending events of every partition the index holds (a paginated `Scan`; the
+    /// index is sparse, so it holds only pending events and is small when the relays keep up).
+    fn partitions(&self) -> impl Future<Output = Result<PartitionCounts, IndexError>> + Send;
+
+    /// Every aggregate hold (one query of the holds' partition).
+    fn holds(&self) -> impl Future<Output = Result<Vec<Hold>, IndexError>> + Send;
+
+    /// Whether `hold`'s aggregate still has a pending event under its partition.
+    fn has_pending(&self, hold: &Hold) -> impl Future<Output = Result<bool, IndexError>> + Send;
+
+    /// Deletes `hold` if it was not set again since it was read; whether it was deleted.
+    fn release(&self, hold: &Hold) -> impl Future<Output = Result<bool, IndexError>> + Send;
 }
 
 /// The DynamoDB adapter.
@@ -81,35 +111,34 @@ impl DynamoPendingIndex {
         }
     }
 
-    fn shard_query(&self, shard: u16) -> QueryFluentBuilder {
+    fn partition_query(&self, partition: &str) -> QueryFluentBuilder {
         self.client
             .query()
             .table_name(&self.table_name)
             .index_name(&self.index_name)
             .expression_attribute_names("#pk", attr::GSI1PK)
-            .expression_attribute_values(":pk", AttributeValue::S(schema::pending_shard_pk(shard)))
+            .expression_attribute_values(":pk", AttributeValue::S(partition.to_owned()))
             .scan_index_forward(true)
     }
 }
 
-fn index_error(shard: u16, err: &SdkError<QueryError>) -> IndexError {
+fn index_error(partition: &str, err: SdkError<QueryError>) -> IndexError {
     IndexError {
-        shard,
-        class: classify_sdk_error(err),
-        message: aws_sdk_dynamodb::error::DisplayErrorContext(err).to_string(),
+        target: partition.to_owned(),
+        failure: SdkFailure::new("Query", err),
     }
 }
 
 impl PendingIndex for DynamoPendingIndex {
     async fn query_page(
         &self,
-        shard: u16,
+        partition: &str,
         before: &str,
         limit: i32,
         start: Option<Cursor>,
     ) -> Result<PendingPage, IndexError> {
         let output = self
-            .shard_query(shard)
+            .partition_query(partition)
             .key_condition_expression("#pk = :pk AND #sk < :before")
             .expression_attribute_names("#sk", attr::GSI1SK)
             .expression_attribute_values(":before", AttributeValue::S(before.to_owned()))
@@ -117,7 +146,7 @@ impl PendingIndex for DynamoPendingIndex {
             .set_exclusive_start_key(start)
             .send()
             .await
-            .map_err(|e| index_error(shard, &e))?;
+            .map_err(|e| index_error(partition, e))?;
         Ok(PendingPage {
             next: output.last_evaluated_key().cloned(),
             items: output.items.unwrap_or_default(),
@@ -125,13 +154,14 @@ impl PendingIndex for DynamoPendingIndex {
     }
 
     async fn backlog(&self, shard: u16) -> Result<ShardBacklog, IndexError> {
+        let partition = schema::pending_shard_pk(shard);
         let oldest = self
-            .shard_query(shard)
+            .partition_query(&partition)
             .key_condition_expression("#pk = :pk")
             .limit(1)
             .send()
             .await
-            .map_err(|e| index_error(shard, &e))?;
+            .map_err(|e| index_error(&partition, e))?;
         let oldest_created_at = oldest
             .items()
             .first()
@@ -142,13 +172,13 @@ impl PendingIndex for DynamoPendingIndex {
         let mut start = None;
         loop {
             let page = self
-                .shard_query(shard)
+                .partition_query(&partition)
                 .key_condition_expression("#pk = :pk")
                 .select(Select::Count)
                 .set_exclusive_start_key(start)
                 .send()
                 .await
-                .map_err(|e| index_error(shard, &e))?;
+                .map_err(|e| index_error(&partition, e))?;
             pending += u64::try_from(page.count()).unwrap_or_default();
             start = page.last_evaluated_key().cloned();
             if start.is_none() {
@@ -160,5 +190,131 @@ impl PendingIndex for DynamoPendingIndex {
             pending,
             oldest_created_at,
         })
+    }
+
+    async fn partitions(&self) -> Result<PartitionCounts, IndexError> {
+        let mut counts = PartitionCounts::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table_name)
+                .index_name(&self.index_name)
+                .projection_expression("#pk")
+                .expression_attribute_names("#pk", attr::GSI1PK)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| IndexError {
+                    target: "whole index".to_owned(),
+                    failure: SdkFailure::new("Scan", e),
+                })?;
+            for item in page.items() {
+                if let Some(partition) = item
+                    .get(attr::GSI1PK)
+                    .and_then(|v| v.as_s().ok())
+                    .filter(|p| p.as_str() != schema::HOLD_PARTITION)
+                {
+                    *counts.entry(partition.clone()).or_default() += 1;
+                }
+            }
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                break;
+            }
+        }
+        Ok(counts)
+    }
+
+    async fn holds(&self) -> Result<Vec<Hold>, IndexError> {
+        let mut holds = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .partition_query(schema::HOLD_PARTITION)
+                .key_condition_expression("#pk = :pk")
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| index_error(schema::HOLD_PARTITION, e))?;
+            for item in page.items() {
+                let string = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
+                if let (Some(ordering_key), Some(partition), Some(held_since)) = (
+                    string(attr::ORDERING_KEY),
+                    string(attr::HELD_PARTITION),
+                    string(attr::HELD_SINCE),
+                ) {
+                    holds.push(Hold {
+                        ordering_key,
+                        partition,
+                        held_since,
+                    });
+                }
+            }
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                return Ok(holds);
+            }
+        }
+    }
+
+    async fn has_pending(&self, hold: &Hold) -> Result<bool, IndexError> {
+        let mut start = None;
+        loop {
+            let page = self
+                .partition_query(&hold.partition)
+                .key_condition_expression("#pk = :pk")
+                .filter_expression(
+                    "#aggregate = :key OR (attribute_not_exists(#aggregate) AND #table_pk = :key)",
+                )
+                .expression_attribute_names("#aggregate", attr::AGGREGATE_ID)
+                .expression_attribute_names("#table_pk", attr::PK)
+                .expression_attribute_values(":key", AttributeValue::S(hold.ordering_key.clone()))
+                .select(Select::Count)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| index_error(&hold.partition, e))?;
+            if page.count() > 0 {
+                return Ok(true);
+            }
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                return Ok(false);
+            }
+        }
+    }
+
+    async fn release(&self, hold: &Hold) -> Result<bool, IndexError> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table_name)
+            .key(
+                attr::PK,
+                AttributeValue::S(schema::hold_pk(&hold.ordering_key)),
+            )
+            .key(attr::SK, AttributeValue::S(schema::HOLD_SK.to_owned()))
+            .condition_expression("#since = :since")
+            .expression_attribute_names("#since", attr::HELD_SINCE)
+            .expression_attribute_values(":since", AttributeValue::S(hold.held_since.clone()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(ctx))
+                if matches!(
+                    ctx.err(),
+                    aws_sdk_dynamodb::operation::delete_item::DeleteItemError::ConditionalCheckFailedException(_)
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(IndexError {
+                target: schema::hold_pk(&hold.ordering_key),
+                failure: SdkFailure::new("DeleteItem", e),
+            }),
+        }
     }
 }

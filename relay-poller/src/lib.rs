@@ -1,23 +1,42 @@
 //! `relay-poller`: the fallback relay of the outbox. It polls the sparse, sharded `GSI1` index of
-//! pending events, publishes them to EventBridge through the shared publisher, and flips each
-//! published item out of the index with a conditional update.
+//! pending events, publishes them to EventBridge, and marks each published item out of the index
+//! with a conditional update, through the per-event path it shares with the stream relay
+//! (`relay_runtime::relay`).
 //!
-//! - [`config`]: the command line (`run`, `drain`, `status`), every flag also an env variable.
+//! - [`config`]: the command line (`run`, `drain`, `status`, `redrive`, `inspect`), every flag
+//!   also an env variable.
 //! - [`index`]: the pending-index port and its DynamoDB adapter.
-//! - [`poller`]: the step function ([`Poller::poll_once`]) and the `run` / `drain` loops.
-//! - [`status`]: backlog per shard and the oldest pending event.
+//! - [`poller`]: one pass over the shards ([`Poller::pass`]) and the `run` / `drain` loops.
+//! - [`assignment`]: which shards a pass polls (a fixed list, or the leases held).
+//! - [`lease`]: shard leases in a lease table of their own, so a fleet of pollers shares the
+//!   shards (fair share, takeover on expiry, graceful hand-over).
+//! - [`status`]: backlog per shard and partition, the oldest pending event, expiring and
+//!   dead-lettered items, the dead-letter queue's depth.
+//! - [`redrive`] and [`dead_letters`]: dead-lettered events back to pending, then published.
+//! - [`inspect`]: what happened to one event.
 //! - [`metrics`]: metric names and the CloudWatch EMF recorder.
 //! - [`app`]: the binary's wiring (clients, signals, exit codes).
 
 pub mod app;
+pub mod assignment;
 pub mod config;
+pub mod dead_letters;
 pub mod index;
+pub mod inspect;
+pub mod lease;
 pub mod metrics;
 pub mod poller;
+pub mod redrive;
 pub mod status;
+pub mod table;
 
-pub use config::{Cli, Command, ConfigError, RelayConfig};
+pub use assignment::{PassShards, ShardAssignment, StaticShards};
+pub use config::{Cli, Command, RelayConfig};
 pub use index::{DynamoPendingIndex, PendingIndex};
-pub use poller::{CycleOutcome, CycleStats, DrainSummary, Poller, PollerSettings};
+pub use poller::{
+    DEFAULT_SWEEP_INTERVAL, DEFAULT_TTL_REFRESH_MARGIN, DrainSummary, PassOutcome, PassStats,
+    Poller, PollerSettings,
+};
+pub use relay_runtime::SettingError;
 /// Re-exported so callers can drive the loops without naming tokio-util.
 pub use tokio_util::sync::CancellationToken;

@@ -8,7 +8,7 @@ use relay_poller::{Cli, app};
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    outbox_shared::telemetry::init_tracing(outbox_shared::telemetry::LogFormat::Json);
+    relay_runtime::telemetry::init_tracing();
     match app::run(cli).await {
         Ok(code) => code,
         Err(err) => {

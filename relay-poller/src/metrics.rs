@@ -1,58 +1,71 @@
-//! Metrics the poller records, through the `metrics` facade.
+//! What the poller records, under the names both relays share (`relay_runtime::metrics`).
 //!
-//! The binary installs a CloudWatch Embedded Metric Format recorder ([`install_emf`]); without a
+//! The binary installs the CloudWatch Embedded Metric Format recorder ([`install_emf`]); without a
 //! recorder (library use, tests) recording is a no-op.
+//!
+//! `Backlog` and `OldestPendingAgeSeconds` are recorded once per pass whose reads all succeeded,
+//! as histogram values (emitted only when recorded): an idle, healthy poller reports 0 every pass,
+//! and a poller whose reads fail reports nothing, which the oldest-pending alarm treats as
+//! breaching. A gauge would repeat its last value forever.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use metrics::Unit;
 use outbox_shared::time::parse_timestamp;
+use relay_runtime::metrics::{
+    BACKLOG, CONDITIONAL_MARK_MISSES, DEAD_LETTERED, LEASE_TAKEOVERS, LEASES_HELD,
+    OLDEST_PENDING_AGE, PUBLISH_FAILED, PUBLISHED, STRAY_PENDING, TTL_EXTENDED, count, observe,
+};
 
-use crate::poller::CycleStats;
-
-/// Events published and flipped by this poller.
-pub const PUBLISHED: &str = "Published";
-/// Events published, whose conditional flip found another relay had already flipped them.
-pub const CONDITIONAL_FLIP_MISSES: &str = "ConditionalFlipMisses";
-/// Poison events sent to the dead-letter queue.
-pub const DEAD_LETTERED: &str = "DeadLettered";
-/// Events not published after every retry (they stay pending).
-pub const PUBLISH_FAILED: &str = "PublishFailed";
-/// Events pending and older than the grace period at the last step (the configured shards).
-pub const BACKLOG: &str = "Backlog";
-/// Age of the oldest pending event seen at the last step.
-pub const OLDEST_PENDING_AGE: &str = "OldestPendingAgeSeconds";
-
-/// CloudWatch namespace of the poller's metrics.
-pub const NAMESPACE: &str = "OutboxRelay";
+use crate::poller::PassStats;
 
 pub(crate) fn published(n: u64) {
-    if n > 0 {
-        metrics::counter!(PUBLISHED).increment(n);
-    }
+    count(PUBLISHED, n);
 }
 
-pub(crate) fn flip_misses(n: u64) {
-    if n > 0 {
-        metrics::counter!(CONDITIONAL_FLIP_MISSES).increment(n);
-    }
+pub(crate) fn mark_misses(n: u64) {
+    count(CONDITIONAL_MARK_MISSES, n);
 }
 
 pub(crate) fn dead_lettered(n: u64) {
-    metrics::counter!(DEAD_LETTERED).increment(n);
+    count(DEAD_LETTERED, n);
 }
 
 pub(crate) fn publish_failed(n: u64) {
-    metrics::counter!(PUBLISH_FAILED).increment(n);
+    count(PUBLISH_FAILED, n);
 }
 
-/// Backlog and oldest age from a finished step (no extra queries: the step's first page of each
-/// shard holds that shard's oldest event).
-pub(crate) fn cycle(stats: &CycleStats, now: DateTime<Utc>) {
+pub(crate) fn ttl_extended(n: u64) {
+    count(TTL_EXTENDED, n);
+}
+
+pub(crate) fn leases_held(n: usize) {
+    #[allow(clippy::cast_precision_loss)] // at most the shard count
+    observe(LEASES_HELD, n as f64);
+}
+
+pub(crate) fn lease_takeovers(n: u64) {
+    count(LEASE_TAKEOVERS, n);
+}
+
+pub(crate) fn stray_pending(n: u64) {
+    #[allow(clippy::cast_precision_loss)] // far below 2^52
+    observe(STRAY_PENDING, n as f64);
+}
+
+/// Backlog and oldest age from a finished pass (no extra queries: the pass's first page of each
+/// shard holds that shard's oldest event); nothing when one of its reads failed, since it saw
+/// only part of the index.
+pub fn pass(stats: &PassStats, now: DateTime<Utc>) {
+    if stats.read_errors > 0 {
+        return;
+    }
     #[allow(clippy::cast_precision_loss)] // a backlog beyond 2^52 events is not a concern
-    metrics::gauge!(BACKLOG).set(stats.taken as f64);
-    metrics::gauge!(OLDEST_PENDING_AGE).set(oldest_age(stats.oldest_created_at.as_deref(), now));
+    observe(BACKLOG, stats.taken as f64);
+    observe(
+        OLDEST_PENDING_AGE,
+        oldest_age(stats.oldest_created_at.as_deref(), now),
+    );
 }
 
 /// Seconds since `created_at`, 0 when there is none (or it does not parse).
@@ -64,51 +77,25 @@ pub fn oldest_age(created_at: Option<&str>, now: DateTime<Utc>) -> f64 {
         })
 }
 
-/// Installs the CloudWatch EMF recorder, flushing every `interval` to stderr (stdout carries the
-/// commands' results). CloudWatch Logs extracts EMF documents from either stream.
+/// Installs the CloudWatch EMF recorder in `namespace`, flushing every `interval` to stderr
+/// (stdout carries the commands' results). CloudWatch Logs extracts EMF documents from either
+/// stream.
 ///
 /// # Errors
 /// When a global recorder is already installed.
 pub fn install_emf(
+    namespace: &str,
     interval: Duration,
 ) -> Result<&'static metrics_cloudwatch_embedded::Collector, metrics_cloudwatch_embedded::Error> {
-    let collector = metrics_cloudwatch_embedded::Builder::new()
-        .cloudwatch_namespace(NAMESPACE)
-        .with_dimension("Service", "relay-poller")
-        // An idle poller must still report its zero backlog: the oldest-pending alarm treats
-        // missing data as "the poller is down".
-        .emit_zeros(true)
-        .with_auto_flush_writer(interval, std::io::stderr)
-        .init()?;
-    metrics::describe_counter!(PUBLISHED, Unit::Count, "events published and flipped");
-    metrics::describe_counter!(
-        CONDITIONAL_FLIP_MISSES,
-        Unit::Count,
-        "published events another relay had already flipped"
-    );
-    metrics::describe_counter!(DEAD_LETTERED, Unit::Count, "poison events dead-lettered");
-    metrics::describe_counter!(
-        PUBLISH_FAILED,
-        Unit::Count,
-        "events left pending after retries"
-    );
-    metrics::describe_gauge!(
-        BACKLOG,
-        Unit::Count,
-        "pending events older than the grace period"
-    );
-    metrics::describe_gauge!(
-        OLDEST_PENDING_AGE,
-        Unit::Seconds,
-        "age of the oldest pending event"
-    );
-    Ok(collector)
+    relay_runtime::metrics::install_emf(namespace, crate::poller::ORIGIN, Some(interval))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use chrono::TimeZone;
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    use super::*;
 
     #[test]
     fn oldest_age_is_seconds_since_created_at() {
@@ -117,5 +104,44 @@ mod tests {
         assert_eq!(oldest_age(None, now), 0.0);
         assert_eq!(oldest_age(Some("garbage"), now), 0.0);
         assert_eq!(oldest_age(Some("2026-11-22T11:00:00Z"), now), 0.0);
+    }
+
+    /// The values `record` leaves for `name`.
+    fn recorded(name: &str, record: impl FnOnce()) -> Vec<f64> {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        metrics::with_local_recorder(&recorder, record);
+        snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(key, ..)| key.key().name() == name)
+            .flat_map(|(.., value)| -> Vec<f64> {
+                match value {
+                    DebugValue::Histogram(values) => values.into_iter().map(|v| v.0).collect(),
+                    other => panic!("{name} is {other:?}"),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_pass_whose_reads_failed_reports_no_oldest_age_and_an_idle_one_reports_zero() {
+        let now = Utc.with_ymd_and_hms(2026, 11, 22, 10, 1, 0).unwrap();
+        let idle = PassStats::default();
+        let failed = PassStats {
+            read_errors: 16,
+            ..PassStats::default()
+        };
+        let busy = PassStats {
+            taken: 5,
+            oldest_created_at: Some("2026-11-22T10:00:00.000Z".into()),
+            ..PassStats::default()
+        };
+        assert_eq!(recorded(OLDEST_PENDING_AGE, || pass(&idle, now)), [0.0]);
+        assert!(recorded(OLDEST_PENDING_AGE, || pass(&failed, now)).is_empty());
+        assert!(recorded(BACKLOG, || pass(&failed, now)).is_empty());
+        assert_eq!(recorded(OLDEST_PENDING_AGE, || pass(&busy, now)), [60.0]);
+        assert_eq!(recorded(BACKLOG, || pass(&busy, now)), [5.0]);
     }
 }

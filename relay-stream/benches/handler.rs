@@ -10,9 +10,10 @@ use std::hint::black_box;
 
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use outbox_shared::{
-    DeadLetter, DeadLetterError, DeadLetterSink, FlipOutcome, ItemKey, OutboundEvent,
-    PublishOutcome, Publisher, StatusError, StatusStore,
+use outbox_shared::{ItemKey, OutboundEvent};
+use relay_runtime::{
+    DeadLetter, DeadLetterError, DeadLetterSink, MarkOutcome, PublishOutcome, Publisher,
+    StatusError, StatusStore,
 };
 use relay_stream::{HandlerOptions, StreamRelay};
 use serde_json::json;
@@ -22,7 +23,11 @@ const BATCH: usize = 1_000;
 struct NoopPublisher;
 
 impl Publisher for NoopPublisher {
-    async fn publish(&self, events: &[OutboundEvent]) -> Vec<PublishOutcome> {
+    async fn publish_until(
+        &self,
+        events: &[OutboundEvent],
+        _stop_at: Option<tokio::time::Instant>,
+    ) -> Vec<PublishOutcome> {
         vec![PublishOutcome::Published; events.len()]
     }
 }
@@ -30,16 +35,35 @@ impl Publisher for NoopPublisher {
 struct NoopStatus;
 
 impl StatusStore for NoopStatus {
-    async fn mark_published(&self, _key: &ItemKey) -> Result<FlipOutcome, StatusError> {
-        Ok(FlipOutcome::Flipped)
+    async fn mark_published(&self, _key: &ItemKey) -> Result<MarkOutcome, StatusError> {
+        Ok(MarkOutcome::Marked)
     }
 
     async fn mark_dead_lettered(
         &self,
         _key: &ItemKey,
         _reason: &str,
-    ) -> Result<FlipOutcome, StatusError> {
-        Ok(FlipOutcome::Flipped)
+    ) -> Result<MarkOutcome, StatusError> {
+        Ok(MarkOutcome::Marked)
+    }
+
+    async fn held(
+        &self,
+        _ordering_keys: &[String],
+    ) -> Result<std::collections::HashSet<String>, outbox_shared::SdkFailure> {
+        Ok(std::collections::HashSet::new())
+    }
+
+    async fn hold(
+        &self,
+        _ordering_key: &str,
+        _partition: &str,
+    ) -> Result<(), outbox_shared::SdkFailure> {
+        Ok(())
+    }
+
+    async fn extend_ttl(&self, _key: &ItemKey) -> Result<MarkOutcome, StatusError> {
+        Ok(MarkOutcome::Marked)
     }
 }
 
@@ -94,7 +118,7 @@ fn bench_handler(c: &mut Criterion) {
         NoopPublisher,
         NoopStatus,
         Some(NoDeadLetters),
-        HandlerOptions::new("bus", "orders"),
+        HandlerOptions::default(),
     );
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()

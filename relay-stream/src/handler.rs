@@ -1,6 +1,7 @@
 //! The stream handler: one DynamoDB Streams batch in, one partial-batch response out.
 //!
-//! Each record ends in exactly one [`RecordOutcome`]: ignored (not an outbox `INSERT`), published
+//! Each record ends in exactly one [`RecordOutcome`]: ignored (not an outbox `INSERT`, nor a TTL
+//! deletion of a pending outbox item, whose event is published from the old image), published
 //! (and marked published), dead-lettered (poison, with a reason), or failed (not published now;
 //! Lambda re-delivers from the first such record). Success is never reported for an event that
 //! was not published.
@@ -10,18 +11,20 @@
 //! publish a duplicate. The item stays in the pending index, and the poller re-publishes it with
 //! the same `eventId` after its grace period; consumers de-duplicate on that id. One rare duplicate
 //! is the price of never re-driving a whole shard for a bookkeeping write.
+//!
+//! The per-event part (an item becomes an event or a poison case; dead-letter then mark; mark
+//! concurrently) is `relay_runtime::relay`, shared with the poller; this module is the batch
+//! loop around it: what the stream carries, strict order, and the checkpoint Lambda resumes from.
 
 use std::collections::HashMap;
 
 use aws_lambda_events::dynamodb::EventRecord;
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use chrono::Utc;
-use futures::StreamExt;
 use outbox_shared::schema::{attr, entity};
-use outbox_shared::time::format_timestamp;
-use outbox_shared::{
-    DeadLetter, DeadLetterSink, ItemKey, OutboundEvent, OutboxItem, OutboxStatus, PublishOutcome,
-    Publisher, StatusStore,
+use outbox_shared::{ItemKey, OutboxItem, OutboxStatus};
+use relay_runtime::{
+    DeadLetterSink, EventRelay, PublishOutcome, Publisher, ReadyEvents, Settled, StatusStore,
 };
 use serde_dynamo::AttributeValue;
 
@@ -30,31 +33,49 @@ use crate::metrics as m;
 /// `origin` of the dead letters this relay sends.
 pub const ORIGIN: &str = "relay-stream";
 
+/// Default for `MARK_CONCURRENCY`: one status update per record of a default-sized (100) batch,
+/// so marking a batch published costs one round trip.
+pub const DEFAULT_MARK_CONCURRENCY: usize = 100;
+
+/// Default for `DEADLINE_MARGIN`: no publish starts later than this before the invocation's
+/// deadline. It covers a call already in flight (bounded by the SDK's operation timeout,
+/// `relay_runtime::SDK_OPERATION_TIMEOUT`) and the marks after it.
+pub const DEFAULT_DEADLINE_MARGIN: std::time::Duration = std::time::Duration::from_secs(12);
+
 /// The stream `eventName` of a new item.
 const INSERT: &str = "INSERT";
+/// The stream `eventName` of a deleted item.
+const REMOVE: &str = "REMOVE";
+/// `userIdentity` of a deletion by DynamoDB's TTL: `type` and `principalId`.
+const TTL_DELETION_IDENTITY: (&str, &str) = ("Service", "dynamodb.amazonaws.com");
 
-/// How the handler publishes.
+/// How the handler publishes. Where and as whom is the publisher's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandlerOptions {
-    pub event_bus_name: String,
-    pub source: String,
     /// Stop at the first event that could not be published: nothing after it is attempted, so
     /// nothing after it can overtake it.
     pub stop_at_first_failure: bool,
-    /// Events per publish step in strict mode (one `PutEvents` call's worth).
+    /// Events per publish chunk in strict mode (one `PutEvents` call's worth).
     pub strict_chunk_size: usize,
     /// Status updates in flight at once.
     pub mark_concurrency: usize,
+    /// No publish starts later than this before the invocation's deadline.
+    pub deadline_margin: std::time::Duration,
+    /// Leave an aggregate whose event fails to the poller instead of blocking the stream shard:
+    /// the failed event and its aggregate's later events stay pending (the poller publishes them
+    /// in order after its grace period), the batch reports success for them, and later batches
+    /// publish none of the aggregate's events until the poller has released it.
+    pub hold_failed_aggregates: bool,
 }
 
-impl HandlerOptions {
-    pub fn new(event_bus_name: impl Into<String>, source: impl Into<String>) -> Self {
+impl Default for HandlerOptions {
+    fn default() -> Self {
         Self {
-            event_bus_name: event_bus_name.into(),
-            source: source.into(),
             stop_at_first_failure: false,
             strict_chunk_size: outbox_shared::limits::PUT_EVENTS_MAX_ENTRIES,
-            mark_concurrency: crate::config::DEFAULT_MARK_CONCURRENCY,
+            mark_concurrency: DEFAULT_MARK_CONCURRENCY,
+            deadline_margin: DEFAULT_DEADLINE_MARGIN,
+            hold_failed_aggregates: false,
         }
     }
 }
@@ -62,7 +83,7 @@ impl HandlerOptions {
 /// Why a record was not for this relay.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IgnoreReason {
-    /// `MODIFY` or `REMOVE` (TTL deletions included).
+    /// A `MODIFY`, or a `REMOVE` that is not a TTL deletion (a user's delete).
     NotInsert(String),
     /// The new image is not an outbox event (an order, an idempotency record, or no image).
     NotOutboxEvent,
@@ -92,6 +113,10 @@ pub enum RecordOutcome {
     NotAttempted {
         event_id: String,
     },
+    /// Left pending for the poller: its aggregate is held (`hold_failed_aggregates`).
+    Held {
+        event_id: String,
+    },
 }
 
 impl RecordOutcome {
@@ -108,6 +133,8 @@ pub struct BatchCounts {
     pub ignored: u64,
     pub dead_lettered: u64,
     pub failed: u64,
+    /// Left pending for the poller (`hold_failed_aggregates`).
+    pub held: u64,
 }
 
 impl std::ops::AddAssign for BatchCounts {
@@ -116,6 +143,7 @@ impl std::ops::AddAssign for BatchCounts {
         self.ignored += other.ignored;
         self.dead_lettered += other.dead_lettered;
         self.failed += other.failed;
+        self.held += other.held;
     }
 }
 
@@ -138,6 +166,7 @@ impl BatchReport {
                 RecordOutcome::Failed { .. } | RecordOutcome::NotAttempted { .. } => {
                     counts.failed += 1;
                 }
+                RecordOutcome::Held { .. } => counts.held += 1,
             }
         }
         counts
@@ -163,31 +192,10 @@ impl BatchReport {
     }
 }
 
-/// What a record turned out to be before publishing.
-enum Classified {
-    Ignore(IgnoreReason),
-    Poison {
-        event_id: Option<String>,
-        key: Option<ItemKey>,
-        reason: String,
-    },
-    Ready(ItemKey, OutboundEvent),
-}
-
-/// A poison record on its way to the dead-letter queue.
-struct Poison {
-    index: usize,
-    event_id: Option<String>,
-    key: Option<ItemKey>,
-    reason: String,
-}
-
 /// The handler, generic over its ports.
 #[derive(Debug, Clone)]
 pub struct StreamRelay<P, S, D> {
-    publisher: P,
-    status: S,
-    dead_letters: Option<D>,
+    relay: EventRelay<P, S, D>,
     options: HandlerOptions,
 }
 
@@ -196,87 +204,148 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> StreamRelay<P, S, D> {
     /// failures when it is `None`.
     pub fn new(publisher: P, status: S, dead_letters: Option<D>, options: HandlerOptions) -> Self {
         Self {
-            publisher,
-            status,
-            dead_letters,
+            relay: EventRelay::new(
+                publisher,
+                status,
+                dead_letters,
+                ORIGIN,
+                options.mark_concurrency,
+            ),
             options,
         }
     }
 
     pub fn publisher(&self) -> &P {
-        &self.publisher
+        self.relay.publisher()
     }
 
     pub fn options(&self) -> &HandlerOptions {
         &self.options
     }
 
-    /// Handles one batch of stream records.
+    /// Handles one batch of stream records, with no deadline.
     pub async fn handle(&self, records: &[EventRecord]) -> BatchReport {
+        self.handle_until(records, None).await
+    }
+
+    /// Handles one batch of stream records that must be done by `deadline` (the invocation's):
+    /// no publish starts after `deadline` minus the margin; what was published by then is marked,
+    /// and the first record not published is the batch item failure.
+    pub async fn handle_until(
+        &self,
+        records: &[EventRecord],
+        deadline: Option<tokio::time::Instant>,
+    ) -> BatchReport {
+        let stop_at = deadline.map(|d| {
+            d.checked_sub(self.options.deadline_margin)
+                .unwrap_or_else(tokio::time::Instant::now)
+        });
         let mut outcomes: Vec<Option<RecordOutcome>> = vec![None; records.len()];
-        let mut ready = Vec::new();
-        let mut events = Vec::new();
+        let mut ready = ReadyEvents::with_capacity(records.len());
         let mut poison = Vec::new();
         for (index, record) in records.iter().enumerate() {
-            match classify(record, &self.options) {
-                Classified::Ignore(reason) => {
-                    outcomes[index] = Some(RecordOutcome::Ignored(reason))
-                }
-                Classified::Poison {
-                    event_id,
-                    key,
-                    reason,
-                } => poison.push(Poison {
-                    index,
-                    event_id,
-                    key,
-                    reason,
-                }),
-                Classified::Ready(key, event) => {
-                    ready.push((index, key));
-                    events.push(event);
+            match decode(record, index) {
+                Decoded::Ignore(reason) => outcomes[index] = Some(RecordOutcome::Ignored(reason)),
+                Decoded::Poison(p) => poison.push(*p),
+                Decoded::Item(item) => {
+                    if let Err(p) = ready.push_item(*item, index) {
+                        poison.push(p);
+                    }
                 }
             }
         }
 
-        let results = self.publish(&events).await;
+        if self.options.hold_failed_aggregates {
+            self.leave_held_aggregates(records, &mut ready, &mut outcomes)
+                .await;
+        }
+        let results = self.publish(ready.events(), stop_at).await;
         let published_at = Utc::now();
-        let mut to_mark = Vec::new();
+        let settled = self
+            .relay
+            .settle(ready, results, poison, |&index| {
+                dead_letter_record(&records[index])
+            })
+            .await;
         let mut max_lag_ms: Option<i64> = None;
-        for (((index, key), event), result) in ready.into_iter().zip(events).zip(results) {
-            let event_id = event.event_id;
-            outcomes[index] = Some(match result {
-                Some(PublishOutcome::Published) => {
-                    let lag = (published_at - records[index].change.approximate_creation_date_time)
+        let settled = if self.options.hold_failed_aggregates {
+            self.hold_failed(records, settled, &mut outcomes).await
+        } else {
+            settled
+        };
+        for result in settled {
+            let (index, outcome) = match result {
+                Settled::Published {
+                    event_id,
+                    source,
+                    mark,
+                    ..
+                } => {
+                    // A failed mark is not a batch failure: see the module docs.
+                    if mark.is_err() {
+                        m::mark_failed();
+                    }
+                    let lag = (published_at
+                        - records[source].change.approximate_creation_date_time)
                         .num_milliseconds();
                     max_lag_ms = Some(max_lag_ms.map_or(lag, |l| l.max(lag)));
-                    to_mark.push(key);
-                    RecordOutcome::Published { event_id }
+                    (source, RecordOutcome::Published { event_id })
                 }
-                Some(PublishOutcome::Rejected { code, message }) => {
-                    poison.push(Poison {
-                        index,
-                        event_id: Some(event_id),
-                        key: Some(key),
-                        reason: format!("EventBridge rejected the entry: {code}: {message}"),
-                    });
-                    continue;
-                }
-                Some(PublishOutcome::Failed { code, message }) => {
-                    tracing::warn!(event_id = %event_id, code = %code, "event not published; will be re-delivered");
+                Settled::Failed {
+                    event_id,
+                    code,
+                    message,
+                    source,
+                    ..
+                } => (
+                    source,
                     RecordOutcome::Failed {
                         event_id: Some(event_id),
                         reason: format!("{code}: {message}"),
-                    }
+                    },
+                ),
+                Settled::NotAttempted {
+                    event_id, source, ..
                 }
-                None => RecordOutcome::NotAttempted { event_id },
-            });
-        }
-
-        let (_, dead_lettered) = futures::join!(self.mark_published(to_mark), async {
-            self.dead_letter(records, poison).await
-        });
-        for (index, outcome) in dead_lettered {
+                | Settled::HeldBack {
+                    event_id, source, ..
+                } => (source, RecordOutcome::NotAttempted { event_id }),
+                Settled::DeadLettered { poison, mark } => {
+                    if matches!(mark, Some(Err(_))) {
+                        m::mark_failed();
+                    }
+                    (
+                        poison.source,
+                        RecordOutcome::DeadLettered {
+                            event_id: poison.event_id,
+                            reason: poison.reason,
+                        },
+                    )
+                }
+                Settled::NotDeadLettered {
+                    poison,
+                    error: None,
+                } => (
+                    poison.source,
+                    RecordOutcome::Failed {
+                        event_id: poison.event_id,
+                        reason: format!(
+                            "poison (no dead-letter queue configured): {}",
+                            poison.reason
+                        ),
+                    },
+                ),
+                Settled::NotDeadLettered {
+                    poison,
+                    error: Some(err),
+                } => (
+                    poison.source,
+                    RecordOutcome::Failed {
+                        event_id: poison.event_id,
+                        reason: format!("dead-letter queue unavailable: {err}"),
+                    },
+                ),
+            };
             outcomes[index] = Some(outcome);
         }
 
@@ -302,15 +371,126 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> StreamRelay<P, S, D> {
         report
     }
 
-    /// Publishes `events`; `None` for events not attempted (strict mode, after a failure).
-    async fn publish(&self, events: &[OutboundEvent]) -> Vec<Option<PublishOutcome>> {
-        if events.is_empty() {
-            return Vec::new();
+    /// Hold mode, before publishing: the events of aggregates already held stay pending for the
+    /// poller. If the holds can't be read, nothing is published (the batch is re-delivered): an
+    /// event must not overtake a held one.
+    async fn leave_held_aggregates(
+        &self,
+        records: &[EventRecord],
+        ready: &mut ReadyEvents<usize>,
+        outcomes: &mut [Option<RecordOutcome>],
+    ) {
+        let mut keys: Vec<String> = ready
+            .events()
+            .iter()
+            .map(|e| e.ordering_key.clone())
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        if keys.is_empty() {
+            return;
         }
+        let left: Vec<_> = match self.relay.status().held(&keys).await {
+            Ok(held) if held.is_empty() => return,
+            Ok(held) => ready.take_if(|e| held.contains(&e.ordering_key)),
+            Err(err) => {
+                tracing::warn!(error = %outbox_shared::error::describe(&err), "could not read the aggregate holds; the batch is re-delivered");
+                for (_, event, index) in ready.take_if(|_| true) {
+                    outcomes[index] = Some(RecordOutcome::NotAttempted {
+                        event_id: event.event_id,
+                    });
+                }
+                return;
+            }
+        };
+        for (_, event, index) in left {
+            tracing::info!(event_id = %event.event_id, sequence = ?records[index].change.sequence_number, "aggregate held: left to the poller");
+            outcomes[index] = Some(RecordOutcome::Held {
+                event_id: event.event_id,
+            });
+        }
+    }
+
+    /// Hold mode, after publishing: each aggregate with an event that failed (and the later ones
+    /// held back behind it) is held, and those events are left to the poller. If the hold can't
+    /// be written, they are failures as without the mode (the batch is re-delivered from them).
+    async fn hold_failed(
+        &self,
+        records: &[EventRecord],
+        settled: Vec<Settled<usize>>,
+        outcomes: &mut [Option<RecordOutcome>],
+    ) -> Vec<Settled<usize>> {
+        let mut partitions: HashMap<String, String> = HashMap::new();
+        for result in &settled {
+            if let Settled::Failed {
+                ordering_key,
+                source,
+                ..
+            }
+            | Settled::HeldBack {
+                ordering_key,
+                source,
+                ..
+            } = result
+            {
+                let partition = string_attr(&records[*source].change.new_image, attr::GSI1PK)
+                    .or_else(|| string_attr(&records[*source].change.old_image, attr::GSI1PK))
+                    .unwrap_or_default();
+                partitions
+                    .entry(ordering_key.clone())
+                    .or_insert_with(|| partition.to_owned());
+            }
+        }
+        if partitions.is_empty() {
+            return settled;
+        }
+        let holds = futures::future::join_all(partitions.iter().map(|(key, partition)| async move {
+            let result = self.relay.status().hold(key, partition).await;
+            if let Err(err) = &result {
+                tracing::warn!(ordering_key = %key, error = %outbox_shared::error::describe(&err), "could not hold the aggregate; its events are re-delivered");
+            }
+            (key.clone(), result.is_ok())
+        }))
+        .await;
+        let held: std::collections::HashSet<String> = holds
+            .into_iter()
+            .filter_map(|(key, ok)| ok.then_some(key))
+            .collect();
+        m::held(held.len() as u64);
+        settled
+            .into_iter()
+            .filter_map(|result| match result {
+                Settled::Failed {
+                    ordering_key,
+                    event_id,
+                    source,
+                    ..
+                }
+                | Settled::HeldBack {
+                    ordering_key,
+                    event_id,
+                    source,
+                    ..
+                } if held.contains(&ordering_key) => {
+                    outcomes[source] = Some(RecordOutcome::Held { event_id });
+                    None
+                }
+                other => Some(other),
+            })
+            .collect()
+    }
+
+    /// Publishes `events`, starting nothing after `stop_at`; `None` for events not attempted
+    /// (strict mode, after a failure).
+    async fn publish(
+        &self,
+        events: &[outbox_shared::OutboundEvent],
+        stop_at: Option<tokio::time::Instant>,
+    ) -> Vec<Option<PublishOutcome>> {
         if !self.options.stop_at_first_failure {
             return self
-                .publisher
-                .publish(events)
+                .relay
+                .publish_until(events, stop_at)
                 .await
                 .into_iter()
                 .map(Some)
@@ -318,10 +498,15 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> StreamRelay<P, S, D> {
         }
         let mut results = Vec::with_capacity(events.len());
         for chunk in events.chunks(self.options.strict_chunk_size.max(1)) {
-            let outcomes = self.publisher.publish(chunk).await;
-            let failed = outcomes
-                .iter()
-                .any(|o| matches!(o, PublishOutcome::Failed { .. }));
+            let outcomes = self.relay.publish_until(chunk, stop_at).await;
+            let failed = outcomes.iter().any(|o| {
+                matches!(
+                    o,
+                    PublishOutcome::Failed { .. }
+                        | PublishOutcome::HeldBack
+                        | PublishOutcome::NotSent
+                )
+            });
             results.extend(outcomes.into_iter().map(Some));
             if failed {
                 break;
@@ -330,79 +515,13 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> StreamRelay<P, S, D> {
         results.resize(events.len(), None);
         results
     }
+}
 
-    async fn mark_published(&self, keys: Vec<ItemKey>) {
-        futures::stream::iter(keys)
-            .map(|key| async move {
-                if let Err(err) = self.status.mark_published(&key).await {
-                    // Published but still pending: the poller re-publishes it after its grace
-                    // period (same eventId). Not a batch failure: see the module docs.
-                    tracing::warn!(key = %err.key, retryable = err.class.is_retryable(), error = %err.message, "event published but not marked published");
-                    m::mark_failed();
-                }
-            })
-            .buffer_unordered(self.options.mark_concurrency.max(1))
-            .collect::<()>()
-            .await;
-    }
-
-    async fn dead_letter(
-        &self,
-        records: &[EventRecord],
-        poison: Vec<Poison>,
-    ) -> Vec<(usize, RecordOutcome)> {
-        futures::stream::iter(poison)
-            .map(|p| async move {
-                let outcome = self.dead_letter_one(&records[p.index], &p).await;
-                (p.index, outcome)
-            })
-            .buffer_unordered(self.options.mark_concurrency.max(1))
-            .collect()
-            .await
-    }
-
-    async fn dead_letter_one(&self, record: &EventRecord, poison: &Poison) -> RecordOutcome {
-        let Some(sink) = &self.dead_letters else {
-            tracing::warn!(event_id = ?poison.event_id, reason = %poison.reason, "poison record and no dead-letter queue: reporting it as a batch item failure");
-            return RecordOutcome::Failed {
-                event_id: poison.event_id.clone(),
-                reason: format!(
-                    "poison (no dead-letter queue configured): {}",
-                    poison.reason
-                ),
-            };
-        };
-        let letter = DeadLetter {
-            reason: poison.reason.clone(),
-            origin: ORIGIN.to_owned(),
-            event_id: poison.event_id.clone(),
-            key: poison.key.clone(),
-            record: serde_json::to_value(record).unwrap_or_else(|e| {
-                serde_json::Value::String(format!("record could not be serialized: {e}"))
-            }),
-            dead_lettered_at: format_timestamp(Utc::now()),
-        };
-        if let Err(err) = sink.send(&letter).await {
-            tracing::error!(event_id = ?poison.event_id, error = %err.message, "poison record could not be dead-lettered; will be re-delivered");
-            return RecordOutcome::Failed {
-                event_id: poison.event_id.clone(),
-                reason: format!("dead-letter queue unavailable: {}", err.message),
-            };
-        }
-        if let Some(key) = &poison.key
-            && let Err(err) = self.status.mark_dead_lettered(key, &poison.reason).await
-        {
-            // The dead letter is out; the poller will find the item pending and dead-letter it
-            // again, which is harmless.
-            tracing::warn!(key = %err.key, error = %err.message, "dead-lettered but not marked");
-            m::mark_failed();
-        }
-        tracing::warn!(event_id = ?poison.event_id, reason = %poison.reason, "poison record dead-lettered");
-        RecordOutcome::DeadLettered {
-            event_id: poison.event_id.clone(),
-            reason: poison.reason.clone(),
-        }
-    }
+/// The full stream record, as the dead letter carries it.
+fn dead_letter_record(record: &EventRecord) -> serde_json::Value {
+    serde_json::to_value(record).unwrap_or_else(|e| {
+        serde_json::Value::String(format!("record could not be serialized: {e}"))
+    })
 }
 
 fn string_attr<'a>(image: &'a HashMap<String, AttributeValue>, name: &str) -> Option<&'a str> {
@@ -420,58 +539,71 @@ fn record_key(record: &EventRecord) -> Option<ItemKey> {
             sk: string_attr(image, attr::SK)?.to_owned(),
         })
     };
-    from(&record.change.keys).or_else(|| from(&record.change.new_image))
+    from(&record.change.keys)
+        .or_else(|| from(&record.change.new_image))
+        .or_else(|| from(&record.change.old_image))
 }
 
-fn classify(record: &EventRecord, options: &HandlerOptions) -> Classified {
-    if record.event_name != INSERT {
-        return Classified::Ignore(IgnoreReason::NotInsert(record.event_name.clone()));
-    }
-    let image = &record.change.new_image;
+/// What a record is, before publishing.
+enum Decoded {
+    Ignore(IgnoreReason),
+    /// Boxed, like the item.
+    Poison(Box<relay_runtime::Poison<usize>>),
+    /// Boxed: the common case moves one pointer, not the whole item.
+    Item(Box<OutboxItem>),
+}
+
+/// Whether `record` is DynamoDB's TTL deleting an item (its `userIdentity` is the TTL service).
+fn is_ttl_deletion(record: &EventRecord) -> bool {
+    record.event_name == REMOVE
+        && record.user_identity.as_ref().is_some_and(|identity| {
+            (identity.type_.as_str(), identity.principal_id.as_str()) == TTL_DELETION_IDENTITY
+        })
+}
+
+/// Decodes the record at `index` of its batch: an outbox `INSERT` (its new image), or a TTL
+/// deletion of a pending outbox item (its old image: the event was never published, and this
+/// record is the last place it exists).
+fn decode(record: &EventRecord, index: usize) -> Decoded {
+    let image = if record.event_name == INSERT {
+        &record.change.new_image
+    } else if is_ttl_deletion(record) {
+        &record.change.old_image
+    } else {
+        return Decoded::Ignore(IgnoreReason::NotInsert(record.event_name.clone()));
+    };
     if string_attr(image, attr::ENTITY_TYPE) != Some(entity::OUTBOX_EVENT) {
-        return Classified::Ignore(IgnoreReason::NotOutboxEvent);
+        return Decoded::Ignore(IgnoreReason::NotOutboxEvent);
     }
     // Decoded through a reference: the record stays whole for the dead-letter queue and the
     // response, and nothing is cloned but the item's own fields.
-    let item: OutboxItem = match outbox_shared::image::from_image(image) {
-        Ok(item) => item,
-        Err(err) => {
-            return Classified::Poison {
-                event_id: string_attr(image, attr::EVENT_ID).map(str::to_owned),
-                key: record_key(record),
-                reason: format!("new image does not decode as an outbox item: {err}"),
-            };
+    match outbox_shared::image::from_image::<OutboxItem>(image) {
+        Ok(item) if item.status != OutboxStatus::Pending => {
+            Decoded::Ignore(IgnoreReason::NotPending(item.status))
         }
-    };
-    if item.status != OutboxStatus::Pending {
-        return Classified::Ignore(IgnoreReason::NotPending(item.status));
-    }
-    let event = OutboundEvent::from_item(&item, &options.event_bus_name, &options.source);
-    let key = ItemKey {
-        pk: item.pk,
-        sk: item.sk,
-    };
-    match event {
-        Ok(event) => Classified::Ready(key, event),
-        Err(err) => Classified::Poison {
-            event_id: Some(item.event_id),
-            key: Some(key),
-            reason: err.to_string(),
-        },
+        Ok(item) => Decoded::Item(Box::new(item)),
+        Err(err) => Decoded::Poison(Box::new(relay_runtime::Poison::undecodable(
+            record_key(record),
+            string_attr(image, attr::EVENT_ID).map(str::to_owned),
+            err,
+            index,
+        ))),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{FakeDeadLetters, FakePublisher, FakeStatusStore};
     use aws_lambda_events::dynamodb::Event;
+    use relay_runtime::testing::{FakeDeadLetters, FakePublisher, FakeStatusStore};
     use serde_json::json;
 
     const AWS_SAMPLE: &str = include_str!("../../tests/fixtures/stream/aws-sample-event.json");
     const AWS_LAMBDA_EVENTS_SAMPLE: &str =
         include_str!("../../tests/fixtures/stream/aws-lambda-events-sample.json");
     const OUTBOX_BATCH: &str = include_str!("../../tests/fixtures/stream/outbox-batch.json");
+    const REMOVALS_OF_PENDING_EVENTS: &str =
+        include_str!("../../tests/fixtures/stream/removals-of-pending-events.json");
 
     type Relay<'a> = StreamRelay<&'a FakePublisher, &'a FakeStatusStore, &'a FakeDeadLetters>;
 
@@ -491,9 +623,11 @@ mod tests {
         }
 
         fn relay(&self, dead_letter_queue: bool, strict: bool) -> Relay<'_> {
-            let mut options = HandlerOptions::new("bus", "test.orders");
-            options.stop_at_first_failure = strict;
-            options.strict_chunk_size = 2;
+            let options = HandlerOptions {
+                stop_at_first_failure: strict,
+                strict_chunk_size: 2,
+                ..HandlerOptions::default()
+            };
             StreamRelay::new(
                 &self.publisher,
                 &self.status,
@@ -594,7 +728,7 @@ mod tests {
                     event_id: id.into()
                 },
                 RecordOutcome::Ignored(IgnoreReason::NotInsert("MODIFY".into())),
-                RecordOutcome::Ignored(IgnoreReason::NotInsert("REMOVE".into())),
+                RecordOutcome::Ignored(IgnoreReason::NotPending(OutboxStatus::Published)),
                 RecordOutcome::Published {
                     event_id: "evt-minimal-1".into()
                 },
@@ -606,17 +740,16 @@ mod tests {
         assert_eq!(detail["metadata"]["aggregateId"], "o-1001");
         assert_eq!(detail["data"]["amountCents"], 2598);
         assert_eq!(published[0].detail_type, "OrderCreated");
-        assert_eq!(published[0].source, "test.orders");
         assert_eq!(published[1].detail_type, "OrderShipped");
         // And both are marked published
-        let flipped: Vec<_> = ports
+        let marked: Vec<_> = ports
             .status
-            .flips()
+            .marks()
             .into_iter()
             .map(|(k, _)| k.sk)
             .collect();
-        assert_eq!(flipped.len(), 2);
-        assert!(flipped.contains(&format!("OUTBOX#{id}")));
+        assert_eq!(marked.len(), 2);
+        assert!(marked.contains(&format!("OUTBOX#{id}")));
         assert!(report.response(&records).batch_item_failures.is_empty());
         assert_eq!(
             report.counts(),
@@ -624,8 +757,166 @@ mod tests {
                 published: 2,
                 ignored: 3,
                 dead_lettered: 0,
-                failed: 0
+                failed: 0,
+                held: 0
             }
+        );
+    }
+
+    /// An outbox INSERT of `event_id` in aggregate `aggregate`.
+    fn aggregate_insert(seq: u32, event_id: &str, aggregate: &str) -> EventRecord {
+        let mut record = outbox_insert(seq, event_id, "{}");
+        record.change.new_image.insert(
+            "AggregateId".into(),
+            AttributeValue::S(aggregate.to_owned()),
+        );
+        record
+    }
+
+    #[tokio::test]
+    async fn a_failing_aggregate_is_left_to_the_poller_and_the_rest_is_published_at_once() {
+        // Given aggregate x whose first event keeps failing, and aggregate y healthy
+        let ports = Ports::new(FakePublisher::default().with_outcome("x1", failed()));
+        let options = HandlerOptions {
+            hold_failed_aggregates: true,
+            ..HandlerOptions::default()
+        };
+        let relay = StreamRelay::new(
+            &ports.publisher,
+            &ports.status,
+            Some(&ports.dead_letters),
+            options,
+        );
+
+        // When a batch holds x1, y1, x2, and the next one x3, y2
+        let first_batch = vec![
+            aggregate_insert(1, "x1", "x"),
+            aggregate_insert(2, "y1", "y"),
+            aggregate_insert(3, "x2", "x"),
+        ];
+        let first = relay.handle(&first_batch).await;
+        let second_batch = vec![
+            aggregate_insert(4, "x3", "x"),
+            aggregate_insert(5, "y2", "y"),
+        ];
+        let second = relay.handle(&second_batch).await;
+
+        // Then y's events are published at once and x's are left pending for the poller, with
+        // no record re-delivered
+        let held = |id: &str| RecordOutcome::Held {
+            event_id: id.into(),
+        };
+        let published = |id: &str| RecordOutcome::Published {
+            event_id: id.into(),
+        };
+        assert_eq!(
+            first.outcomes,
+            vec![held("x1"), published("y1"), held("x2")]
+        );
+        assert_eq!(second.outcomes, vec![held("x3"), published("y2")]);
+        assert!(first.response(&first_batch).batch_item_failures.is_empty());
+        assert!(
+            second
+                .response(&second_batch)
+                .batch_item_failures
+                .is_empty()
+        );
+        // And x is held at the partition of its failed event; none of x's events was published
+        // or marked
+        assert_eq!(
+            ports.status.holds(),
+            HashMap::from([("x".to_owned(), "OUTBOX#PENDING#1".to_owned())])
+        );
+        let sent: Vec<String> = ports
+            .publisher
+            .published()
+            .into_iter()
+            .map(|e| e.event_id)
+            .collect();
+        assert_eq!(sent, ["y1", "y2"]);
+        assert_eq!(ports.status.marks().len(), 2);
+        assert_eq!(first.counts().held, 2);
+    }
+
+    #[tokio::test]
+    async fn without_the_mode_a_failing_aggregate_is_the_batch_item_failure() {
+        // Given the same batch, without hold mode
+        let ports = Ports::new(FakePublisher::default().with_outcome("x1", failed()));
+        let batch = vec![
+            aggregate_insert(1, "x1", "x"),
+            aggregate_insert(2, "y1", "y"),
+            aggregate_insert(3, "x2", "x"),
+        ];
+
+        // When it is handled
+        let report = ports.relay(true, false).handle(&batch).await;
+
+        // Then x1 is the batch item failure, x2 was not sent, y1 was published
+        assert_eq!(report.first_unpublished, Some(0));
+        assert!(matches!(
+            report.outcomes[2],
+            RecordOutcome::NotAttempted { .. }
+        ));
+        assert!(ports.status.holds().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_ttl_deletion_of_a_pending_event_is_published_and_a_users_delete_is_not() {
+        // Given a TTL deletion of a pending outbox item and a user's delete of another one
+        let ports = Ports::new(FakePublisher::default());
+        let records = records(REMOVALS_OF_PENDING_EVENTS);
+        assert_eq!(records.len(), 2);
+
+        // When the handler runs
+        let report = ports.relay(true, false).handle(&records).await;
+
+        // Then the TTL-deleted event is published once from its old image, with its event id,
+        // and the user's delete is ignored
+        assert_eq!(
+            report.outcomes,
+            vec![
+                RecordOutcome::Published {
+                    event_id: "0194b001-0000-7000-8000-000000000001".into()
+                },
+                RecordOutcome::Ignored(IgnoreReason::NotInsert("REMOVE".into())),
+            ]
+        );
+        let published = ports.publisher.published();
+        assert_eq!(published.len(), 1);
+        let detail: serde_json::Value = serde_json::from_str(&published[0].detail).unwrap();
+        assert_eq!(
+            detail["metadata"]["eventId"],
+            "0194b001-0000-7000-8000-000000000001"
+        );
+        assert_eq!(detail["data"]["orderId"], "o-91");
+        assert!(report.response(&records).batch_item_failures.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_ttl_deletion_of_a_poison_event_is_dead_lettered_with_its_record() {
+        // Given a TTL deletion of a pending item whose payload is not JSON
+        let ports = Ports::new(FakePublisher::default());
+        let mut records = records(REMOVALS_OF_PENDING_EVENTS);
+        records.truncate(1);
+        records[0]
+            .change
+            .old_image
+            .insert("Payload".into(), AttributeValue::S("not json {".into()));
+
+        // When the handler runs
+        let report = ports.relay(true, false).handle(&records).await;
+
+        // Then it is dead-lettered with the whole record (the old image in it)
+        assert!(
+            matches!(&report.outcomes[0], RecordOutcome::DeadLettered { event_id: Some(id), .. } if id == "0194b001-0000-7000-8000-000000000001"),
+            "{report:?}"
+        );
+        let letters = ports.dead_letters.letters();
+        assert_eq!(letters.len(), 1);
+        assert_eq!(letters[0].record["eventName"], "REMOVE");
+        assert_eq!(
+            letters[0].record["dynamodb"]["OldImage"]["Payload"]["S"],
+            "not json {"
         );
     }
 
@@ -668,9 +959,9 @@ mod tests {
             "not json"
         );
         // And marked dead-lettered, while the events around them are published
-        let flips = ports.status.flips();
-        assert!(flips.contains(&(key("e2"), OutboxStatus::DeadLettered)));
-        assert!(flips.contains(&(key("e3"), OutboxStatus::DeadLettered)));
+        let marks = ports.status.marks();
+        assert!(marks.contains(&(key("e2"), OutboxStatus::DeadLettered)));
+        assert!(marks.contains(&(key("e3"), OutboxStatus::DeadLettered)));
         assert_eq!(ports.publisher.published().len(), 2);
         assert_eq!(report.first_unpublished, None);
     }
@@ -720,14 +1011,14 @@ mod tests {
         assert!(
             !ports
                 .status
-                .flips()
+                .marks()
                 .contains(&(key("e2"), OutboxStatus::Published))
         );
     }
 
     #[tokio::test]
     async fn strict_mode_stops_at_the_first_failure() {
-        // Given a publisher that cannot publish e3, and strict order (2 events per step)
+        // Given a publisher that cannot publish e3, and strict order (2 events per chunk)
         let ports = Ports::new(FakePublisher::default().with_outcome("e3", failed()));
         let records: Vec<_> = (1..=6)
             .map(|i| outbox_insert(i, &format!("e{i}"), "{}"))
@@ -736,7 +1027,7 @@ mod tests {
         // When the handler runs
         let report = ports.relay(true, true).handle(&records).await;
 
-        // Then the step holding e3 is the last one attempted
+        // Then the chunk holding e3 is the last one attempted
         let published: Vec<_> = ports
             .publisher
             .published()

@@ -10,39 +10,32 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::AwsStreamRelay;
 
-/// Default CloudWatch namespace of the relay's metrics (`METRICS_NAMESPACE` overrides it).
-pub const DEFAULT_METRICS_NAMESPACE: &str = "OutboxRelay";
-
-/// Installs the EMF recorder (once per process) and describes the metrics' units.
+/// Installs the EMF recorder (once per process) with the relays' shared names and the
+/// `Relay = relay-stream` dimension; the Lambda flushes it after every invocation.
 ///
 /// # Errors
 /// When a global metrics recorder is already installed.
 pub fn init_metrics(
     namespace: &str,
 ) -> Result<&'static Collector, metrics_cloudwatch_embedded::Error> {
-    let collector = metrics_cloudwatch_embedded::Builder::new()
-        .cloudwatch_namespace(namespace.to_owned())
-        .with_dimension(
-            "function",
-            std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| "relay-stream".into()),
-        )
-        .init()?;
-    metrics::describe_histogram!(
-        crate::metrics::LAG,
-        metrics::Unit::Milliseconds,
-        "publish time minus the oldest record's creation time"
-    );
-    for name in [
-        crate::metrics::PUBLISHED,
-        crate::metrics::RETRIED,
-        crate::metrics::DEAD_LETTERED,
-        crate::metrics::FAILED,
-        crate::metrics::IGNORED,
-        crate::metrics::MARK_FAILED,
-    ] {
-        metrics::describe_counter!(name, metrics::Unit::Count, "");
-    }
-    Ok(collector)
+    relay_runtime::metrics::install_emf(namespace, crate::handler::ORIGIN, None)
+}
+
+/// The invocation's deadline (`Lambda-Runtime-Deadline-Ms`, wall-clock milliseconds since the
+/// epoch) as an instant of the monotonic clock the handler schedules by, or `None` when the
+/// deadline had already passed when the invocation arrived.
+///
+/// Lambda hands an invocation out with its whole timeout ahead of it, so a deadline in the past
+/// carries no budget to plan by (a runtime API emulator may send a constant: cargo-lambda's sends
+/// `600000`, ten minutes after the epoch). The handler then runs without a deadline of its own,
+/// as it would with no deadline at all, and Lambda's timeout still bounds the invocation.
+pub fn invocation_deadline(deadline_ms: u64, now_ms: u64) -> Option<tokio::time::Instant> {
+    let left = deadline_ms.checked_sub(now_ms).filter(|&left| left > 0)?;
+    Some(tokio::time::Instant::now() + std::time::Duration::from_millis(left))
+}
+
+fn now_ms() -> u64 {
+    u64::try_from(chrono::Utc::now().timestamp_millis()).unwrap_or_default()
 }
 
 /// The Lambda function: the relay plus its metrics collector.
@@ -79,7 +72,14 @@ impl LambdaRelay {
         event: LambdaEvent<Event>,
     ) -> Result<DynamoDbEventResponse, lambda_runtime::Error> {
         let records = &event.payload.records;
-        let report = self.relay.handle(records).await;
+        let deadline = invocation_deadline(event.context.deadline, now_ms());
+        if deadline.is_none() {
+            tracing::warn!(
+                deadline_ms = event.context.deadline,
+                "the invocation's deadline had passed when it arrived; handling the batch without one"
+            );
+        }
+        let report = self.relay.handle_until(records, deadline).await;
         let retried = self.relay.publisher().stats().retried;
         let before = self.retried_so_far.swap(retried, Ordering::Relaxed);
         crate::metrics::record_retried(retried.saturating_sub(before));
@@ -92,5 +92,34 @@ impl LambdaRelay {
             }
         }
         Ok(report.response(records))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_deadline_ahead_is_the_time_left_on_the_monotonic_clock() {
+        let before = tokio::time::Instant::now();
+
+        let deadline = invocation_deadline(1_795_000_060_000, 1_795_000_000_000).unwrap();
+
+        let left = deadline.duration_since(before);
+        assert!(
+            (Duration::from_secs(60)..Duration::from_secs(61)).contains(&left),
+            "{left:?}"
+        );
+    }
+
+    #[test]
+    fn a_deadline_already_past_on_arrival_is_no_deadline() {
+        // cargo-lambda's runtime API emulator sends a constant 600000 (1970-01-01T00:10:00Z).
+        assert_eq!(invocation_deadline(600_000, 1_795_000_000_000), None);
+        assert_eq!(
+            invocation_deadline(1_795_000_000_000, 1_795_000_000_000),
+            None
+        );
     }
 }

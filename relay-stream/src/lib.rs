@@ -6,7 +6,9 @@
 //! - [`local`]: `relay-stream-local`, a DynamoDB Streams reader that drives the same handler.
 //! - [`records`]: conversion of `aws-sdk-dynamodbstreams` records to the Lambda event shape.
 //! - [`metrics`]: metric names (CloudWatch Embedded Metric Format in the Lambda).
-//! - [`testing`]: in-memory ports for tests and benchmarks.
+//!
+//! The per-event path (decode, publish, dead-letter then mark), the publisher and the other AWS
+//! adapters are the `relay-runtime` crate's, shared with the poller.
 
 pub mod config;
 pub mod handler;
@@ -14,16 +16,16 @@ pub mod lambda;
 pub mod local;
 pub mod metrics;
 pub mod records;
-pub mod testing;
 
 pub use aws_lambda_events;
-pub use config::{RelayArgs, RelayConfigError};
+pub use config::RelayArgs;
 pub use handler::{
     BatchCounts, BatchReport, HandlerOptions, IgnoreReason, RecordOutcome, StreamRelay,
 };
 pub use local::{LocalArgs, LocalRunner, RunnerOptions, StartingPosition};
+pub use relay_runtime::SettingError;
 
-use outbox_shared::{DynamoStatusStore, EventBridgePublisher, SqsDeadLetterSink};
+use relay_runtime::{DynamoStatusStore, EventBridgePublisher, SqsDeadLetterSink};
 
 /// The relay with its AWS adapters, as both binaries run it.
 pub type AwsStreamRelay = StreamRelay<EventBridgePublisher, DynamoStatusStore, SqsDeadLetterSink>;
@@ -31,33 +33,33 @@ pub type AwsStreamRelay = StreamRelay<EventBridgePublisher, DynamoStatusStore, S
 /// Builds the relay and its clients from `args` once, at start-up.
 ///
 /// # Errors
-/// [`RelayConfigError`] naming the flag whose value is out of range.
+/// [`SettingError`] naming the flag and variable whose value is out of range.
 pub fn build_relay(
     args: &RelayArgs,
     sdk_config: &aws_config::SdkConfig,
-) -> Result<AwsStreamRelay, RelayConfigError> {
+) -> Result<AwsStreamRelay, SettingError> {
     build_relay_with(
         args,
-        aws_sdk_eventbridge::Client::new(sdk_config),
-        aws_sdk_dynamodb::Client::new(sdk_config),
-        aws_sdk_sqs::Client::new(sdk_config),
+        relay_runtime::clients::eventbridge(sdk_config),
+        relay_runtime::clients::dynamodb(sdk_config),
+        relay_runtime::clients::sqs(sdk_config),
     )
 }
 
 /// Like [`build_relay`] with caller-built clients (tests inject faults through them).
 ///
 /// # Errors
-/// [`RelayConfigError`] naming the flag whose value is out of range.
+/// [`SettingError`] naming the flag and variable whose value is out of range.
 pub fn build_relay_with(
     args: &RelayArgs,
     eventbridge: aws_sdk_eventbridge::Client,
     dynamodb: aws_sdk_dynamodb::Client,
     sqs: aws_sdk_sqs::Client,
-) -> Result<AwsStreamRelay, RelayConfigError> {
+) -> Result<AwsStreamRelay, SettingError> {
     let options = args.handler_options()?;
     let publisher = EventBridgePublisher::new(eventbridge, args.publisher_config()?)
         .expect("publisher_config validated the configuration");
-    let status = DynamoStatusStore::new(dynamodb, &args.table_name);
+    let status = DynamoStatusStore::new(dynamodb, &args.table_name, args.retention.ttl_policy()?);
     let dead_letters = args
         .dead_letter_queue_url()
         .map(|url| SqsDeadLetterSink::new(sqs, url));

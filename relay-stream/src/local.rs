@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 
 use aws_lambda_events::dynamodb::EventRecord;
 use aws_sdk_dynamodbstreams::Client as StreamsClient;
-use aws_sdk_dynamodbstreams::error::{DisplayErrorContext, ProvideErrorMetadata};
+use aws_sdk_dynamodbstreams::error::ProvideErrorMetadata;
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use futures::future::join_all;
-use outbox_shared::{DeadLetterSink, Publisher, StatusStore};
+use relay_runtime::{DeadLetterSink, Publisher, SettingError, StatusStore};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{RelayArgs, RelayConfigError};
+use crate::config::RelayArgs;
 use crate::handler::{BatchCounts, StreamRelay};
 use crate::records::to_event_record;
 
@@ -101,7 +101,7 @@ pub enum RunnerError {
     #[error("could not list the shards of {stream_arn}: {message}")]
     DescribeStream { stream_arn: String, message: String },
     #[error(transparent)]
-    Config(#[from] RelayConfigError),
+    Config(#[from] SettingError),
 }
 
 /// The one-line JSON summary `relay-stream-local` prints on exit.
@@ -120,7 +120,7 @@ pub struct Summary {
 /// # Errors
 /// [`RunnerError`] when the configuration is invalid or the stream cannot be found or listed.
 pub async fn run(args: &LocalArgs, shutdown: &CancellationToken) -> Result<Summary, RunnerError> {
-    let sdk_config = outbox_shared::load_aws_config().await;
+    let sdk_config = relay_runtime::load_aws_config().await?;
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk_config);
     let relay = crate::build_relay_with(
         &args.relay,
@@ -161,7 +161,7 @@ pub async fn stream_arn_of(
         .await
         .map_err(|e| RunnerError::NoStream {
             table: table_name.to_owned(),
-            message: aws_sdk_dynamodb::error::DisplayErrorContext(&e).to_string(),
+            message: outbox_shared::error::describe(&e),
         })?;
     table
         .table()
@@ -248,7 +248,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> LocalRunner<P, S, D> {
                 .any(|s| matches!(s.state, ShardState::Reading { .. }));
             if last_refresh.elapsed() >= SHARD_REFRESH_INTERVAL || nothing_to_read {
                 if let Err(err) = self.refresh_shards(&mut shards, false).await {
-                    tracing::warn!(error = %err, "could not refresh the shard list");
+                    tracing::warn!(error = %outbox_shared::error::describe(&err), "could not refresh the shard list");
                 }
                 last_refresh = Instant::now();
             }
@@ -298,7 +298,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> LocalRunner<P, S, D> {
                 .await
                 .map_err(|e| RunnerError::DescribeStream {
                     stream_arn: self.stream_arn.clone(),
-                    message: DisplayErrorContext(&e).to_string(),
+                    message: outbox_shared::error::describe(&e),
                 })?;
             let Some(description) = page.stream_description() else {
                 return Ok(());
@@ -308,7 +308,11 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> LocalRunner<P, S, D> {
                     continue;
                 };
                 shards.entry(id.to_owned()).or_insert_with(|| {
-                    tracing::debug!(shard = id, parent = ?listed.parent_shard_id(), "found shard");
+                    tracing::debug!(
+                        shard = id,
+                        parent = listed.parent_shard_id().unwrap_or("none"),
+                        "found shard"
+                    );
                     Shard {
                         id: id.to_owned(),
                         parent: listed.parent_shard_id().map(str::to_owned),
@@ -377,7 +381,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> LocalRunner<P, S, D> {
             .set_sequence_number(sequence.map(str::to_owned))
             .send()
             .await
-            .map_err(|e| DisplayErrorContext(&e).to_string())?
+            .map_err(|e| outbox_shared::error::describe(&e))?
             .shard_iterator()
             .map(str::to_owned)
             .ok_or_else(|| "no shard iterator returned".to_owned())
@@ -463,7 +467,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> LocalRunner<P, S, D> {
                 None
             }
             _ => {
-                tracing::warn!(shard = %shard.id, error = %DisplayErrorContext(err), "GetRecords failed; will retry");
+                tracing::warn!(shard = %shard.id, error = %outbox_shared::error::describe(err), "GetRecords failed; will retry");
                 Some(current.to_owned())
             }
         }
@@ -495,7 +499,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> LocalRunner<P, S, D> {
             if retries >= self.options.max_retries || shutdown.is_cancelled() {
                 tracing::error!(
                     shard = shard_id,
-                    sequence_number = ?sequence,
+                    sequence_number = sequence.as_deref().unwrap_or("(none)"),
                     failed,
                     retries,
                     "giving up on the rest of the batch; its events stay pending for the poller"
@@ -509,7 +513,13 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> LocalRunner<P, S, D> {
                 .poll_interval
                 .saturating_mul(1 << retries.min(8))
                 .min(MAX_REDELIVERY_DELAY);
-            tracing::warn!(shard = shard_id, sequence_number = ?sequence, retries, delay_ms = delay.as_millis() as u64, "re-delivering from the first unpublished record");
+            tracing::warn!(
+                shard = shard_id,
+                sequence_number = sequence.as_deref().unwrap_or("(none)"),
+                retries,
+                delay_ms = delay.as_millis() as u64,
+                "re-delivering from the first unpublished record"
+            );
             tokio::select! {
                 () = shutdown.cancelled() => {
                     counts.failed += failed;
@@ -541,7 +551,7 @@ pub async fn read_stream_records(
         .stream_arn(stream_arn)
         .send()
         .await
-        .map_err(|e| fail(DisplayErrorContext(&e).to_string()))?;
+        .map_err(|e| fail(outbox_shared::error::describe(&e)))?;
     let mut records = Vec::new();
     for shard in description
         .stream_description()
@@ -555,7 +565,7 @@ pub async fn read_stream_records(
             .shard_iterator_type(ShardIteratorType::TrimHorizon)
             .send()
             .await
-            .map_err(|e| fail(DisplayErrorContext(&e).to_string()))?
+            .map_err(|e| fail(outbox_shared::error::describe(&e)))?
             .shard_iterator()
             .map(str::to_owned);
         while let Some(current) = iterator.take() {
@@ -564,7 +574,7 @@ pub async fn read_stream_records(
                 .shard_iterator(current)
                 .send()
                 .await
-                .map_err(|e| fail(DisplayErrorContext(&e).to_string()))?;
+                .map_err(|e| fail(outbox_shared::error::describe(&e)))?;
             if page.records().is_empty() {
                 break;
             }

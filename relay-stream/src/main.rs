@@ -2,8 +2,9 @@
 
 use anyhow::Context;
 use clap::Parser;
+use relay_runtime::metrics::MetricsArgs;
 use relay_stream::RelayArgs;
-use relay_stream::lambda::{DEFAULT_METRICS_NAMESPACE, LambdaRelay, init_metrics};
+use relay_stream::lambda::{LambdaRelay, init_metrics};
 
 /// The Lambda's configuration, from the environment only.
 #[derive(Debug, Parser)]
@@ -11,21 +12,18 @@ use relay_stream::lambda::{DEFAULT_METRICS_NAMESPACE, LambdaRelay, init_metrics}
 struct Env {
     #[command(flatten)]
     relay: RelayArgs,
-    /// CloudWatch namespace of the metrics.
-    #[arg(long, env = "METRICS_NAMESPACE", default_value = DEFAULT_METRICS_NAMESPACE)]
-    metrics_namespace: String,
+    #[command(flatten)]
+    metrics: MetricsArgs,
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    outbox_shared::telemetry::init_tracing(
-        outbox_shared::telemetry::LogFormat::FromLambdaEnvironment,
-    );
+    relay_runtime::telemetry::init_tracing();
     let env = Env::try_parse_from(["relay-stream"])
         .context("reading the configuration from the environment")?;
-    let sdk_config = outbox_shared::load_aws_config().await;
+    let sdk_config = relay_runtime::load_aws_config().await?;
     let relay = relay_stream::build_relay(&env.relay, &sdk_config)?;
-    let metrics = init_metrics(&env.metrics_namespace).map_err(|e| anyhow::anyhow!(e))?;
+    let metrics = init_metrics(&env.metrics.metrics_namespace).map_err(|e| anyhow::anyhow!(e))?;
     let function = LambdaRelay::new(relay, Some(metrics));
     let function = &function;
     lambda_runtime::run(lambda_runtime::service_fn(move |event| {

@@ -1,42 +1,37 @@
-//! Metric names and the recording helpers the handler calls.
+//! What the stream handler records, under the names both relays share
+//! (`relay_runtime::metrics`).
 //!
 //! The Lambda installs the CloudWatch Embedded Metric Format recorder and flushes after every
 //! invocation; elsewhere (the local runner, tests) no recorder is installed and these are no-ops.
 
+use relay_runtime::metrics::{
+    AGGREGATES_HELD, DEAD_LETTERED, IGNORED, MARK_FAILED, PUBLISH_FAILED, PUBLISHED, RELAY_LAG,
+    RETRIED, count, observe,
+};
+
 use crate::handler::BatchCounts;
 
-/// Events published.
-pub const PUBLISHED: &str = "published";
-/// Entries sent again after a retryable failure.
-pub const RETRIED: &str = "retried";
-/// Poison records sent to the dead-letter queue.
-pub const DEAD_LETTERED: &str = "dead_lettered";
-/// Records reported for re-delivery.
-pub const FAILED: &str = "failed";
-/// Records that were not outbox inserts.
-pub const IGNORED: &str = "ignored";
-/// Status updates that failed after the event left (published or dead-lettered).
-pub const MARK_FAILED: &str = "mark_failed";
-/// Publish time minus the oldest published record's `ApproximateCreationDateTime`, per batch.
-pub const LAG: &str = "lag";
-
 pub(crate) fn record_batch(counts: &BatchCounts, max_lag_ms: Option<i64>) {
-    metrics::counter!(PUBLISHED).increment(counts.published);
-    metrics::counter!(IGNORED).increment(counts.ignored);
-    metrics::counter!(DEAD_LETTERED).increment(counts.dead_lettered);
-    metrics::counter!(FAILED).increment(counts.failed);
+    count(PUBLISHED, counts.published);
+    count(IGNORED, counts.ignored);
+    count(DEAD_LETTERED, counts.dead_lettered);
+    count(PUBLISH_FAILED, counts.failed);
     if let Some(lag) = max_lag_ms {
         // Precision loss is irrelevant for a latency in milliseconds.
         #[allow(clippy::cast_precision_loss)]
-        metrics::histogram!(LAG).record(lag.max(0) as f64);
+        observe(RELAY_LAG, lag.max(0) as f64);
     }
 }
 
+pub(crate) fn held(aggregates: u64) {
+    count(AGGREGATES_HELD, aggregates);
+}
+
 pub(crate) fn mark_failed() {
-    metrics::counter!(MARK_FAILED).increment(1);
+    count(MARK_FAILED, 1);
 }
 
 /// Records `retried` entries (the publisher counts them; the Lambda adds the per-invocation delta).
 pub fn record_retried(retried: u64) {
-    metrics::counter!(RETRIED).increment(retried);
+    count(RETRIED, retried);
 }

@@ -6,7 +6,6 @@
 //! same on every re-publish, so consumers de-duplicate on it (EventBridge's own event id changes on
 //! each `PutEvents`).
 
-use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -60,33 +59,30 @@ pub enum EnvelopeError {
 /// The envelope's bytes besides its field values: keys, quotes, braces and a sequence number.
 const ENVELOPE_OVERHEAD_BYTES: usize = 160;
 
-/// One event ready for `PutEvents`, with everything the publisher needs to batch it.
+/// One event ready for `PutEvents`, with everything a publisher needs to batch it.
+///
+/// Where and as whom it is published (the bus and `Source`) are the publisher's: it stamps them
+/// on every entry, so they are configured once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboundEvent {
     pub event_id: String,
     /// Events with the same ordering key (the aggregate) are never in flight out of order.
     pub ordering_key: String,
-    pub source: String,
     pub detail_type: String,
     pub detail: String,
-    pub event_bus_name: String,
     pub time: Option<aws_smithy_types::DateTime>,
     pub trace_header: Option<String>,
 }
 
 impl OutboundEvent {
-    /// Builds the envelope of `item` for `event_bus_name` with `source`.
+    /// Builds the envelope of `item`.
     ///
     /// The payload is embedded as it is stored (validated, not re-serialized).
     ///
     /// # Errors
     /// [`EnvelopeError`] when the payload is not JSON, a required field is empty, or `CreatedAt`
     /// is not a timestamp: the item is poison.
-    pub fn from_item(
-        item: &OutboxItem,
-        event_bus_name: &str,
-        source: &str,
-    ) -> Result<Self, EnvelopeError> {
+    pub fn from_item(item: &OutboxItem) -> Result<Self, EnvelopeError> {
         let event_id = &item.event_id;
         for (field, value) in [("EventId", event_id), ("EventType", &item.event_type)] {
             if value.trim().is_empty() {
@@ -130,11 +126,9 @@ impl OutboundEvent {
         let detail = String::from_utf8(detail).expect("serde_json writes UTF-8");
         Ok(Self {
             event_id: event_id.clone(),
-            ordering_key: item.aggregate_id.clone().unwrap_or_else(|| item.pk.clone()),
-            source: source.to_owned(),
+            ordering_key: item.ordering_key().to_owned(),
             detail_type: item.event_type.clone(),
             detail,
-            event_bus_name: event_bus_name.to_owned(),
             time: Some(aws_smithy_types::DateTime::from_millis(
                 occurred.timestamp_millis(),
             )),
@@ -142,27 +136,15 @@ impl OutboundEvent {
         })
     }
 
-    /// The entry size as EventBridge counts it: 14 bytes for `Time` if set, plus the UTF-8 bytes
-    /// of `Source`, `DetailType` and `Detail`.
-    pub fn entry_size(&self) -> usize {
+    /// The entry size as EventBridge counts it when published with `source`: 14 bytes for `Time`
+    /// if set, plus the UTF-8 bytes of `Source`, `DetailType` and `Detail`.
+    pub fn entry_size(&self, source: &str) -> usize {
         let time = if self.time.is_some() {
             PUT_EVENTS_TIME_BYTES
         } else {
             0
         };
-        time + self.source.len() + self.detail_type.len() + self.detail.len()
-    }
-
-    /// The `PutEvents` entry.
-    pub fn to_entry(&self) -> PutEventsRequestEntry {
-        PutEventsRequestEntry::builder()
-            .source(&self.source)
-            .detail_type(&self.detail_type)
-            .detail(&self.detail)
-            .event_bus_name(&self.event_bus_name)
-            .set_time(self.time)
-            .set_trace_header(self.trace_header.clone())
-            .build()
+        time + source.len() + self.detail_type.len() + self.detail.len()
     }
 }
 
@@ -193,7 +175,7 @@ mod tests {
 
     #[test]
     fn builds_the_documented_envelope() {
-        let event = OutboundEvent::from_item(&item(r#"{"amount": 12}"#), "bus", "orders").unwrap();
+        let event = OutboundEvent::from_item(&item(r#"{"amount": 12}"#)).unwrap();
         assert_eq!(event.detail_type, "OrderCreated");
         assert_eq!(event.ordering_key, "o1");
         let detail: serde_json::Value = serde_json::from_str(&event.detail).unwrap();
@@ -209,15 +191,13 @@ mod tests {
         );
         let parsed: Envelope<serde_json::Value> = serde_json::from_str(&event.detail).unwrap();
         assert_eq!(parsed.metadata.event_id, "e1");
-        let entry = event.to_entry();
-        assert_eq!(entry.trace_header(), Some("Root=1-abc"));
-        assert_eq!(entry.event_bus_name(), Some("bus"));
+        assert_eq!(event.trace_header.as_deref(), Some("Root=1-abc"));
     }
 
     #[test]
     fn detail_fits_the_buffer_it_is_written_into() {
         let full = item(r#"{"amount": 12}"#);
-        let event = OutboundEvent::from_item(&full, "bus", "orders").unwrap();
+        let event = OutboundEvent::from_item(&full).unwrap();
         let values = full.event_id.len()
             + full.event_type.len()
             + full.created_at.len()
@@ -227,28 +207,28 @@ mod tests {
         // The overhead covers the longest metadata (every field and a 20-digit sequence).
         let mut longest = full.clone();
         longest.sequence = Some(u64::MAX);
-        let longest_event = OutboundEvent::from_item(&longest, "bus", "orders").unwrap();
+        let longest_event = OutboundEvent::from_item(&longest).unwrap();
         assert!(longest_event.detail.len() - values <= ENVELOPE_OVERHEAD_BYTES);
         assert!(event.detail.len() > values);
     }
 
     #[test]
     fn entry_size_counts_time_source_type_and_detail() {
-        let event = OutboundEvent::from_item(&item("{}"), "bus", "orders").unwrap();
+        let event = OutboundEvent::from_item(&item("{}")).unwrap();
         assert_eq!(
-            event.entry_size(),
+            event.entry_size("orders"),
             14 + "orders".len() + "OrderCreated".len() + event.detail.len()
         );
     }
 
     #[test]
     fn non_json_payload_is_poison() {
-        let err = OutboundEvent::from_item(&item("not json"), "bus", "orders").unwrap_err();
+        let err = OutboundEvent::from_item(&item("not json")).unwrap_err();
         assert!(matches!(err, EnvelopeError::PayloadNotJson { .. }), "{err}");
         let mut bad_time = item("{}");
         bad_time.created_at = "yesterday".into();
         assert!(matches!(
-            OutboundEvent::from_item(&bad_time, "bus", "orders"),
+            OutboundEvent::from_item(&bad_time),
             Err(EnvelopeError::BadTimestamp { .. })
         ));
     }

@@ -3,6 +3,10 @@
 //! Timeouts, dispatch (I/O) failures, malformed responses, throttling codes, transient service
 //! codes and HTTP 5xx retry; request construction failures and every other service error do not.
 
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::Arc;
+
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
@@ -22,6 +26,102 @@ impl ErrorClass {
     }
 }
 
+impl fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Retryable => "retryable",
+            Self::Permanent => "permanent",
+        })
+    }
+}
+
+/// One failed AWS SDK call, classified: the one shape every crate uses for it.
+///
+/// The SDK error stays whole as the [`source`](std::error::Error::source) (shared, so the failure
+/// can be cloned into several outcomes); `Display` names the operation, the class, the service's
+/// error code and the SDK's own description.
+#[derive(Debug, Clone)]
+pub struct SdkFailure {
+    /// The API operation, as AWS names it (`UpdateItem`, `PutEvents`, `SendMessage`).
+    pub operation: &'static str,
+    pub class: ErrorClass,
+    /// The service's error code, when the service answered with one.
+    pub code: Option<String>,
+    /// The SDK's description of the failure with its causes.
+    pub message: String,
+    /// The SDK error itself.
+    pub source: Arc<dyn StdError + Send + Sync + 'static>,
+}
+
+impl fmt::Display for SdkFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} failed ({}", self.operation, self.class)?;
+        if let Some(code) = &self.code {
+            write!(f, ", {code}")?;
+        }
+        write!(f, "): {}", self.message)
+    }
+}
+
+/// Written by hand: `thiserror`'s `#[source]` on an `Arc` would give the `Arc` itself as the
+/// source (it implements `Error` too), which no caller can downcast to the SDK error.
+impl StdError for SdkFailure {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+impl SdkFailure {
+    /// Classifies `err`, a failure of `operation`, and keeps it as the source.
+    pub fn new<E>(operation: &'static str, err: SdkError<E, HttpResponse>) -> Self
+    where
+        E: ProvideErrorMetadata + StdError + Send + Sync + 'static,
+    {
+        Self {
+            operation,
+            class: classify_sdk_error(&err),
+            code: error_code(&err).map(str::to_owned),
+            message: describe(&err),
+            source: Arc::new(err),
+        }
+    }
+
+    /// A call that answered without doing all it was asked (`UnprocessedKeys` left after
+    /// retrying them): retryable, with no service error code.
+    pub fn incomplete(operation: &'static str, message: impl Into<String>) -> Self {
+        let message = message.into();
+        Self {
+            operation,
+            class: ErrorClass::Retryable,
+            code: None,
+            source: Arc::new(Incomplete(message.clone())),
+            message,
+        }
+    }
+
+    pub fn is_retryable(&self) -> bool {
+        self.class.is_retryable()
+    }
+
+    /// Whether the service answered with a throttling code.
+    pub fn is_throttling(&self) -> bool {
+        self.code.as_deref().is_some_and(is_throttling_code)
+    }
+}
+
+/// Failures are equal when they describe the same failure of the same operation (the source is
+/// not compared: SDK errors are not comparable).
+impl PartialEq for SdkFailure {
+    fn eq(&self, other: &Self) -> bool {
+        self.operation == other.operation
+            && self.class == other.class
+            && self.code == other.code
+            && self.message == other.message
+    }
+}
+
+impl Eq for SdkFailure {}
+
 /// Error codes AWS services use for throttling.
 pub const THROTTLING_CODES: &[&str] = &[
     "Throttling",
@@ -39,6 +139,9 @@ pub const THROTTLING_CODES: &[&str] = &[
     "PriorRequestNotComplete",
 ];
 
+/// DynamoDB: another transaction touched the same item; retrying the whole transaction works.
+pub const TRANSACTION_CONFLICT_CODE: &str = "TransactionConflictException";
+
 /// Error codes AWS services use for transient server-side failures.
 pub const TRANSIENT_CODES: &[&str] = &[
     "RequestTimeout",
@@ -49,9 +152,25 @@ pub const TRANSIENT_CODES: &[&str] = &[
     "InternalServerError",
     "ServiceUnavailable",
     "ServiceUnavailableException",
-    // DynamoDB: another transaction touched the same item; retrying the whole transaction works.
-    "TransactionConflictException",
+    TRANSACTION_CONFLICT_CODE,
 ];
+
+/// An error and its causes, outermost first, joined by `": "` (a cause whose text is already
+/// there is left out: many errors repeat their source's text in their own): for logs and messages an operator reads, where the SDK's own
+/// `DisplayErrorContext` appends the whole `Debug` form of the error too.
+pub fn describe(err: &dyn StdError) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(current) = cause {
+        let part = current.to_string();
+        if !part.is_empty() && !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        cause = current.source();
+    }
+    text
+}
 
 /// Classifies an error code (service-level or a `PutEvents` entry's `ErrorCode`).
 pub fn classify_code(code: &str) -> ErrorClass {
@@ -105,6 +224,11 @@ where
     }
 }
 
+/// The source of an [`SdkFailure::incomplete`].
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Incomplete(String);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,6 +241,26 @@ mod tests {
         let err = ErrorMetadata::builder().code(code).build();
         let raw = HttpResponse::new(StatusCode::try_from(status).unwrap(), SdkBody::empty());
         SdkError::ServiceError(ServiceError::builder().source(err).raw(raw).build())
+    }
+
+    #[test]
+    fn a_failure_describes_its_causes_without_the_debug_form() {
+        let err = ErrorMetadata::builder()
+            .code("ResourceNotFoundException")
+            .message("Cannot do operations on a non-existent table")
+            .build();
+        let raw = HttpResponse::new(StatusCode::try_from(400).unwrap(), SdkBody::empty());
+        let sdk: SdkError<ErrorMetadata, HttpResponse> =
+            SdkError::ServiceError(ServiceError::builder().source(err).raw(raw).build());
+
+        let failure = SdkFailure::new("Query", sdk);
+
+        assert_eq!(
+            failure.to_string(),
+            "Query failed (permanent, ResourceNotFoundException): service error: \
+             Error { code: \"ResourceNotFoundException\", message: \"Cannot do operations on a \
+             non-existent table\" }"
+        );
     }
 
     #[test]
@@ -164,6 +308,25 @@ mod tests {
         let construction: SdkError<ErrorMetadata, HttpResponse> =
             SdkError::construction_failure("bad input");
         assert_eq!(classify_sdk_error(&construction), ErrorClass::Permanent);
+    }
+
+    #[test]
+    fn sdk_failure_keeps_the_sdk_error_as_its_source() {
+        let failure = SdkFailure::new("UpdateItem", service_error("ThrottlingException", 400));
+        assert_eq!(failure.class, ErrorClass::Retryable);
+        assert!(failure.is_throttling());
+        assert_eq!(failure.code.as_deref(), Some("ThrottlingException"));
+        let text = failure.to_string();
+        assert!(
+            text.starts_with("UpdateItem failed (retryable, ThrottlingException): "),
+            "{text}"
+        );
+        let source = std::error::Error::source(&failure).expect("the SDK error is the source");
+        assert!(
+            source
+                .downcast_ref::<SdkError<ErrorMetadata, HttpResponse>>()
+                .is_some()
+        );
     }
 
     #[test]

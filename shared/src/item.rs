@@ -241,6 +241,13 @@ impl OutboxItem {
         }
     }
 
+    /// What orders this event among others: its aggregate (`AggregateId`), or its item
+    /// collection (`PK`) when another client wrote none. Events with one ordering key are never
+    /// published out of order.
+    pub fn ordering_key(&self) -> &str {
+        self.aggregate_id.as_deref().unwrap_or(&self.pk)
+    }
+
     /// Whether this is an outbox event item (`EntityType = OutboxEvent`).
     pub fn is_outbox_event(&self) -> bool {
         self.entity_type == entity::OUTBOX_EVENT

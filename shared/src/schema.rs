@@ -43,54 +43,17 @@ pub mod attr {
     /// Epoch seconds after which DynamoDB TTL deletes the item (cleanup only, never correctness).
     pub const TTL: &str = "ttl";
 
+    /// Aggregate hold: the aggregate (`AggregateId`, or `PK` without one) the stream relay left
+    /// to the poller.
+    pub const ORDERING_KEY: &str = "OrderingKey";
+    /// Aggregate hold: the `GSI1PK` of the held event, where the poller looks for what is left.
+    pub const HELD_PARTITION: &str = "HeldPartition";
+    /// Aggregate hold: when it was last set, ISO-8601 UTC.
+    pub const HELD_SINCE: &str = "HeldSince";
+
     /// Idempotency record written by an idempotent create (see the writer).
     pub const IDEMPOTENCY_KEY: &str = "IdempotencyKey";
     pub const REQUEST_HASH: &str = "RequestHash";
-}
-
-/// The consumer-side idempotency table (its own table, not the outbox table): one record per key.
-pub mod idempotency {
-    /// Attribute names.
-    pub mod attr {
-        /// Partition key: the idempotency key (by default the envelope's `metadata.eventId`).
-        pub const PK: &str = "pk";
-        /// `IN_PROGRESS`, `COMPLETED` or `FAILED`.
-        pub const STATUS: &str = "status";
-        /// Epoch milliseconds until which the record holds its key; after it the key can be claimed.
-        pub const EXPIRY: &str = "expiry";
-        /// Epoch seconds after which DynamoDB TTL deletes the record (cleanup only).
-        pub const TTL: &str = "ttl";
-        /// Hex SHA-256 of the canonical JSON payload, to reject a reused key with another payload.
-        pub const PAYLOAD_HASH: &str = "payload_hash";
-        /// The business logic's serialized response, once completed.
-        pub const RESPONSE: &str = "response";
-        /// Per-claim token: the completion is conditioned on it, so only the holder completes.
-        pub const CLAIM_TOKEN: &str = "claim_token";
-        /// The last business error, when a failure is recorded rather than released.
-        pub const ERROR: &str = "error";
-        /// How many times the key's logic has failed (recorded failures only).
-        pub const FAILURES: &str = "failures";
-    }
-
-    /// `status` values.
-    pub mod status {
-        pub const IN_PROGRESS: &str = "IN_PROGRESS";
-        pub const COMPLETED: &str = "COMPLETED";
-        pub const FAILED: &str = "FAILED";
-    }
-}
-
-/// The example consumer's stock table: one item per SKU, updated with optimistic concurrency.
-pub mod stock {
-    /// Attribute names.
-    pub mod attr {
-        /// Partition key: the SKU.
-        pub const PK: &str = "pk";
-        /// Units that can still be reserved.
-        pub const AVAILABLE: &str = "available";
-        /// Optimistic-concurrency version, incremented by every write.
-        pub const VERSION: &str = "version";
-    }
 }
 
 /// `EntityType` values.
@@ -98,6 +61,8 @@ pub mod entity {
     pub const ORDER: &str = "Order";
     pub const OUTBOX_EVENT: &str = "OutboxEvent";
     pub const IDEMPOTENCY: &str = "Idempotency";
+    /// The stream relay left an aggregate to the poller after one of its events failed.
+    pub const AGGREGATE_HOLD: &str = "AggregateHold";
 }
 
 /// Default name of the sparse, sharded outbox index.
@@ -109,6 +74,19 @@ const OUTBOX_PREFIX: &str = "OUTBOX#";
 const IDEMPOTENCY_PREFIX: &str = "IDEMPOTENCY#";
 const PENDING_PREFIX: &str = "OUTBOX#PENDING#";
 const EVENT_PREFIX: &str = "EVENT#";
+const HOLD_PREFIX: &str = "HOLD#";
+
+/// `SK` of an aggregate hold.
+pub const HOLD_SK: &str = "HOLD";
+
+/// `GSI1PK` of every aggregate hold: the poller lists them with one query. Not a pending-event
+/// partition: the sweep and the backlog leave it out.
+pub const HOLD_PARTITION: &str = "OUTBOX#HOLD";
+
+/// `PK` of the hold of the aggregate with `ordering_key`: `HOLD#{ordering_key}`.
+pub fn hold_pk(ordering_key: &str) -> String {
+    format!("{HOLD_PREFIX}{ordering_key}")
+}
 
 /// `PK` of a user's item collection: `USER#{user_id}`.
 pub fn user_pk(user_id: &str) -> String {

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 const FNV_OFFSET_BASIS: u32 = 0x811C_9DC5;
 const FNV_PRIME: u32 = 0x0100_0193;
 
-/// Upper bound on the shard count: each shard is one query per poll cycle, and beyond this the
+/// Upper bound on the shard count: each shard is one query per poller pass, and beyond this the
 /// cost of polling empty shards outweighs any gain in spreading writes.
 pub const MAX_SHARD_COUNT: u16 = 1024;
 

@@ -5,10 +5,13 @@
 //!    polled one small page at a time, one `PutEvents` and one update per event). Reports events per
 //!    second and API calls per event by operation (counted by an SDK interceptor).
 //! 2. Latency model (10 ms per call, unlimited parallelism): events per second of one poller.
+//! 3. Latency model, a fleet: drain throughput of 1, 2 and 4 pollers splitting the 16 shards as
+//!    their leases settle (16, 8 or 4 shards each), all in this process, with each poller polling
+//!    16 shards at once (the default) and 4 at once (a small task), and the ratio to linear.
 //!
 //! Rerun: `scripts/emulator.sh run -- cargo bench -p outbox-tests --bench poller`
 //! (`POLLER_BENCH_RUNS` sets the runs per configuration, default 3; medians are reported;
-//! `POLLER_BENCH_PARTS=model` or `=emulator` runs one part).
+//! `POLLER_BENCH_PARTS=model`, `=fleet` or `=emulator` runs one part).
 //! Without `--bench` (as `cargo test --benches` runs it) it does one small smoke run of each.
 
 // The report is this benchmark's output.
@@ -28,15 +31,14 @@ use aws_smithy_types::config_bag::ConfigBag;
 use chrono::Utc;
 use futures::StreamExt;
 use outbox_shared::schema::{self, attr};
-use outbox_shared::{
-    DynamoStatusStore, NewOutboxEvent, OutboundEvent, OutboxConfig, OutboxItem, ShardCount,
-    StatusStore,
-};
+use outbox_shared::{NewOutboxEvent, OutboundEvent, OutboxConfig, OutboxItem, ShardCount};
 use outbox_tests::TestEnv;
 use outbox_tests::latency_model::LatencyModel;
 use relay_poller::CancellationToken;
 use relay_poller::app::{AwsClients, aws_poller};
-use relay_poller::config::{RelayArgs, TableArgs};
+use relay_poller::config::{RelayArgs, ShardSelection, TableArgs};
+use relay_runtime::PublisherArgs;
+use relay_runtime::{DynamoStatusStore, StatusStore};
 
 const EVENTS: usize = 2000;
 const SMOKE_EVENTS: usize = 100;
@@ -163,13 +165,24 @@ fn relay_args(table: &str, bus: &str, dlq: &str) -> RelayArgs {
             shard_count: ShardCount::default(),
             shards: None,
         },
-        event_bus_name: bus.to_owned(),
-        source: outbox_tests::TEST_SOURCE.into(),
+        publisher: PublisherArgs {
+            event_bus_name: bus.to_owned(),
+            source: outbox_tests::TEST_SOURCE.into(),
+            max_entries_per_call: outbox_shared::limits::PUT_EVENTS_MAX_ENTRIES,
+            max_request_bytes: outbox_shared::limits::PUT_EVENTS_DEFAULT_MAX_BYTES,
+            max_entry_bytes: outbox_shared::limits::PUT_EVENTS_DEFAULT_MAX_BYTES,
+            publish_concurrency: 10,
+            publish_max_attempts: relay_runtime::config::DEFAULT_PUBLISH_MAX_ATTEMPTS,
+        },
+        retention: relay_runtime::RetentionArgs::default(),
+        metrics: relay_runtime::metrics::MetricsArgs::default(),
+        ttl_refresh_margin: relay_poller::DEFAULT_TTL_REFRESH_MARGIN,
+        sweep_interval: relay_poller::DEFAULT_SWEEP_INTERVAL,
         dead_letter_queue_url: dlq.to_owned(),
         page_size: relay_poller::config::DEFAULT_PAGE_SIZE,
         shard_concurrency: 16,
-        publish_concurrency: 10,
-        flip_concurrency: 32,
+        mark_concurrency: 32,
+        idle_backoff_max: Duration::from_secs(5),
         shutdown_timeout: Duration::from_secs(5),
     }
 }
@@ -221,7 +234,11 @@ async fn baseline_on_emulator(events: usize) -> Run {
     seed(&env, &pending_items(&env.table_name, events)).await;
     let counter = CallCounter::default();
     let clients = counted_clients(&env, &counter);
-    let store = DynamoStatusStore::new(clients.dynamodb.clone(), &env.table_name);
+    let store = DynamoStatusStore::new(
+        clients.dynamodb.clone(),
+        &env.table_name,
+        relay_runtime::TtlPolicy::default(),
+    );
     let before = schema::pending_sort_key(&outbox_shared::time::format_timestamp(Utc::now()), "");
     let started = Instant::now();
     let mut published = 0;
@@ -252,17 +269,23 @@ async fn baseline_on_emulator(events: usize) -> Run {
             }
             for raw in page.items() {
                 let item: OutboxItem = serde_dynamo::from_item(raw.clone()).unwrap();
-                let event =
-                    OutboundEvent::from_item(&item, &bus, outbox_tests::TEST_SOURCE).unwrap();
+                let event = OutboundEvent::from_item(&item).unwrap();
+                let entry = aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+                    .event_bus_name(&bus)
+                    .source(outbox_tests::TEST_SOURCE)
+                    .detail_type(&event.detail_type)
+                    .detail(&event.detail)
+                    .set_time(event.time)
+                    .build();
                 let out = clients
                     .eventbridge
                     .put_events()
-                    .entries(event.to_entry())
+                    .entries(entry)
                     .send()
                     .await
                     .expect("put events");
                 assert_eq!(out.failed_entry_count(), 0);
-                store.mark_published(&item.key()).await.expect("flip");
+                store.mark_published(&item.key()).await.expect("mark");
                 published += 1;
             }
         }
@@ -291,6 +314,45 @@ async fn poller_on_latency_model(events: usize) -> Run {
     assert!(
         summary.complete && summary.published == events as u64,
         "{summary:?}"
+    );
+    assert_eq!(model.pending(), 0);
+    Run {
+        events_per_second: events as f64 / elapsed.as_secs_f64(),
+        calls_per_event: per_event(model.calls(), events),
+    }
+}
+
+/// `pollers` pollers draining `events` together on the latency model, each on its share of the
+/// 16 shards (what their leases settle to), polling `shard_concurrency` of them at once.
+async fn fleet_on_latency_model(events: usize, pollers: u16, shard_concurrency: usize) -> Run {
+    let model = LatencyModel::new(MODEL_DELAY);
+    model.seed_pending(&pending_items("model-table", events));
+    let sdk = model.sdk_config();
+    let each = ShardCount::default().get() / pollers;
+    let fleet: Vec<_> = (0..pollers)
+        .map(|i| {
+            let mut args = relay_args("model-table", "model-bus", "http://model.invalid/dlq");
+            let shards: ShardSelection = format!("{}-{}", i * each, (i + 1) * each - 1)
+                .parse()
+                .unwrap();
+            args.table.shards = Some(shards);
+            args.shard_concurrency = shard_concurrency;
+            aws_poller(AwsClients::new(&sdk), &args.validate().unwrap()).unwrap()
+        })
+        .collect();
+    let cancel = CancellationToken::new();
+    let started = Instant::now();
+    let summaries = futures::future::join_all(
+        fleet
+            .iter()
+            .map(|poller| poller.drain(Duration::ZERO, 3, &cancel)),
+    )
+    .await;
+    let elapsed = started.elapsed();
+    let published: u64 = summaries.iter().map(|s| s.published).sum();
+    assert!(
+        summaries.iter().all(|s| s.complete) && published == events as u64,
+        "{summaries:?}"
     );
     assert_eq!(model.pending(), 0);
     Run {
@@ -341,15 +403,19 @@ async fn main() {
         (SMOKE_EVENTS, 1)
     };
     println!("relay-poller benchmark: {events} events over 16 shards, {runs} run(s) each");
-    // POLLER_BENCH_PARTS=model or =emulator runs one part (default: both).
+    // POLLER_BENCH_PARTS=model, =fleet or =emulator runs one part (default: all).
     let parts = std::env::var("POLLER_BENCH_PARTS").unwrap_or_default();
-    let (model, emulator) = match parts.as_str() {
-        "model" => (true, false),
-        "emulator" => (false, true),
-        _ => (true, true),
+    let (model, fleet, emulator) = match parts.as_str() {
+        "model" => (true, false, false),
+        "fleet" => (false, true, false),
+        "emulator" => (false, false, true),
+        _ => (true, true, true),
     };
     if model {
         run_on_latency_model(events, runs).await;
+    }
+    if fleet {
+        run_fleet_on_latency_model(events, runs, if bench { &[1, 2, 4] } else { &[1, 2] }).await;
     }
     if emulator {
         run_on_emulator(events, runs).await;
@@ -362,6 +428,28 @@ async fn run_on_latency_model(events: usize, runs: usize) {
         model_runs.push(poller_on_latency_model(events).await);
     }
     report("latency model (10 ms/call): poller", &model_runs);
+}
+
+async fn run_fleet_on_latency_model(events: usize, runs: usize, sizes: &[u16]) {
+    for shard_concurrency in [16, 4] {
+        let mut one = None;
+        for &pollers in sizes {
+            // Interleaved with nothing else: each configuration's runs back to back.
+            let mut fleet_runs = Vec::new();
+            for _ in 0..runs {
+                fleet_runs.push(fleet_on_latency_model(events, pollers, shard_concurrency).await);
+            }
+            let name = format!("fleet: {pollers} poller(s), {shard_concurrency} shards at once");
+            let eps = report(&name, &fleet_runs);
+            let base = *one.get_or_insert(eps);
+            println!(
+                "{:<34} {:.2}x one poller, {:.0} % of linear",
+                "",
+                eps / base,
+                100.0 * eps / (base * f64::from(pollers))
+            );
+        }
+    }
 }
 
 async fn run_on_emulator(events: usize, runs: usize) {

@@ -11,6 +11,7 @@ use chrono::Utc;
 use outbox_shared::schema;
 use outbox_shared::{NewOutboxEvent, OutboxConfig, OutboxItem};
 use outbox_tests::latency_model::LatencyModel;
+use relay_runtime::PublisherArgs;
 use relay_stream::RelayArgs;
 use relay_stream::aws_lambda_events::dynamodb::EventRecord;
 
@@ -57,16 +58,21 @@ fn main() {
         let sdk = model.sdk_config();
         let args = RelayArgs {
             table_name: "bench-table".into(),
-            event_bus_name: "bench-bus".into(),
-            source: "bench.orders".into(),
+            publisher: PublisherArgs {
+                event_bus_name: "bench-bus".into(),
+                source: "bench.orders".into(),
+                max_entries_per_call: 10,
+                max_request_bytes: 256 * 1024,
+                max_entry_bytes: 256 * 1024,
+                publish_concurrency: 16,
+                publish_max_attempts: 5,
+            },
+            retention: relay_runtime::RetentionArgs::default(),
             dead_letter_queue_url: None,
-            max_entries_per_call: 10,
-            max_request_bytes: 256 * 1024,
-            max_entry_bytes: 256 * 1024,
-            publish_concurrency: 16,
-            publish_max_attempts: 5,
             mark_concurrency: relay_stream::config::DEFAULT_MARK_CONCURRENCY,
             stop_at_first_failure: false,
+            deadline_margin: relay_stream::config::DEFAULT_DEADLINE_MARGIN,
+            hold_failed_aggregates: false,
         };
         let relay = relay_stream::build_relay_with(
             &args,

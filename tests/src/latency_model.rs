@@ -8,7 +8,7 @@
 //! It models just what the relays call:
 //! - `AWSEvents.PutEvents`: every entry accepted.
 //! - `DynamoDB_20120810.Query` on the pending index: the first `:`-value that is a pending-shard key
-//!   (`OUTBOX#PENDING#n`) selects the shard; a value starting with `EVENT#` is an exclusive upper bound
+//!   (`OUTBOX#PENDING#n`) selects the shard; a value with the sort-key prefix (`EVENT#`) is an exclusive upper bound
 //!   on `GSI1SK` (the grace-period cutoff); `Limit` and `ExclusiveStartKey` paginate, oldest first.
 //! - `DynamoDB_20120810.UpdateItem`: removes the item from the pending index; if it was not there, the
 //!   call fails with `ConditionalCheckFailedException` as the real condition would.
@@ -30,6 +30,7 @@ use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_runtime_api::http::StatusCode;
 use aws_smithy_types::body::SdkBody;
 use outbox_shared::OutboxItem;
+use outbox_shared::schema::{self, attr};
 use serde_json::{Value, json};
 
 /// Pending items of one shard, by `GSI1SK`.
@@ -44,11 +45,20 @@ struct State {
     calls: BTreeMap<String, u64>,
 }
 
+/// An operation that turns slow: after `after_calls` calls, it answers after `delay`.
+#[derive(Debug, Clone)]
+struct Slowdown {
+    operation: String,
+    after_calls: u64,
+    delay: Duration,
+}
+
 /// The model; cheap to clone (shared state).
 #[derive(Debug, Clone)]
 pub struct LatencyModel {
     delay: Duration,
     state: Arc<Mutex<State>>,
+    slowdown: Arc<Mutex<Option<Slowdown>>>,
 }
 
 impl LatencyModel {
@@ -57,7 +67,19 @@ impl LatencyModel {
         Self {
             delay,
             state: Arc::default(),
+            slowdown: Arc::default(),
         }
+    }
+
+    /// Makes `operation` (`PutEvents`, `UpdateItem`, …) answer after `delay` once it has answered
+    /// `after_calls` calls: an endpoint that turns slow mid-way. The call still takes effect at
+    /// once, as a real call whose reply is late does.
+    pub fn turn_slow(&self, operation: &str, after_calls: u64, delay: Duration) {
+        *self.slowdown.lock().expect("model slowdown") = Some(Slowdown {
+            operation: operation.to_owned(),
+            after_calls,
+            delay,
+        });
     }
 
     /// SDK configuration whose clients talk to this model.
@@ -121,8 +143,8 @@ impl LatencyModel {
             "Query" => (200, query(&state, &request)),
             "UpdateItem" => {
                 let key = (
-                    string_value(&request["Key"]["PK"]),
-                    string_value(&request["Key"]["SK"]),
+                    string_value(&request["Key"][attr::PK]),
+                    string_value(&request["Key"][attr::SK]),
                 );
                 match state.keys.remove(&key) {
                     Some((gsi1pk, gsi1sk)) => {
@@ -155,9 +177,12 @@ fn query(state: &State, request: &Value) -> Value {
         .as_object()
         .map(|m| m.values().filter_map(|v| v["S"].as_str()).collect())
         .unwrap_or_default();
-    let shard_key = values.iter().find(|v| v.starts_with("OUTBOX#PENDING#"));
-    let upper = values.iter().find(|v| v.starts_with("EVENT#"));
-    let start_after = request["ExclusiveStartKey"]["GSI1SK"]["S"].as_str();
+    let sort_key_prefix = sort_key_prefix();
+    let shard_key = values
+        .iter()
+        .find(|v| schema::parse_pending_shard_pk(v).is_some());
+    let upper = values.iter().find(|v| v.starts_with(&sort_key_prefix));
+    let start_after = request["ExclusiveStartKey"][attr::GSI1SK]["S"].as_str();
     let limit = request["Limit"]
         .as_u64()
         .and_then(|l| usize::try_from(l).ok())
@@ -182,7 +207,7 @@ fn query(state: &State, request: &Value) -> Value {
     }
     let mut response = json!({"Count": items.len(), "ScannedCount": items.len(), "Items": items});
     let more = last.is_some_and(|l| {
-        let sk = l["GSI1SK"]["S"].as_str().unwrap_or_default();
+        let sk = l[attr::GSI1SK]["S"].as_str().unwrap_or_default();
         shard
             .range::<str, _>((std::ops::Bound::Excluded(sk), std::ops::Bound::Unbounded))
             .next()
@@ -190,11 +215,23 @@ fn query(state: &State, request: &Value) -> Value {
     });
     if more {
         let l = last.expect("more implies a last item");
-        response["LastEvaluatedKey"] = json!({
-            "PK": l["PK"], "SK": l["SK"], "GSI1PK": l["GSI1PK"], "GSI1SK": l["GSI1SK"],
-        });
+        response["LastEvaluatedKey"] = [attr::PK, attr::SK, attr::GSI1PK, attr::GSI1SK]
+            .into_iter()
+            .map(|name| (name.to_owned(), l[name].clone()))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
     }
     response
+}
+
+/// What every `GSI1SK` starts with (`EVENT#`), read off the schema's key format: the sort key of
+/// an empty timestamp and event id is that prefix followed by the separator.
+fn sort_key_prefix() -> String {
+    let empty = schema::pending_sort_key("", "");
+    empty
+        .strip_suffix('#')
+        .expect("the sort key ends with its separator")
+        .to_owned()
 }
 
 /// DynamoDB JSON of an outbox item (strings as `S`, numbers as `N`).
@@ -224,7 +261,18 @@ impl HttpConnector for LatencyModel {
             .unwrap_or_default()
             .to_owned();
         let (status, body) = self.answer(&target, request.body().bytes().unwrap_or_default());
-        let delay = self.delay;
+        let operation = target.rsplit('.').next().unwrap_or(&target);
+        let slowdown = self.slowdown.lock().expect("model slowdown").clone();
+        let delay = match slowdown {
+            Some(slow)
+                if slow.operation == operation
+                    && self.calls().get(operation).copied().unwrap_or_default()
+                        > slow.after_calls =>
+            {
+                slow.delay
+            }
+            _ => self.delay,
+        };
         HttpConnectorFuture::new(async move {
             tokio::time::sleep(delay).await;
             let mut response = HttpResponse::new(
@@ -256,15 +304,20 @@ mod tests {
     use outbox_shared::{NewOutboxEvent, OutboxConfig};
     use std::time::Instant;
 
+    /// `n` pending items of one aggregate (they share a shard).
     fn items(n: usize) -> Vec<OutboxItem> {
+        items_of(n, |_| "same-aggregate".to_owned())
+    }
+
+    fn items_of(n: usize, aggregate_id: impl Fn(usize) -> String) -> Vec<OutboxItem> {
         let config = OutboxConfig::new("t");
         (0..n)
             .map(|i| {
                 let event = NewOutboxEvent {
-                    partition_key: format!("USER#{i}"),
+                    partition_key: schema::user_pk(&i.to_string()),
                     event_type: "OrderCreated".into(),
                     aggregate_type: "Order".into(),
-                    aggregate_id: "same-aggregate".into(),
+                    aggregate_id: aggregate_id(i),
                     sequence: Some(i as u64),
                     payload: json!({"i": i}),
                     trace_header: None,
@@ -286,8 +339,8 @@ mod tests {
         let page = client
             .query()
             .table_name("t")
-            .index_name("GSI1")
-            .key_condition_expression("GSI1PK = :p")
+            .index_name(schema::DEFAULT_INDEX_NAME)
+            .key_condition_expression(format!("{} = :p", attr::GSI1PK))
             .expression_attribute_values(":p", AttributeValue::S(shard.clone()))
             .limit(3)
             .send()
@@ -300,8 +353,8 @@ mod tests {
         let next = client
             .query()
             .table_name("t")
-            .index_name("GSI1")
-            .key_condition_expression("GSI1PK = :p")
+            .index_name(schema::DEFAULT_INDEX_NAME)
+            .key_condition_expression(format!("{} = :p", attr::GSI1PK))
             .expression_attribute_values(":p", AttributeValue::S(shard))
             .set_exclusive_start_key(page.last_evaluated_key().cloned())
             .send()
@@ -310,16 +363,20 @@ mod tests {
         assert_eq!(next.items().len(), 2);
         assert!(next.last_evaluated_key().is_none());
 
-        let store = outbox_shared::DynamoStatusStore::new(client.clone(), "t");
-        use outbox_shared::StatusStore;
+        let store = relay_runtime::DynamoStatusStore::new(
+            client.clone(),
+            "t",
+            relay_runtime::TtlPolicy::default(),
+        );
+        use relay_runtime::StatusStore;
         let key = seeded[0].key();
         assert_eq!(
             store.mark_published(&key).await.unwrap(),
-            outbox_shared::FlipOutcome::Flipped
+            relay_runtime::MarkOutcome::Marked
         );
         assert_eq!(
             store.mark_published(&key).await.unwrap(),
-            outbox_shared::FlipOutcome::AlreadyDone
+            relay_runtime::MarkOutcome::AlreadyDone
         );
         assert_eq!(model.pending(), 4);
         assert_eq!(model.calls()["Query"], 2);
@@ -329,21 +386,22 @@ mod tests {
     #[tokio::test]
     async fn put_events_accepts_every_entry() {
         let model = LatencyModel::new(Duration::from_millis(1));
-        let publisher = outbox_shared::EventBridgePublisher::new(
+        let publisher = relay_runtime::EventBridgePublisher::new(
             aws_sdk_eventbridge::Client::new(&model.sdk_config()),
-            outbox_shared::PublisherConfig::new("bus", "src"),
+            relay_runtime::PublisherConfig::new("bus", "src"),
         )
         .unwrap();
-        let events: Vec<_> = items(25)
+        // One event per aggregate: the publisher puts at most one event of an aggregate in a call.
+        let events: Vec<_> = items_of(25, |i| format!("aggregate-{i}"))
             .iter()
-            .map(|i| outbox_shared::OutboundEvent::from_item(i, "bus", "src").unwrap())
+            .map(|i| outbox_shared::OutboundEvent::from_item(i).unwrap())
             .collect();
-        use outbox_shared::Publisher;
+        use relay_runtime::Publisher;
         let outcomes = publisher.publish(&events).await;
         assert!(
             outcomes
                 .iter()
-                .all(outbox_shared::PublishOutcome::is_published)
+                .all(relay_runtime::PublishOutcome::is_published)
         );
         assert_eq!(model.calls()["PutEvents"], 3);
         assert_eq!(publisher.stats().put_events_calls, 3);

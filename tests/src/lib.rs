@@ -2,9 +2,11 @@
 //!
 //! [`TestEnv::new`] gives each test its own randomly named table, EventBridge bus (with archive) and
 //! dead-letter queue, all created from `infra/template.yaml` by `outbox_infra`, plus a sink SQS queue
-//! that receives everything on the bus through a rule. Run the tests with `make test`, which installs and starts the emulator
-//! (moto in server mode) and points `AWS_ENDPOINT_URL` at it.
+//! that receives everything on the bus through a rule. Run the tests with `make test`, which installs
+//! and starts the emulators (DynamoDB Local for DynamoDB and its streams, moto for EventBridge and
+//! SQS) and points the SDK's standard endpoint variables at them.
 
+pub mod fault_proxy;
 pub mod latency_model;
 
 use std::collections::HashMap;
@@ -15,44 +17,101 @@ use std::time::{Duration, Instant};
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, QueueAttributeName};
+use futures::StreamExt;
+use outbox_infra::LocalStack;
 use outbox_shared::envelope::Envelope;
-use outbox_shared::{OutboxConfig, OutboxItem, PublisherConfig};
+use outbox_shared::schema::{self, attr, entity};
+use outbox_shared::{OutboxConfig, OutboxItem};
+use outbox_writer::{NewOrder, OrderLine, OutboxWriter, WriterConfig};
 use rand::Rng;
 use rand::distr::Alphanumeric;
+use relay_runtime::PublisherConfig;
 
 /// The EventBridge `Source` the test environment publishes with.
 pub const TEST_SOURCE: &str = "test.orders";
 
-const HOW_TO_RUN: &str = "run the tests with `make test` (it installs the pinned emulator into \
-     .venv and starts it), or start one with `scripts/emulator.sh start && eval \"$(scripts/emulator.sh env)\"` \
+const HOW_TO_RUN: &str = "run the tests with `make test` (it installs the pinned emulators into \
+     .venv and .dynamodb-local and starts them), or start them with `scripts/emulator.sh start && eval \"$(scripts/emulator.sh env)\"` \
      and then run cargo test";
 
-/// The emulator's endpoint, checked to be reachable.
+/// Where the local emulators answer, as the SDK's standard endpoint variables say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoints {
+    /// `AWS_ENDPOINT_URL`: every service without its own variable (moto: EventBridge, SQS).
+    pub default: String,
+    /// `AWS_ENDPOINT_URL_DYNAMODB` (DynamoDB Local).
+    pub dynamodb: String,
+    /// `AWS_ENDPOINT_URL_DYNAMODB_STREAMS` (DynamoDB Local).
+    pub dynamodb_streams: String,
+}
+
+impl Endpoints {
+    /// Every service at `url`.
+    pub fn all(url: &str) -> Self {
+        Self {
+            default: url.to_owned(),
+            dynamodb: url.to_owned(),
+            dynamodb_streams: url.to_owned(),
+        }
+    }
+
+    /// The variables that point the SDK here, for a child process.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ENDPOINT_URL", self.default.clone()),
+            ("AWS_ENDPOINT_URL_DYNAMODB", self.dynamodb.clone()),
+            (
+                "AWS_ENDPOINT_URL_DYNAMODB_STREAMS",
+                self.dynamodb_streams.clone(),
+            ),
+        ]
+    }
+
+    /// The endpoint that serves a call with this `X-Amz-Target` header.
+    pub fn for_target(&self, target: &str) -> &str {
+        if target.starts_with("DynamoDBStreams_") {
+            &self.dynamodb_streams
+        } else if target.starts_with("DynamoDB_") {
+            &self.dynamodb
+        } else {
+            &self.default
+        }
+    }
+}
+
+/// The emulators' endpoints, each checked to be reachable.
 ///
 /// # Panics
-/// With instructions when `AWS_ENDPOINT_URL` is unset or nothing answers there: integration tests
-/// never pass without the emulator.
-pub fn emulator_endpoint() -> String {
-    let Ok(endpoint) = std::env::var("AWS_ENDPOINT_URL") else {
-        panic!(
-            "AWS_ENDPOINT_URL is not set, so there is no local AWS emulator to test against: {HOW_TO_RUN}"
+/// With instructions when a variable is unset or nothing answers there: integration tests never
+/// pass without the emulators.
+pub fn emulator_endpoints() -> Endpoints {
+    let read = |variable: &str| {
+        let Ok(endpoint) = std::env::var(variable) else {
+            panic!(
+                "{variable} is not set, so there is no local AWS emulator to test against: {HOW_TO_RUN}"
+            );
+        };
+        let authority = endpoint
+            .split("://")
+            .nth(1)
+            .unwrap_or(&endpoint)
+            .trim_end_matches('/');
+        let reachable = authority
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut addrs| addrs.next())
+            .is_some_and(|addr| TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok());
+        assert!(
+            reachable,
+            "the local AWS emulator at {variable}={endpoint} does not answer: {HOW_TO_RUN}"
         );
+        endpoint
     };
-    let authority = endpoint
-        .split("://")
-        .nth(1)
-        .unwrap_or(&endpoint)
-        .trim_end_matches('/');
-    let reachable = authority
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut addrs| addrs.next())
-        .is_some_and(|addr| TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok());
-    assert!(
-        reachable,
-        "the local AWS emulator at AWS_ENDPOINT_URL={endpoint} does not answer: {HOW_TO_RUN}"
-    );
-    endpoint
+    Endpoints {
+        default: read("AWS_ENDPOINT_URL"),
+        dynamodb: read("AWS_ENDPOINT_URL_DYNAMODB"),
+        dynamodb_streams: read("AWS_ENDPOINT_URL_DYNAMODB_STREAMS"),
+    }
 }
 
 /// A random lowercase name with `prefix`, unique per test.
@@ -76,27 +135,43 @@ pub fn workspace_root() -> PathBuf {
 /// The path of a workspace binary (`relay-stream-local`, `relay-poller`, …), built into the same
 /// target directory and profile as the running test.
 ///
-/// It builds the whole workspace with its tests rather than one `--package`: that is the feature
-/// resolution of `cargo test --workspace`, so under `make test` the build is a no-op, where a
-/// one-package build would recompile the SDK crates with other features (and the next test build
-/// would recompile them back).
+/// The first call builds the whole workspace with its tests, once per test process; later calls
+/// only find the binary. A whole-workspace build is the feature resolution of
+/// `cargo test --workspace`, so under `make test` it is a no-op, where a one-package build would
+/// recompile the SDK crates with other features (and the next test build would recompile them
+/// back).
 ///
 /// # Panics
-/// When cargo cannot build it.
+/// When cargo cannot build the workspace, or the binary is not one of its binaries.
 pub fn workspace_binary(bin: &str) -> PathBuf {
-    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    let profile_dir = BUILT
+        .get_or_init(build_workspace)
+        .as_ref()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let path = profile_dir.join(bin);
+    assert!(
+        path.exists(),
+        "{} missing after a successful build of the workspace",
+        path.display()
+    );
+    path
+}
+
+/// Builds the workspace's binaries into the running test's target directory and profile; the
+/// profile directory on success.
+fn build_workspace() -> Result<PathBuf, String> {
     // Test executables live in <target>/<profile>/deps; binaries in <target>/<profile>.
-    let exe = std::env::current_exe().expect("current exe");
+    let exe = std::env::current_exe().map_err(|e| format!("current exe: {e}"))?;
     let profile_dir = exe
         .parent()
         .and_then(Path::parent)
-        .expect("test executable sits in <target>/<profile>/deps")
+        .ok_or("test executable sits in <target>/<profile>/deps")?
         .to_path_buf();
-    let target_dir = profile_dir.parent().expect("profile dir has a parent");
-    let path = profile_dir.join(bin);
-    let _guard = BUILD
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let target_dir = profile_dir
+        .parent()
+        .ok_or("profile dir has a parent")?
+        .to_path_buf();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let mut command = std::process::Command::new(cargo);
     command
@@ -109,21 +184,17 @@ pub fn workspace_binary(bin: &str) -> PathBuf {
             "--tests",
             "--target-dir",
         ])
-        .arg(target_dir);
+        .arg(&target_dir);
     if profile_dir.file_name().is_some_and(|p| p == "release") {
         command.arg("--release");
     }
-    let status = command.status().expect("run cargo build");
-    assert!(
-        status.success(),
-        "cargo build of the workspace (for {bin}) failed"
-    );
-    assert!(
-        path.exists(),
-        "{} missing after a successful build",
-        path.display()
-    );
-    path
+    let status = command
+        .status()
+        .map_err(|e| format!("run cargo build: {e}"))?;
+    if !status.success() {
+        return Err(format!("cargo build of the workspace failed ({status})"));
+    }
+    Ok(profile_dir)
 }
 
 /// One event as EventBridge delivered it to the sink queue.
@@ -149,6 +220,53 @@ impl SinkMessage {
     }
 }
 
+/// A pending outbox item with only the required attributes, as another client (any language, no
+/// writer) writes it: in `user`'s item collection, created at `created_at`, on index shard `shard`.
+pub fn minimal_outbox_item(
+    user: &str,
+    event_id: &str,
+    event_type: &str,
+    payload: &str,
+    created_at: &str,
+    shard: u16,
+) -> HashMap<String, AttributeValue> {
+    [
+        (attr::PK, schema::user_pk(user)),
+        (attr::SK, schema::outbox_sk(event_id)),
+        (attr::ENTITY_TYPE, entity::OUTBOX_EVENT.to_owned()),
+        (attr::EVENT_ID, event_id.to_owned()),
+        (attr::EVENT_TYPE, event_type.to_owned()),
+        (attr::PAYLOAD, payload.to_owned()),
+        (attr::STATUS, schema::status::PENDING.to_owned()),
+        (attr::CREATED_AT, created_at.to_owned()),
+        (attr::GSI1PK, schema::pending_shard_pk(shard)),
+        (attr::GSI1SK, schema::pending_sort_key(created_at, event_id)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), AttributeValue::S(v)))
+    .collect()
+}
+
+/// The SDK configuration for the emulator and the clients every environment holds.
+async fn clients() -> (
+    SdkConfig,
+    aws_sdk_dynamodb::Client,
+    aws_sdk_eventbridge::Client,
+    aws_sdk_sqs::Client,
+) {
+    // The SDK reads the endpoints from the standard variables, as the relays do.
+    emulator_endpoints();
+    let sdk_config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .load()
+        .await;
+    (
+        sdk_config.clone(),
+        aws_sdk_dynamodb::Client::new(&sdk_config),
+        aws_sdk_eventbridge::Client::new(&sdk_config),
+        aws_sdk_sqs::Client::new(&sdk_config),
+    )
+}
+
 /// A private set of emulator resources for one test.
 #[derive(Debug, Clone)]
 pub struct TestEnv {
@@ -172,24 +290,11 @@ impl TestEnv {
     /// # Panics
     /// When the emulator is missing (with instructions) or refuses to create a resource.
     pub async fn new() -> Self {
-        let endpoint = emulator_endpoint();
-        let sdk_config = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .endpoint_url(endpoint)
-            .load()
-            .await;
-        let env = Self {
-            dynamodb: aws_sdk_dynamodb::Client::new(&sdk_config),
-            streams: aws_sdk_dynamodbstreams::Client::new(&sdk_config),
-            eventbridge: aws_sdk_eventbridge::Client::new(&sdk_config),
-            sqs: aws_sdk_sqs::Client::new(&sdk_config),
-            sdk_config,
-            table_name: unique_name("outbox"),
-            stream_arn: String::new(),
-            bus_name: unique_name("bus"),
-            sink_queue_url: String::new(),
-            dead_letter_queue_url: String::new(),
-        };
-        env.provision().await
+        let (sdk_config, dynamodb, eventbridge, sqs) = clients().await;
+        let stack = LocalStack::provision(&dynamodb, &eventbridge, &sqs, &unique_name("t"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        Self::on(stack, sdk_config, dynamodb, eventbridge, sqs)
     }
 
     /// An environment over resources that already exist (a table provisioned from the template,
@@ -198,86 +303,46 @@ impl TestEnv {
     /// # Panics
     /// When the emulator is missing or the table does not exist.
     pub async fn existing(table: &str, bus: &str, sink_queue_url: &str, dlq_url: &str) -> Self {
-        let endpoint = emulator_endpoint();
-        let sdk_config = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .endpoint_url(endpoint)
-            .load()
-            .await;
-        let dynamodb = aws_sdk_dynamodb::Client::new(&sdk_config);
-        let stream_arn = dynamodb
-            .describe_table()
-            .table_name(table)
-            .send()
+        let (sdk_config, dynamodb, eventbridge, sqs) = clients().await;
+        let stack = LocalStack::existing(&dynamodb, table, bus, sink_queue_url, dlq_url)
             .await
-            .unwrap_or_else(|e| {
-                panic!(
-                    "table {table}: {}",
-                    aws_sdk_dynamodb::error::DisplayErrorContext(e)
-                )
-            })
-            .table()
-            .and_then(|t| t.latest_stream_arn())
-            .unwrap_or_else(|| panic!("table {table} has no stream"))
-            .to_owned();
-        Self {
-            dynamodb,
-            streams: aws_sdk_dynamodbstreams::Client::new(&sdk_config),
-            eventbridge: aws_sdk_eventbridge::Client::new(&sdk_config),
-            sqs: aws_sdk_sqs::Client::new(&sdk_config),
-            sdk_config,
-            table_name: table.to_owned(),
-            stream_arn,
-            bus_name: bus.to_owned(),
-            sink_queue_url: sink_queue_url.to_owned(),
-            dead_letter_queue_url: dlq_url.to_owned(),
-        }
+            .unwrap_or_else(|e| panic!("{e}"));
+        Self::on(stack, sdk_config, dynamodb, eventbridge, sqs)
     }
 
-    async fn provision(mut self) -> Self {
-        let table = outbox_infra::create_outbox_table(&self.dynamodb, &self.table_name)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        self.stream_arn = table.stream_arn;
-        outbox_infra::create_event_bus(&self.eventbridge, &self.bus_name)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        self.sink_queue_url = self.create_queue(&unique_name("sink")).await;
-        self.dead_letter_queue_url =
-            outbox_infra::create_dead_letter_queue(&self.sqs, &unique_name("dlq"))
-                .await
-                .unwrap_or_else(|e| panic!("{e}"))
-                .queue_url;
-        self.route_all_events_to(&self.sink_queue_url).await;
-        self
+    fn on(
+        stack: LocalStack,
+        sdk_config: SdkConfig,
+        dynamodb: aws_sdk_dynamodb::Client,
+        eventbridge: aws_sdk_eventbridge::Client,
+        sqs: aws_sdk_sqs::Client,
+    ) -> Self {
+        Self {
+            streams: aws_sdk_dynamodbstreams::Client::new(&sdk_config),
+            sdk_config,
+            dynamodb,
+            eventbridge,
+            sqs,
+            table_name: stack.table_name,
+            stream_arn: stack.stream_arn,
+            bus_name: stack.bus_name,
+            sink_queue_url: stack.sink_queue_url,
+            dead_letter_queue_url: stack.dead_letter_queue_url,
+        }
     }
 
     /// Adds a rule on the bus that sends every event to `queue_url` (the sink queue has one; tests
     /// add more for independent counts).
     pub async fn route_all_events_to(&self, queue_url: &str) {
-        let queue_arn = self.queue_arn(queue_url).await;
-        let rule = unique_name("all-events");
-        self.eventbridge
-            .put_rule()
-            .name(&rule)
-            .event_bus_name(&self.bus_name)
-            .event_pattern(r#"{"source": [{"prefix": ""}]}"#)
-            .send()
-            .await
-            .expect("put rule");
-        self.eventbridge
-            .put_targets()
-            .rule(&rule)
-            .event_bus_name(&self.bus_name)
-            .targets(
-                aws_sdk_eventbridge::types::Target::builder()
-                    .id("sink")
-                    .arn(queue_arn)
-                    .build()
-                    .expect("id and arn are set"),
-            )
-            .send()
-            .await
-            .expect("put targets");
+        outbox_infra::route_all_events(
+            &self.eventbridge,
+            &self.sqs,
+            &self.bus_name,
+            queue_url,
+            &unique_name("all-events"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// Creates another queue (for tests that need more than the sink and dead-letter queues).
@@ -324,6 +389,78 @@ impl TestEnv {
         OutboxConfig::new(&self.table_name)
     }
 
+    /// A writer on this environment's table, with [`TEST_SOURCE`] and the default retries.
+    ///
+    /// # Panics
+    /// When the configuration is invalid.
+    pub fn writer(&self) -> OutboxWriter {
+        self.writer_with(|_| {})
+    }
+
+    /// A writer whose configuration `adjust` changes first.
+    ///
+    /// # Panics
+    /// When the adjusted configuration is invalid.
+    pub fn writer_with(&self, adjust: impl FnOnce(&mut WriterConfig)) -> OutboxWriter {
+        let mut config = WriterConfig::new(self.outbox_config(), TEST_SOURCE);
+        adjust(&mut config);
+        OutboxWriter::new(self.dynamodb.clone(), config).expect("valid writer config")
+    }
+
+    /// Writes `count` orders through the writer (one `OrderCreated` each, users `user-0` to
+    /// `user-16` in turn), `concurrency` at a time; the event ids in order. With `concurrency` 1
+    /// each order's two stream records are adjacent, as a busy table's would be within a shard.
+    ///
+    /// # Panics
+    /// When an order cannot be written.
+    pub async fn create_orders(&self, count: usize, concurrency: usize) -> Vec<String> {
+        let writer = self.writer();
+        futures::stream::iter(0..count)
+            .map(|i| {
+                let writer = writer.clone();
+                async move {
+                    let line = OrderLine::new(format!("SKU-{i}"), 1, 100 + i as u64);
+                    writer
+                        .create_order_with_outbox(
+                            &format!("user-{}", i % 17),
+                            NewOrder::new(vec![line]),
+                        )
+                        .await
+                        .expect("order created")
+                        .event_id
+                }
+            })
+            .buffered(concurrency.max(1))
+            .collect()
+            .await
+    }
+
+    /// Puts `item` into the table as another client would: no writer, no checks.
+    ///
+    /// # Panics
+    /// When the emulator refuses the item.
+    pub async fn put_raw_item(&self, item: HashMap<String, AttributeValue>) {
+        self.dynamodb
+            .put_item()
+            .table_name(&self.table_name)
+            .set_item(Some(item))
+            .send()
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "put item: {}",
+                    aws_sdk_dynamodb::error::DisplayErrorContext(e)
+                )
+            });
+    }
+
+    /// A workspace binary (`relay-stream-local`, `relay-poller`, …) pointed at this environment.
+    pub fn relay_command(&self, bin: &str) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(workspace_binary(bin));
+        command.envs(self.relay_env());
+        command
+    }
+
     /// The publisher configuration for this environment's bus, with [`TEST_SOURCE`].
     pub fn publisher_config(&self) -> PublisherConfig {
         PublisherConfig::new(&self.bus_name, TEST_SOURCE)
@@ -331,12 +468,18 @@ impl TestEnv {
 
     /// Environment variables that point a relay binary at this environment.
     pub fn relay_env(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("TABLE_NAME", self.table_name.clone()),
-            ("EVENT_BUS_NAME", self.bus_name.clone()),
-            ("EVENT_SOURCE", TEST_SOURCE.to_owned()),
-            ("DEAD_LETTER_QUEUE_URL", self.dead_letter_queue_url.clone()),
-        ]
+        self.stack().relay_env(TEST_SOURCE)
+    }
+
+    /// The environment's resources, as `outbox-infra` provisions them.
+    pub fn stack(&self) -> LocalStack {
+        LocalStack {
+            table_name: self.table_name.clone(),
+            stream_arn: self.stream_arn.clone(),
+            bus_name: self.bus_name.clone(),
+            sink_queue_url: self.sink_queue_url.clone(),
+            dead_letter_queue_url: self.dead_letter_queue_url.clone(),
+        }
     }
 
     /// Reads and deletes every message on a queue, until it is empty.
@@ -385,23 +528,9 @@ impl TestEnv {
 
     /// Messages visible or in flight on a queue.
     pub async fn queue_depth(&self, queue_url: &str) -> u64 {
-        let attrs = self
-            .sqs
-            .get_queue_attributes()
-            .queue_url(queue_url)
-            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-            .send()
+        outbox_infra::queue_depth(&self.sqs, queue_url)
             .await
-            .expect("get queue attributes");
-        let attrs = attrs.attributes().cloned().unwrap_or_default();
-        [
-            QueueAttributeName::ApproximateNumberOfMessages,
-            QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
-        ]
-        .iter()
-        .filter_map(|name| attrs.get(name)?.parse::<u64>().ok())
-        .sum()
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Every event delivered to the sink queue so far (read and deleted), parsed.
@@ -435,7 +564,7 @@ impl TestEnv {
     }
 
     /// Every dead letter on the dead-letter queue so far (read and deleted), parsed.
-    pub async fn drain_dead_letters(&self) -> Vec<outbox_shared::DeadLetter> {
+    pub async fn drain_dead_letters(&self) -> Vec<relay_runtime::DeadLetter> {
         self.drain_queue(&self.dead_letter_queue_url)
             .await
             .into_iter()

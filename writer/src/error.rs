@@ -4,11 +4,13 @@
 //! of `TransactWriteItems` are read by position and become [`WriteError::AlreadyExists`],
 //! [`WriteError::VersionConflict`], [`WriteError::ConditionFailed`],
 //! [`WriteError::TransactionConflict`] or [`WriteError::Throttled`] (both retryable), or
-//! [`WriteError::Validation`]; other SDK errors are classified by `outbox_shared::error`.
+//! [`WriteError::Validation`]; any other failed call is [`WriteError::Dynamo`], holding the classified
+//! [`SdkFailure`] (the SDK error is its source).
 
-use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
-use outbox_shared::error::{classify_sdk_error, error_code, is_throttling_code};
-use outbox_shared::{ErrorClass, ItemError, ItemKey};
+use aws_sdk_dynamodb::config::http::HttpResponse;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use outbox_shared::error::TRANSACTION_CONFLICT_CODE;
+use outbox_shared::{ItemError, ItemKey, SdkFailure};
 
 /// Input that can never be written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -30,6 +32,8 @@ pub enum InputError {
     Event { event_type: String, reason: String },
     #[error("the order's version cannot be incremented past {version}")]
     VersionOverflow { version: u64 },
+    #[error("invalid trace header: {reason}")]
+    TraceHeader { reason: String },
 }
 
 /// A write over one of the AWS limits.
@@ -96,13 +100,9 @@ pub enum WriteError {
     /// An item could not be converted to attribute values.
     #[error("could not encode an item: {0}")]
     Encoding(String),
-    /// Any other SDK failure, classified by `outbox_shared::error`.
-    #[error("DynamoDB call failed ({}): {message}", if class.is_retryable() { "retryable" } else { "permanent" })]
-    Dynamo {
-        class: ErrorClass,
-        code: Option<String>,
-        message: String,
-    },
+    /// Any other failed DynamoDB call; the SDK error is kept as the source.
+    #[error("DynamoDB {0}")]
+    Dynamo(#[source] SdkFailure),
 }
 
 fn on_key(key: &Option<ItemKey>) -> String {
@@ -114,7 +114,7 @@ impl WriteError {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::TransactionConflict { .. } | Self::Throttled { .. } => true,
-            Self::Dynamo { class, .. } => class.is_retryable(),
+            Self::Dynamo(failure) => failure.is_retryable(),
             _ => false,
         }
     }
@@ -133,20 +133,16 @@ impl WriteError {
 
 impl WriteError {
     /// A failed SDK call other than a transaction cancellation, classified by
-    /// `outbox_shared::error`: throttling and transaction conflicts become their own variants.
-    pub(crate) fn from_sdk<E>(err: &SdkError<E>) -> Self
+    /// [`SdkFailure::new`]: throttling and transaction conflicts become their own variants.
+    pub(crate) fn from_sdk<E>(operation: &'static str, err: SdkError<E, HttpResponse>) -> Self
     where
-        E: ProvideErrorMetadata + std::error::Error + 'static,
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        let code = error_code(err).map(str::to_owned);
-        match code.as_deref() {
-            Some(c) if is_throttling_code(c) => Self::Throttled { key: None },
-            Some("TransactionConflictException") => Self::TransactionConflict { key: None },
-            _ => Self::Dynamo {
-                class: classify_sdk_error(err),
-                code,
-                message: DisplayErrorContext(err).to_string(),
-            },
+        let failure = SdkFailure::new(operation, err);
+        match failure.code.as_deref() {
+            _ if failure.is_throttling() => Self::Throttled { key: None },
+            Some(TRANSACTION_CONFLICT_CODE) => Self::TransactionConflict { key: None },
+            _ => Self::Dynamo(failure),
         }
     }
 }

@@ -5,27 +5,93 @@
 //!   `TransactWriteItems`. A retried create with the same key returns the original result.
 //! - [`OutboxWriter::update_order_status_with_outbox`]: optimistic concurrency on `Version`, the
 //!   `OrderStatusChanged` event in the same transaction, conflicts retried with exponential backoff
-//!   and full jitter up to a bound.
+//!   and full jitter ([`RetryPolicy`]) up to a bound.
 //! - [`OutboxTransaction`] + [`OutboxWriter::commit`]: the general builder both are built on, for
 //!   any entity: business `Put`/`Update`/`Delete`/`ConditionCheck` actions plus outbox events.
+//! - [`OrderCreated`] and [`OrderStatusChanged`]: the `data` of the order events, for consumers
+//!   to deserialize too.
 //!
 //! Every limit (100 actions, 4 MB per transaction, 400 KB per item, the EventBridge entry size of
 //! each future event) and every id is checked before any call, so a rejected write writes nothing.
-//! Cancellations are read by position and mapped to [`WriteError`] variants.
+//! Cancellations are read by position and mapped to [`WriteError`] variants; any other failed
+//! call is [`WriteError::Dynamo`], a classified [`SdkFailure`] whose source is the SDK error.
+//!
+//! Everything a caller needs is exported here, at the crate root; this crate and the AWS SDK for
+//! DynamoDB are all an order service depends on:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use outbox_writer::{
+//!     ErrorClass, NewOrder, OrderLine, OrderStatus, OutboxConfig, OutboxWriter, ShardCount,
+//!     WriteError, WriterConfig,
+//! };
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // Clients are built once; `AWS_ENDPOINT_URL` points them at a local emulator.
+//!     let sdk_config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+//!     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk_config);
+//!
+//!     // Table, index and shard count must match the relays' configuration.
+//!     let mut outbox = OutboxConfig::new("orders");
+//!     outbox.shard_count = ShardCount::new(16)?;
+//!     outbox.ttl_retention = Duration::from_secs(3 * 24 * 60 * 60);
+//!     let mut config = WriterConfig::new(outbox, "com.example.orders");
+//!     config.update_retry.max_retries = 5;
+//!     let writer = OutboxWriter::new(dynamodb, config)?;
+//!
+//!     let order = NewOrder::new(vec![OrderLine::new("SKU-RED-MUG", 2, 1250)])
+//!         .with_idempotency_key("checkout-7f3a");
+//!     let created = match writer.create_order_with_outbox("user-1", order).await {
+//!         Ok(created) => created,
+//!         Err(WriteError::AlreadyExists { key }) => return Err(format!("{key} exists").into()),
+//!         Err(WriteError::InvalidInput(e)) => return Err(format!("bad order: {e}").into()),
+//!         Err(WriteError::Dynamo(failure)) if failure.class == ErrorClass::Retryable => {
+//!             // Throttled, timed out: the caller may try again later with the same key.
+//!             return Err(failure.into());
+//!         }
+//!         Err(e) => return Err(e.into()),
+//!     };
+//!     println!("order {} (event {})", created.order_id, created.event_id);
+//!
+//!     match writer
+//!         .update_order_status_with_outbox("user-1", &created.order_id, OrderStatus::Paid)
+//!         .await
+//!     {
+//!         Ok(updated) => println!("version {} after {} attempts", updated.version, updated.attempts),
+//!         Err(WriteError::VersionConflict { key, .. }) => println!("{key} is contended, try later"),
+//!         Err(e) if e.is_retryable() => println!("try later: {e}"),
+//!         Err(e) => return Err(e.into()),
+//!     }
+//!     Ok(())
+//! }
+//! ```
 
-pub mod config;
-pub mod error;
-pub mod order;
-pub mod size;
-pub mod transaction;
+mod config;
+mod error;
+mod order;
+mod size;
+mod trace;
+mod transaction;
 mod writer;
 
 pub use config::WriterConfig;
 pub use error::{InputError, LimitError, WriteError};
 pub use order::{
-    CreatedOrder, NewOrder, OrderCreated, OrderLine, OrderStatus, OrderStatusChanged, UpdatedOrder,
+    CreatedOrder, INITIAL_VERSION, NewOrder, ORDER_AGGREGATE, ORDER_CREATED, ORDER_STATUS_CHANGED,
+    OrderCreated, OrderLine, OrderStatus, OrderStatusChanged, UnknownStatus, UpdatedOrder,
 };
-pub use outbox_shared::RetryPolicy;
-pub use outbox_shared::{ConfigError, NewOutboxEvent};
+pub use size::{item_size, value_size};
+pub use trace::{LAMBDA_TRACE_ENV, MAX_TRACE_HEADER_LEN, TraceHeader};
 pub use transaction::{CommittedTransaction, ConditionFailure, OutboxTransaction};
 pub use writer::OutboxWriter;
+
+// The contract types that appear in this crate's API, so a caller needs no other project crate.
+pub use outbox_shared::limits;
+pub use outbox_shared::retry::FullJitter;
+pub use outbox_shared::shard::InvalidShardCount;
+pub use outbox_shared::{
+    ConfigError, ErrorClass, ItemError, ItemKey, NewOutboxEvent, OutboxConfig, OutboxItem,
+    OutboxStatus, RetryPolicy, SdkFailure, ShardCount,
+};

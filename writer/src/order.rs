@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{InputError, WriteError};
+use crate::trace::TraceHeader;
 
 /// `EventType` of the event a new order emits.
 pub const ORDER_CREATED: &str = "OrderCreated";
@@ -53,6 +54,9 @@ pub struct NewOrder {
     pub order_id: Option<String>,
     /// Makes retries of this create safe: the same key returns the first result.
     pub idempotency_key: Option<String>,
+    /// The caller's trace context, carried to the bus on the event; when `None`, the Lambda
+    /// invocation's (`_X_AMZN_TRACE_ID`), if the caller runs in Lambda.
+    pub trace_header: Option<TraceHeader>,
 }
 
 impl NewOrder {
@@ -61,7 +65,14 @@ impl NewOrder {
             items,
             order_id: None,
             idempotency_key: None,
+            trace_header: None,
         }
+    }
+
+    /// Carries `header` (the caller's X-Ray trace context) to the bus on the event.
+    pub fn with_trace_header(mut self, header: TraceHeader) -> Self {
+        self.trace_header = Some(header);
+        self
     }
 
     pub fn with_order_id(mut self, id: impl Into<String>) -> Self {

@@ -21,6 +21,7 @@
 
 use std::collections::HashMap;
 
+use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
@@ -29,7 +30,7 @@ use aws_sdk_dynamodb::types::{
 use chrono::{DateTime, Utc};
 use outbox_shared::limits::{ITEM_MAX_BYTES, TRANSACT_MAX_ACTIONS, TRANSACT_MAX_BYTES};
 use outbox_shared::schema::attr;
-use outbox_shared::{ErrorClass, ItemKey, NewOutboxEvent, OutboundEvent, OutboxItem};
+use outbox_shared::{ErrorClass, ItemKey, NewOutboxEvent, OutboundEvent, OutboxItem, SdkFailure};
 
 use crate::config::WriterConfig;
 use crate::error::{InputError, LimitError, WriteError};
@@ -47,6 +48,9 @@ mod reason {
         "RequestLimitExceeded",
     ];
 }
+
+/// The operation, as AWS names it in errors.
+const TRANSACT_WRITE_ITEMS: &str = "TransactWriteItems";
 
 /// The service error code DynamoDB answers when a `ClientRequestToken` is reused with different
 /// parameters within its 10-minute window.
@@ -296,21 +300,24 @@ pub(crate) struct Prepared {
 }
 
 impl Prepared {
-    /// Sends the transaction once.
+    /// Sends the transaction once; with `with_token` false, without its `ClientRequestToken` (the
+    /// SDK then sends a fresh one of its own).
     ///
     /// # Errors
     /// The cancellation mapped by position, or the classified SDK error.
     pub(crate) async fn send(
         &self,
         client: &aws_sdk_dynamodb::Client,
+        with_token: bool,
     ) -> Result<CommittedTransaction, WriteError> {
+        let token = self.client_request_token.clone().filter(|_| with_token);
         client
             .transact_write_items()
             .set_transact_items(Some(self.items.clone()))
-            .set_client_request_token(self.client_request_token.clone())
+            .set_client_request_token(token)
             .send()
             .await
-            .map_err(|e| map_sdk_error(&e, &self.outcomes))?;
+            .map_err(|e| map_sdk_error(e, &self.outcomes))?;
         Ok(CommittedTransaction {
             events: self.events.clone(),
         })
@@ -343,14 +350,11 @@ fn check_item_size(key: &ItemKey, bytes: usize) -> Result<(), LimitError> {
 
 /// The event's future EventBridge entry must fit, or no relay could ever publish it.
 fn check_event_size(item: &OutboxItem, config: &WriterConfig) -> Result<(), WriteError> {
-    // The bus name is not part of the entry size, so any name measures the same.
-    let entry = OutboundEvent::from_item(item, "", &config.event_source).map_err(|e| {
-        InputError::Event {
-            event_type: item.event_type.clone(),
-            reason: e.to_string(),
-        }
+    let entry = OutboundEvent::from_item(item).map_err(|e| InputError::Event {
+        event_type: item.event_type.clone(),
+        reason: e.to_string(),
     })?;
-    let bytes = entry.entry_size();
+    let bytes = entry.entry_size(&config.event_source);
     if bytes > config.max_event_entry_bytes {
         return Err(LimitError::EventTooLarge {
             event_id: item.event_id.clone(),
@@ -389,7 +393,7 @@ fn key_of(item: &HashMap<String, AttributeValue>) -> ItemKey {
 
 /// Maps a failed `TransactWriteItems` call to a typed error.
 pub(crate) fn map_sdk_error(
-    err: &SdkError<TransactWriteItemsError>,
+    err: SdkError<TransactWriteItemsError, HttpResponse>,
     outcomes: &[(ItemKey, ConditionFailure)],
 ) -> WriteError {
     match err.as_service_error() {
@@ -398,17 +402,15 @@ pub(crate) fn map_sdk_error(
             outcomes,
             cancelled.message(),
         ),
-        Some(TransactWriteItemsError::IdempotentParameterMismatchException(e)) => {
-            WriteError::Dynamo {
-                class: ErrorClass::Permanent,
-                code: Some(IDEMPOTENT_PARAMETER_MISMATCH.to_owned()),
-                message: e
-                    .message()
-                    .unwrap_or(IDEMPOTENT_PARAMETER_MISMATCH)
-                    .to_owned(),
-            }
+        Some(TransactWriteItemsError::IdempotentParameterMismatchException(_)) => {
+            // Final for this token whatever the status code; named even when the service's
+            // answer carried no code.
+            let mut failure = SdkFailure::new(TRANSACT_WRITE_ITEMS, err);
+            failure.class = ErrorClass::Permanent;
+            failure.code = Some(IDEMPOTENT_PARAMETER_MISMATCH.to_owned());
+            WriteError::Dynamo(failure)
         }
-        _ => WriteError::from_sdk(err),
+        _ => WriteError::from_sdk(TRANSACT_WRITE_ITEMS, err),
     }
 }
 
@@ -486,7 +488,7 @@ fn condition_error(key: ItemKey, outcome: &ConditionFailure) -> WriteError {
 
 /// The `IdempotentParameterMismatch` answer: the token was used for a different request.
 pub(crate) fn is_token_mismatch(err: &WriteError) -> bool {
-    matches!(err, WriteError::Dynamo { code: Some(code), .. } if code == IDEMPOTENT_PARAMETER_MISMATCH)
+    matches!(err, WriteError::Dynamo(failure) if failure.code.as_deref() == Some(IDEMPOTENT_PARAMETER_MISMATCH))
 }
 
 #[cfg(test)]

@@ -2,9 +2,12 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, Update};
+use backon::Retryable as _;
 use chrono::{DateTime, Utc};
 use outbox_shared::item::validate_id;
 use outbox_shared::limits::CLIENT_REQUEST_TOKEN_MAX_LEN;
@@ -20,6 +23,7 @@ use crate::order::{
     CreatedOrder, INITIAL_VERSION, NewOrder, ORDER_AGGREGATE, ORDER_CREATED, ORDER_STATUS_CHANGED,
     OrderCreated, OrderStatus, OrderStatusChanged, UpdatedOrder, order_item,
 };
+use crate::trace::TraceHeader;
 use crate::transaction::{
     CommittedTransaction, ConditionFailure, OutboxTransaction, Prepared, is_token_mismatch,
 };
@@ -55,13 +59,12 @@ impl OutboxWriter {
     /// the cancellation mapped by position; or the classified SDK error.
     pub async fn commit(&self, tx: OutboxTransaction) -> Result<CommittedTransaction, WriteError> {
         let prepared = tx.prepare(&self.config, Utc::now())?;
-        let mut delays = self.config.transaction_retry.delays();
-        loop {
-            match prepared.send(&self.client).await {
-                Err(e) if e.is_transient_rejection() => backoff(&mut delays, e, "commit").await?,
-                result => return result,
-            }
-        }
+        (|| prepared.send(&self.client, true))
+            .retry(self.config.transaction_retry)
+            .sleep(tokio::time::sleep)
+            .when(WriteError::is_transient_rejection)
+            .notify(log_retry("commit"))
+            .await
     }
 
     /// Creates an order and its `OrderCreated` event in one transaction.
@@ -102,7 +105,14 @@ impl OutboxWriter {
             created_at: created_at.clone(),
         };
         let event = OutboxItem::pending(
-            order_event(user_id, &order_id, ORDER_CREATED, INITIAL_VERSION, &payload)?,
+            order_event(
+                user_id,
+                &order_id,
+                ORDER_CREATED,
+                INITIAL_VERSION,
+                &payload,
+                TraceHeader::or_from_environment(order.trace_header.as_ref()),
+            )?,
             &self.config.outbox,
             now,
         )
@@ -131,16 +141,20 @@ impl OutboxWriter {
         tx = tx
             .put(order_put, ConditionFailure::AlreadyExists)
             .outbox_item(event);
-        let mut prepared = tx.prepare(&self.config, now)?;
+        let prepared = tx.prepare(&self.config, now)?;
 
-        let mut delays = self.config.transaction_retry.delays();
-        loop {
-            let err = match prepared.send(&self.client).await {
+        // Cleared once a reused token turns out to guard nothing (see below).
+        let send_token = AtomicBool::new(true);
+        let attempt = || async {
+            let err = match prepared
+                .send(&self.client, send_token.load(Ordering::Relaxed))
+                .await
+            {
                 Ok(_) => {
                     debug!(%order_id, %event_id, "order created");
                     return Ok(CreatedOrder {
-                        order_id,
-                        event_id,
+                        order_id: order_id.clone(),
+                        event_id: event_id.clone(),
                         replayed: false,
                     });
                 }
@@ -151,22 +165,29 @@ impl OutboxWriter {
                 let lost_to_record =
                     matches!(&err, WriteError::AlreadyExists { key } if *key == idem.record_key);
                 if token_reused || lost_to_record {
-                    if let Some(created) = self.replay(idem).await? {
+                    if let Some(created) = self.replay(idem).await.map_err(Attempt::Final)? {
                         return Ok(created);
                     }
                     // No record: the earlier request with this token did not commit (or its
                     // record expired), so the token guards nothing; the record's condition still
                     // does. Without a token of ours the SDK sends a fresh one of its own.
-                    prepared.client_request_token = None;
-                    backoff(&mut delays, err, "create").await?;
-                    continue;
+                    send_token.store(false, Ordering::Relaxed);
+                    return Err(Attempt::Retry(err));
                 }
             }
-            if !err.is_transient_rejection() {
-                return Err(err);
-            }
-            backoff(&mut delays, err, "create").await?;
-        }
+            Err(if err.is_transient_rejection() {
+                Attempt::Retry(err)
+            } else {
+                Attempt::Final(err)
+            })
+        };
+        attempt
+            .retry(self.config.transaction_retry)
+            .sleep(tokio::time::sleep)
+            .when(Attempt::is_retry)
+            .notify(|attempt: &Attempt, delay| log_retry("create")(attempt.error(), delay))
+            .await
+            .map_err(Attempt::into_error)
     }
 
     /// Changes an order's status with optimistic concurrency, emitting `OrderStatusChanged` with
@@ -183,6 +204,9 @@ impl OutboxWriter {
     ///   after the retry bound.
     /// - [`WriteError::MalformedItem`]: the stored order lacks a numeric `Version` or a `Status`.
     /// - [`WriteError::InvalidInput`] / [`WriteError::LimitExceeded`] / [`WriteError::Dynamo`].
+    ///
+    /// The event carries the Lambda invocation's trace header (`_X_AMZN_TRACE_ID`) when the caller
+    /// runs in Lambda; for another trace context, build the event with [`OutboxTransaction`].
     pub async fn update_order_status_with_outbox(
         &self,
         user_id: &str,
@@ -191,31 +215,32 @@ impl OutboxWriter {
     ) -> Result<UpdatedOrder, WriteError> {
         validate_id("user id", user_id).map_err(InputError::from)?;
         validate_id("order id", order_id).map_err(InputError::from)?;
-        let mut delays = self.config.update_retry.delays();
         let mut attempts: u32 = 0;
-        loop {
+        let attempt = || {
             attempts += 1;
-            match self.try_update_status(user_id, order_id, status).await {
-                Ok(mut updated) => {
-                    updated.attempts = attempts;
-                    debug!(
-                        order_id,
-                        event_id = %updated.event_id,
-                        version = updated.version,
-                        attempts,
-                        "order status changed"
-                    );
-                    return Ok(updated);
-                }
-                Err(e)
-                    if matches!(e, WriteError::VersionConflict { .. })
-                        || e.is_transient_rejection() =>
-                {
-                    backoff(&mut delays, e, "status update").await?;
-                }
-                Err(e) => return Err(e),
+            let attempt = attempts;
+            async move {
+                let mut updated = self.try_update_status(user_id, order_id, status).await?;
+                updated.attempts = attempt;
+                Ok(updated)
             }
-        }
+        };
+        let updated = attempt
+            .retry(self.config.update_retry)
+            .sleep(tokio::time::sleep)
+            .when(|e: &WriteError| {
+                matches!(e, WriteError::VersionConflict { .. }) || e.is_transient_rejection()
+            })
+            .notify(log_retry("status update"))
+            .await?;
+        debug!(
+            order_id,
+            event_id = %updated.event_id,
+            version = updated.version,
+            attempts = updated.attempts,
+            "order status changed"
+        );
+        Ok(updated)
     }
 
     async fn try_update_status(
@@ -238,7 +263,7 @@ impl OutboxWriter {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| WriteError::from_sdk(&e))?;
+            .map_err(|e| WriteError::from_sdk("GetItem", e))?;
         let Some(current) = current.item() else {
             return Err(WriteError::NotFound { key: item_key });
         };
@@ -284,6 +309,7 @@ impl OutboxWriter {
                 ORDER_STATUS_CHANGED,
                 next,
                 &payload,
+                TraceHeader::from_lambda_environment(),
             )?);
         let committed = self.commit_once(tx).await?;
         let event_id = committed
@@ -303,7 +329,7 @@ impl OutboxWriter {
 
     async fn commit_once(&self, tx: OutboxTransaction) -> Result<CommittedTransaction, WriteError> {
         let prepared: Prepared = tx.prepare(&self.config, Utc::now())?;
-        prepared.send(&self.client).await
+        prepared.send(&self.client, true).await
     }
 
     fn idempotency_put(
@@ -344,7 +370,7 @@ impl OutboxWriter {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| WriteError::from_sdk(&e))?;
+            .map_err(|e| WriteError::from_sdk("GetItem", e))?;
         let Some(record) = out.item() else {
             return Ok(None);
         };
@@ -385,18 +411,36 @@ impl Idempotency {
     }
 }
 
-/// Sleeps the next delay, or gives `err` back when the retry bound is reached.
-async fn backoff(
-    delays: &mut impl Iterator<Item = std::time::Duration>,
-    err: WriteError,
-    what: &'static str,
-) -> Result<(), WriteError> {
-    let Some(delay) = delays.next() else {
-        return Err(err);
-    };
-    debug!(what, delay_ms = delay.as_millis(), error = %err, "retrying after a conflict");
-    tokio::time::sleep(delay).await;
-    Ok(())
+/// One failed attempt of a create: retried within the bound, or final.
+#[derive(Debug)]
+enum Attempt {
+    Retry(WriteError),
+    Final(WriteError),
+}
+
+impl Attempt {
+    fn is_retry(&self) -> bool {
+        matches!(self, Self::Retry(_))
+    }
+
+    fn error(&self) -> &WriteError {
+        match self {
+            Self::Retry(e) | Self::Final(e) => e,
+        }
+    }
+
+    fn into_error(self) -> WriteError {
+        match self {
+            Self::Retry(e) | Self::Final(e) => e,
+        }
+    }
+}
+
+/// Logs a retry before its delay is slept.
+fn log_retry(what: &'static str) -> impl Fn(&WriteError, Duration) {
+    move |err, delay| {
+        debug!(what, delay_ms = delay.as_millis(), error = %err, "retrying after a conflict");
+    }
 }
 
 /// A `ClientRequestToken` for an idempotent create: a digest of table, user and key, so every
@@ -414,6 +458,7 @@ fn order_event(
     event_type: &str,
     sequence: u64,
     payload: &impl serde::Serialize,
+    trace_header: Option<TraceHeader>,
 ) -> Result<NewOutboxEvent, WriteError> {
     Ok(NewOutboxEvent {
         partition_key: schema::user_pk(user_id),
@@ -422,7 +467,7 @@ fn order_event(
         aggregate_id: order_id.to_owned(),
         sequence: Some(sequence),
         payload: serde_json::to_value(payload).map_err(|e| WriteError::Encoding(e.to_string()))?,
-        trace_header: None,
+        trace_header: trace_header.map(|h| h.as_str().to_owned()),
     })
 }
 
@@ -477,15 +522,18 @@ mod tests {
 
     use super::*;
     use crate::order::OrderLine;
+    use aws_sdk_dynamodb::config::http::HttpResponse;
     use aws_sdk_dynamodb::config::retry::RetryConfig;
     use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+    use aws_sdk_dynamodb::error::SdkError;
     use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
     use aws_sdk_dynamodb::operation::transact_write_items::{
         TransactWriteItemsError, TransactWriteItemsOutput,
     };
     use aws_sdk_dynamodb::types::CancellationReason;
     use aws_sdk_dynamodb::types::error::{
-        IdempotentParameterMismatchException, TransactionCanceledException,
+        IdempotentParameterMismatchException, ResourceNotFoundException,
+        TransactionCanceledException,
     };
     use aws_smithy_mocks::{
         MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock,
@@ -699,6 +747,33 @@ mod tests {
                 event_id: "e-first".into(),
                 replayed: true
             }
+        );
+    }
+
+    #[tokio::test]
+    async fn another_failed_call_keeps_the_sdk_error_as_its_source() {
+        let rule = mock!(Client::transact_write_items).then_error(|| {
+            TransactWriteItemsError::ResourceNotFoundException(
+                ResourceNotFoundException::builder()
+                    .message("Requested resource not found")
+                    .build(),
+            )
+        });
+        let err = writer(&[&rule], quick(3))
+            .create_order_with_outbox("u-1", order())
+            .await
+            .unwrap_err();
+        let WriteError::Dynamo(failure) = &err else {
+            panic!("not a DynamoDB failure: {err}");
+        };
+        assert_eq!(failure.operation, "TransactWriteItems");
+        assert!(!err.is_retryable());
+        assert_eq!(rule.num_calls(), 1);
+        let source = std::error::Error::source(&err).expect("the failure is the source");
+        let sdk = std::error::Error::source(source).expect("the SDK error is its source");
+        assert!(
+            sdk.downcast_ref::<SdkError<TransactWriteItemsError, HttpResponse>>()
+                .is_some()
         );
     }
 

@@ -6,10 +6,8 @@
 
 use std::fmt::Write as _;
 
-use aws_lambda_events::eventbridge::EventBridgeEvent;
 use outbox_shared::Envelope;
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -41,11 +39,13 @@ impl<D> KeyExtractor<Envelope<D>> for EventIdKey {
     }
 }
 
-impl<D> KeyExtractor<EventBridgeEvent<Envelope<D>>> for EventIdKey
+/// The envelope's `metadata.eventId` of an EventBridge event as a Lambda receives it.
+#[cfg(feature = "eventbridge")]
+impl<D> KeyExtractor<aws_lambda_events::eventbridge::EventBridgeEvent<Envelope<D>>> for EventIdKey
 where
-    D: Serialize + DeserializeOwned,
+    D: Serialize + serde::de::DeserializeOwned,
 {
-    fn key(&self, event: &EventBridgeEvent<Envelope<D>>) -> String {
+    fn key(&self, event: &aws_lambda_events::eventbridge::EventBridgeEvent<Envelope<D>>) -> String {
         event.detail.metadata.event_id.clone()
     }
 }

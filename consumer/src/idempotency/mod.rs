@@ -22,12 +22,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::tables::idempotency::{attr, status};
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use chrono::{DateTime, Utc};
 use outbox_shared::ConfigError;
 use outbox_shared::limits::ITEM_MAX_BYTES;
-use outbox_shared::schema::idempotency::{attr, status};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::{debug, info, warn};
@@ -214,7 +214,7 @@ impl<E: fmt::Display + fmt::Debug> IdempotencyError<E> {
             | Self::RetryLater { .. }
             | Self::Business { .. }
             | Self::ClaimLost { .. } => true,
-            Self::Store(e) => e.retryable,
+            Self::Store(e) => e.is_retryable(),
             Self::PayloadMismatch { .. }
             | Self::InvalidKey { .. }
             | Self::Serialization { .. }
@@ -530,7 +530,7 @@ impl<C: Clock> IdempotencyStore<C> {
                 _ => Err(StoreError::from_sdk(
                     "UpdateItem",
                     &self.config.table_name,
-                    &err,
+                    err,
                 )),
             },
         }
@@ -545,7 +545,7 @@ impl<C: Clock> IdempotencyStore<C> {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| StoreError::from_sdk("GetItem", &self.config.table_name, &e))?;
+            .map_err(|e| StoreError::from_sdk("GetItem", &self.config.table_name, e))?;
         output.item().map(|item| self.parse(item)).transpose()
     }
 
@@ -659,7 +659,7 @@ impl<C: Clock> IdempotencyStore<C> {
                 })
             }
             Err(err) => {
-                Err(StoreError::from_sdk("UpdateItem", &self.config.table_name, &err).into())
+                Err(StoreError::from_sdk("UpdateItem", &self.config.table_name, err).into())
             }
         }
     }
@@ -684,7 +684,7 @@ impl<C: Clock> IdempotencyStore<C> {
                         .is_some_and(|e| e.is_conditional_check_failed_exception());
                     (
                         taken,
-                        StoreError::from_sdk("DeleteItem", &self.config.table_name, &e),
+                        StoreError::from_sdk("DeleteItem", &self.config.table_name, e),
                     )
                 }),
             FailurePolicy::MarkFailed { retry_after } => {
@@ -719,7 +719,7 @@ impl<C: Clock> IdempotencyStore<C> {
                             .is_some_and(|e| e.is_conditional_check_failed_exception());
                         (
                             taken,
-                            StoreError::from_sdk("UpdateItem", &self.config.table_name, &e),
+                            StoreError::from_sdk("UpdateItem", &self.config.table_name, e),
                         )
                     })
             }
@@ -830,7 +830,7 @@ mod tests {
                 })
                 .await;
             match result {
-                Err(IdempotencyError::Store(e)) => assert!(e.retryable, "{e}"),
+                Err(IdempotencyError::Store(e)) => assert!(e.is_retryable(), "{e}"),
                 other => panic!("expected a store error, got {other:?}"),
             }
             assert_eq!(runs.load(Ordering::SeqCst), 0);

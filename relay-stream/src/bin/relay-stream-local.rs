@@ -10,9 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    outbox_shared::telemetry::init_tracing(
-        outbox_shared::telemetry::LogFormat::FromLambdaEnvironment,
-    );
+    relay_runtime::telemetry::init_tracing();
     let args = LocalArgs::parse();
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));

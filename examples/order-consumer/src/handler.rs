@@ -1,0 +1,130 @@
+//! The Lambda handler: reserves stock for each `OrderCreated` event exactly once, however often
+//! the relay delivers it.
+
+pub use aws_lambda_events::eventbridge::EventBridgeEvent;
+use chrono::{DateTime, Utc};
+use outbox_consumer::{Clock, EventIdKey, IdempotencyError, IdempotencyStore, Outcome};
+use outbox_shared::Envelope;
+use outbox_writer::{ORDER_CREATED, OrderCreated};
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+use crate::inventory::{Inventory, InventoryError, Reservation};
+
+/// What the handler did with one event (the Lambda's response).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "handled")]
+pub enum Handled {
+    /// Not an `OrderCreated` event: nothing to do.
+    Ignored { detail_type: String },
+    /// Reserved now (`replayed: false`) or answered from the stored response (`replayed: true`).
+    Processed {
+        replayed: bool,
+        reservation: Reservation,
+    },
+}
+
+/// Why an event was not handled. Returning it fails the invocation, so EventBridge's retry policy
+/// (and then the function's on-failure destination) takes over.
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    /// The `detail` is not an `OrderCreated` envelope: poison, retrying cannot help.
+    #[error("malformed OrderCreated event: {0}")]
+    Malformed(String),
+    /// Another delivery of the same event is being processed, or the inventory or store failed.
+    #[error("retryable: {0}")]
+    Retryable(String),
+    /// The event can never be processed (e.g. its id was used with another payload).
+    #[error("not retryable: {0}")]
+    Permanent(String),
+}
+
+impl HandlerError {
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Retryable(_))
+    }
+}
+
+impl From<HandlerError> for lambda_runtime::Diagnostic {
+    fn from(error: HandlerError) -> Self {
+        let error_type = match error {
+            HandlerError::Malformed(_) => "MalformedEvent",
+            HandlerError::Retryable(_) => "Retryable",
+            HandlerError::Permanent(_) => "Permanent",
+        };
+        Self {
+            error_type: error_type.to_owned(),
+            error_message: error.to_string(),
+        }
+    }
+}
+
+/// Handles one EventBridge event: reserves stock for an `OrderCreated` once per `eventId`.
+///
+/// `deadline` is the invocation's deadline; it bounds the idempotency lock.
+///
+/// # Errors
+/// [`HandlerError`], saying whether a retry can help.
+pub async fn handle_event<I: Inventory, C: Clock>(
+    event: &EventBridgeEvent<serde_json::Value>,
+    deadline: Option<DateTime<Utc>>,
+    store: &IdempotencyStore<C>,
+    inventory: &I,
+) -> Result<Handled, HandlerError> {
+    if event.detail_type != ORDER_CREATED {
+        info!(detail_type = %event.detail_type, "ignoring event");
+        return Ok(Handled::Ignored {
+            detail_type: event.detail_type.clone(),
+        });
+    }
+    let envelope: Envelope<OrderCreated> = serde_json::from_value(event.detail.clone())
+        .map_err(|e| HandlerError::Malformed(e.to_string()))?;
+    let event_id = envelope.metadata.event_id.clone();
+    let order_id = envelope.data.order_id.clone();
+    let outcome = store
+        .run_event(&envelope, &EventIdKey, deadline, || {
+            inventory.reserve(&envelope.data.order_id, &envelope.data.items)
+        })
+        .await;
+    match outcome {
+        Ok(outcome) => {
+            let replayed = matches!(outcome, Outcome::AlreadyCompleted(_));
+            info!(event_id = %event_id, order_id = %order_id, replayed, "OrderCreated handled");
+            Ok(Handled::Processed {
+                replayed,
+                reservation: outcome.into_response(),
+            })
+        }
+        Err(e) => {
+            warn!(event_id = %event_id, order_id = %order_id, retryable = e.is_retryable(), error = %e,
+                "OrderCreated not handled");
+            Err(classify(&e))
+        }
+    }
+}
+
+fn classify(error: &IdempotencyError<InventoryError>) -> HandlerError {
+    if error.is_retryable() {
+        HandlerError::Retryable(error.to_string())
+    } else {
+        HandlerError::Permanent(error.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_created_matches_the_writer_contract() {
+        let data = serde_json::json!({
+            "orderId": "o-1", "userId": "u-1",
+            "items": [{"sku": "SKU-1", "quantity": 2, "unitPriceCents": 150}],
+            "amountCents": 300, "status": "CREATED", "version": 1,
+            "createdAt": "2026-11-22T10:00:00.000Z"
+        });
+        let order: OrderCreated = serde_json::from_value(data.clone()).unwrap();
+        assert_eq!(order.items[0].quantity, 2);
+        assert_eq!(serde_json::to_value(&order).unwrap(), data);
+    }
+}

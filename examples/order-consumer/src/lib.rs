@@ -1,0 +1,23 @@
+//! An example consumer of the outbox's order events: an EventBridge-triggered Lambda that
+//! reserves stock for each `OrderCreated` event exactly once, however often the relay delivers it.
+//!
+//! The idempotency store of `outbox-consumer` (keyed on the envelope's `metadata.eventId`) makes
+//! the whole reservation happen once per event; its OCC helper makes each SKU's decrement safe
+//! against concurrent orders for the same SKU. A reservation that cannot be met (unknown SKU, not
+//! enough stock) is a final answer, stored like any other response; an inventory failure releases
+//! the claim so the retry runs. The event's `data` is the writer's own [`outbox_writer::OrderCreated`].
+//!
+//! - [`handle_event`]: the handler, generic over the [`Inventory`] port;
+//! - [`DynamoInventory`]: the inventory on the [`stock`] table;
+//! - [`ExampleArgs`]: the configuration the `example-consumer` binary reads.
+
+mod config;
+mod handler;
+mod inventory;
+pub mod stock;
+
+pub use config::ExampleArgs;
+pub use handler::{EventBridgeEvent, Handled, HandlerError, handle_event};
+pub use inventory::{
+    DynamoInventory, Inventory, InventoryError, Reservation, ReservedLine, StockLevel,
+};

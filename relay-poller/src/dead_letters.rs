@@ -1,0 +1,190 @@
+//! Reading the relays' dead-letter messages back: which outbox item a message is about, and the
+//! item's attributes as the message carries them, so `redrive` can put the item back, or re-create
+//! it when it is gone.
+//!
+//! Two shapes are ours, told apart by `origin`:
+//! - `relay-stream`: `record` is the whole DynamoDB stream record (`dynamodb.NewImage`, or
+//!   `OldImage` for a TTL deletion, in DynamoDB JSON);
+//! - `relay-poller`: `record` is the item read from the index, its attributes as plain JSON.
+//!
+//! Anything else (a message someone else sent, a body that is not a dead letter, one without a
+//! key) is [`Letter::Foreign`]: it stays in the queue.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use outbox_shared::ItemKey;
+use outbox_shared::schema::attr;
+use relay_runtime::DeadLetter;
+
+/// An item's attributes, as DynamoDB takes them.
+pub type Attributes = HashMap<String, AttributeValue>;
+
+/// `origin` of the stream relay's dead letters.
+pub const STREAM_ORIGIN: &str = "relay-stream";
+/// `origin` of the poller's dead letters.
+pub const POLLER_ORIGIN: &str = crate::poller::ORIGIN;
+
+/// What one dead-letter message is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Letter {
+    /// A dead letter of one of the relays, about the item at `key`.
+    Outbox(Box<OutboxLetter>),
+    /// Not one of ours, or unreadable: it stays in the queue. The text says why.
+    Foreign(String),
+}
+
+/// A relay's dead letter about one outbox item.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxLetter {
+    pub key: ItemKey,
+    pub event_id: Option<String>,
+    pub origin: String,
+    pub reason: String,
+    /// The item's attributes as the message carries them (`None` when the record holds no
+    /// image): what a gone item is re-created from.
+    pub item: Option<Attributes>,
+}
+
+impl OutboxLetter {
+    /// A string attribute of the carried item.
+    pub fn attribute(&self, name: &str) -> Option<&str> {
+        self.item
+            .as_ref()?
+            .get(name)
+            .and_then(|v| v.as_s().ok())
+            .map(String::as_str)
+    }
+}
+
+/// Reads a message body.
+pub fn parse(body: &str) -> Letter {
+    let letter: DeadLetter = match serde_json::from_str(body) {
+        Ok(letter) => letter,
+        Err(e) => return Letter::Foreign(format!("not a relay dead letter: {e}")),
+    };
+    let item = match letter.origin.as_str() {
+        STREAM_ORIGIN => stream_image(&letter.record),
+        POLLER_ORIGIN => plain_item(&letter.record),
+        other => {
+            return Letter::Foreign(format!("origin {other:?} is not one of the relays"));
+        }
+    };
+    let key = letter.key.clone().or_else(|| {
+        let item = item.as_ref()?;
+        Some(ItemKey {
+            pk: item.get(attr::PK)?.as_s().ok()?.clone(),
+            sk: item.get(attr::SK)?.as_s().ok()?.clone(),
+        })
+    });
+    let Some(key) = key else {
+        return Letter::Foreign("a dead letter that names no item (no key, no image)".to_owned());
+    };
+    Letter::Outbox(Box::new(OutboxLetter {
+        key,
+        event_id: letter.event_id,
+        origin: letter.origin,
+        reason: letter.reason,
+        item,
+    }))
+}
+
+/// The image of a stream record: the new one, or the old one of a `REMOVE`.
+fn stream_image(record: &serde_json::Value) -> Option<Attributes> {
+    let change = record.get("dynamodb")?;
+    ["NewImage", "OldImage"]
+        .iter()
+        .filter_map(|name| change.get(*name))
+        .find_map(|image| {
+            let item: serde_dynamo::Item = serde_json::from_value(image.clone()).ok()?;
+            let attributes: Attributes = item.into();
+            (!attributes.is_empty()).then_some(attributes)
+        })
+}
+
+/// An item written as plain JSON (the poller's dead letters).
+fn plain_item(record: &serde_json::Value) -> Option<Attributes> {
+    let item: serde_dynamo::Item = serde_dynamo::to_item(record).ok()?;
+    let attributes: Attributes = item.into();
+    (!attributes.is_empty()).then_some(attributes)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn letter(origin: &str, record: serde_json::Value, key: Option<ItemKey>) -> String {
+        serde_json::to_string(&DeadLetter {
+            reason: "EventBridge rejected the entry: EntryTooLarge: too big".into(),
+            origin: origin.into(),
+            event_id: Some("e1".into()),
+            key,
+            record,
+            dead_lettered_at: "2026-11-22T10:00:00.000Z".into(),
+        })
+        .unwrap()
+    }
+
+    fn outbox(letter: Letter) -> OutboxLetter {
+        match letter {
+            Letter::Outbox(l) => *l,
+            Letter::Foreign(why) => panic!("foreign: {why}"),
+        }
+    }
+
+    #[test]
+    fn reads_the_stream_relays_record_image() {
+        let record = json!({
+            "eventName": "INSERT",
+            "dynamodb": {
+                "Keys": {"PK": {"S": "USER#u1"}, "SK": {"S": "OUTBOX#e1"}},
+                "NewImage": {
+                    "PK": {"S": "USER#u1"}, "SK": {"S": "OUTBOX#e1"},
+                    "EventId": {"S": "e1"}, "Sequence": {"N": "3"}
+                }
+            }
+        });
+        let parsed = outbox(parse(&letter(STREAM_ORIGIN, record, None)));
+        assert_eq!(parsed.key.sk, "OUTBOX#e1");
+        assert_eq!(parsed.attribute(attr::EVENT_ID), Some("e1"));
+        let item = parsed.item.unwrap();
+        assert_eq!(item[attr::SEQUENCE], AttributeValue::N("3".into()));
+    }
+
+    #[test]
+    fn reads_the_old_image_of_a_ttl_removal() {
+        let record = json!({
+            "eventName": "REMOVE",
+            "dynamodb": {"OldImage": {"PK": {"S": "USER#u1"}, "SK": {"S": "OUTBOX#e1"}}}
+        });
+        let parsed = outbox(parse(&letter(STREAM_ORIGIN, record, None)));
+        assert_eq!(parsed.key.pk, "USER#u1");
+    }
+
+    #[test]
+    fn reads_the_pollers_plain_item() {
+        let record =
+            json!({"PK": "USER#u1", "SK": "OUTBOX#e1", "Sequence": 3, "ttl": 1_800_000_000});
+        let key = ItemKey {
+            pk: "USER#u1".into(),
+            sk: "OUTBOX#e1".into(),
+        };
+        let parsed = outbox(parse(&letter(POLLER_ORIGIN, record, Some(key.clone()))));
+        assert_eq!(parsed.key, key);
+        let item = parsed.item.unwrap();
+        assert_eq!(item[attr::SEQUENCE], AttributeValue::N("3".into()));
+        assert_eq!(item[attr::PK], AttributeValue::S("USER#u1".into()));
+    }
+
+    #[test]
+    fn anything_else_is_foreign() {
+        assert!(matches!(parse("hello"), Letter::Foreign(_)));
+        assert!(matches!(parse(r#"{"a":1}"#), Letter::Foreign(_)));
+        let other = letter("someone-else", json!({}), None);
+        assert!(matches!(parse(&other), Letter::Foreign(why) if why.contains("someone-else")));
+        let keyless = letter(POLLER_ORIGIN, json!("not an item"), None);
+        assert!(matches!(parse(&keyless), Letter::Foreign(why) if why.contains("no key")));
+    }
+}

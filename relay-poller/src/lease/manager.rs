@@ -1,0 +1,796 @@
+//! The lease manager: one poller's rounds against the lease table, and the shared state through
+//! which the poll loop learns which shards it may poll ([`LeasedShards`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::future::join_all;
+use tokio_util::sync::CancellationToken;
+
+use super::plan::{acquisitions, should_hand_over};
+use super::{
+    Clock, Expect, Heartbeat, LeaseError, LeaseSettings, LeaseStore, LeaseView, Millis,
+    SystemClock, Term,
+};
+use crate::assignment::{PageStart, PassShards, ShardAssignment};
+use crate::metrics;
+
+/// What one round did (for logs and tests).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RoundReport {
+    /// Leases renewed.
+    pub renewed: usize,
+    /// Renewals that failed for another reason than losing the lease (kept until the deadline).
+    pub renew_errors: usize,
+    /// Leases found to be another poller's now.
+    pub lost: Vec<u16>,
+    /// Free or expired leases taken.
+    pub taken: Vec<u16>,
+    /// Leases another poller handed over to this one.
+    pub adopted: Vec<u16>,
+    /// Leases handed over to the poller that asked.
+    pub handed_over: Vec<u16>,
+    /// The lease this poller asked another for.
+    pub requested: Option<u16>,
+    /// Leases taken from another poller (expired, or handed over): the takeover metric.
+    pub takeovers: u64,
+    /// The table could not be read, so nothing was taken.
+    pub read_failed: bool,
+    /// Leases held at the end of the round.
+    pub held: usize,
+}
+
+/// One lease this poller holds.
+#[derive(Debug, Clone)]
+struct Held {
+    counter: u64,
+    /// No page of the shard starts after this.
+    poll_deadline: Millis,
+    /// Asked for by another poller: no new page starts; handed over once no page is in flight.
+    handing_over: bool,
+    /// Pages in flight.
+    busy: u32,
+    /// When the last pass over the shard finished; written with the next renewal.
+    last_pass_at: Option<Millis>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    held: BTreeMap<u16, Held>,
+    /// The table as the last successful read saw it.
+    view: Option<LeaseView>,
+    /// Shards seen without a lease item, since when.
+    missing_since: BTreeMap<u16, Millis>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    state: Mutex<State>,
+    /// Signalled whenever a page ends (a hand-over waits for the shard to be idle).
+    idle: tokio::sync::Notify,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .expect("lease state lock is never poisoned")
+    }
+}
+
+/// One poller's leases: its rounds against the table ([`Self::run`]: renew rounds and take
+/// rounds, each every renew interval on its own, so a renewal never waits behind a read or a
+/// take) and the release of everything at shutdown ([`Self::release_all`]).
+///
+/// Every write to a held lease (renew, hand over) is made by the renew round; the take round
+/// writes only leases this poller does not hold yet, and requests, which leave the counter alone.
+#[derive(Debug)]
+pub struct LeaseManager<S, C = SystemClock> {
+    store: S,
+    clock: C,
+    owner: String,
+    shards: Vec<u16>,
+    settings: LeaseSettings,
+    shared: Arc<Shared>,
+    /// Where in the shard list this poller starts looking for free leases.
+    rotate: usize,
+    /// Take rounds run so far (the first one only reads).
+    take_rounds: AtomicU64,
+    /// Set at shutdown: renewals go on until the leases are released, takes and requests stop.
+    stopping: AtomicBool,
+    started_at: Millis,
+}
+
+impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
+    /// A manager for `owner` over `shards` (every shard of the shard count).
+    pub fn new(
+        store: S,
+        clock: C,
+        owner: impl Into<String>,
+        shards: Vec<u16>,
+        settings: LeaseSettings,
+    ) -> Self {
+        let owner = owner.into();
+        let rotate = owner.bytes().fold(0usize, |h, b| {
+            h.wrapping_mul(31).wrapping_add(usize::from(b))
+        });
+        let started_at = clock.now();
+        Self {
+            store,
+            clock,
+            owner,
+            shards,
+            settings,
+            shared: Arc::default(),
+            rotate,
+            take_rounds: AtomicU64::new(0),
+            stopping: AtomicBool::new(false),
+            started_at,
+        }
+    }
+
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The shards this poller holds now.
+    pub fn held(&self) -> BTreeSet<u16> {
+        self.shared.state().held.keys().copied().collect()
+    }
+
+    /// Takes no more leases and asks for none (shutdown has begun); renewals go on until
+    /// [`Self::release_all`].
+    pub fn stop_taking(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
+    }
+
+    /// The poll loop's view of these leases.
+    pub fn assignment(&self) -> LeasedShards<C> {
+        LeasedShards {
+            shared: self.shared.clone(),
+            clock: self.clock.clone(),
+            shards: self.shards.clone(),
+            duration_ms: self.settings.duration_ms(),
+        }
+    }
+
+    /// Renew rounds and take rounds, each every renew interval, until `cancel` fires.
+    ///
+    /// # Errors
+    /// [`LeaseError::TableMissing`]: without its table the poller cannot share the shards.
+    pub async fn run(&self, cancel: &CancellationToken) -> Result<(), LeaseError> {
+        let every = || {
+            let mut every = tokio::time::interval(self.settings.renew_interval);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            every
+        };
+        let renewing = async {
+            let mut every = every();
+            loop {
+                tokio::select! {
+                    () = cancel.cancelled() => return Ok(()),
+                    _ = every.tick() => {}
+                }
+                let report = self.renew_round().await?;
+                if !(report.lost.is_empty() && report.handed_over.is_empty()) {
+                    tracing::debug!(owner = %self.owner, held = report.held, lost = ?report.lost, handed_over = ?report.handed_over, "renew round");
+                }
+            }
+        };
+        let taking = async {
+            let mut every = every();
+            loop {
+                tokio::select! {
+                    () = cancel.cancelled() => return Ok(()),
+                    _ = every.tick() => {}
+                }
+                let report = self.take_round().await?;
+                if !(report.taken.is_empty() && report.adopted.is_empty()) {
+                    tracing::debug!(owner = %self.owner, held = report.held, taken = ?report.taken, adopted = ?report.adopted, "take round");
+                }
+            }
+        };
+        tokio::try_join!(renewing, taking).map(|_| ())
+    }
+
+    /// A renew round, then a take round.
+    ///
+    /// # Errors
+    /// [`LeaseError::TableMissing`]; every other failure is logged and retried next round.
+    pub async fn round(&self) -> Result<RoundReport, LeaseError> {
+        let renewed = self.renew_round().await?;
+        let taken = self.take_round().await?;
+        Ok(RoundReport {
+            renewed: renewed.renewed,
+            renew_errors: renewed.renew_errors,
+            lost: renewed.lost,
+            handed_over: renewed.handed_over,
+            taken: taken.taken,
+            adopted: taken.adopted,
+            requested: taken.requested,
+            takeovers: taken.takeovers,
+            read_failed: taken.read_failed,
+            held: taken.held,
+        })
+    }
+
+    /// Heartbeat, renew every held lease, and hand over those another poller asked for (once no
+    /// page of the shard is in flight; judged on the table as the last take round read it).
+    ///
+    /// # Errors
+    /// [`LeaseError::TableMissing`]; every other failure is logged and retried next round.
+    pub async fn renew_round(&self) -> Result<RoundReport, LeaseError> {
+        let mut report = RoundReport::default();
+        let now = self.clock.now();
+        let duration = self.settings.duration_ms();
+        let heartbeat = Heartbeat {
+            owner: self.owner.clone(),
+            heartbeat_at: now,
+            expires_at: now + duration,
+            started_at: self.started_at,
+        };
+        let (beat, requests) = tokio::join!(
+            self.store.heartbeat(&heartbeat),
+            self.renew_all(now, &mut report)
+        );
+        match beat {
+            Ok(()) => {}
+            Err(err @ LeaseError::TableMissing { .. }) => return Err(err),
+            Err(err) => tracing::warn!(owner = %self.owner, error = %err, "heartbeat failed"),
+        }
+        let view = self.shared.state().view.clone();
+        if let Some(view) = view {
+            self.answer_requests(&view, requests, &mut report).await;
+        }
+        report.held = self.shared.state().held.len();
+        metrics::leases_held(report.held);
+        Ok(report)
+    }
+
+    /// Read the table, adopt the leases handed over to this poller, take free or expired leases
+    /// up to the fair share, ask for one lease when short. The first take round only reads (so
+    /// pollers started together see each other's heartbeats before any takes a share).
+    ///
+    /// # Errors
+    /// [`LeaseError::TableMissing`]; every other failure is logged and retried next round.
+    pub async fn take_round(&self) -> Result<RoundReport, LeaseError> {
+        let mut report = RoundReport::default();
+        let now = self.clock.now();
+        let view = match self.store.read().await {
+            Ok(view) => view,
+            Err(err @ LeaseError::TableMissing { .. }) => return Err(err),
+            Err(err) => {
+                tracing::warn!(owner = %self.owner, error = %err, "could not read the lease table; taking nothing this round");
+                report.read_failed = true;
+                self.finish(&mut report);
+                return Ok(report);
+            }
+        };
+        self.remember(&view, now);
+        if self.stopping.load(Ordering::Relaxed) {
+            self.finish(&mut report);
+            return Ok(report);
+        }
+        self.adopt(&view, &mut report).await;
+        if self.take_rounds.load(Ordering::Relaxed) > 0 {
+            self.acquire(&view, &mut report).await;
+        }
+        self.finish(&mut report);
+        Ok(report)
+    }
+
+    fn finish(&self, report: &mut RoundReport) {
+        self.take_rounds.fetch_add(1, Ordering::Relaxed);
+        report.held = self.shared.state().held.len();
+        metrics::lease_takeovers(report.takeovers);
+    }
+
+    /// Renews every held lease; the hand-over requests found on them.
+    async fn renew_all(&self, now: Millis, report: &mut RoundReport) -> Vec<(u16, String)> {
+        let held: Vec<(u16, u64, Option<Millis>)> = self
+            .shared
+            .state()
+            .held
+            .iter()
+            .map(|(&shard, h)| (shard, h.counter, h.last_pass_at))
+            .collect();
+        let expires_at = now + self.settings.duration_ms();
+        let results = join_all(held.iter().map(|&(shard, counter, last_pass_at)| {
+            self.store.renew(
+                shard,
+                &self.owner,
+                counter,
+                Term {
+                    at: now,
+                    expires_at,
+                },
+                last_pass_at,
+            )
+        }))
+        .await;
+        let mut requests = Vec::new();
+        let mut state = self.shared.state();
+        for (&(shard, _, _), result) in held.iter().zip(results) {
+            match result {
+                Ok(Some(lease)) => {
+                    report.renewed += 1;
+                    if let Some(held) = state.held.get_mut(&shard) {
+                        held.counter = lease.counter;
+                        held.poll_deadline = now + self.settings.poll_window_ms();
+                        // A request that was dropped meanwhile: poll the shard again.
+                        held.handing_over &= lease.handoff_to.is_some();
+                    }
+                    if let Some(requester) = lease.handoff_to {
+                        requests.push((shard, requester));
+                    }
+                }
+                Ok(None) => {
+                    state.held.remove(&shard);
+                    report.lost.push(shard);
+                    tracing::warn!(shard, owner = %self.owner, "lease lost to another poller; stopped polling the shard");
+                }
+                Err(err) => {
+                    report.renew_errors += 1;
+                    tracing::warn!(shard, owner = %self.owner, error = %err, "lease renewal failed; the shard is polled until its poll deadline");
+                }
+            }
+        }
+        requests
+    }
+
+    fn remember(&self, view: &LeaseView, now: Millis) {
+        let mut state = self.shared.state();
+        for shard in &self.shards {
+            if view.leases.contains_key(shard) {
+                state.missing_since.remove(shard);
+            } else {
+                state.missing_since.entry(*shard).or_insert(now);
+            }
+        }
+        state.view = Some(view.clone());
+    }
+
+    /// Hands over the leases other pollers asked for, once no page of the shard is in flight,
+    /// or drops the request when it no longer evens the split.
+    async fn answer_requests(
+        &self,
+        view: &LeaseView,
+        requests: Vec<(u16, String)>,
+        report: &mut RoundReport,
+    ) {
+        for (shard, requester) in requests {
+            let mine = self.shared.state().held.len();
+            let now = self.clock.now();
+            if !should_hand_over(view, &self.owner, mine, &requester, &self.shards, now) {
+                if let Err(err) = self.store.clear_handoff(shard, &self.owner).await {
+                    tracing::warn!(shard, owner = %self.owner, error = %err, "could not clear a hand-over request");
+                }
+                continue;
+            }
+            let Some((counter, last_pass_at)) = self.stop_polling(shard) else {
+                continue;
+            };
+            if !self
+                .wait_idle(shard, self.settings.renew_interval / 2)
+                .await
+            {
+                // A page is still in flight: the request stays, the next renewal brings it back.
+                continue;
+            }
+            let now = self.clock.now();
+            let expires_at = now + self.settings.duration_ms();
+            let written = self
+                .store
+                .hand_over(
+                    shard,
+                    &self.owner,
+                    counter,
+                    &requester,
+                    Term {
+                        at: now,
+                        expires_at,
+                    },
+                    last_pass_at,
+                )
+                .await;
+            let mut state = self.shared.state();
+            match written {
+                Ok(true) => {
+                    state.held.remove(&shard);
+                    report.handed_over.push(shard);
+                    tracing::info!(shard, owner = %self.owner, to = %requester, "lease handed over");
+                }
+                Ok(false) => {
+                    // The request was withdrawn, or the lease changed: the next renewal says
+                    // whether it is still this poller's.
+                    if let Some(held) = state.held.get_mut(&shard) {
+                        held.handing_over = false;
+                    }
+                    tracing::debug!(shard, owner = %self.owner, to = %requester, "hand-over not made: the request was withdrawn or the lease changed");
+                }
+                Err(err) => {
+                    if let Some(held) = state.held.get_mut(&shard) {
+                        held.handing_over = false;
+                    }
+                    tracing::warn!(shard, owner = %self.owner, error = %err, "hand-over failed; polling the shard again");
+                }
+            }
+        }
+    }
+
+    /// Stops new pages of `shard`; its counter and last pass, if it is still held.
+    fn stop_polling(&self, shard: u16) -> Option<(u64, Option<Millis>)> {
+        let mut state = self.shared.state();
+        let held = state.held.get_mut(&shard)?;
+        held.handing_over = true;
+        Some((held.counter, held.last_pass_at))
+    }
+
+    /// Waits up to `timeout` for `shard` to have no page in flight.
+    async fn wait_idle(&self, shard: u16, timeout: Duration) -> bool {
+        let busy = || {
+            self.shared
+                .state()
+                .held
+                .get(&shard)
+                .is_some_and(|h| h.busy > 0)
+        };
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.shared.idle.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !busy() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return !busy();
+            }
+        }
+    }
+
+    /// Renews the leases another poller handed over to this one, which makes them its own.
+    async fn adopt(&self, view: &LeaseView, report: &mut RoundReport) {
+        let now = self.clock.now();
+        let held = self.held();
+        let handed: Vec<(u16, u64)> = view
+            .leases
+            .values()
+            .filter(|l| self.shards.contains(&l.shard) && !held.contains(&l.shard))
+            .filter(|l| l.holder_at(now) == Some(self.owner.as_str()))
+            .map(|l| (l.shard, l.counter))
+            .collect();
+        for (shard, counter) in handed {
+            let now = self.clock.now();
+            let expires_at = now + self.settings.duration_ms();
+            match self
+                .store
+                .renew(
+                    shard,
+                    &self.owner,
+                    counter,
+                    Term {
+                        at: now,
+                        expires_at,
+                    },
+                    None,
+                )
+                .await
+            {
+                Ok(Some(lease)) => {
+                    self.hold(shard, lease.counter, now);
+                    report.adopted.push(shard);
+                    report.takeovers += 1;
+                    tracing::info!(shard, owner = %self.owner, "lease taken over (handed over)");
+                }
+                Ok(None) => {}
+                Err(err) => {
+                    tracing::warn!(shard, owner = %self.owner, error = %err, "could not take a lease handed over; retrying next round");
+                }
+            }
+        }
+    }
+
+    fn hold(&self, shard: u16, counter: u64, written_at: Millis) {
+        self.shared.state().held.insert(
+            shard,
+            Held {
+                counter,
+                poll_deadline: written_at + self.settings.poll_window_ms(),
+                handing_over: false,
+                busy: 0,
+                last_pass_at: None,
+            },
+        );
+    }
+
+    /// Takes free and expired leases up to the fair share; asks for one when short.
+    async fn acquire(&self, view: &LeaseView, report: &mut RoundReport) {
+        let now = self.clock.now();
+        let plan = acquisitions(
+            view,
+            &self.owner,
+            &self.shards,
+            &self.held(),
+            now,
+            self.rotate,
+        );
+        let expires_at = now + self.settings.duration_ms();
+        let results = join_all(plan.take.iter().map(|&(shard, expect)| {
+            self.store.take(
+                shard,
+                expect,
+                &self.owner,
+                Term {
+                    at: now,
+                    expires_at,
+                },
+            )
+        }))
+        .await;
+        for (&(shard, expect), result) in plan.take.iter().zip(results) {
+            match result {
+                Ok(Some(lease)) => {
+                    self.hold(shard, lease.counter, now);
+                    report.taken.push(shard);
+                    let previous = match expect {
+                        Expect::Missing => None,
+                        Expect::Counter(_) => view
+                            .leases
+                            .get(&shard)
+                            .and_then(|l| l.owner.clone())
+                            .filter(|o| *o != self.owner),
+                    };
+                    match previous {
+                        Some(from) => {
+                            report.takeovers += 1;
+                            tracing::info!(shard, owner = %self.owner, from = %from, "lease taken over (expired)");
+                        }
+                        None => tracing::info!(shard, owner = %self.owner, "lease taken"),
+                    }
+                }
+                Ok(None) => {
+                    tracing::debug!(shard, owner = %self.owner, "another poller took the lease first");
+                }
+                Err(err) => {
+                    tracing::warn!(shard, owner = %self.owner, error = %err, "could not take a lease");
+                }
+            }
+        }
+        if let Some(steal) = plan.steal {
+            match self
+                .store
+                .request_handoff(steal.shard, &steal.holder, &self.owner)
+                .await
+            {
+                Ok(true) => {
+                    report.requested = Some(steal.shard);
+                    tracing::info!(shard = steal.shard, owner = %self.owner, holder = %steal.holder, "asked for a lease (fair share)");
+                }
+                Ok(false) => {}
+                Err(err) => {
+                    tracing::warn!(shard = steal.shard, owner = %self.owner, error = %err, "could not ask for a lease");
+                }
+            }
+        }
+    }
+
+    /// Withdraws this poller's open hand-over requests, frees every lease it holds and removes its
+    /// heartbeat (at shutdown, once no page is in flight), so the other pollers take the shards at
+    /// their next round. A lease handed over to it just before it withdrew is freed too. Returns
+    /// how many were released.
+    pub async fn release_all(&self) -> usize {
+        if let Ok(view) = self.store.read().await {
+            let asked: Vec<u16> = view
+                .leases
+                .values()
+                .filter(|l| l.handoff_to.as_deref() == Some(self.owner.as_str()))
+                .map(|l| l.shard)
+                .collect();
+            for shard in asked {
+                if let Err(err) = self.store.withdraw_request(shard, &self.owner).await {
+                    tracing::warn!(shard, owner = %self.owner, error = %err, "could not withdraw a hand-over request; its holder drops it once this poller's heartbeat expires");
+                }
+            }
+        }
+        let mut held: Vec<(u16, u64, Option<Millis>)> =
+            std::mem::take(&mut self.shared.state().held)
+                .into_iter()
+                .map(|(shard, h)| (shard, h.counter, h.last_pass_at))
+                .collect();
+        let now = self.clock.now();
+        let mut released = self.release(&held, now).await;
+        // Handed over to this poller after its last round: its own to release as well.
+        if let Ok(view) = self.store.read().await {
+            held = view
+                .leases
+                .values()
+                .filter(|l| l.holder_at(now) == Some(self.owner.as_str()))
+                .map(|l| (l.shard, l.counter, None))
+                .collect();
+            released += self.release(&held, now).await;
+        }
+        if let Err(err) = self.store.remove_heartbeat(&self.owner).await {
+            tracing::warn!(owner = %self.owner, error = %err, "could not remove the heartbeat; it expires instead");
+        }
+        metrics::leases_held(0);
+        tracing::info!(owner = %self.owner, released, "leases released");
+        released
+    }
+
+    async fn release(&self, leases: &[(u16, u64, Option<Millis>)], now: Millis) -> usize {
+        let results = join_all(leases.iter().map(|&(shard, counter, last_pass_at)| {
+            self.store
+                .release(shard, &self.owner, counter, now, last_pass_at)
+        }))
+        .await;
+        let mut released = 0;
+        for (&(shard, _, _), result) in leases.iter().zip(results) {
+            match result {
+                Ok(true) => released += 1,
+                Ok(false) => {}
+                Err(err) => {
+                    tracing::warn!(shard, owner = %self.owner, error = %err, "could not release a lease; it expires instead");
+                }
+            }
+        }
+        released
+    }
+}
+
+/// The poll loop's side of a poller's leases: it polls the shards whose lease it holds, up to
+/// each one's poll deadline, and none being handed over.
+#[derive(Debug, Clone)]
+pub struct LeasedShards<C = SystemClock> {
+    shared: Arc<Shared>,
+    clock: C,
+    shards: Vec<u16>,
+    duration_ms: Millis,
+}
+
+impl<C: Clock> LeasedShards<C> {
+    /// Shards whose lease nobody has held for a lease duration (free or expired that long, or
+    /// never written): the sweep publishes their events. Empty before the first read.
+    fn unheld(&self, state: &State, now: Millis) -> Vec<u16> {
+        let Some(view) = &state.view else {
+            return Vec::new();
+        };
+        self.shards
+            .iter()
+            .copied()
+            // Not the shards this poller polls (a lease it holds past its poll deadline is not
+            // polled: the sweep may cover it once it has expired for a duration).
+            .filter(|shard| state.held.get(shard).is_none_or(|h| now >= h.poll_deadline))
+            .filter(|shard| match view.leases.get(shard) {
+                Some(lease) => {
+                    lease.is_takeable_at(now) && lease.expires_at + self.duration_ms <= now
+                }
+                None => state
+                    .missing_since
+                    .get(shard)
+                    .is_some_and(|since| since + self.duration_ms <= now),
+            })
+            .collect()
+    }
+}
+
+impl<C: Clock> ShardAssignment for LeasedShards<C> {
+    async fn for_pass(&self) -> PassShards {
+        let now = self.clock.now();
+        let state = self.shared.state();
+        let poll = state
+            .held
+            .iter()
+            .filter(|(_, h)| !h.handing_over && now < h.poll_deadline)
+            .map(|(&shard, _)| shard)
+            .collect();
+        PassShards {
+            poll,
+            unheld: self.unheld(&state, now),
+            read_errors: 0,
+        }
+    }
+
+    fn begin_page(&self, shard: u16) -> PageStart {
+        let now = self.clock.now();
+        let mut state = self.shared.state();
+        match state.held.get_mut(&shard) {
+            Some(held) if !held.handing_over && now < held.poll_deadline => {
+                held.busy += 1;
+                let left = u64::try_from(held.poll_deadline - now).unwrap_or_default();
+                PageStart::Go {
+                    stop_at: Some(tokio::time::Instant::now() + Duration::from_millis(left)),
+                }
+            }
+            _ => PageStart::Stop,
+        }
+    }
+
+    fn end_page(&self, shard: u16) {
+        if let Some(held) = self.shared.state().held.get_mut(&shard) {
+            held.busy = held.busy.saturating_sub(1);
+        }
+        self.shared.idle.notify_waiters();
+    }
+
+    fn shard_polled(&self, shard: u16) {
+        let now = self.clock.now();
+        if let Some(held) = self.shared.state().held.get_mut(&shard) {
+            held.last_pass_at = Some(now);
+        }
+    }
+}
+
+/// `drain --respect-leases`: every shard that no poller holds an unexpired lease on, read from
+/// the table before each pass; the drain takes no lease itself.
+#[derive(Debug)]
+pub struct RespectLeases<S, C = SystemClock> {
+    store: S,
+    clock: C,
+    shards: Vec<u16>,
+    /// The shards the last pass left to their holders.
+    skipped: Mutex<BTreeSet<u16>>,
+}
+
+impl<S: LeaseStore, C: Clock> RespectLeases<S, C> {
+    pub fn new(store: S, clock: C, shards: Vec<u16>) -> Self {
+        Self {
+            store,
+            clock,
+            shards,
+            skipped: Mutex::default(),
+        }
+    }
+
+    /// The shards the last pass left to the pollers holding them.
+    pub fn skipped(&self) -> Vec<u16> {
+        self.skipped
+            .lock()
+            .expect("never poisoned")
+            .iter()
+            .copied()
+            .collect()
+    }
+}
+
+impl<S: LeaseStore, C: Clock> ShardAssignment for RespectLeases<S, C> {
+    async fn for_pass(&self) -> PassShards {
+        match self.store.read().await {
+            Ok(view) => {
+                let now = self.clock.now();
+                let (held, poll): (Vec<u16>, Vec<u16>) =
+                    self.shards.iter().copied().partition(|shard| {
+                        view.leases
+                            .get(shard)
+                            .is_some_and(|l| l.holder_at(now).is_some())
+                    });
+                *self.skipped.lock().expect("never poisoned") = held.into_iter().collect();
+                PassShards {
+                    poll,
+                    unheld: Vec::new(),
+                    read_errors: 0,
+                }
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "could not read the lease table; this pass polls no shard");
+                PassShards {
+                    read_errors: 1,
+                    ..PassShards::default()
+                }
+            }
+        }
+    }
+
+    fn begin_page(&self, _shard: u16) -> PageStart {
+        PageStart::Go { stop_at: None }
+    }
+
+    fn end_page(&self, _shard: u16) {}
+
+    fn shard_polled(&self, _shard: u16) {}
+}
+
+#[cfg(test)]
+mod tests;

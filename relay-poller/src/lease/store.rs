@@ -1,0 +1,629 @@
+//! The lease-table port ([`LeaseStore`]) and its DynamoDB adapter: a consistent read of the whole
+//! (small) table, heartbeats, and the conditional writes that take, renew, hand over and release
+//! a lease. A conditional write that loses answers `None` / `false`; only other failures are
+//! errors.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ReturnValue,
+    ScalarAttributeType, TableStatus, TimeToLiveSpecification,
+};
+use outbox_shared::SdkFailure;
+
+use super::{
+    Expect, Heartbeat, Lease, LeaseError, LeaseView, Millis, Term, attr, parse_poller_key,
+    parse_shard_key, poller_key, shard_key,
+};
+
+/// How long `--create-lease-table` waits for a new table to become active.
+const CREATE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Port: the lease table.
+pub trait LeaseStore: Send + Sync {
+    /// Every lease and heartbeat (a strongly consistent read).
+    fn read(&self) -> impl Future<Output = Result<LeaseView, LeaseError>> + Send;
+
+    /// Writes `heartbeat` (unconditionally: only its poller writes it).
+    fn heartbeat(
+        &self,
+        heartbeat: &Heartbeat,
+    ) -> impl Future<Output = Result<(), LeaseError>> + Send;
+
+    /// Deletes `owner`'s heartbeat (a poller that stops), so the others' fair share grows at once.
+    fn remove_heartbeat(&self, owner: &str) -> impl Future<Output = Result<(), LeaseError>> + Send;
+
+    /// Takes `shard`'s lease for `owner` for `term`, if it is as `expect`ed (missing, or unchanged since read
+    /// with that counter); clears a hand-over request. The lease as written, or `None` when
+    /// another poller changed it first.
+    fn take(
+        &self,
+        shard: u16,
+        expect: Expect,
+        owner: &str,
+        term: Term,
+    ) -> impl Future<Output = Result<Option<Lease>, LeaseError>> + Send;
+
+    /// Renews `owner`'s lease on `shard` if it still has `counter`, recording `last_pass_at`. The
+    /// lease as written (with any hand-over request on it), or `None` when it is no longer
+    /// `owner`'s as it knew it.
+    fn renew(
+        &self,
+        shard: u16,
+        owner: &str,
+        counter: u64,
+        term: Term,
+        last_pass_at: Option<Millis>,
+    ) -> impl Future<Output = Result<Option<Lease>, LeaseError>> + Send;
+
+    /// Asks `holder` to hand `shard`'s lease to `requester`, if `holder` still has it and nobody
+    /// asked first. Does not change the counter (the holder's renewals go on).
+    fn request_handoff(
+        &self,
+        shard: u16,
+        holder: &str,
+        requester: &str,
+    ) -> impl Future<Output = Result<bool, LeaseError>> + Send;
+
+    /// Writes `owner`'s lease on `shard` (still at `counter`, and still asked for by `to`) over
+    /// to `to` for `term`, and clears the request. `false` when either changed (the requester may
+    /// have withdrawn as it stopped).
+    fn hand_over(
+        &self,
+        shard: u16,
+        owner: &str,
+        counter: u64,
+        to: &str,
+        term: Term,
+        last_pass_at: Option<Millis>,
+    ) -> impl Future<Output = Result<bool, LeaseError>> + Send;
+
+    /// Withdraws `requester`'s hand-over request on `shard`, if it is still there (a poller
+    /// that stops, so nobody hands it a lease it would never poll).
+    fn withdraw_request(
+        &self,
+        shard: u16,
+        requester: &str,
+    ) -> impl Future<Output = Result<bool, LeaseError>> + Send;
+
+    /// Drops a hand-over request on `owner`'s lease (the requester is gone or caught up).
+    fn clear_handoff(
+        &self,
+        shard: u16,
+        owner: &str,
+    ) -> impl Future<Output = Result<bool, LeaseError>> + Send;
+
+    /// Frees `owner`'s lease on `shard` (still at `counter`): no owner, expired now.
+    fn release(
+        &self,
+        shard: u16,
+        owner: &str,
+        counter: u64,
+        now: Millis,
+        last_pass_at: Option<Millis>,
+    ) -> impl Future<Output = Result<bool, LeaseError>> + Send;
+}
+
+/// The lease table on DynamoDB.
+#[derive(Debug, Clone)]
+pub struct DynamoLeaseStore {
+    client: Client,
+    table: String,
+}
+
+type Item = HashMap<String, AttributeValue>;
+
+fn n(value: impl ToString) -> AttributeValue {
+    AttributeValue::N(value.to_string())
+}
+
+fn s(value: &str) -> AttributeValue {
+    AttributeValue::S(value.to_owned())
+}
+
+/// Whether `err` is a failed condition (the write lost a race: not an error).
+fn is_condition_failed<E: ProvideErrorMetadata>(err: &SdkError<E>) -> bool {
+    err.as_service_error()
+        .and_then(ProvideErrorMetadata::code)
+        .is_some_and(|code| code == "ConditionalCheckFailedException")
+}
+
+impl DynamoLeaseStore {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+        }
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    fn failure<E>(&self, operation: &'static str, err: SdkError<E>) -> LeaseError
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        let missing = err
+            .as_service_error()
+            .and_then(ProvideErrorMetadata::code)
+            .is_some_and(|code| code == "ResourceNotFoundException");
+        let failure = SdkFailure::new(operation, err);
+        if missing {
+            LeaseError::TableMissing {
+                table: self.table.clone(),
+                failure,
+            }
+        } else {
+            LeaseError::Call {
+                table: self.table.clone(),
+                failure,
+            }
+        }
+    }
+
+    fn malformed(&self, key: &str, reason: impl Into<String>) -> LeaseError {
+        LeaseError::Malformed {
+            table: self.table.clone(),
+            key: key.to_owned(),
+            reason: reason.into(),
+        }
+    }
+
+    fn number(&self, item: &Item, key: &str, name: &str) -> Result<Option<i64>, LeaseError> {
+        match item.get(name) {
+            None => Ok(None),
+            Some(AttributeValue::N(text)) => text
+                .parse()
+                .map(Some)
+                .map_err(|_| self.malformed(key, format!("{name} is not an integer"))),
+            Some(_) => Err(self.malformed(key, format!("{name} is not a number"))),
+        }
+    }
+
+    fn string(&self, item: &Item, key: &str, name: &str) -> Result<Option<String>, LeaseError> {
+        match item.get(name) {
+            None => Ok(None),
+            Some(AttributeValue::S(text)) => Ok(Some(text.clone())),
+            Some(_) => Err(self.malformed(key, format!("{name} is not a string"))),
+        }
+    }
+
+    fn lease(&self, shard: u16, key: &str, item: &Item) -> Result<Lease, LeaseError> {
+        let counter = self
+            .number(item, key, attr::COUNTER)?
+            .and_then(|c| u64::try_from(c).ok())
+            .ok_or_else(|| self.malformed(key, format!("{} is missing", attr::COUNTER)))?;
+        Ok(Lease {
+            shard,
+            owner: self.string(item, key, attr::OWNER)?,
+            expires_at: self
+                .number(item, key, attr::EXPIRES_AT)?
+                .unwrap_or_default(),
+            renewed_at: self
+                .number(item, key, attr::RENEWED_AT)?
+                .unwrap_or_default(),
+            taken_at: self.number(item, key, attr::TAKEN_AT)?.unwrap_or_default(),
+            counter,
+            handoff_to: self.string(item, key, attr::HANDOFF_TO)?,
+            last_pass_at: self.number(item, key, attr::LAST_PASS_AT)?,
+        })
+    }
+
+    fn heartbeat_of(&self, owner: &str, key: &str, item: &Item) -> Result<Heartbeat, LeaseError> {
+        Ok(Heartbeat {
+            owner: owner.to_owned(),
+            heartbeat_at: self
+                .number(item, key, attr::HEARTBEAT_AT)?
+                .unwrap_or_default(),
+            expires_at: self
+                .number(item, key, attr::EXPIRES_AT)?
+                .unwrap_or_default(),
+            started_at: self
+                .number(item, key, attr::STARTED_AT)?
+                .unwrap_or_default(),
+        })
+    }
+
+    /// A lease as an `UpdateItem` with `ALL_NEW` returned it; `None` when the condition failed.
+    fn updated(
+        &self,
+        shard: u16,
+        result: Result<
+            aws_sdk_dynamodb::operation::update_item::UpdateItemOutput,
+            SdkError<aws_sdk_dynamodb::operation::update_item::UpdateItemError>,
+        >,
+    ) -> Result<Option<Lease>, LeaseError> {
+        match result {
+            Ok(output) => {
+                let key = shard_key(shard);
+                let item = output.attributes.unwrap_or_default();
+                self.lease(shard, &key, &item).map(Some)
+            }
+            Err(err) if is_condition_failed(&err) => Ok(None),
+            Err(err) => Err(self.failure("UpdateItem", err)),
+        }
+    }
+
+    fn written<T>(
+        &self,
+        result: Result<T, SdkError<aws_sdk_dynamodb::operation::update_item::UpdateItemError>>,
+    ) -> Result<bool, LeaseError> {
+        match result {
+            Ok(_) => Ok(true),
+            Err(err) if is_condition_failed(&err) => Ok(false),
+            Err(err) => Err(self.failure("UpdateItem", err)),
+        }
+    }
+
+    fn update(
+        &self,
+        shard: u16,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::LEASE_KEY, s(&shard_key(shard)))
+            .expression_attribute_names("#owner", attr::OWNER)
+    }
+}
+
+impl LeaseStore for DynamoLeaseStore {
+    async fn read(&self) -> Result<LeaseView, LeaseError> {
+        let mut view = LeaseView::default();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| self.failure("Scan", e))?;
+            for item in page.items() {
+                let Some(key) = item.get(attr::LEASE_KEY).and_then(|k| k.as_s().ok()) else {
+                    continue;
+                };
+                if let Some(shard) = parse_shard_key(key) {
+                    view.leases.insert(shard, self.lease(shard, key, item)?);
+                } else if let Some(owner) = parse_poller_key(key) {
+                    view.heartbeats
+                        .insert(owner.to_owned(), self.heartbeat_of(owner, key, item)?);
+                }
+            }
+            start = page.last_evaluated_key;
+            if start.is_none() {
+                return Ok(view);
+            }
+        }
+    }
+
+    async fn heartbeat(&self, heartbeat: &Heartbeat) -> Result<(), LeaseError> {
+        let ttl = heartbeat.heartbeat_at / 1000
+            + i64::try_from(super::HEARTBEAT_RETENTION.as_secs()).unwrap_or(i64::MAX);
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .item(attr::LEASE_KEY, s(&poller_key(&heartbeat.owner)))
+            .item(attr::OWNER, s(&heartbeat.owner))
+            .item(attr::HEARTBEAT_AT, n(heartbeat.heartbeat_at))
+            .item(attr::EXPIRES_AT, n(heartbeat.expires_at))
+            .item(attr::STARTED_AT, n(heartbeat.started_at))
+            .item(attr::TTL, n(ttl))
+            .send()
+            .await
+            .map_err(|e| self.failure("PutItem", e))?;
+        Ok(())
+    }
+
+    async fn remove_heartbeat(&self, owner: &str) -> Result<(), LeaseError> {
+        self.client
+            .delete_item()
+            .table_name(&self.table)
+            .key(attr::LEASE_KEY, s(&poller_key(owner)))
+            .send()
+            .await
+            .map_err(|e| self.failure("DeleteItem", e))?;
+        Ok(())
+    }
+
+    async fn take(
+        &self,
+        shard: u16,
+        expect: Expect,
+        owner: &str,
+        term: Term,
+    ) -> Result<Option<Lease>, LeaseError> {
+        let Term {
+            at: now,
+            expires_at,
+        } = term;
+        let (condition, counter) = match expect {
+            Expect::Missing => ("attribute_not_exists(#key)", 0),
+            Expect::Counter(counter) => ("#counter = :seen", counter),
+        };
+        let mut update = self
+            .update(shard)
+            .update_expression(
+                "SET #owner = :me, #expires = :expires, #renewed = :now, #taken = :now, \
+                 #counter = :next REMOVE #handoff",
+            )
+            .condition_expression(condition)
+            .expression_attribute_names("#expires", attr::EXPIRES_AT)
+            .expression_attribute_names("#renewed", attr::RENEWED_AT)
+            .expression_attribute_names("#taken", attr::TAKEN_AT)
+            .expression_attribute_names("#counter", attr::COUNTER)
+            .expression_attribute_names("#handoff", attr::HANDOFF_TO)
+            .expression_attribute_values(":me", s(owner))
+            .expression_attribute_values(":expires", n(expires_at))
+            .expression_attribute_values(":now", n(now))
+            .expression_attribute_values(":next", n(counter + 1))
+            .return_values(ReturnValue::AllNew);
+        update = match expect {
+            Expect::Missing => update.expression_attribute_names("#key", attr::LEASE_KEY),
+            Expect::Counter(seen) => update.expression_attribute_values(":seen", n(seen)),
+        };
+        self.updated(shard, update.send().await)
+    }
+
+    async fn renew(
+        &self,
+        shard: u16,
+        owner: &str,
+        counter: u64,
+        term: Term,
+        last_pass_at: Option<Millis>,
+    ) -> Result<Option<Lease>, LeaseError> {
+        let Term {
+            at: now,
+            expires_at,
+        } = term;
+        let set_last_pass = if last_pass_at.is_some() {
+            ", #last = :last"
+        } else {
+            ""
+        };
+        let mut update = self
+            .update(shard)
+            .update_expression(format!(
+                "SET #expires = :expires, #renewed = :now, #counter = :next{set_last_pass}"
+            ))
+            .condition_expression("#owner = :me AND #counter = :seen")
+            .expression_attribute_names("#expires", attr::EXPIRES_AT)
+            .expression_attribute_names("#renewed", attr::RENEWED_AT)
+            .expression_attribute_names("#counter", attr::COUNTER)
+            .expression_attribute_values(":me", s(owner))
+            .expression_attribute_values(":expires", n(expires_at))
+            .expression_attribute_values(":now", n(now))
+            .expression_attribute_values(":seen", n(counter))
+            .expression_attribute_values(":next", n(counter + 1))
+            .return_values(ReturnValue::AllNew);
+        if let Some(at) = last_pass_at {
+            update = update
+                .expression_attribute_names("#last", attr::LAST_PASS_AT)
+                .expression_attribute_values(":last", n(at));
+        }
+        self.updated(shard, update.send().await)
+    }
+
+    async fn request_handoff(
+        &self,
+        shard: u16,
+        holder: &str,
+        requester: &str,
+    ) -> Result<bool, LeaseError> {
+        let result = self
+            .update(shard)
+            .update_expression("SET #handoff = :requester")
+            .condition_expression("#owner = :holder AND attribute_not_exists(#handoff)")
+            .expression_attribute_names("#handoff", attr::HANDOFF_TO)
+            .expression_attribute_values(":holder", s(holder))
+            .expression_attribute_values(":requester", s(requester))
+            .send()
+            .await;
+        self.written(result)
+    }
+
+    async fn hand_over(
+        &self,
+        shard: u16,
+        owner: &str,
+        counter: u64,
+        to: &str,
+        term: Term,
+        last_pass_at: Option<Millis>,
+    ) -> Result<bool, LeaseError> {
+        let Term {
+            at: now,
+            expires_at,
+        } = term;
+        let set_last_pass = if last_pass_at.is_some() {
+            ", #last = :last"
+        } else {
+            ""
+        };
+        let mut update = self
+            .update(shard)
+            .update_expression(format!(
+                "SET #owner = :to, #expires = :expires, #renewed = :now, #taken = :now, \
+                 #counter = :next{set_last_pass} REMOVE #handoff"
+            ))
+            .condition_expression("#owner = :me AND #counter = :seen AND #handoff = :to")
+            .expression_attribute_names("#expires", attr::EXPIRES_AT)
+            .expression_attribute_names("#renewed", attr::RENEWED_AT)
+            .expression_attribute_names("#taken", attr::TAKEN_AT)
+            .expression_attribute_names("#counter", attr::COUNTER)
+            .expression_attribute_names("#handoff", attr::HANDOFF_TO)
+            .expression_attribute_values(":me", s(owner))
+            .expression_attribute_values(":to", s(to))
+            .expression_attribute_values(":expires", n(expires_at))
+            .expression_attribute_values(":now", n(now))
+            .expression_attribute_values(":seen", n(counter))
+            .expression_attribute_values(":next", n(counter + 1));
+        if let Some(at) = last_pass_at {
+            update = update
+                .expression_attribute_names("#last", attr::LAST_PASS_AT)
+                .expression_attribute_values(":last", n(at));
+        }
+        let result = update.send().await;
+        self.written(result)
+    }
+
+    async fn withdraw_request(&self, shard: u16, requester: &str) -> Result<bool, LeaseError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::LEASE_KEY, s(&shard_key(shard)))
+            .update_expression("REMOVE #handoff")
+            .condition_expression("#handoff = :me")
+            .expression_attribute_names("#handoff", attr::HANDOFF_TO)
+            .expression_attribute_values(":me", s(requester))
+            .send()
+            .await;
+        self.written(result)
+    }
+
+    async fn clear_handoff(&self, shard: u16, owner: &str) -> Result<bool, LeaseError> {
+        let result = self
+            .update(shard)
+            .update_expression("REMOVE #handoff")
+            .condition_expression("#owner = :me")
+            .expression_attribute_names("#handoff", attr::HANDOFF_TO)
+            .expression_attribute_values(":me", s(owner))
+            .send()
+            .await;
+        self.written(result)
+    }
+
+    async fn release(
+        &self,
+        shard: u16,
+        owner: &str,
+        counter: u64,
+        now: Millis,
+        last_pass_at: Option<Millis>,
+    ) -> Result<bool, LeaseError> {
+        let set_last_pass = if last_pass_at.is_some() {
+            ", #last = :last"
+        } else {
+            ""
+        };
+        let mut update = self
+            .update(shard)
+            .update_expression(format!(
+                "SET #expires = :now, #renewed = :now, #counter = :next{set_last_pass} \
+                 REMOVE #owner, #handoff"
+            ))
+            .condition_expression("#owner = :me AND #counter = :seen")
+            .expression_attribute_names("#expires", attr::EXPIRES_AT)
+            .expression_attribute_names("#renewed", attr::RENEWED_AT)
+            .expression_attribute_names("#counter", attr::COUNTER)
+            .expression_attribute_names("#handoff", attr::HANDOFF_TO)
+            .expression_attribute_values(":me", s(owner))
+            .expression_attribute_values(":now", n(now))
+            .expression_attribute_values(":seen", n(counter))
+            .expression_attribute_values(":next", n(counter + 1));
+        if let Some(at) = last_pass_at {
+            update = update
+                .expression_attribute_names("#last", attr::LAST_PASS_AT)
+                .expression_attribute_values(":last", n(at));
+        }
+        let result = update.send().await;
+        self.written(result)
+    }
+}
+
+/// Creates the lease table `table` (key [`attr::LEASE_KEY`], on-demand billing, TTL on
+/// [`attr::TTL`]) unless it exists, and waits until it is active. Several pollers may call it at
+/// once: the ones that lose the race find it created.
+///
+/// # Errors
+/// [`LeaseError`] when the table can neither be created nor described, or does not become active
+/// within a minute.
+pub async fn create_lease_table(client: &Client, table: &str) -> Result<(), LeaseError> {
+    let store = DynamoLeaseStore::new(client.clone(), table);
+    let created = client
+        .create_table()
+        .table_name(table)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name(attr::LEASE_KEY)
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .expect("name and type are set"),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name(attr::LEASE_KEY)
+                .key_type(KeyType::Hash)
+                .build()
+                .expect("name and key type are set"),
+        )
+        .send()
+        .await;
+    match created {
+        Ok(_) => tracing::info!(table, "lease table created"),
+        Err(err)
+            if err
+                .as_service_error()
+                .and_then(ProvideErrorMetadata::code)
+                .is_some_and(|c| c == "ResourceInUseException") =>
+        {
+            tracing::debug!(table, "lease table exists");
+        }
+        Err(err) => return Err(store.failure("CreateTable", err)),
+    }
+    let deadline = tokio::time::Instant::now() + CREATE_TIMEOUT;
+    loop {
+        let described = client
+            .describe_table()
+            .table_name(table)
+            .send()
+            .await
+            .map_err(|e| store.failure("DescribeTable", e))?;
+        let status = described.table().and_then(|t| t.table_status().cloned());
+        if status == Some(TableStatus::Active) {
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(store.malformed(
+                table,
+                format!(
+                    "not active {}s after its creation",
+                    CREATE_TIMEOUT.as_secs()
+                ),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // TTL only cleans up the heartbeats of pollers that died: failing to set it is not fatal.
+    let ttl = TimeToLiveSpecification::builder()
+        .enabled(true)
+        .attribute_name(attr::TTL)
+        .build()
+        .expect("enabled and name are set");
+    if let Err(err) = client
+        .update_time_to_live()
+        .table_name(table)
+        .time_to_live_specification(ttl)
+        .send()
+        .await
+    {
+        let already = err
+            .as_service_error()
+            .and_then(ProvideErrorMetadata::message)
+            .is_some_and(|m| m.contains("already enabled"));
+        if !already {
+            tracing::warn!(table, error = %aws_sdk_dynamodb::error::DisplayErrorContext(&err), "could not enable TTL on the lease table; heartbeats of stopped pollers stay until deleted");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,628 @@
+//! `relay-poller redrive`: puts dead-lettered events back to be published, then publishes them.
+//!
+//! For each selected event, the item goes back to `PENDING` in the pending index under its own
+//! shard and `GSI1SK` (so it keeps its place in its aggregate's order), with the condition that it
+//! is still `DEAD_LETTERED`; an item that is gone (expired) is re-created from the record the
+//! dead-letter message carries, with the condition that it does not exist. A message is deleted
+//! only after that succeeded, or when its item is already pending or published (it has nothing
+//! left to do). A message that is not one of ours stays in the queue and is counted. Safe to run
+//! again: a second run finds nothing to do.
+//!
+//! With `--dry-run` nothing changes: received messages are made visible again at once.
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Utc};
+use outbox_shared::schema::{self, attr, entity};
+use outbox_shared::time::parse_timestamp;
+use outbox_shared::{ItemKey, OutboxStatus, SdkFailure, ShardCount, shard_for};
+use relay_runtime::TtlPolicy;
+use relay_runtime::status::ttl_after;
+use serde::Serialize;
+
+use crate::dead_letters::{self, Attributes, Letter};
+use crate::table::get_item;
+
+/// Messages received per `ReceiveMessage` call (SQS's maximum).
+const RECEIVE_BATCH: i32 = 10;
+/// How long received messages stay invisible to other readers while a redrive works on them.
+const VISIBILITY_TIMEOUT_SECONDS: i32 = 300;
+
+/// Which dead-lettered events to redrive.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selection {
+    /// Only these event ids (all when empty).
+    pub event_ids: HashSet<String>,
+    pub event_type: Option<String>,
+    /// Only events created at or after this.
+    pub since: Option<DateTime<Utc>>,
+    /// Only events created before this.
+    pub until: Option<DateTime<Utc>>,
+    /// At most this many events.
+    pub limit: Option<usize>,
+}
+
+impl Selection {
+    fn admits(
+        &self,
+        event_id: Option<&str>,
+        event_type: Option<&str>,
+        created_at: Option<&str>,
+    ) -> bool {
+        if !self.event_ids.is_empty() && !event_id.is_some_and(|id| self.event_ids.contains(id)) {
+            return false;
+        }
+        if let Some(wanted) = &self.event_type
+            && event_type != Some(wanted.as_str())
+        {
+            return false;
+        }
+        if self.since.is_none() && self.until.is_none() {
+            return true;
+        }
+        let Some(created) = created_at.and_then(|t| parse_timestamp(t).ok()) else {
+            return false;
+        };
+        self.since.is_none_or(|since| created >= since)
+            && self.until.is_none_or(|until| created < until)
+    }
+}
+
+/// Where the dead-lettered events are read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The dead-letter queue (both relays' messages).
+    Queue,
+    /// `DEAD_LETTERED` items in the table.
+    Table,
+}
+
+/// What happened to one event (or one message).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Line {
+    pub event_id: Option<String>,
+    pub event_type: Option<String>,
+    pub created_at: Option<String>,
+    /// `redriven`, `recreated`, `would redrive`, `would recreate`, `skipped: …`, `left in queue: …`.
+    pub action: String,
+}
+
+/// The one-line summary.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    /// Put back to pending (re-created ones included); with `--dry-run`, what would be.
+    pub redriven: u64,
+    /// Of those, re-created from the message because the item was gone.
+    pub recreated: u64,
+    /// Published right away (`--publish`).
+    pub published: u64,
+    /// Selected but nothing to do (already pending or published, or changed meanwhile).
+    pub skipped: u64,
+    /// Messages left in the queue: not ours, unreadable, or an item that can't be re-created.
+    pub left_in_queue: u64,
+    pub dry_run: bool,
+    /// One line per event or message, for people.
+    #[serde(skip)]
+    pub lines: Vec<Line>,
+}
+
+impl Summary {
+    /// A table for people.
+    pub fn to_table(&self) -> String {
+        let mut out = String::from(
+            "event id                               type                 created at                 action\n",
+        );
+        for line in &self.lines {
+            let _ = writeln!(
+                out,
+                "{:<38} {:<20} {:<26} {}",
+                line.event_id.as_deref().unwrap_or("-"),
+                line.event_type.as_deref().unwrap_or("-"),
+                line.created_at.as_deref().unwrap_or("-"),
+                line.action
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\n{}{} redriven ({} re-created), {} published, {} skipped, {} left in the queue",
+            if self.dry_run { "dry run: " } else { "" },
+            self.redriven,
+            self.recreated,
+            self.published,
+            self.skipped,
+            self.left_in_queue
+        );
+        out
+    }
+}
+
+/// A redrive failed part-way (the summary so far is logged; running it again carries on).
+#[derive(Debug, thiserror::Error)]
+#[error("redrive stopped: {0}")]
+pub struct RedriveError(#[source] pub SdkFailure);
+
+/// One event to redrive: its item's key, what the message or the table says about it.
+#[derive(Debug, Clone)]
+struct Candidate {
+    key: ItemKey,
+    event_id: Option<String>,
+    /// The item as the message (or the table) carries it, to re-create a gone item.
+    item: Option<Attributes>,
+    /// The message to delete once done (`None` from the table).
+    receipt: Option<String>,
+}
+
+impl Candidate {
+    fn attribute(&self, name: &str) -> Option<&str> {
+        self.item
+            .as_ref()?
+            .get(name)
+            .and_then(|v| v.as_s().ok())
+            .map(String::as_str)
+    }
+
+    fn line(&self, action: impl Into<String>) -> Line {
+        Line {
+            event_id: self
+                .event_id
+                .clone()
+                .or_else(|| self.attribute(attr::EVENT_ID).map(str::to_owned)),
+            event_type: self.attribute(attr::EVENT_TYPE).map(str::to_owned),
+            created_at: self.attribute(attr::CREATED_AT).map(str::to_owned),
+            action: action.into(),
+        }
+    }
+}
+
+/// The redrive, on the AWS clients.
+#[derive(Debug, Clone)]
+pub struct Redrive {
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    pub sqs: aws_sdk_sqs::Client,
+    pub table_name: String,
+    pub dead_letter_queue_url: String,
+    pub shard_count: ShardCount,
+    pub ttl: TtlPolicy,
+}
+
+/// What putting one item back did.
+enum PutBack {
+    Redriven,
+    Recreated,
+    /// Already pending or published, or not an outbox item: nothing to do.
+    Skipped(String),
+    /// Gone, and the message carries no item to re-create it from.
+    Unrecoverable,
+}
+
+impl Redrive {
+    /// Redrives the selected events from `source`; returns the keys put back (in `CreatedAt`
+    /// order, for publishing) and the summary.
+    ///
+    /// # Errors
+    /// [`RedriveError`] when a read or write fails; what was done so far stays done.
+    pub async fn run(
+        &self,
+        source: Source,
+        selection: &Selection,
+        dry_run: bool,
+    ) -> Result<(Vec<ItemKey>, Summary), RedriveError> {
+        let mut summary = Summary {
+            dry_run,
+            ..Summary::default()
+        };
+        let (candidates, release) = match source {
+            Source::Queue => self.read_queue(selection, &mut summary).await?,
+            Source::Table => (self.read_table(selection).await?, Vec::new()),
+        };
+        let mut put_back = Vec::new();
+        let mut handled = 0usize;
+        for candidate in candidates {
+            if selection.limit.is_some_and(|limit| handled >= limit) {
+                if let Some(receipt) = &candidate.receipt {
+                    self.release(receipt).await?;
+                }
+                continue;
+            }
+            handled += 1;
+            let outcome = self.put_back(&candidate, dry_run).await?;
+            let action =
+                match outcome {
+                    PutBack::Redriven => {
+                        summary.redriven += 1;
+                        put_back.push(candidate.key.clone());
+                        if dry_run { "would redrive" } else { "redriven" }.to_owned()
+                    }
+                    PutBack::Recreated => {
+                        summary.redriven += 1;
+                        summary.recreated += 1;
+                        put_back.push(candidate.key.clone());
+                        if dry_run {
+                            "would re-create"
+                        } else {
+                            "re-created"
+                        }
+                        .to_owned()
+                    }
+                    PutBack::Skipped(why) => {
+                        summary.skipped += 1;
+                        format!("skipped: {why}")
+                    }
+                    PutBack::Unrecoverable => {
+                        summary.left_in_queue += 1;
+                        if let Some(receipt) = &candidate.receipt {
+                            self.release(receipt).await?;
+                        }
+                        summary.lines.push(candidate.line(
+                            "left in queue: the item is gone and the message carries no image",
+                        ));
+                        continue;
+                    }
+                };
+            if let Some(receipt) = &candidate.receipt {
+                if dry_run {
+                    self.release(receipt).await?;
+                } else {
+                    self.delete(receipt).await?;
+                }
+            }
+            summary.lines.push(candidate.line(action));
+        }
+        for receipt in release {
+            self.release(&receipt).await?;
+        }
+        Ok((put_back, summary))
+    }
+
+    /// Every message of the queue: ours become candidates (in `CreatedAt` order); foreign ones and
+    /// those the selection does not admit are returned for release.
+    async fn read_queue(
+        &self,
+        selection: &Selection,
+        summary: &mut Summary,
+    ) -> Result<(Vec<Candidate>, Vec<String>), RedriveError> {
+        let mut candidates = Vec::new();
+        let mut release = Vec::new();
+        loop {
+            let received = self
+                .sqs
+                .receive_message()
+                .queue_url(&self.dead_letter_queue_url)
+                .max_number_of_messages(RECEIVE_BATCH)
+                .visibility_timeout(VISIBILITY_TIMEOUT_SECONDS)
+                .wait_time_seconds(1)
+                .send()
+                .await
+                .map_err(|e| RedriveError(SdkFailure::new("ReceiveMessage", e)))?;
+            let messages = received.messages.unwrap_or_default();
+            if messages.is_empty() {
+                break;
+            }
+            for message in messages {
+                let Some(receipt) = message.receipt_handle else {
+                    continue;
+                };
+                match dead_letters::parse(message.body.as_deref().unwrap_or_default()) {
+                    Letter::Foreign(why) => {
+                        summary.left_in_queue += 1;
+                        summary.lines.push(Line {
+                            event_id: None,
+                            event_type: None,
+                            created_at: None,
+                            action: format!(
+                                "left in queue: message {}: {why}",
+                                message.message_id.as_deref().unwrap_or("?")
+                            ),
+                        });
+                        release.push(receipt);
+                    }
+                    Letter::Outbox(letter) => {
+                        let candidate = Candidate {
+                            key: letter.key,
+                            event_id: letter.event_id,
+                            item: letter.item,
+                            receipt: Some(receipt),
+                        };
+                        if selection.admits(
+                            candidate.event_id.as_deref(),
+                            candidate.attribute(attr::EVENT_TYPE),
+                            candidate.attribute(attr::CREATED_AT),
+                        ) {
+                            candidates.push(candidate);
+                        } else {
+                            release.push(candidate.receipt.expect("set above"));
+                        }
+                    }
+                }
+            }
+        }
+        candidates.sort_by(|a, b| {
+            a.attribute(attr::CREATED_AT)
+                .cmp(&b.attribute(attr::CREATED_AT))
+                .then_with(|| a.key.sk.cmp(&b.key.sk))
+        });
+        Ok((candidates, release))
+    }
+
+    /// `DEAD_LETTERED` outbox items of the table (a paginated `Scan`), in `CreatedAt` order.
+    async fn read_table(&self, selection: &Selection) -> Result<Vec<Candidate>, RedriveError> {
+        let mut candidates = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .dynamodb
+                .scan()
+                .table_name(&self.table_name)
+                .filter_expression("#status = :dead AND #entity = :outbox")
+                .expression_attribute_names("#status", attr::STATUS)
+                .expression_attribute_names("#entity", attr::ENTITY_TYPE)
+                .expression_attribute_values(
+                    ":dead",
+                    AttributeValue::S(OutboxStatus::DeadLettered.as_str().to_owned()),
+                )
+                .expression_attribute_values(
+                    ":outbox",
+                    AttributeValue::S(entity::OUTBOX_EVENT.to_owned()),
+                )
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| RedriveError(SdkFailure::new("Scan", e)))?;
+            for item in page.items.unwrap_or_default() {
+                let string = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
+                let (Some(pk), Some(sk)) = (string(attr::PK), string(attr::SK)) else {
+                    continue;
+                };
+                let candidate = Candidate {
+                    key: ItemKey { pk, sk },
+                    event_id: string(attr::EVENT_ID),
+                    item: Some(item),
+                    receipt: None,
+                };
+                if selection.admits(
+                    candidate.event_id.as_deref(),
+                    candidate.attribute(attr::EVENT_TYPE),
+                    candidate.attribute(attr::CREATED_AT),
+                ) {
+                    candidates.push(candidate);
+                }
+            }
+            start = page.last_evaluated_key;
+            if start.is_none() {
+                break;
+            }
+        }
+        candidates.sort_by(|a, b| {
+            a.attribute(attr::CREATED_AT)
+                .cmp(&b.attribute(attr::CREATED_AT))
+        });
+        Ok(candidates)
+    }
+
+    /// Puts the candidate's item back to pending (or says what would happen, on a dry run).
+    async fn put_back(
+        &self,
+        candidate: &Candidate,
+        dry_run: bool,
+    ) -> Result<PutBack, RedriveError> {
+        let current = get_item(&self.dynamodb, &self.table_name, &candidate.key)
+            .await
+            .map_err(RedriveError)?;
+        match current {
+            Some(item) => {
+                let status = item
+                    .get(attr::STATUS)
+                    .and_then(|v| v.as_s().ok())
+                    .map(String::as_str);
+                if status != Some(OutboxStatus::DeadLettered.as_str()) {
+                    return Ok(PutBack::Skipped(format!(
+                        "the item is {}",
+                        status.unwrap_or("without a status")
+                    )));
+                }
+                let Some((partition, sort_key)) = self.index_keys(&item) else {
+                    return Ok(PutBack::Skipped(
+                        "the item has no CreatedAt or EventId".to_owned(),
+                    ));
+                };
+                if dry_run {
+                    return Ok(PutBack::Redriven);
+                }
+                self.reopen(&candidate.key, partition, sort_key).await
+            }
+            None => {
+                let Some(mut item) = candidate.item.clone() else {
+                    return Ok(PutBack::Unrecoverable);
+                };
+                let Some((partition, sort_key)) = self.index_keys(&item) else {
+                    return Ok(PutBack::Unrecoverable);
+                };
+                if dry_run {
+                    return Ok(PutBack::Recreated);
+                }
+                for gone in [
+                    attr::DEAD_LETTERED_AT,
+                    attr::DEAD_LETTER_REASON,
+                    attr::PUBLISHED_AT,
+                ] {
+                    item.remove(gone);
+                }
+                item.insert(
+                    attr::STATUS.to_owned(),
+                    AttributeValue::S(OutboxStatus::Pending.as_str().to_owned()),
+                );
+                item.insert(attr::GSI1PK.to_owned(), AttributeValue::S(partition));
+                item.insert(attr::GSI1SK.to_owned(), AttributeValue::S(sort_key));
+                item.insert(
+                    attr::TTL.to_owned(),
+                    AttributeValue::N(ttl_after(Utc::now(), self.ttl.published).to_string()),
+                );
+                self.recreate(item).await
+            }
+        }
+    }
+
+    /// The index keys of an item: its aggregate's shard, and its `CreatedAt` and `EventId`.
+    fn index_keys(&self, item: &Attributes) -> Option<(String, String)> {
+        let string = |name: &str| item.get(name).and_then(|v| v.as_s().ok());
+        let created_at = string(attr::CREATED_AT)?;
+        let event_id = string(attr::EVENT_ID)?;
+        let ordering_key = string(attr::AGGREGATE_ID).or_else(|| string(attr::PK))?;
+        Some((
+            schema::pending_shard_pk(shard_for(ordering_key, self.shard_count)),
+            schema::pending_sort_key(created_at, event_id),
+        ))
+    }
+
+    async fn reopen(
+        &self,
+        key: &ItemKey,
+        partition: String,
+        sort_key: String,
+    ) -> Result<PutBack, RedriveError> {
+        let result = self
+            .dynamodb
+            .update_item()
+            .table_name(&self.table_name)
+            .key(attr::PK, AttributeValue::S(key.pk.clone()))
+            .key(attr::SK, AttributeValue::S(key.sk.clone()))
+            .condition_expression("#status = :dead")
+            .update_expression(
+                "SET #status = :pending, #gsi1pk = :pk, #gsi1sk = :sk, #ttl = :ttl REMOVE #at, #reason",
+            )
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_names("#gsi1pk", attr::GSI1PK)
+            .expression_attribute_names("#gsi1sk", attr::GSI1SK)
+            .expression_attribute_names("#ttl", attr::TTL)
+            .expression_attribute_names("#at", attr::DEAD_LETTERED_AT)
+            .expression_attribute_names("#reason", attr::DEAD_LETTER_REASON)
+            .expression_attribute_values(":dead", AttributeValue::S(OutboxStatus::DeadLettered.as_str().to_owned()))
+            .expression_attribute_values(":pending", AttributeValue::S(OutboxStatus::Pending.as_str().to_owned()))
+            .expression_attribute_values(":pk", AttributeValue::S(partition))
+            .expression_attribute_values(":sk", AttributeValue::S(sort_key))
+            .expression_attribute_values(
+                ":ttl",
+                AttributeValue::N(ttl_after(Utc::now(), self.ttl.published).to_string()),
+            )
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(PutBack::Redriven),
+            Err(SdkError::ServiceError(ctx))
+                if matches!(
+                    ctx.err(),
+                    UpdateItemError::ConditionalCheckFailedException(_)
+                ) =>
+            {
+                Ok(PutBack::Skipped("the item changed meanwhile".to_owned()))
+            }
+            Err(e) => Err(RedriveError(SdkFailure::new("UpdateItem", e))),
+        }
+    }
+
+    async fn recreate(&self, item: Attributes) -> Result<PutBack, RedriveError> {
+        let result = self
+            .dynamodb
+            .put_item()
+            .table_name(&self.table_name)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", attr::PK)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(PutBack::Recreated),
+            Err(SdkError::ServiceError(ctx))
+                if matches!(ctx.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+            {
+                Ok(PutBack::Skipped(
+                    "the item was re-created meanwhile".to_owned(),
+                ))
+            }
+            Err(e) => Err(RedriveError(SdkFailure::new("PutItem", e))),
+        }
+    }
+
+    /// The items at `keys` that are pending now (consistent reads), in the given order.
+    ///
+    /// # Errors
+    /// [`RedriveError`] when a read fails.
+    pub async fn pending_items(&self, keys: &[ItemKey]) -> Result<Vec<Attributes>, RedriveError> {
+        let mut items = Vec::with_capacity(keys.len());
+        for key in keys {
+            let item = get_item(&self.dynamodb, &self.table_name, key)
+                .await
+                .map_err(RedriveError)?;
+            if let Some(item) = item.filter(|i| i.contains_key(attr::GSI1PK)) {
+                items.push(item);
+            }
+        }
+        Ok(items)
+    }
+
+    async fn delete(&self, receipt: &str) -> Result<(), RedriveError> {
+        self.sqs
+            .delete_message()
+            .queue_url(&self.dead_letter_queue_url)
+            .receipt_handle(receipt)
+            .send()
+            .await
+            .map_err(|e| RedriveError(SdkFailure::new("DeleteMessage", e)))?;
+        Ok(())
+    }
+
+    /// Makes a received message visible again at once: it stays in the queue as it was.
+    async fn release(&self, receipt: &str) -> Result<(), RedriveError> {
+        self.sqs
+            .change_message_visibility()
+            .queue_url(&self.dead_letter_queue_url)
+            .receipt_handle(receipt)
+            .visibility_timeout(0)
+            .send()
+            .await
+            .map_err(|e| RedriveError(SdkFailure::new("ChangeMessageVisibility", e)))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    #[test]
+    fn selection_filters_by_id_type_and_time() {
+        let at = |h| Utc.with_ymd_and_hms(2026, 11, 22, h, 0, 0).unwrap();
+        let all = Selection::default();
+        assert!(all.admits(None, None, None));
+        let ids = Selection {
+            event_ids: ["a".to_owned()].into(),
+            ..Selection::default()
+        };
+        assert!(ids.admits(Some("a"), None, None));
+        assert!(!ids.admits(Some("b"), None, None));
+        assert!(!ids.admits(None, None, None));
+        let typed = Selection {
+            event_type: Some("OrderCreated".into()),
+            ..Selection::default()
+        };
+        assert!(typed.admits(None, Some("OrderCreated"), None));
+        assert!(!typed.admits(None, Some("OrderStatusChanged"), None));
+        let window = Selection {
+            since: Some(at(10)),
+            until: Some(at(12)),
+            ..Selection::default()
+        };
+        assert!(window.admits(None, None, Some("2026-11-22T10:00:00.000Z")));
+        assert!(window.admits(None, None, Some("2026-11-22T11:59:59.999Z")));
+        assert!(!window.admits(None, None, Some("2026-11-22T12:00:00.000Z")));
+        assert!(!window.admits(None, None, Some("2026-11-22T09:59:59.999Z")));
+        assert!(!window.admits(None, None, None));
+    }
+}

@@ -1,0 +1,122 @@
+//! What both outbox relays run on, so each concept is written once:
+//!
+//! - [`relay`]: the per-event path: an item becomes an event ready to publish or a poison case;
+//!   after a publish each event is marked published, or dead-lettered then marked, concurrently.
+//! - [`publisher`]: the publisher port and its EventBridge adapter (size-aware batching, bounded
+//!   concurrency, per-entry retries with full jitter; it stamps the bus and `Source`).
+//! - [`status`]: the status-store port and its DynamoDB adapter (the conditional mark).
+//! - [`dead_letter`]: the dead-letter port and its SQS adapter for poison events.
+//! - [`config`]: the publisher's configuration and the flags and variables every relay reads it
+//!   from; setting errors that name the flag and the variable.
+//! - [`telemetry`]: the one logging set-up of every binary.
+//! - [`metrics`]: the metric names both relays emit, their EMF set-up, the failed-call counter;
+//!   [`clients`] builds the SDK clients with it.
+//! - `testing` (feature `testing`): in-memory fakes of the ports.
+//!
+//! The contract these work on (item schema, envelope, limits) is `outbox-shared`.
+
+pub mod config;
+pub mod dead_letter;
+pub mod metrics;
+pub mod publisher;
+pub mod relay;
+pub mod status;
+pub mod telemetry;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+pub use config::{
+    PublisherArgs, PublisherConfig, PublisherConfigError, RetentionArgs, SettingError,
+};
+pub use dead_letter::{DeadLetter, DeadLetterError, DeadLetterSink, SqsDeadLetterSink};
+pub use publisher::{EventBridgePublisher, PublishOutcome, PublishStats, Publisher};
+pub use relay::{EventRelay, Poison, ReadyEvents, Settled};
+pub use status::{DynamoStatusStore, MarkOutcome, StatusError, StatusStore, TtlPolicy};
+
+use std::time::Duration;
+
+/// Longest a connection may take to open.
+pub const SDK_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Default of `SDK_ATTEMPT_TIMEOUT`: longest one attempt of a call may take (a `PutEvents` of 10
+/// entries of 256 KiB included).
+pub const SDK_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(4);
+/// Default of `SDK_OPERATION_TIMEOUT`: longest a call may take, its retries included; what bounds
+/// a call already in flight when the stream relay's deadline margin begins.
+pub const SDK_OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The SDK timeouts of every relay client, from `SDK_ATTEMPT_TIMEOUT` and `SDK_OPERATION_TIMEOUT`
+/// (humantime durations) or the defaults: without them a slow endpoint holds a call (and a
+/// Lambda invocation) for as long as it likes.
+///
+/// # Errors
+/// [`SettingError`] naming the variable whose value is not a duration, or an attempt timeout
+/// longer than the operation timeout.
+pub fn sdk_timeouts() -> Result<aws_config::timeout::TimeoutConfig, SettingError> {
+    let read = |env: &'static str, default: Duration| match std::env::var(env) {
+        Ok(text) => humantime::parse_duration(&text)
+            .map_err(|e| SettingError::new("(environment only)", env, format!("{text:?}: {e}"))),
+        Err(_) => Ok(default),
+    };
+    let attempt = read("SDK_ATTEMPT_TIMEOUT", SDK_ATTEMPT_TIMEOUT)?;
+    let operation = read("SDK_OPERATION_TIMEOUT", SDK_OPERATION_TIMEOUT)?;
+    if attempt > operation || attempt.is_zero() {
+        return Err(SettingError::new(
+            "(environment only)",
+            "SDK_ATTEMPT_TIMEOUT",
+            format!(
+                "must be longer than zero and at most SDK_OPERATION_TIMEOUT ({})",
+                humantime::format_duration(operation)
+            ),
+        ));
+    }
+    Ok(aws_config::timeout::TimeoutConfig::builder()
+        .connect_timeout(SDK_CONNECT_TIMEOUT)
+        .operation_attempt_timeout(attempt)
+        .operation_timeout(operation)
+        .build())
+}
+
+/// The SDK clients of the relays, built from one configuration, each counting its failed calls
+/// ([`metrics::FailedCallCounter`]).
+pub mod clients {
+    use crate::metrics::FailedCallCounter;
+
+    pub fn dynamodb(sdk: &aws_config::SdkConfig) -> aws_sdk_dynamodb::Client {
+        aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(sdk)
+                .interceptor(FailedCallCounter)
+                .build(),
+        )
+    }
+
+    pub fn eventbridge(sdk: &aws_config::SdkConfig) -> aws_sdk_eventbridge::Client {
+        aws_sdk_eventbridge::Client::from_conf(
+            aws_sdk_eventbridge::config::Builder::from(sdk)
+                .interceptor(FailedCallCounter)
+                .build(),
+        )
+    }
+
+    pub fn sqs(sdk: &aws_config::SdkConfig) -> aws_sdk_sqs::Client {
+        aws_sdk_sqs::Client::from_conf(
+            aws_sdk_sqs::config::Builder::from(sdk)
+                .interceptor(FailedCallCounter)
+                .build(),
+        )
+    }
+}
+
+/// Loads the AWS SDK configuration from the standard sources (environment, profile, IMDS), with
+/// [`sdk_timeouts`] on every client built from it.
+///
+/// The local emulator is reached through the standard `AWS_ENDPOINT_URL` setting, so there is no
+/// code branch for it.
+///
+/// # Errors
+/// [`SettingError`] when a timeout variable is invalid.
+pub async fn load_aws_config() -> Result<aws_config::SdkConfig, SettingError> {
+    Ok(aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .timeout_config(sdk_timeouts()?)
+        .load()
+        .await)
+}

@@ -1,0 +1,316 @@
+//! The relays' metrics: one naming scheme for both, one CloudWatch Embedded Metric Format set-up,
+//! and the count of failed AWS calls per operation.
+//!
+//! Every metric is emitted in the `METRICS_NAMESPACE` namespace with the dimension
+//! [`RELAY_DIMENSION`] (`relay-stream` or `relay-poller`); [`FAILED_CALLS`] adds
+//! [`OPERATION_DIMENSION`]. docs/operations.md has the table (metric, unit, dimensions, emitted by,
+//! alarm); the template's alarms use these names.
+//!
+//! Without a recorder installed (library use, tests) recording is a no-op.
+
+use std::time::Duration;
+
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::interceptors::context::FinalizerInterceptorContextRef;
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::ConfigBag;
+use metrics::Unit;
+
+/// Default of `METRICS_NAMESPACE`, and the template's `MetricsNamespace` default.
+pub const DEFAULT_NAMESPACE: &str = "OutboxRelay";
+/// The dimension naming the relay that emitted a metric.
+pub const RELAY_DIMENSION: &str = "Relay";
+/// The dimension naming the AWS operation of [`FAILED_CALLS`].
+pub const OPERATION_DIMENSION: &str = "Operation";
+
+/// Events published (accepted by EventBridge) and marked. Count; both relays.
+pub const PUBLISHED: &str = "Published";
+/// Published events whose conditional mark found another relay had already marked them. Count.
+pub const CONDITIONAL_MARK_MISSES: &str = "ConditionalMarkMisses";
+/// Poison events sent to the dead-letter queue. Count.
+pub const DEAD_LETTERED: &str = "DeadLettered";
+/// Events not published after every attempt; they stay pending. Count.
+pub const PUBLISH_FAILED: &str = "PublishFailed";
+/// Events published (or dead-lettered) whose mark failed; they stay pending. Count.
+pub const MARK_FAILED: &str = "MarkFailed";
+/// Entries sent again after a retryable failure. Count.
+pub const RETRIED: &str = "Retried";
+/// AWS calls that failed after the SDK's own retries, per [`OPERATION_DIMENSION`]. Count.
+pub const FAILED_CALLS: &str = "FailedCalls";
+/// Aggregates the stream relay left to the poller after one of their events failed
+/// (`HOLD_FAILED_AGGREGATES`). Count; relay-stream.
+pub const AGGREGATES_HELD: &str = "AggregatesHeld";
+/// Stream records that were not for the relay. Count; relay-stream.
+pub const IGNORED: &str = "Ignored";
+/// Publish time minus the oldest published record's creation time, per batch. Milliseconds;
+/// relay-stream.
+pub const RELAY_LAG: &str = "RelayLagMilliseconds";
+/// Pending events older than the grace period seen by the last pass whose reads all succeeded.
+/// Count; relay-poller.
+pub const BACKLOG: &str = "Backlog";
+/// Age of the oldest pending event seen by a pass whose reads all succeeded; nothing when they
+/// failed, so the alarm sees missing data. Seconds; relay-poller.
+pub const OLDEST_PENDING_AGE: &str = "OldestPendingAgeSeconds";
+/// Pending events under partitions outside the shard count, found by the last sweep. Count;
+/// relay-poller.
+pub const STRAY_PENDING: &str = "StrayPending";
+/// Pending items whose `ttl` was near or past and was pushed forward. Count; relay-poller.
+pub const TTL_EXTENDED: &str = "TtlExtended";
+/// Shard leases one poller holds, after each lease round (one value per poller and round: the
+/// Minimum and Maximum over a period show how evenly the fleet shares the shards). Count;
+/// relay-poller with a lease table.
+pub const LEASES_HELD: &str = "LeasesHeld";
+/// Leases a poller took from another: expired ones, and ones handed over at its request. Count;
+/// relay-poller with a lease table.
+pub const LEASE_TAKEOVERS: &str = "LeaseTakeovers";
+
+/// The operations [`FAILED_CALLS`] is reported for (the template's alarm sums these).
+pub const COUNTED_OPERATIONS: &[&str] =
+    &["Query", "Scan", "UpdateItem", "PutEvents", "SendMessage"];
+
+/// `METRICS_NAMESPACE`, read the same way by both relays.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MetricsArgs {
+    /// CloudWatch namespace of the relay's metrics (the template's `MetricsNamespace`).
+    #[arg(long, env = "METRICS_NAMESPACE", default_value = DEFAULT_NAMESPACE)]
+    pub metrics_namespace: String,
+}
+
+impl Default for MetricsArgs {
+    fn default() -> Self {
+        Self {
+            metrics_namespace: DEFAULT_NAMESPACE.to_owned(),
+        }
+    }
+}
+
+/// Installs the EMF recorder for `relay` in `namespace`: flushed every `interval` to stderr when
+/// given (a long-running process), or by the caller (the Lambda, after each invocation).
+///
+/// # Errors
+/// When a global metrics recorder is already installed.
+pub fn install_emf(
+    namespace: &str,
+    relay: &'static str,
+    interval: Option<Duration>,
+) -> Result<&'static metrics_cloudwatch_embedded::Collector, metrics_cloudwatch_embedded::Error> {
+    let mut builder = metrics_cloudwatch_embedded::Builder::new()
+        .cloudwatch_namespace(namespace.to_owned())
+        .with_dimension(RELAY_DIMENSION, relay);
+    if let Some(interval) = interval {
+        builder = builder.with_auto_flush_writer(interval, std::io::stderr);
+    }
+    let collector = builder.init()?;
+    describe();
+    Ok(collector)
+}
+
+fn describe() {
+    for (name, text) in [
+        (PUBLISHED, "events published and marked"),
+        (
+            CONDITIONAL_MARK_MISSES,
+            "published events another relay had already marked",
+        ),
+        (DEAD_LETTERED, "poison events dead-lettered"),
+        (PUBLISH_FAILED, "events left pending after every attempt"),
+        (MARK_FAILED, "events published whose mark failed"),
+        (RETRIED, "entries sent again after a retryable failure"),
+        (
+            FAILED_CALLS,
+            "AWS calls that failed after the SDK's retries",
+        ),
+        (IGNORED, "stream records not for the relay"),
+        (
+            AGGREGATES_HELD,
+            "aggregates left to the poller after a failure",
+        ),
+        (TTL_EXTENDED, "pending items whose ttl was pushed forward"),
+        (
+            LEASE_TAKEOVERS,
+            "shard leases taken from another poller (expired or handed over)",
+        ),
+    ] {
+        metrics::describe_counter!(name, Unit::Count, text);
+    }
+    metrics::describe_histogram!(
+        RELAY_LAG,
+        Unit::Milliseconds,
+        "publish time minus creation time"
+    );
+    metrics::describe_histogram!(
+        BACKLOG,
+        Unit::Count,
+        "pending events older than the grace period"
+    );
+    metrics::describe_histogram!(
+        OLDEST_PENDING_AGE,
+        Unit::Seconds,
+        "age of the oldest pending event"
+    );
+    metrics::describe_histogram!(
+        LEASES_HELD,
+        Unit::Count,
+        "shard leases one poller holds, per lease round"
+    );
+    metrics::describe_histogram!(
+        STRAY_PENDING,
+        Unit::Count,
+        "pending events outside the shard count"
+    );
+}
+
+/// Adds `n` to the counter `name` (nothing for 0).
+pub fn count(name: &'static str, n: u64) {
+    if n > 0 {
+        metrics::counter!(name).increment(n);
+    }
+}
+
+/// Records one value of the histogram `name`.
+pub fn observe(name: &'static str, value: f64) {
+    metrics::histogram!(name).record(value);
+}
+
+/// Counts every call of the client it is registered on that failed after the SDK's own retries,
+/// as [`FAILED_CALLS`] with the call's operation. Register it on every client a relay builds
+/// (see [`crate::clients`]).
+///
+/// A DynamoDB write whose condition failed is not a failed call: the service did what was asked
+/// (a mark another relay made first, a lease another poller took first), so it is not counted.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FailedCallCounter;
+
+impl Intercept for FailedCallCounter {
+    fn name(&self) -> &'static str {
+        "FailedCallCounter"
+    }
+
+    fn read_after_execution(
+        &self,
+        context: &FinalizerInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if let Some(Err(err)) = context.output_or_error()
+            && !is_condition_failed(err.as_operation_error())
+        {
+            let operation = cfg
+                .load::<Metadata>()
+                .map_or("Unknown", Metadata::name)
+                .to_owned();
+            metrics::counter!(FAILED_CALLS, OPERATION_DIMENSION => operation).increment(1);
+        }
+        Ok(())
+    }
+}
+
+/// Whether `err` is a DynamoDB write refused by its condition.
+fn is_condition_failed(
+    err: Option<&aws_smithy_runtime_api::client::interceptors::context::Error>,
+) -> bool {
+    use aws_sdk_dynamodb::operation::{
+        delete_item::DeleteItemError, put_item::PutItemError, update_item::UpdateItemError,
+    };
+    let Some(err) = err else {
+        return false;
+    };
+    err.downcast_ref::<UpdateItemError>()
+        .is_some_and(UpdateItemError::is_conditional_check_failed_exception)
+        || err
+            .downcast_ref::<PutItemError>()
+            .is_some_and(PutItemError::is_conditional_check_failed_exception)
+        || err
+            .downcast_ref::<DeleteItemError>()
+            .is_some_and(DeleteItemError::is_conditional_check_failed_exception)
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+    use aws_sdk_dynamodb::types::error::ProvisionedThroughputExceededException;
+    use aws_smithy_mocks::{MockResponseInterceptor, mock};
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_failed_call_is_counted_with_its_operation_and_a_good_one_is_not() {
+        // Given a DynamoDB client whose first UpdateItem fails, second succeeds and third is
+        // refused by its condition
+        let failing = mock!(aws_sdk_dynamodb::Client::update_item).then_error(|| {
+            UpdateItemError::ProvisionedThroughputExceededException(
+                ProvisionedThroughputExceededException::builder()
+                    .message("slow down")
+                    .build(),
+            )
+        });
+        let ok = mock!(aws_sdk_dynamodb::Client::update_item).then_output(|| {
+            aws_sdk_dynamodb::operation::update_item::UpdateItemOutput::builder().build()
+        });
+        let condition = mock!(aws_sdk_dynamodb::Client::update_item).then_error(|| {
+            UpdateItemError::ConditionalCheckFailedException(
+                aws_sdk_dynamodb::types::error::ConditionalCheckFailedException::builder()
+                    .message("the condition failed")
+                    .build(),
+            )
+        });
+        let config = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                "t", "t", None, None, "t",
+            ))
+            .http_client(aws_smithy_mocks::create_mock_http_client())
+            .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
+            .interceptor(
+                MockResponseInterceptor::new()
+                    .rule_mode(aws_smithy_mocks::RuleMode::Sequential)
+                    .with_rule(&failing)
+                    .with_rule(&ok)
+                    .with_rule(&condition),
+            )
+            .interceptor(FailedCallCounter)
+            .build();
+        let client = aws_sdk_dynamodb::Client::from_conf(config);
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let _local = metrics::set_default_local_recorder(&recorder);
+
+        // When both calls are made
+        let update = || {
+            client
+                .update_item()
+                .table_name("t")
+                .key("PK", aws_sdk_dynamodb::types::AttributeValue::S("k".into()))
+        };
+        assert!(update().send().await.is_err());
+        assert!(update().send().await.is_ok());
+        assert!(update().send().await.is_err());
+
+        // Then one failed UpdateItem is counted (the refused condition is not a failure)
+        let counted: Vec<_> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(key, ..)| key.key().name() == FAILED_CALLS)
+            .map(|(key, _, _, value)| {
+                let labels: Vec<(String, String)> = key
+                    .key()
+                    .labels()
+                    .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                    .collect();
+                (labels, value)
+            })
+            .collect();
+        assert_eq!(
+            counted,
+            vec![(
+                vec![(OPERATION_DIMENSION.to_owned(), "UpdateItem".to_owned())],
+                DebugValue::Counter(1)
+            )]
+        );
+    }
+}

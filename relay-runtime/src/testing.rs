@@ -1,0 +1,311 @@
+//! In-memory ports for unit tests, property tests and benchmarks (feature `testing`): a publisher
+//! that records what it was given and answers with scripted outcomes, a status store and a
+//! dead-letter sink that record their calls. Nothing here talks to AWS.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use aws_sdk_dynamodb::config::http::HttpResponse;
+use aws_sdk_dynamodb::error::{ErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_sqs::operation::send_message::SendMessageError;
+use aws_smithy_types::body::SdkBody;
+use outbox_shared::{ItemKey, OutboundEvent, OutboxStatus, SdkFailure};
+
+use crate::dead_letter::{DeadLetter, DeadLetterError, DeadLetterSink};
+use crate::publisher::{ENTRY_TOO_LARGE, PublishOutcome, Publisher};
+use crate::status::{MarkOutcome, StatusError, StatusStore};
+
+/// The `Source` a fake publisher sizes entries with.
+pub const FAKE_SOURCE: &str = "test.orders";
+
+/// A throttled `UpdateItem`, as DynamoDB answers it.
+pub fn throttled_update() -> SdkFailure {
+    let err = UpdateItemError::generic(
+        ErrorMetadata::builder()
+            .code("ProvisionedThroughputExceededException")
+            .message("throughput exceeded")
+            .build(),
+    );
+    let raw = HttpResponse::new(400.try_into().expect("valid status"), SdkBody::empty());
+    SdkFailure::new("UpdateItem", SdkError::service_error(err, raw))
+}
+
+/// A `SendMessage` that timed out.
+pub fn timed_out_send() -> SdkFailure {
+    SdkFailure::new(
+        "SendMessage",
+        SdkError::<SendMessageError, HttpResponse>::timeout_error("queue unavailable"),
+    )
+}
+
+/// Publishes nothing and answers `Published` for every event, unless scripted otherwise by
+/// event id.
+#[derive(Debug, Default)]
+pub struct FakePublisher {
+    script: HashMap<String, PublishOutcome>,
+    max_entry_bytes: Option<usize>,
+    published: Mutex<Vec<OutboundEvent>>,
+    calls: Mutex<usize>,
+}
+
+impl FakePublisher {
+    /// Answers `outcome` for the event with `event_id`.
+    pub fn with_outcome(mut self, event_id: &str, outcome: PublishOutcome) -> Self {
+        self.script.insert(event_id.to_owned(), outcome);
+        self
+    }
+
+    /// Rejects events larger than `max` bytes as EventBridge would (`EntryTooLarge`).
+    pub fn with_max_entry_bytes(mut self, max: usize) -> Self {
+        self.max_entry_bytes = Some(max);
+        self
+    }
+
+    /// Events answered `Published`, in the order they were given.
+    pub fn published(&self) -> Vec<OutboundEvent> {
+        self.published.lock().expect("not poisoned").clone()
+    }
+
+    /// `publish` calls made.
+    pub fn calls(&self) -> usize {
+        *self.calls.lock().expect("not poisoned")
+    }
+}
+
+impl Publisher for FakePublisher {
+    async fn publish_until(
+        &self,
+        events: &[OutboundEvent],
+        stop_at: Option<tokio::time::Instant>,
+    ) -> Vec<PublishOutcome> {
+        if stop_at.is_some_and(|at| tokio::time::Instant::now() >= at) {
+            return vec![PublishOutcome::NotSent; events.len()];
+        }
+        *self.calls.lock().expect("not poisoned") += 1;
+        let outcomes: Vec<PublishOutcome> = events
+            .iter()
+            .map(|e| {
+                if let Some(outcome) = self.script.get(&e.event_id) {
+                    return outcome.clone();
+                }
+                match self.max_entry_bytes {
+                    Some(max) if e.entry_size(FAKE_SOURCE) > max => PublishOutcome::Rejected {
+                        code: ENTRY_TOO_LARGE.to_owned(),
+                        message: format!("entry is {} bytes", e.entry_size(FAKE_SOURCE)),
+                    },
+                    _ => PublishOutcome::Published,
+                }
+            })
+            .collect();
+        // The publisher's ordering contract: once an event is not published (rejected poison
+        // aside), the later events of its aggregate are held back.
+        let mut blocked = std::collections::HashSet::new();
+        let outcomes: Vec<PublishOutcome> = events
+            .iter()
+            .zip(outcomes)
+            .map(|(e, outcome)| {
+                if blocked.contains(&e.ordering_key) {
+                    return PublishOutcome::HeldBack;
+                }
+                if !matches!(
+                    outcome,
+                    PublishOutcome::Published | PublishOutcome::Rejected { .. }
+                ) {
+                    blocked.insert(e.ordering_key.clone());
+                }
+                outcome
+            })
+            .collect();
+        let mut published = self.published.lock().expect("not poisoned");
+        published.extend(
+            events
+                .iter()
+                .zip(&outcomes)
+                .filter(|(_, o)| o.is_published())
+                .map(|(e, _)| e.clone()),
+        );
+        outcomes
+    }
+}
+
+/// Records marks; fails every mark when built with [`FakeStatusStore::failing`].
+#[derive(Debug, Default)]
+pub struct FakeStatusStore {
+    fail: bool,
+    marks: Mutex<Vec<(ItemKey, OutboxStatus)>>,
+    /// Held aggregates, with the partition of the event that was held.
+    holds: Mutex<HashMap<String, String>>,
+}
+
+impl FakeStatusStore {
+    /// A store whose every update fails as throttled.
+    pub fn failing() -> Self {
+        Self {
+            fail: true,
+            ..Self::default()
+        }
+    }
+
+    /// Held aggregates and the partition of their held event.
+    pub fn holds(&self) -> HashMap<String, String> {
+        self.holds.lock().expect("not poisoned").clone()
+    }
+
+    pub fn marks(&self) -> Vec<(ItemKey, OutboxStatus)> {
+        self.marks.lock().expect("not poisoned").clone()
+    }
+
+    fn mark(&self, key: &ItemKey, status: OutboxStatus) -> Result<MarkOutcome, StatusError> {
+        if self.fail {
+            return Err(StatusError {
+                key: key.clone(),
+                status,
+                failure: Box::new(throttled_update()),
+            });
+        }
+        self.marks
+            .lock()
+            .expect("not poisoned")
+            .push((key.clone(), status));
+        Ok(MarkOutcome::Marked)
+    }
+}
+
+impl StatusStore for FakeStatusStore {
+    async fn mark_published(&self, key: &ItemKey) -> Result<MarkOutcome, StatusError> {
+        self.mark(key, OutboxStatus::Published)
+    }
+
+    async fn mark_dead_lettered(
+        &self,
+        key: &ItemKey,
+        _reason: &str,
+    ) -> Result<MarkOutcome, StatusError> {
+        self.mark(key, OutboxStatus::DeadLettered)
+    }
+
+    async fn held(
+        &self,
+        ordering_keys: &[String],
+    ) -> Result<std::collections::HashSet<String>, outbox_shared::SdkFailure> {
+        let holds = self.holds.lock().expect("not poisoned");
+        Ok(ordering_keys
+            .iter()
+            .filter(|k| holds.contains_key(*k))
+            .cloned()
+            .collect())
+    }
+
+    async fn hold(
+        &self,
+        ordering_key: &str,
+        partition: &str,
+    ) -> Result<(), outbox_shared::SdkFailure> {
+        if self.fail {
+            return Err(throttled_update());
+        }
+        self.holds
+            .lock()
+            .expect("not poisoned")
+            .insert(ordering_key.to_owned(), partition.to_owned());
+        Ok(())
+    }
+
+    async fn extend_ttl(&self, key: &ItemKey) -> Result<MarkOutcome, StatusError> {
+        if self.fail {
+            return Err(StatusError {
+                key: key.clone(),
+                status: OutboxStatus::Pending,
+                failure: Box::new(throttled_update()),
+            });
+        }
+        Ok(MarkOutcome::Marked)
+    }
+}
+
+/// Records dead letters; refuses them when built with [`FakeDeadLetters::unavailable`].
+#[derive(Debug, Default)]
+pub struct FakeDeadLetters {
+    unavailable: bool,
+    letters: Mutex<Vec<DeadLetter>>,
+}
+
+impl FakeDeadLetters {
+    pub fn unavailable() -> Self {
+        Self {
+            unavailable: true,
+            ..Self::default()
+        }
+    }
+
+    pub fn letters(&self) -> Vec<DeadLetter> {
+        self.letters.lock().expect("not poisoned").clone()
+    }
+}
+
+impl DeadLetterSink for FakeDeadLetters {
+    async fn send(&self, letter: &DeadLetter) -> Result<(), DeadLetterError> {
+        if self.unavailable {
+            return Err(DeadLetterError::Send {
+                event_id: letter.event_id.clone(),
+                failure: timed_out_send(),
+            });
+        }
+        self.letters
+            .lock()
+            .expect("not poisoned")
+            .push(letter.clone());
+        Ok(())
+    }
+}
+
+// Borrowed fakes are ports too, so a test keeps the fake to inspect it after the handler ran.
+impl Publisher for &FakePublisher {
+    async fn publish_until(
+        &self,
+        events: &[OutboundEvent],
+        stop_at: Option<tokio::time::Instant>,
+    ) -> Vec<PublishOutcome> {
+        (*self).publish_until(events, stop_at).await
+    }
+}
+
+impl StatusStore for &FakeStatusStore {
+    async fn mark_published(&self, key: &ItemKey) -> Result<MarkOutcome, StatusError> {
+        (*self).mark_published(key).await
+    }
+
+    async fn mark_dead_lettered(
+        &self,
+        key: &ItemKey,
+        reason: &str,
+    ) -> Result<MarkOutcome, StatusError> {
+        (*self).mark_dead_lettered(key, reason).await
+    }
+
+    async fn extend_ttl(&self, key: &ItemKey) -> Result<MarkOutcome, StatusError> {
+        (*self).extend_ttl(key).await
+    }
+
+    async fn held(
+        &self,
+        ordering_keys: &[String],
+    ) -> Result<std::collections::HashSet<String>, outbox_shared::SdkFailure> {
+        (*self).held(ordering_keys).await
+    }
+
+    async fn hold(
+        &self,
+        ordering_key: &str,
+        partition: &str,
+    ) -> Result<(), outbox_shared::SdkFailure> {
+        (*self).hold(ordering_key, partition).await
+    }
+}
+
+impl DeadLetterSink for &FakeDeadLetters {
+    async fn send(&self, letter: &DeadLetter) -> Result<(), DeadLetterError> {
+        (*self).send(letter).await
+    }
+}

@@ -1,0 +1,181 @@
+//! The Lambda's `bootstrap`, built and packaged by `cargo lambda build`, behind cargo-lambda's
+//! runtime API emulator: a batch read from the emulator's stream is invoked through the runtime
+//! API and its events arrive on the sink queue.
+//!
+//! The test builds the development profile: the release profile (fat LTO, one codegen unit) takes
+//! ten minutes of a two-core CI machine's time. The release package itself is built and measured
+//! (size, start-up, memory) by `cargo bench -p outbox-tests --bench relay_stream_bootstrap`.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use outbox_shared::OutboxStatus;
+use outbox_tests::{TestEnv, workspace_root};
+use outbox_writer::{NewOrder, OrderLine};
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+
+/// The target directory the running test was built into (`<target>/<profile>/deps/<test>`).
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    exe.ancestors()
+        .nth(3)
+        .expect("test executable sits in <target>/<profile>/deps")
+        .to_path_buf()
+}
+
+/// `cargo lambda build` of the Lambda (development profile); returns the `bootstrap` path.
+async fn build_bootstrap(lambda_dir: &Path) -> PathBuf {
+    let status = Command::new("cargo")
+        .current_dir(workspace_root())
+        .env("CARGO_TARGET_DIR", target_dir())
+        .args([
+            "lambda",
+            "build",
+            "--compiler",
+            "cargo",
+            "--package",
+            "relay-stream",
+            "--bin",
+            "relay-stream",
+            "--lambda-dir",
+        ])
+        .arg(lambda_dir)
+        .status()
+        .await
+        .expect("cargo lambda runs (it is in .venv/bin, on PATH under `make test`)");
+    assert!(status.success(), "cargo lambda build failed: {status}");
+    let bootstrap = lambda_dir.join("relay-stream").join("bootstrap");
+    assert!(bootstrap.exists(), "{} missing", bootstrap.display());
+    bootstrap
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+async fn wait_for_port(port: u16, child: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            child.try_wait().expect("child status").is_none(),
+            "cargo lambda watch exited"
+        );
+        assert!(Instant::now() < deadline, "runtime API did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn bootstrap_relays_a_stream_batch_through_the_runtime_api() {
+    // Given orders written with the writer, and the batch they made on the emulator's stream
+    let env = TestEnv::new().await;
+    let writer = env.writer();
+    let mut event_ids = Vec::new();
+    for i in 0..8 {
+        let order = NewOrder::new(vec![OrderLine::new("SKU-L", 1, 700 + i)]);
+        event_ids.push(
+            writer
+                .create_order_with_outbox("lambda-user", order)
+                .await
+                .unwrap()
+                .event_id,
+        );
+    }
+    let records = relay_stream::local::read_stream_records(&env.streams, &env.stream_arn)
+        .await
+        .unwrap();
+    assert_eq!(records.len(), 16);
+    let scratch = tempfile::tempdir().unwrap();
+    let event_file = scratch.path().join("event.json");
+    std::fs::write(&event_file, json!({ "Records": records }).to_string()).unwrap();
+
+    // And the bootstrap running against cargo-lambda's runtime API emulator
+    let bootstrap = build_bootstrap(&target_dir().join("lambda")).await;
+    let port = free_port();
+    let mut watch = Command::new("cargo")
+        .current_dir(workspace_root().join("relay-stream"))
+        .args(["lambda", "watch", "--only-lambda-apis", "--invoke-port"])
+        .arg(port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("cargo lambda watch starts");
+    wait_for_port(port, &mut watch).await;
+    let mut function = Command::new(&bootstrap)
+        .envs(env.relay_env())
+        .env(
+            "AWS_LAMBDA_RUNTIME_API",
+            format!("http://127.0.0.1:{port}/.rt"),
+        )
+        .env("AWS_LAMBDA_FUNCTION_NAME", "_")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
+        .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("bootstrap starts");
+
+    // When the batch is invoked through the runtime API
+    let invoked = Command::new("cargo")
+        .current_dir(workspace_root().join("relay-stream"))
+        .args(["lambda", "invoke", "--invoke-port"])
+        .arg(port.to_string())
+        .arg("--data-file")
+        .arg(&event_file)
+        .output()
+        .await
+        .expect("cargo lambda invoke runs");
+    assert!(
+        invoked.status.success(),
+        "invoke failed: {}",
+        String::from_utf8_lossy(&invoked.stderr)
+    );
+
+    // Then the function reports no batch item failures
+    let response: Value = serde_json::from_slice(&invoked.stdout).unwrap_or_else(|e| {
+        panic!(
+            "response {:?}: {e}",
+            String::from_utf8_lossy(&invoked.stdout)
+        )
+    });
+    assert_eq!(response["batchItemFailures"], json!([]), "{response}");
+
+    // And the eight events arrive on the sink queue and are marked published
+    let messages = env.wait_for_sink(8, Duration::from_secs(20)).await;
+    let mut received: Vec<String> = messages.iter().map(|m| m.event_id().to_owned()).collect();
+    received.sort();
+    event_ids.sort();
+    assert_eq!(received, event_ids);
+    assert!(
+        env.outbox_items()
+            .await
+            .iter()
+            .all(|i| i.status == OutboxStatus::Published && i.gsi1pk.is_none())
+    );
+
+    // And it wrote its metrics in CloudWatch Embedded Metric Format on stdout
+    function.start_kill().unwrap();
+    let output = function.wait_with_output().await.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let emf: Value = stdout
+        .lines()
+        .find_map(|l| {
+            serde_json::from_str::<Value>(l)
+                .ok()
+                .filter(|v| v.get("_aws").is_some())
+        })
+        .unwrap_or_else(|| panic!("no EMF document on stdout: {stdout}"));
+    assert_eq!(emf["Published"], 8, "{emf}");
+    drop(watch);
+}

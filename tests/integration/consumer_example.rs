@@ -1,0 +1,319 @@
+//! The example consumer fed the EventBridge event the relay produces: a fixture captured from a
+//! real relayed message (kept honest by a test that re-derives it from a live relay), delivered
+//! several times.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use futures::future::join_all;
+use order_consumer::stock::{self, create_stock_table, put_stock};
+use order_consumer::{
+    DynamoInventory, EventBridgeEvent, Handled, HandlerError, Reservation, handle_event,
+};
+use outbox_consumer::occ::OccConfig;
+use outbox_consumer::tables::create_idempotency_table;
+use outbox_consumer::{IdempotencyConfig, IdempotencyStore, OccTable};
+use outbox_shared::schema::user_pk;
+use outbox_shared::{Envelope, NewOutboxEvent, OutboundEvent, OutboxItem};
+use outbox_tests::{TestEnv, unique_name, workspace_root};
+use outbox_writer::{ORDER_CREATED, OrderCreated};
+use relay_runtime::{EventBridgePublisher, Publisher};
+use serde_json::{Value, json};
+
+/// Set to rewrite the fixture from the live relay instead of comparing with it.
+const UPDATE_FIXTURE_VAR: &str = "UPDATE_CONSUMER_FIXTURE";
+
+fn fixture_path() -> PathBuf {
+    workspace_root().join("tests/fixtures/consumer/order_created_event.json")
+}
+
+fn fixture() -> EventBridgeEvent<Value> {
+    let text = std::fs::read_to_string(fixture_path()).expect("read the fixture");
+    serde_json::from_str(&text).expect("the fixture is an EventBridge event")
+}
+
+/// The JSON "shape" of a document: object keys with the shapes of their values, array element
+/// shapes, and the type of every scalar. Ids, times and amounts differ between captures; the
+/// shape is what a consumer depends on.
+fn shape(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            Value::Object(map.iter().map(|(k, v)| (k.clone(), shape(v))).collect())
+        }
+        Value::Array(items) => Value::Array(items.iter().map(shape).collect()),
+        Value::String(_) => json!("string"),
+        Value::Number(_) => json!("number"),
+        Value::Bool(_) => json!("bool"),
+        Value::Null => json!("null"),
+    }
+}
+
+/// Publishes an `OrderCreated` outbox event through the relay's publisher and returns the
+/// EventBridge event as delivered to the sink queue.
+async fn relay_order_created(env: &TestEnv) -> Value {
+    let data = json!({
+        "orderId": "ord-fixture-1",
+        "userId": "user-fixture-1",
+        "items": [
+            {"sku": "SKU-RED-MUG", "quantity": 2, "unitPriceCents": 1250},
+            {"sku": "SKU-BLUE-PLATE", "quantity": 1, "unitPriceCents": 2000}
+        ],
+        "amountCents": 4500,
+        "status": "CREATED",
+        "version": 1,
+        "createdAt": outbox_shared::time::format_timestamp(Utc::now()),
+    });
+    let item = OutboxItem::pending(
+        NewOutboxEvent {
+            partition_key: user_pk("user-fixture-1"),
+            event_type: ORDER_CREATED.to_owned(),
+            aggregate_type: "Order".to_owned(),
+            aggregate_id: "ord-fixture-1".to_owned(),
+            sequence: Some(1),
+            payload: data,
+            trace_header: None,
+        },
+        &env.outbox_config(),
+        Utc::now(),
+    )
+    .expect("valid outbox event");
+    let publisher = EventBridgePublisher::new(env.eventbridge.clone(), env.publisher_config())
+        .expect("valid publisher config");
+    let event = OutboundEvent::from_item(&item).expect("envelope");
+    let outcomes = publisher.publish(&[event]).await;
+    assert!(outcomes[0].is_published(), "{outcomes:?}");
+    let delivered = env.wait_for_sink(1, Duration::from_secs(20)).await;
+    assert_eq!(delivered.len(), 1);
+    delivered[0].event.clone()
+}
+
+#[tokio::test]
+async fn the_fixture_has_the_shape_of_a_live_relayed_order_created_event() {
+    // Given an OrderCreated event relayed through EventBridge to the sink queue
+    let env = TestEnv::new().await;
+    let live = relay_order_created(&env).await;
+    if std::env::var_os(UPDATE_FIXTURE_VAR).is_some() {
+        let text = serde_json::to_string_pretty(&live).unwrap() + "\n";
+        std::fs::write(fixture_path(), text).expect("write the fixture");
+    }
+
+    // When the committed fixture is read
+    let text = std::fs::read_to_string(fixture_path()).expect("read the fixture");
+    let committed: Value = serde_json::from_str(&text).unwrap();
+
+    // Then it has the live event's shape, and both decode as the consumer's event type
+    assert_eq!(
+        shape(&committed),
+        shape(&live),
+        "the relayed event changed shape: rerun with {UPDATE_FIXTURE_VAR}=1 and review the diff"
+    );
+    for event in [committed, live] {
+        let decoded: EventBridgeEvent<Envelope<OrderCreated>> =
+            serde_json::from_value(event).unwrap();
+        assert_eq!(decoded.detail_type, ORDER_CREATED);
+        assert_eq!(decoded.detail.data.items.len(), 2);
+    }
+}
+
+/// Tables for the example consumer with every SKU of the fixture stocked at `available`.
+async fn consumer(
+    env: &TestEnv,
+    available: &BTreeMap<&str, u64>,
+) -> (IdempotencyStore, Arc<DynamoInventory>) {
+    let idempotency_table = unique_name("idempotency");
+    create_idempotency_table(&env.dynamodb, &idempotency_table)
+        .await
+        .unwrap();
+    let stock_table = unique_name("stock");
+    create_stock_table(&env.dynamodb, &stock_table)
+        .await
+        .unwrap();
+    for (sku, units) in available {
+        put_stock(&env.dynamodb, &stock_table, sku, *units)
+            .await
+            .unwrap();
+    }
+    let store = IdempotencyStore::new(
+        env.dynamodb.clone(),
+        IdempotencyConfig::new(idempotency_table),
+    )
+    .unwrap();
+    let occ = OccTable::new(
+        env.dynamodb.clone(),
+        OccConfig::new(stock_table, stock::attr::VERSION),
+    )
+    .unwrap();
+    (store, Arc::new(DynamoInventory::new(occ)))
+}
+
+async fn available(inventory: &DynamoInventory, sku: &str) -> u64 {
+    inventory
+        .stock_level(sku)
+        .await
+        .unwrap()
+        .expect("stocked sku")
+        .value
+        .available
+}
+
+fn ordered(event: &EventBridgeEvent<Value>) -> BTreeMap<String, u64> {
+    let order: OrderCreated = serde_json::from_value(event.detail["data"].clone()).unwrap();
+    order
+        .items
+        .iter()
+        .map(|l| (l.sku.clone(), u64::from(l.quantity)))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_example_consumer_reserves_stock_once_when_the_event_is_delivered_three_times() {
+    // Given the relayed OrderCreated event and 10 units of each of its SKUs
+    let env = TestEnv::new().await;
+    let event = fixture();
+    let wanted = ordered(&event);
+    let stocked: BTreeMap<&str, u64> = wanted.keys().map(|sku| (sku.as_str(), 10)).collect();
+    let (store, inventory) = consumer(&env, &stocked).await;
+
+    // When it is delivered three times
+    let mut handled = Vec::new();
+    for _ in 0..3 {
+        handled.push(
+            handle_event(&event, None, &store, inventory.as_ref())
+                .await
+                .unwrap(),
+        );
+    }
+
+    // Then stock is reserved once, and the duplicates get the same stored reservation
+    for (sku, quantity) in &wanted {
+        assert_eq!(available(&inventory, sku).await, 10 - quantity, "{sku}");
+    }
+    let Handled::Processed {
+        replayed: false,
+        reservation,
+    } = &handled[0]
+    else {
+        panic!("first delivery not processed: {:?}", handled[0]);
+    };
+    assert!(
+        matches!(reservation, Reservation::Reserved { lines, .. } if lines.len() == wanted.len())
+    );
+    for duplicate in &handled[1..] {
+        assert_eq!(
+            duplicate,
+            &Handled::Processed {
+                replayed: true,
+                reservation: reservation.clone()
+            }
+        );
+    }
+}
+
+#[tokio::test]
+async fn three_concurrent_deliveries_reserve_stock_once() {
+    // Given the relayed OrderCreated event and 10 units of each of its SKUs
+    let env = TestEnv::new().await;
+    let event = fixture();
+    let wanted = ordered(&event);
+    let stocked: BTreeMap<&str, u64> = wanted.keys().map(|sku| (sku.as_str(), 10)).collect();
+    let (store, inventory) = consumer(&env, &stocked).await;
+
+    // When it is delivered three times at once, and the refused deliveries are retried
+    let results =
+        join_all((0..3).map(|_| handle_event(&event, None, &store, inventory.as_ref()))).await;
+    for result in &results {
+        match result {
+            Ok(Handled::Processed { .. }) => {}
+            Err(e @ HandlerError::Retryable(_)) => assert!(e.is_retryable()),
+            other => panic!("unexpected: {other:?}"),
+        }
+    }
+    let retried = handle_event(&event, None, &store, inventory.as_ref())
+        .await
+        .unwrap();
+
+    // Then stock is reserved once
+    assert!(
+        matches!(retried, Handled::Processed { replayed: true, .. }),
+        "{retried:?}"
+    );
+    assert_eq!(
+        results
+            .iter()
+            .filter(|r| matches!(
+                r,
+                Ok(Handled::Processed {
+                    replayed: false,
+                    ..
+                })
+            ))
+            .count(),
+        1
+    );
+    for (sku, quantity) in &wanted {
+        assert_eq!(available(&inventory, sku).await, 10 - quantity, "{sku}");
+    }
+}
+
+#[tokio::test]
+async fn an_order_that_cannot_be_met_is_rejected_once_and_gives_back_what_it_took() {
+    // Given the relayed OrderCreated event, with one of its SKUs out of stock
+    let env = TestEnv::new().await;
+    let event = fixture();
+    let wanted = ordered(&event);
+    let mut skus = wanted.keys();
+    let (plenty, none) = (skus.next().unwrap().as_str(), skus.next().unwrap().as_str());
+    let (store, inventory) = consumer(&env, &BTreeMap::from([(plenty, 10), (none, 0)])).await;
+
+    // When it is delivered twice
+    let first = handle_event(&event, None, &store, inventory.as_ref())
+        .await
+        .unwrap();
+    let second = handle_event(&event, None, &store, inventory.as_ref())
+        .await
+        .unwrap();
+
+    // Then it is rejected, nothing stays reserved, and the duplicate gets the stored rejection
+    let Handled::Processed {
+        replayed: false,
+        reservation: Reservation::Rejected { reason, .. },
+    } = &first
+    else {
+        panic!("expected a rejection: {first:?}");
+    };
+    assert!(reason.contains(none), "{reason}");
+    assert!(matches!(
+        second,
+        Handled::Processed {
+            replayed: true,
+            reservation: Reservation::Rejected { .. }
+        }
+    ));
+    assert_eq!(available(&inventory, plenty).await, 10);
+    assert_eq!(available(&inventory, none).await, 0);
+}
+
+#[tokio::test]
+async fn other_events_are_ignored() {
+    // Given an event that is not an OrderCreated
+    let env = TestEnv::new().await;
+    let mut event = fixture();
+    event.detail_type = "OrderShipped".to_owned();
+    let (store, inventory) = consumer(&env, &BTreeMap::new()).await;
+
+    // When it is delivered
+    let handled = handle_event(&event, None, &store, inventory.as_ref())
+        .await
+        .unwrap();
+
+    // Then nothing is done
+    assert_eq!(
+        handled,
+        Handled::Ignored {
+            detail_type: "OrderShipped".to_owned()
+        }
+    );
+}

@@ -1,0 +1,230 @@
+//! The demo, run as a user runs it: its summary agrees with an independent count of the sink
+//! queue and the table, and ctrl-c leaves no emulator or relay process behind.
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use outbox_shared::OutboxStatus;
+use outbox_shared::schema::{attr, entity};
+use outbox_tests::{TestEnv, unique_name, workspace_binary, workspace_root};
+
+/// The demo binary (package `outbox-demo`) with the relays built beside it.
+fn demo_binary() -> PathBuf {
+    workspace_binary("relay-stream-local");
+    workspace_binary("relay-poller");
+    workspace_binary("outbox-demo")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn summary_matches_an_independent_count_of_queue_and_table() {
+    // Given a provisioned stack whose bus also feeds an audit queue the demo does not read
+    let env = TestEnv::new().await;
+    let audit_queue = env.create_queue(&unique_name("audit")).await;
+    env.route_all_events_to(&audit_queue).await;
+    let demo = demo_binary();
+
+    // When the demo runs with a small N over it
+    let output = tokio::process::Command::new(&demo)
+        .args([
+            "--orders",
+            "40",
+            "--outage-orders",
+            "12",
+            "--shard-count",
+            "4",
+        ])
+        .args(["--batch-size", "10", "--json", "--timeout", "2m"])
+        .args([
+            "--table-name",
+            &env.table_name,
+            "--event-bus-name",
+            &env.bus_name,
+        ])
+        .args(["--sink-queue-url", &env.sink_queue_url])
+        .args(["--dead-letter-queue-url", &env.dead_letter_queue_url])
+        .output()
+        .await
+        .expect("run the demo");
+
+    // Then it succeeds and its figures match what the queue and the table hold
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "demo failed: {stdout}\n{stderr}");
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .expect("JSON summary line");
+    let summary: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert!(
+        stdout.contains("missing"),
+        "summary table printed: {stdout}"
+    );
+    // What a person reads has no raw log or metric lines: the relays' go to files.
+    let raw: Vec<&str> = stderr
+        .lines()
+        .chain(stdout.lines().filter(|l| *l != line))
+        .filter(|l| l.trim_start().starts_with('{'))
+        .collect();
+    assert!(
+        raw.is_empty(),
+        "raw log or metric lines in the demo's output: {raw:?}"
+    );
+    // The live relay's latencies: write to published (the relay's own) and write to delivery.
+    assert_eq!(summary["rate"], 50, "{summary}");
+    for (p50, p99) in [
+        ("relay_lag_p50_ms", "relay_lag_p99_ms"),
+        ("latency_p50_ms", "latency_p99_ms"),
+    ] {
+        let (p50, p99) = (
+            summary[p50].as_u64().unwrap(),
+            summary[p99].as_u64().unwrap(),
+        );
+        assert!(p50 > 0 && p50 <= p99, "{summary}");
+    }
+
+    let audit: Vec<String> = env
+        .drain_queue(&audit_queue)
+        .await
+        .iter()
+        .map(|m| {
+            let event: serde_json::Value = serde_json::from_str(m.body().unwrap()).unwrap();
+            event["detail"]["metadata"]["eventId"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    let unique: HashSet<&str> = audit.iter().map(String::as_str).collect();
+    let items = env.scan_items().await;
+    let orders = items
+        .iter()
+        .filter(|i| i[attr::ENTITY_TYPE].as_s().unwrap() == entity::ORDER)
+        .count();
+    let outbox = env.outbox_items().await;
+
+    assert_eq!(summary["written"], 52);
+    assert_eq!(orders, 52);
+    assert_eq!(outbox.len(), 52);
+    assert!(outbox.iter().all(|i| i.status == OutboxStatus::Published));
+    assert_eq!(summary["delivered"], audit.len());
+    assert_eq!(summary["unique_delivered"], unique.len());
+    assert_eq!(summary["duplicates"], audit.len() - unique.len());
+    assert_eq!(summary["missing"], 0);
+    assert!(outbox.iter().all(|i| unique.contains(i.event_id.as_str())));
+    assert_eq!(summary["dead_lettered"], 0);
+    let published = summary["published_by_stream"].as_u64().unwrap()
+        + summary["published_by_poller"].as_u64().unwrap();
+    assert!(
+        published >= 52,
+        "relays published {published} of 52: {summary}"
+    );
+    assert!(
+        summary["put_events_calls"].as_u64().unwrap() >= 6,
+        "{summary}"
+    );
+}
+
+/// Every `(pid N)` in a line such as `… (pid 1234), … (pid 1235)`.
+fn pids_in(line: &str) -> Vec<u32> {
+    line.split("(pid ")
+        .skip(1)
+        .filter_map(|rest| rest.split(')').next()?.trim().parse().ok())
+        .collect()
+}
+
+fn running(pid: u32) -> bool {
+    // A zombie has exited; only its parent's bookkeeping is left.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+#[test]
+fn ctrl_c_leaves_no_emulator_or_relay_running() {
+    // Given the demo started the way `make demo` starts it, with its own emulator, in its own
+    // process group (as a terminal's foreground job)
+    let demo = demo_binary();
+    let mut child = Command::new(workspace_root().join("scripts/emulator.sh"))
+        .args(["run", "--"])
+        .arg(&demo)
+        .args(["--orders", "100000", "--shard-count", "4"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("start the demo");
+    let group = child.id();
+    let (lines_tx, lines) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut pids = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while pids.len() < 3 && Instant::now() < deadline {
+        let Ok(line) = lines.recv_timeout(Duration::from_secs(1)) else {
+            continue;
+        };
+        // The emulators' line names DynamoDB Local's and moto's pids; the demo's, the relay's.
+        if line.contains("DynamoDB Local listening") || line.contains("started relay-stream-local")
+        {
+            let found = pids_in(&line);
+            assert!(!found.is_empty(), "no pid in {line:?}");
+            pids.extend(found);
+        }
+    }
+    assert_eq!(
+        pids.len(),
+        3,
+        "both emulators and the stream relay should have started: {pids:?}"
+    );
+    // Let it write for a moment, so ctrl-c lands mid-run.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        pids.iter().all(|&p| running(p)),
+        "all running before ctrl-c"
+    );
+
+    // When ctrl-c reaches the foreground process group
+    let sent = Command::new("kill")
+        .args(["-INT", "--", &format!("-{group}")])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+
+    // Then the demo exits non-zero and neither emulator nor the relay is left running
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the demo did not exit within 30 s of ctrl-c"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(!status.success(), "an interrupted demo reports failure");
+    let settle = Instant::now() + Duration::from_secs(10);
+    while pids.iter().any(|&p| running(p)) && Instant::now() < settle {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let left: Vec<u32> = pids.iter().copied().filter(|&p| running(p)).collect();
+    assert!(left.is_empty(), "still running after ctrl-c: {left:?}");
+}

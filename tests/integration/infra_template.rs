@@ -1,0 +1,550 @@
+//! The deployable template and the emulator agree: the table local provisioning creates has the
+//! template's keys, index, stream and TTL, and the stream relay's filter pattern, evaluated by a
+//! real event-pattern engine against real stream records, passes only outbox inserts; the lease
+//! table a poller creates is the template's, and the poller service runs on leases and scales on
+//! its backlog.
+
+use std::collections::{BTreeMap, HashMap};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_eventbridge::types::{PutEventsRequestEntry, Target};
+use outbox_infra::Template;
+use outbox_shared::schema::{self, attr, entity};
+use outbox_tests::{TestEnv, unique_name};
+use serde_json::{Value, json};
+
+/// `(attribute, key type)` pairs, as both the template and DescribeTable list them.
+fn pairs<'a>(keys: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<(String, String)> {
+    keys.into_iter()
+        .map(|(a, k)| (a.to_owned(), k.to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn local_table_has_the_templates_keys_index_stream_and_ttl() {
+    // Given the template's table and a table provisioned locally from it
+    let spec = Template::embedded().unwrap().outbox_table().unwrap();
+    let env = TestEnv::new().await;
+
+    // When the emulator describes the table and its TTL
+    let table = env
+        .dynamodb
+        .describe_table()
+        .table_name(&env.table_name)
+        .send()
+        .await
+        .unwrap()
+        .table
+        .unwrap();
+    let ttl = env
+        .dynamodb
+        .describe_time_to_live()
+        .table_name(&env.table_name)
+        .send()
+        .await
+        .unwrap()
+        .time_to_live_description
+        .unwrap();
+
+    // Then keys, attribute types, index, stream view type and TTL attribute are the template's
+    assert_eq!(
+        pairs(
+            table
+                .key_schema()
+                .iter()
+                .map(|k| (k.attribute_name(), k.key_type().as_str()))
+        ),
+        pairs(
+            spec.key_schema
+                .iter()
+                .map(|k| (k.attribute_name.as_str(), k.key_type.as_str()))
+        ),
+    );
+    let described_attrs: BTreeMap<_, _> = table
+        .attribute_definitions()
+        .iter()
+        .map(|a| (a.attribute_name(), a.attribute_type().as_str()))
+        .collect();
+    let declared_attrs: BTreeMap<_, _> = spec
+        .attribute_definitions
+        .iter()
+        .map(|a| (a.attribute_name.as_str(), a.attribute_type.as_str()))
+        .collect();
+    assert_eq!(described_attrs, declared_attrs);
+
+    let indexes = table.global_secondary_indexes();
+    assert_eq!(indexes.len(), spec.global_secondary_indexes.len());
+    for declared in &spec.global_secondary_indexes {
+        let described = indexes
+            .iter()
+            .find(|i| i.index_name() == Some(declared.index_name.as_str()))
+            .unwrap_or_else(|| panic!("index {} is missing", declared.index_name));
+        assert_eq!(
+            pairs(
+                described
+                    .key_schema()
+                    .iter()
+                    .map(|k| (k.attribute_name(), k.key_type().as_str()))
+            ),
+            pairs(
+                declared
+                    .key_schema
+                    .iter()
+                    .map(|k| (k.attribute_name.as_str(), k.key_type.as_str()))
+            ),
+        );
+        assert_eq!(
+            described
+                .projection()
+                .and_then(|p| p.projection_type())
+                .map(|t| t.as_str()),
+            Some(declared.projection.projection_type.as_str())
+        );
+    }
+    assert!(
+        indexes
+            .iter()
+            .any(|i| i.index_name() == Some(schema::DEFAULT_INDEX_NAME))
+    );
+
+    let stream = table.stream_specification().unwrap();
+    assert!(stream.stream_enabled());
+    assert_eq!(
+        stream.stream_view_type().map(|v| v.as_str()),
+        spec.stream_specification
+            .as_ref()
+            .map(|s| s.stream_view_type.as_str())
+    );
+    assert!(
+        table
+            .latest_stream_arn()
+            .is_some_and(|a| a == env.stream_arn)
+    );
+
+    let declared_ttl = spec.time_to_live_specification.unwrap();
+    assert_eq!(
+        ttl.attribute_name(),
+        Some(declared_ttl.attribute_name.as_str())
+    );
+    assert_eq!(ttl.attribute_name(), Some(attr::TTL));
+    assert_eq!(
+        ttl.time_to_live_status().map(|s| s.as_str()),
+        Some("ENABLED")
+    );
+}
+
+fn s(value: &str) -> AttributeValue {
+    AttributeValue::S(value.to_owned())
+}
+
+/// Every record on the table's stream, as Lambda delivers it to the function (the JSON that
+/// event-source-mapping filters are evaluated against).
+async fn stream_records_as_lambda_sees_them(env: &TestEnv) -> Vec<Value> {
+    let image = |image: Option<&HashMap<_, _>>| {
+        image.map(|i| serde_json::to_value(serde_dynamo::Item::from(i.clone())).unwrap())
+    };
+    env.stream_records()
+        .await
+        .iter()
+        .map(|record| {
+            let change = record.dynamodb().unwrap();
+            let mut dynamodb = json!({
+                "Keys": image(change.keys()),
+                "SequenceNumber": change.sequence_number(),
+                "StreamViewType": change.stream_view_type().map(|v| v.as_str()),
+            });
+            if let Some(new_image) = image(change.new_image()) {
+                dynamodb["NewImage"] = new_image;
+            }
+            if let Some(old_image) = image(change.old_image()) {
+                dynamodb["OldImage"] = old_image;
+            }
+            json!({
+                "eventID": record.event_id(),
+                "eventName": record.event_name().map(|n| n.as_str()),
+                "eventSource": "aws:dynamodb",
+                "eventSourceARN": env.stream_arn,
+                "awsRegion": record.aws_region(),
+                "dynamodb": dynamodb,
+            })
+        })
+        .collect()
+}
+
+/// The records the template's filter pattern matches, evaluated by the emulator's EventBridge
+/// pattern engine (Lambda filter criteria use EventBridge pattern syntax): each record is put on a
+/// bus as an event's `detail`, behind a rule with the pattern nested under `detail`.
+async fn records_matching(env: &TestEnv, pattern: &str, records: &[Value]) -> Vec<String> {
+    let pattern: Value = serde_json::from_str(pattern).unwrap();
+    let matched_queue = env.create_queue(&unique_name("filter-matched")).await;
+    let rule = unique_name("stream-filter");
+    env.eventbridge
+        .put_rule()
+        .name(&rule)
+        .event_bus_name(&env.bus_name)
+        .event_pattern(json!({ "detail": pattern }).to_string())
+        .send()
+        .await
+        .unwrap();
+    env.eventbridge
+        .put_targets()
+        .rule(&rule)
+        .event_bus_name(&env.bus_name)
+        .targets(
+            Target::builder()
+                .id("matched")
+                .arn(env.queue_arn(&matched_queue).await)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    for record in records {
+        let out = env
+            .eventbridge
+            .put_events()
+            .entries(
+                PutEventsRequestEntry::builder()
+                    .event_bus_name(&env.bus_name)
+                    .source("test.stream-records")
+                    .detail_type("StreamRecord")
+                    .detail(record.to_string())
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(out.failed_entry_count(), 0);
+    }
+    let mut matched: Vec<String> = env
+        .drain_queue(&matched_queue)
+        .await
+        .iter()
+        .map(|m| {
+            let event: Value = serde_json::from_str(m.body().unwrap()).unwrap();
+            event["detail"]["eventID"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    matched.sort();
+    matched
+}
+
+#[tokio::test]
+async fn stream_filter_passes_outbox_inserts_and_ttl_deletions_of_pending_events_only() {
+    // Given an order INSERT, an outbox INSERT, a MODIFY of the outbox item and a REMOVE of the
+    // order on the table's stream
+    let env = TestEnv::new().await;
+    let pk = schema::user_pk("u-1");
+    let order_sk = schema::order_sk("o-1");
+    let outbox_sk = schema::outbox_sk("e-1");
+    env.dynamodb
+        .put_item()
+        .table_name(&env.table_name)
+        .item(attr::PK, s(&pk))
+        .item(attr::SK, s(&order_sk))
+        .item(attr::ENTITY_TYPE, s(entity::ORDER))
+        .item(attr::ORDER_ID, s("o-1"))
+        .send()
+        .await
+        .unwrap();
+    env.dynamodb
+        .put_item()
+        .table_name(&env.table_name)
+        .item(attr::PK, s(&pk))
+        .item(attr::SK, s(&outbox_sk))
+        .item(attr::ENTITY_TYPE, s(entity::OUTBOX_EVENT))
+        .item(attr::EVENT_ID, s("e-1"))
+        .item(attr::EVENT_TYPE, s("OrderCreated"))
+        .item(attr::STATUS, s(schema::status::PENDING))
+        .item(attr::GSI1PK, s(&schema::pending_shard_pk(3)))
+        .item(
+            attr::GSI1SK,
+            s(&schema::pending_sort_key("2026-11-22T10:00:00.000Z", "e-1")),
+        )
+        .send()
+        .await
+        .unwrap();
+    env.dynamodb
+        .update_item()
+        .table_name(&env.table_name)
+        .key(attr::PK, s(&pk))
+        .key(attr::SK, s(&outbox_sk))
+        .update_expression("SET #status = :published REMOVE #gsi1pk, #gsi1sk")
+        .expression_attribute_names("#status", attr::STATUS)
+        .expression_attribute_names("#gsi1pk", attr::GSI1PK)
+        .expression_attribute_names("#gsi1sk", attr::GSI1SK)
+        .expression_attribute_values(":published", s(schema::status::PUBLISHED))
+        .send()
+        .await
+        .unwrap();
+    env.dynamodb
+        .delete_item()
+        .table_name(&env.table_name)
+        .key(attr::PK, s(&pk))
+        .key(attr::SK, s(&order_sk))
+        .send()
+        .await
+        .unwrap();
+    let records = stream_records_as_lambda_sees_them(&env).await;
+    let names: Vec<_> = records
+        .iter()
+        .map(|r| r["eventName"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["INSERT", "INSERT", "MODIFY", "REMOVE"]);
+    let outbox_insert = records[1]["eventID"].as_str().unwrap().to_owned();
+
+    // And, as Lambda delivers them, a TTL deletion of a pending outbox item and a user's delete
+    // of another (the emulator's stream has no TTL, so these two come from a fixture)
+    let mut records = records;
+    let removals: Value = serde_json::from_str(REMOVALS_OF_PENDING_EVENTS).unwrap();
+    records.extend(removals["Records"].as_array().unwrap().iter().cloned());
+
+    // When the template's filter patterns are evaluated against those records (Lambda ORs them)
+    let patterns = Template::embedded()
+        .unwrap()
+        .stream_filter_patterns()
+        .unwrap();
+    assert_eq!(patterns.len(), 2, "{patterns:?}");
+    let mut matched = Vec::new();
+    for pattern in &patterns {
+        matched.extend(records_matching(&env, pattern, &records).await);
+    }
+    matched.sort();
+
+    // Then only the outbox INSERT and the TTL deletion pass: not the order INSERT, the MODIFY,
+    // the order's REMOVE or the user's delete of a pending outbox item
+    let mut expected = vec![outbox_insert, "ttl-removal-of-a-pending-event".to_owned()];
+    expected.sort();
+    assert_eq!(matched, expected);
+}
+
+const REMOVALS_OF_PENDING_EVENTS: &str =
+    include_str!("../fixtures/stream/removals-of-pending-events.json");
+
+/// A resource's properties as JSON; `!Ref X` reads as `{"!Ref": "X"}`.
+fn properties(template: &Template, logical_id: &str) -> Value {
+    serde_json::to_value(&template.resource(logical_id).unwrap().properties).unwrap()
+}
+
+fn is_ref_to(value: &Value, parameter: &str) -> bool {
+    value.get("!Ref").and_then(Value::as_str) == Some(parameter)
+        || value.as_str() == Some(&format!("!Ref {parameter}"))
+}
+
+#[test]
+fn both_relays_emit_metrics_in_the_templates_namespace_and_the_alarms_watch_what_they_emit() {
+    use relay_runtime::metrics::{
+        COUNTED_OPERATIONS, FAILED_CALLS, OLDEST_PENDING_AGE, OPERATION_DIMENSION, RELAY_DIMENSION,
+    };
+    let template = Template::embedded().unwrap();
+
+    // The Lambda and the poller task read METRICS_NAMESPACE from the MetricsNamespace parameter
+    let lambda = properties(&template, "RelayFunction");
+    let namespace = &lambda["Environment"]["Variables"]["METRICS_NAMESPACE"];
+    assert!(is_ref_to(namespace, "MetricsNamespace"), "{namespace}");
+    let task = properties(&template, "PollerTaskDefinition");
+    let env = task["ContainerDefinitions"][0]["Environment"]
+        .as_array()
+        .unwrap();
+    let namespace = env
+        .iter()
+        .find(|v| v["Name"] == "METRICS_NAMESPACE")
+        .expect("the poller task sets METRICS_NAMESPACE");
+    assert!(
+        is_ref_to(&namespace["Value"], "MetricsNamespace"),
+        "{namespace}"
+    );
+
+    // The oldest-pending alarm watches the metric and dimension the poller emits
+    let oldest = properties(&template, "OldestPendingAgeAlarm");
+    assert!(is_ref_to(&oldest["Namespace"], "MetricsNamespace"));
+    assert_eq!(oldest["MetricName"], OLDEST_PENDING_AGE);
+    assert_eq!(oldest["Dimensions"][0]["Name"], RELAY_DIMENSION);
+    assert_eq!(
+        oldest["Dimensions"][0]["Value"],
+        relay_poller::poller::ORIGIN
+    );
+    assert_eq!(oldest["TreatMissingData"], "breaching");
+
+    // The failed-calls alarm sums FailedCalls of every operation each relay makes
+    let failed = properties(&template, "FailedCallsAlarm");
+    let mut watched: Vec<(String, String)> = Vec::new();
+    for metric in failed["Metrics"].as_array().unwrap() {
+        let Some(stat) = metric.get("MetricStat") else {
+            continue;
+        };
+        let metric = &stat["Metric"];
+        assert!(is_ref_to(&metric["Namespace"], "MetricsNamespace"));
+        assert_eq!(metric["MetricName"], FAILED_CALLS);
+        let dims = metric["Dimensions"].as_array().unwrap();
+        assert_eq!(dims[0]["Name"], RELAY_DIMENSION);
+        assert_eq!(dims[1]["Name"], OPERATION_DIMENSION);
+        watched.push((
+            dims[0]["Value"].as_str().unwrap().to_owned(),
+            dims[1]["Value"].as_str().unwrap().to_owned(),
+        ));
+    }
+    for operation in COUNTED_OPERATIONS {
+        assert!(
+            watched.contains(&(
+                relay_poller::poller::ORIGIN.to_owned(),
+                (*operation).to_owned()
+            )),
+            "the poller's {operation} is not watched: {watched:?}"
+        );
+    }
+    for operation in ["UpdateItem", "PutEvents", "SendMessage"] {
+        assert!(
+            watched.contains(&(
+                relay_stream::handler::ORIGIN.to_owned(),
+                operation.to_owned()
+            )),
+            "the stream relay's {operation} is not watched: {watched:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_lease_table_a_poller_creates_is_the_templates() {
+    // Given the template's lease table and one `relay-poller run --create-lease-table` creates
+    use relay_poller::lease::attr as lease_attr;
+    let spec = Template::embedded().unwrap().lease_table().unwrap();
+    let env = TestEnv::new().await;
+    let name = unique_name("leases");
+    relay_poller::lease::create_lease_table(&env.dynamodb, &name)
+        .await
+        .unwrap();
+    // (a second poller starting at the same time finds it created)
+    relay_poller::lease::create_lease_table(&env.dynamodb, &name)
+        .await
+        .unwrap();
+
+    // When the emulator describes it
+    let table = env
+        .dynamodb
+        .describe_table()
+        .table_name(&name)
+        .send()
+        .await
+        .unwrap()
+        .table
+        .unwrap();
+    let ttl = env
+        .dynamodb
+        .describe_time_to_live()
+        .table_name(&name)
+        .send()
+        .await
+        .unwrap()
+        .time_to_live_description
+        .unwrap();
+
+    // Then keys, billing and TTL are the template's, named as the poller names them
+    let keys: Vec<(String, String)> = table
+        .key_schema()
+        .iter()
+        .map(|k| {
+            (
+                k.attribute_name().to_owned(),
+                k.key_type().as_str().to_owned(),
+            )
+        })
+        .collect();
+    let template_keys: Vec<(String, String)> = spec
+        .key_schema
+        .iter()
+        .map(|k| (k.attribute_name.clone(), k.key_type.clone()))
+        .collect();
+    assert_eq!(keys, template_keys);
+    assert_eq!(keys, pairs([(lease_attr::LEASE_KEY, "HASH")]));
+    assert_eq!(spec.billing_mode, "PAY_PER_REQUEST");
+    assert_eq!(
+        table
+            .billing_mode_summary()
+            .and_then(|b| b.billing_mode())
+            .map(|b| b.as_str()),
+        Some("PAY_PER_REQUEST")
+    );
+    let template_ttl = spec.time_to_live_specification.unwrap();
+    assert!(template_ttl.enabled);
+    assert_eq!(template_ttl.attribute_name, lease_attr::TTL);
+    assert_eq!(ttl.attribute_name(), Some(lease_attr::TTL));
+    assert!(
+        spec.stream_specification.is_none(),
+        "heartbeats stay off any stream"
+    );
+}
+
+#[test]
+fn the_poller_service_runs_on_leases_and_scales_on_its_backlog() {
+    let template = Template::embedded().unwrap();
+
+    // The task's `run` gets the lease table, and its role may use it and nothing more on it
+    let task = properties(&template, "PollerTaskDefinition");
+    let env = task["ContainerDefinitions"][0]["Environment"]
+        .as_array()
+        .unwrap();
+    let lease_table = env
+        .iter()
+        .find(|v| v["Name"] == "OUTBOX_LEASE_TABLE")
+        .expect("the poller task sets OUTBOX_LEASE_TABLE");
+    assert!(
+        is_ref_to(&lease_table["Value"], "LeaseTable"),
+        "{lease_table}"
+    );
+    let role = properties(&template, "PollerTaskRole");
+    let statements: Vec<&Value> = role["Policies"][0]["PolicyDocument"]["Statement"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|st| st["Resource"].to_string().contains("LeaseTable"))
+        .collect();
+    assert_eq!(statements.len(), 1, "{statements:?}");
+    let mut actions: Vec<&str> = statements[0]["Action"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    actions.sort_unstable();
+    assert_eq!(
+        actions,
+        [
+            "dynamodb:DeleteItem",
+            "dynamodb:PutItem",
+            "dynamodb:Scan",
+            "dynamodb:UpdateItem"
+        ]
+    );
+
+    // The service's task count belongs to the scaling (no DesiredCount to reset it), and a
+    // deployment starts new tasks before it stops old ones
+    let service = properties(&template, "PollerService");
+    assert!(service.get("DesiredCount").is_none(), "{service}");
+    assert_eq!(
+        service["DeploymentConfiguration"]["MinimumHealthyPercent"],
+        100
+    );
+    let target = properties(&template, "PollerScalableTarget");
+    assert!(is_ref_to(&target["MinCapacity"], "PollerMinCount"));
+    assert!(is_ref_to(&target["MaxCapacity"], "PollerMaxCount"));
+    assert_eq!(target["ScalableDimension"], "ecs:service:DesiredCount");
+
+    // It tracks the backlog metric the poller emits, per task
+    let policy = properties(&template, "PollerBacklogScaling");
+    let tracking = &policy["TargetTrackingScalingPolicyConfiguration"];
+    assert!(is_ref_to(&tracking["TargetValue"], "PollerBacklogTarget"));
+    let metric = &tracking["CustomizedMetricSpecification"];
+    assert_eq!(metric["MetricName"], relay_runtime::metrics::BACKLOG);
+    assert!(is_ref_to(&metric["Namespace"], "MetricsNamespace"));
+    assert_eq!(
+        metric["Dimensions"][0]["Name"],
+        relay_runtime::metrics::RELAY_DIMENSION
+    );
+    assert_eq!(
+        metric["Dimensions"][0]["Value"],
+        relay_poller::poller::ORIGIN
+    );
+    assert_eq!(metric["Statistic"], "Average");
+}

@@ -1,0 +1,150 @@
+//! The stream relay finishes before the Lambda's deadline when EventBridge turns slow mid-batch.
+//!
+//! The emulator answers at its own pace, so the slow endpoint is the latency model (every call
+//! answers after 10 ms; `PutEvents` turns slow after a few calls) behind real SDK clients with the
+//! relays' own timeouts ([`relay_runtime::sdk_timeouts`], shortened here to keep the test quick).
+
+use std::time::Duration;
+
+use aws_config::timeout::TimeoutConfig;
+use chrono::Utc;
+use outbox_shared::schema;
+use outbox_shared::{NewOutboxEvent, OutboxConfig, OutboxItem};
+use outbox_tests::latency_model::LatencyModel;
+use relay_runtime::PublisherArgs;
+use relay_stream::aws_lambda_events::dynamodb::EventRecord;
+use relay_stream::{RecordOutcome, RelayArgs};
+use tokio::time::Instant;
+
+fn pending_items(count: usize) -> Vec<OutboxItem> {
+    let config = OutboxConfig::new("deadline-table");
+    (0..count)
+        .map(|i| {
+            let order = format!("o-{i:03}");
+            OutboxItem::pending(
+                NewOutboxEvent {
+                    partition_key: schema::user_pk(&format!("u-{i}")),
+                    event_type: "OrderCreated".into(),
+                    aggregate_type: "Order".into(),
+                    aggregate_id: order.clone(),
+                    sequence: Some(1),
+                    payload: serde_json::json!({"orderId": order}),
+                    trace_header: None,
+                },
+                &config,
+                Utc::now(),
+            )
+            .expect("valid event")
+        })
+        .collect()
+}
+
+fn insert_record(item: &OutboxItem, seq: usize) -> EventRecord {
+    let mut record = EventRecord::default();
+    record.event_name = "INSERT".into();
+    record.change.new_image = serde_dynamo::to_item(item).expect("item serializes");
+    record.change.sequence_number = Some(format!("{seq:020}"));
+    record.change.approximate_creation_date_time = Utc::now();
+    record
+}
+
+#[tokio::test]
+async fn a_slow_endpoint_mid_batch_does_not_run_the_invocation_past_its_deadline() {
+    // Given 100 pending events in one batch, and EventBridge answering in 10 ms for 3 calls and
+    // then in 30 s (SDK operation timeout 1 s, one call at a time, 10 entries per call)
+    let model = LatencyModel::new(Duration::from_millis(10));
+    let items = pending_items(100);
+    model.seed_pending(&items);
+    model.turn_slow("PutEvents", 3, Duration::from_secs(30));
+    let sdk = model
+        .sdk_config()
+        .into_builder()
+        .timeout_config(
+            TimeoutConfig::builder()
+                .operation_attempt_timeout(Duration::from_millis(800))
+                .operation_timeout(Duration::from_secs(1))
+                .build(),
+        )
+        .build();
+    let args = RelayArgs {
+        table_name: "deadline-table".into(),
+        publisher: PublisherArgs {
+            event_bus_name: "bus".into(),
+            source: "test.orders".into(),
+            max_entries_per_call: 10,
+            max_request_bytes: 256 * 1024,
+            max_entry_bytes: 256 * 1024,
+            publish_concurrency: 1,
+            publish_max_attempts: 3,
+        },
+        retention: relay_runtime::RetentionArgs::default(),
+        dead_letter_queue_url: None,
+        mark_concurrency: 100,
+        stop_at_first_failure: false,
+        deadline_margin: Duration::from_millis(1500),
+        hold_failed_aggregates: false,
+    };
+    let relay = relay_stream::build_relay_with(
+        &args,
+        aws_sdk_eventbridge::Client::new(&sdk),
+        aws_sdk_dynamodb::Client::new(&sdk),
+        aws_sdk_sqs::Client::new(&sdk),
+    )
+    .unwrap();
+    let records: Vec<EventRecord> = items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| insert_record(item, i))
+        .collect();
+
+    // When the invocation has 4 s left
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(4);
+    let report = relay.handle_until(&records, Some(deadline)).await;
+    let returned = Instant::now();
+
+    // Then it returns before its deadline
+    assert!(
+        returned < deadline,
+        "returned {:?} after the deadline",
+        returned - deadline
+    );
+    // And the 30 events of the 3 fast calls are published and marked, and nothing after them is
+    // reported as done
+    let published: Vec<usize> = report
+        .outcomes
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| matches!(o, RecordOutcome::Published { .. }))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(
+        published,
+        (0..30).collect::<Vec<_>>(),
+        "{:?}",
+        report.outcomes
+    );
+    assert!(
+        report.outcomes[30..]
+            .iter()
+            .all(RecordOutcome::needs_redelivery),
+        "{:?}",
+        &report.outcomes[30..]
+    );
+    assert_eq!(report.first_unpublished, Some(30));
+    let response = report.response(&records);
+    assert_eq!(
+        response.batch_item_failures[0].item_identifier.as_deref(),
+        Some(format!("{:020}", 30).as_str())
+    );
+    // (the model removes an item from its pending index when it is marked published)
+    assert_eq!(model.pending(), 70);
+    // And no publish started after the margin: the slow call's 10 events failed (its retries
+    // ended at the cut) and the 60 after it were never sent
+    let stats = relay.publisher().stats();
+    assert_eq!(
+        (stats.published, stats.failed, stats.not_sent),
+        (30, 10, 60),
+        "{stats:?}"
+    );
+}

@@ -1,0 +1,658 @@
+//! The stream handler under injected `PutEvents` faults, against the emulator.
+//!
+//! An SDK interceptor on the real EventBridge client removes faulted entries from the request
+//! before it is sent (so a faulted entry really is not delivered) and puts a failed result back in
+//! their place in the response. Decisions are deterministic: a seeded hash of the event id picks
+//! the ~30% of entries whose first attempt fails with `ThrottlingException`; an "outage" fails
+//! every call holding a marked event with HTTP 500; a marked event is always rejected with
+//! `MalformedDetail`.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_eventbridge::config::retry::RetryConfig;
+use aws_sdk_eventbridge::operation::put_events::PutEventsOutput;
+use aws_sdk_eventbridge::types::PutEventsResultEntry;
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::interceptors::context::{
+    BeforeDeserializationInterceptorContextMut, BeforeTransmitInterceptorContextMut,
+    FinalizerInterceptorContextMut,
+};
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_runtime_api::http::StatusCode;
+use aws_smithy_types::body::SdkBody;
+use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
+use outbox_shared::OutboxStatus;
+use outbox_tests::{TEST_SOURCE, TestEnv};
+use outbox_writer::{NewOrder, OrderLine, OrderStatus, OutboxWriter};
+use relay_runtime::PublisherArgs;
+use relay_stream::{RecordOutcome, RelayArgs};
+use serde_json::{Value, json};
+
+const SEED: u64 = 0x5eed_0b0c;
+const RETRYABLE_PERCENT: u64 = 30;
+const POISON_ORDER: &str = "poison-order";
+
+/// What the faults did, for the test to check they happened.
+#[derive(Debug, Default, Clone, Copy)]
+struct Injected {
+    retryable_entries: u64,
+    outage_calls: u64,
+    rejected_entries: u64,
+}
+
+#[derive(Debug, Default)]
+struct FaultState {
+    /// A call holding an event whose detail contains one of these fails entirely (HTTP 500).
+    outage_markers: Mutex<Vec<String>>,
+    /// Attempts seen per event id.
+    attempts: Mutex<HashMap<String, u32>>,
+    /// The first event (`Sequence` 1) of these orders fails with a retryable code this many more
+    /// times.
+    failing_first_events: Mutex<HashMap<String, u32>>,
+    injected: Mutex<Injected>,
+}
+
+/// Per attempt: for each entry of the original request, the fault injected, if any.
+#[derive(Debug, Clone)]
+enum Plan {
+    Outage,
+    Entries(Vec<Option<(&'static str, &'static str)>>),
+}
+
+impl Storable for Plan {
+    type Storer = StoreReplace<Self>;
+}
+
+#[derive(Debug, Clone, Default)]
+struct FaultInjector(Arc<FaultState>);
+
+fn json_body(bytes: Vec<u8>) -> SdkBody {
+    SdkBody::from(bytes)
+}
+
+impl FaultInjector {
+    /// Keyed by the order id (stable across runs, unlike the event id) so the same entries fail
+    /// on every run.
+    fn first_attempt_fails(order_id: &str) -> bool {
+        let mut hasher = DefaultHasher::new();
+        (SEED, order_id).hash(&mut hasher);
+        hasher.finish() % 100 < RETRYABLE_PERCENT
+    }
+
+    fn plan(&self, entries: &[Value]) -> Plan {
+        let details: Vec<&str> = entries
+            .iter()
+            .map(|e| e["Detail"].as_str().unwrap_or_default())
+            .collect();
+        let markers = self.0.outage_markers.lock().unwrap().clone();
+        if details
+            .iter()
+            .any(|d| markers.iter().any(|m| d.contains(m.as_str())))
+        {
+            self.0.injected.lock().unwrap().outage_calls += 1;
+            return Plan::Outage;
+        }
+        let mut injected = self.0.injected.lock().unwrap();
+        let mut attempts = self.0.attempts.lock().unwrap();
+        Plan::Entries(
+            details
+                .iter()
+                .map(|detail| {
+                    if detail.contains(POISON_ORDER) {
+                        injected.rejected_entries += 1;
+                        return Some(("MalformedDetail", "injected: detail rejected"));
+                    }
+                    let envelope: Value = serde_json::from_str(detail).unwrap_or_default();
+                    let event_id = envelope["metadata"]["eventId"].as_str().unwrap_or_default();
+                    let order_id = envelope["data"]["orderId"].as_str().unwrap_or_default();
+                    if envelope["metadata"]["sequence"] == 1 {
+                        let mut failing = self.0.failing_first_events.lock().unwrap();
+                        if let Some(left) = failing.get_mut(order_id).filter(|n| **n > 0) {
+                            *left -= 1;
+                            injected.retryable_entries += 1;
+                            return Some(("ThrottlingException", "injected: first event fails"));
+                        }
+                    }
+                    let attempt = attempts.entry(event_id.to_owned()).or_default();
+                    *attempt += 1;
+                    if *attempt == 1 && Self::first_attempt_fails(order_id) {
+                        injected.retryable_entries += 1;
+                        return Some(("ThrottlingException", "injected: rate exceeded"));
+                    }
+                    None
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Intercept for FaultInjector {
+    fn name(&self) -> &'static str {
+        "PutEventsFaultInjector"
+    }
+
+    fn modify_before_signing(
+        &self,
+        context: &mut BeforeTransmitInterceptorContextMut<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let request = context.request_mut();
+        let Some(bytes) = request.body().bytes() else {
+            return Ok(());
+        };
+        let mut body: Value = serde_json::from_slice(bytes)?;
+        let entries = body["Entries"].as_array().cloned().unwrap_or_default();
+        let plan = self.plan(&entries);
+        let kept: Vec<Value> = match &plan {
+            Plan::Outage => Vec::new(),
+            Plan::Entries(faults) => entries
+                .into_iter()
+                .zip(faults)
+                .filter(|(_, f)| f.is_none())
+                .map(|(e, _)| e)
+                .collect(),
+        };
+        body["Entries"] = Value::Array(kept);
+        let bytes = serde_json::to_vec(&body)?;
+        request
+            .headers_mut()
+            .insert("content-length", bytes.len().to_string());
+        *request.body_mut() = json_body(bytes);
+        cfg.interceptor_state().store_put(plan);
+        Ok(())
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        context: &mut BeforeDeserializationInterceptorContextMut<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let replacement = match cfg.load::<Plan>() {
+            Some(Plan::Outage) => Some((
+                500,
+                json!({"__type": "InternalException", "message": "injected outage"}),
+            )),
+            // Nothing was left to send; moto's answer to an empty request is irrelevant.
+            Some(Plan::Entries(faults)) if faults.iter().all(Option::is_some) => {
+                Some((200, json!({"FailedEntryCount": 0, "Entries": []})))
+            }
+            _ => None,
+        };
+        if let Some((status, body)) = replacement {
+            let response = context.response_mut();
+            *response.status_mut() = StatusCode::try_from(status)?;
+            let bytes = serde_json::to_vec(&body)?;
+            response
+                .headers_mut()
+                .insert("content-length", bytes.len().to_string());
+            *response.body_mut() = json_body(bytes);
+        }
+        Ok(())
+    }
+
+    fn modify_before_attempt_completion(
+        &self,
+        context: &mut FinalizerInterceptorContextMut<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let Some(Plan::Entries(faults)) = cfg.load::<Plan>().cloned() else {
+            return Ok(());
+        };
+        let Some(Ok(output)) = context.output_or_error_mut() else {
+            return Ok(());
+        };
+        let Some(output) = output.downcast_mut::<PutEventsOutput>() else {
+            return Ok(());
+        };
+        let mut delivered = output.entries.take().unwrap_or_default().into_iter();
+        let merged: Vec<PutEventsResultEntry> = faults
+            .iter()
+            .map(|fault| match fault {
+                Some((code, message)) => PutEventsResultEntry::builder()
+                    .error_code(*code)
+                    .error_message(*message)
+                    .build(),
+                None => delivered.next().unwrap_or_else(|| {
+                    PutEventsResultEntry::builder()
+                        .error_code("InternalFailure")
+                        .build()
+                }),
+            })
+            .collect();
+        output.failed_entry_count =
+            i32::try_from(merged.iter().filter(|e| e.error_code().is_some()).count())?;
+        output.entries = Some(merged);
+        Ok(())
+    }
+}
+
+/// The stream relay's settings against `env` (4 calls in flight, 4 attempts per entry).
+fn relay_args(env: &TestEnv) -> RelayArgs {
+    RelayArgs {
+        table_name: env.table_name.clone(),
+        publisher: PublisherArgs {
+            event_bus_name: env.bus_name.clone(),
+            source: TEST_SOURCE.to_owned(),
+            max_entries_per_call: 10,
+            max_request_bytes: 256 * 1024,
+            max_entry_bytes: 256 * 1024,
+            publish_concurrency: 4,
+            publish_max_attempts: 4,
+        },
+        retention: relay_runtime::RetentionArgs::default(),
+        dead_letter_queue_url: Some(env.dead_letter_queue_url.clone()),
+        mark_concurrency: 32,
+        stop_at_first_failure: false,
+        deadline_margin: relay_stream::config::DEFAULT_DEADLINE_MARGIN,
+        hold_failed_aggregates: false,
+    }
+}
+
+async fn create_orders(writer: &OutboxWriter, ids: &[String]) -> Vec<String> {
+    let mut event_ids = Vec::new();
+    for id in ids {
+        let order = NewOrder::new(vec![OrderLine::new("SKU-1", 1, 500)]).with_order_id(id.clone());
+        event_ids.push(
+            writer
+                .create_order_with_outbox("fault-user", order)
+                .await
+                .expect("order created")
+                .event_id,
+        );
+    }
+    event_ids
+}
+
+#[tokio::test]
+async fn no_event_is_lost_under_put_events_faults() {
+    // Given 40 orders: the 8th is one EventBridge always rejects; orders 30.. will meet an outage
+    let env = TestEnv::new().await;
+    let writer = env.writer();
+    let order_ids: Vec<String> = (0..40)
+        .map(|i| match i {
+            7 => POISON_ORDER.to_owned(),
+            30.. => format!("late-order-{i:02}"),
+            _ => format!("order-{i:02}"),
+        })
+        .collect();
+    let event_ids = create_orders(&writer, &order_ids).await;
+    let poison_event = event_ids[7].clone();
+
+    // And the relay's EventBridge client goes through the fault injector (SDK retries off, so
+    // the publisher's own per-entry retries are what is exercised)
+    let faults = FaultInjector::default();
+    let eventbridge = aws_sdk_eventbridge::Client::from_conf(
+        aws_sdk_eventbridge::config::Builder::from(&env.sdk_config)
+            .retry_config(RetryConfig::disabled())
+            .interceptor(faults.clone())
+            .build(),
+    );
+    let args = relay_args(&env);
+    let relay =
+        relay_stream::build_relay_with(&args, eventbridge, env.dynamodb.clone(), env.sqs.clone())
+            .unwrap();
+    let records = relay_stream::local::read_stream_records(&env.streams, &env.stream_arn)
+        .await
+        .unwrap();
+    let outbox_index = |event_id: &str| {
+        records
+            .iter()
+            .position(|r| {
+                r.change.new_image.get("EventId")
+                    == Some(&serde_dynamo::AttributeValue::S(event_id.to_owned()))
+            })
+            .expect("the event's record is in the stream")
+    };
+
+    // When the batch is delivered while 30% of entries fail once with a retryable code, the
+    // calls holding orders 30.. fail entirely (outage), and the poison entry is rejected
+    faults
+        .0
+        .outage_markers
+        .lock()
+        .unwrap()
+        .push("late-order-".to_owned());
+    let report = relay.handle(&records).await;
+    let response = report.response(&records);
+
+    // Then the batch item failure names the first unpublished record: order 30's event
+    let first_late = outbox_index(&event_ids[30]);
+    assert_eq!(response.batch_item_failures.len(), 1);
+    assert_eq!(
+        response.batch_item_failures[0].item_identifier,
+        records[first_late].change.sequence_number
+    );
+    assert_eq!(report.first_unpublished, Some(first_late));
+    // And the poison event is dead-lettered while the events after it were published
+    assert!(matches!(
+        &report.outcomes[outbox_index(&poison_event)],
+        RecordOutcome::DeadLettered { reason, .. } if reason.contains("MalformedDetail")
+    ));
+    for event_id in &event_ids[8..30] {
+        assert!(matches!(
+            report.outcomes[outbox_index(event_id)],
+            RecordOutcome::Published { .. }
+        ));
+    }
+    let injected = *faults.0.injected.lock().unwrap();
+    assert!(injected.retryable_entries >= 3, "{injected:?}");
+    // The outage call, tried `publish_max_attempts` times.
+    assert_eq!(injected.outage_calls, 4, "{injected:?}");
+    assert!(injected.rejected_entries >= 1, "{injected:?}");
+
+    // When the outage ends and Lambda re-delivers from the reported record
+    faults.0.outage_markers.lock().unwrap().clear();
+    let redelivered = relay.handle(&records[first_late..]).await;
+    assert_eq!(redelivered.first_unpublished, None);
+
+    // Then no event is missing from the sink queue; duplicates, if any, carry the same eventId
+    let expected: HashSet<&str> = event_ids
+        .iter()
+        .filter(|id| **id != poison_event)
+        .map(String::as_str)
+        .collect();
+    let messages = env
+        .wait_for_sink(expected.len() as u64, Duration::from_secs(30))
+        .await;
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for message in &messages {
+        *seen.entry(message.event_id()).or_default() += 1;
+    }
+    let received: HashSet<&str> = seen.keys().copied().collect();
+    assert_eq!(received, expected);
+    let duplicates: usize = seen.values().map(|n| n - 1).sum();
+    eprintln!("duplicates on the sink queue: {duplicates} (same eventId each)");
+    assert_eq!(messages.len(), expected.len() + duplicates);
+
+    // And the poison event is on the dead-letter queue with its reason and full record
+    let letters = env.drain_dead_letters().await;
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].event_id.as_deref(), Some(poison_event.as_str()));
+    assert!(
+        letters[0].reason.contains("MalformedDetail"),
+        "{}",
+        letters[0].reason
+    );
+    assert_eq!(letters[0].origin, "relay-stream");
+    assert_eq!(letters[0].record["eventName"], "INSERT");
+
+    // And every item left the pending index: published, or dead-lettered for the poison
+    for item in env.outbox_items().await {
+        let want = if item.event_id == poison_event {
+            OutboxStatus::DeadLettered
+        } else {
+            OutboxStatus::Published
+        };
+        assert_eq!(item.status, want, "{}", item.event_id);
+        assert_eq!(item.gsi1pk, None);
+    }
+}
+
+/// Creates `count` orders, round-robin, each moved through three more statuses (sequences 1..=4);
+/// returns the order ids.
+async fn orders_with_history(writer: &OutboxWriter, count: usize) -> Vec<String> {
+    let ids: Vec<String> = (0..count).map(|i| format!("ordered-{i:02}")).collect();
+    for id in &ids {
+        let order = NewOrder::new(vec![OrderLine::new("SKU-1", 1, 500)]).with_order_id(id.clone());
+        writer
+            .create_order_with_outbox("order-user", order)
+            .await
+            .expect("order created");
+    }
+    for status in [
+        OrderStatus::Confirmed,
+        OrderStatus::Paid,
+        OrderStatus::Shipped,
+    ] {
+        for id in &ids {
+            writer
+                .update_order_status_with_outbox("order-user", id, status)
+                .await
+                .expect("status changed");
+        }
+    }
+    ids
+}
+
+/// The relay's EventBridge client through `faults` (SDK retries off).
+fn faulty_eventbridge(env: &TestEnv, faults: &FaultInjector) -> aws_sdk_eventbridge::Client {
+    aws_sdk_eventbridge::Client::from_conf(
+        aws_sdk_eventbridge::config::Builder::from(&env.sdk_config)
+            .retry_config(RetryConfig::disabled())
+            .interceptor(faults.clone())
+            .build(),
+    )
+}
+
+/// Each order's `Sequence` values in the order their first copy reached the sink.
+async fn arrival_order(env: &TestEnv, expected: u64) -> HashMap<String, Vec<u64>> {
+    let messages = env.wait_for_sink(expected, Duration::from_secs(30)).await;
+    let mut seen = HashSet::new();
+    let mut by_order: HashMap<String, Vec<u64>> = HashMap::new();
+    for m in &messages {
+        if !seen.insert(m.event_id().to_owned()) {
+            continue;
+        }
+        let meta = &m.envelope.metadata;
+        by_order
+            .entry(meta.aggregate_id.clone().expect("aggregate id"))
+            .or_default()
+            .push(meta.sequence.expect("sequence"));
+    }
+    by_order
+}
+
+#[tokio::test]
+async fn the_stream_relay_keeps_each_aggregates_order_when_its_first_event_fails() {
+    // Given 12 orders with 4 events each, interleaved on the stream, and the first event of 4 of
+    // them failing on every attempt of the first invocation (4 attempts)
+    let env = TestEnv::new().await;
+    let orders = orders_with_history(&env.writer(), 12).await;
+    let faults = FaultInjector::default();
+    for id in orders.iter().step_by(3) {
+        faults
+            .0
+            .failing_first_events
+            .lock()
+            .unwrap()
+            .insert(id.clone(), 4);
+    }
+    let mut args = relay_args(&env);
+    args.publisher.publish_max_attempts = 4;
+    let relay = relay_stream::build_relay_with(
+        &args,
+        faulty_eventbridge(&env, &faults),
+        env.dynamodb.clone(),
+        env.sqs.clone(),
+    )
+    .unwrap();
+    let records = relay_stream::local::read_stream_records(&env.streams, &env.stream_arn)
+        .await
+        .unwrap();
+
+    // When the batch is handled, and Lambda re-delivers from the reported record
+    let first = relay.handle(&records).await;
+    let checkpoint = first.first_unpublished.expect("a record to re-deliver");
+    let second = relay.handle(&records[checkpoint..]).await;
+    assert_eq!(second.first_unpublished, None, "{:?}", second.outcomes);
+
+    // Then every order's events reached the sink in Sequence order, none missing
+    assert!(faults.0.injected.lock().unwrap().retryable_entries >= 16);
+    let by_order = arrival_order(&env, 48).await;
+    assert_eq!(by_order.len(), 12);
+    for id in &orders {
+        assert_eq!(by_order[id], [1, 2, 3, 4], "order {id}");
+    }
+}
+
+#[tokio::test]
+async fn the_poller_keeps_each_aggregates_order_when_its_first_event_fails() {
+    // Given the same 12 orders pending, and the first event of 4 of them failing on every
+    // attempt of the first pass
+    let env = TestEnv::new().await;
+    let orders = orders_with_history(&env.writer(), 12).await;
+    let faults = FaultInjector::default();
+    for id in orders.iter().step_by(3) {
+        faults
+            .0
+            .failing_first_events
+            .lock()
+            .unwrap()
+            .insert(id.clone(), 4);
+    }
+    let config = <relay_poller::Cli as clap::Parser>::try_parse_from([
+        "relay-poller",
+        "drain",
+        "--table-name",
+        &env.table_name,
+        "--event-bus-name",
+        &env.bus_name,
+        "--source",
+        TEST_SOURCE,
+        "--dead-letter-queue-url",
+        &env.dead_letter_queue_url,
+        "--publish-max-attempts",
+        "4",
+        "--page-size",
+        "5",
+    ])
+    .unwrap();
+    let relay_poller::Command::Drain(drain) = config.command else {
+        panic!("a drain")
+    };
+    let clients = relay_poller::app::AwsClients {
+        dynamodb: env.dynamodb.clone(),
+        eventbridge: faulty_eventbridge(&env, &faults),
+        sqs: env.sqs.clone(),
+    };
+    let poller = relay_poller::app::aws_poller(clients, &drain.relay.validate().unwrap()).unwrap();
+
+    // When it drains
+    let summary = poller
+        .drain(Duration::ZERO, 3, &relay_poller::CancellationToken::new())
+        .await;
+
+    // Then every order's events reached the sink in Sequence order, none missing
+    assert!(summary.complete, "{summary:?}");
+    assert!(faults.0.injected.lock().unwrap().retryable_entries >= 16);
+    let by_order = arrival_order(&env, 48).await;
+    assert_eq!(by_order.len(), 12);
+    for id in &orders {
+        assert_eq!(by_order[id], [1, 2, 3, 4], "order {id}");
+    }
+}
+
+#[tokio::test]
+async fn with_hold_mode_a_failing_aggregate_goes_to_the_poller_and_the_stream_moves_on() {
+    // Given 6 orders with 4 events each on the stream, the first event of one of them failing on
+    // every attempt while the stream relay runs (HOLD_FAILED_AGGREGATES on)
+    let env = TestEnv::new().await;
+    let orders = orders_with_history(&env.writer(), 6).await;
+    let failing = orders[2].clone();
+    let faults = FaultInjector::default();
+    faults
+        .0
+        .failing_first_events
+        .lock()
+        .unwrap()
+        .insert(failing.clone(), u32::MAX);
+    let mut args = relay_args(&env);
+    args.hold_failed_aggregates = true;
+    let relay = relay_stream::build_relay_with(
+        &args,
+        faulty_eventbridge(&env, &faults),
+        env.dynamodb.clone(),
+        env.sqs.clone(),
+    )
+    .unwrap();
+    let records = relay_stream::local::read_stream_records(&env.streams, &env.stream_arn)
+        .await
+        .unwrap();
+
+    // When the stream arrives in two batches
+    let (first, second) = records.split_at(records.len() / 2);
+    let first_report = relay.handle(first).await;
+    let second_report = relay.handle(second).await;
+
+    // Then neither batch asks for re-delivery, and every other order's events are on the sink
+    // at once, in order
+    assert_eq!(
+        first_report.first_unpublished, None,
+        "{:?}",
+        first_report.outcomes
+    );
+    assert_eq!(
+        second_report.first_unpublished, None,
+        "{:?}",
+        second_report.outcomes
+    );
+    let held = first_report.counts().held + second_report.counts().held;
+    assert_eq!(
+        held, 4,
+        "the failing order's 4 events are left to the poller"
+    );
+    let by_order = arrival_order(&env, 20).await;
+    assert_eq!(by_order.len(), 5, "{by_order:?}");
+    for id in orders.iter().filter(|id| **id != failing) {
+        assert_eq!(by_order[id], [1, 2, 3, 4], "order {id}");
+    }
+    assert!(!by_order.contains_key(&failing));
+
+    // When EventBridge recovers and the poller runs after its grace period
+    faults.0.failing_first_events.lock().unwrap().clear();
+    let poller = relay_poller::app::aws_poller(
+        relay_poller::app::AwsClients {
+            dynamodb: env.dynamodb.clone(),
+            eventbridge: faulty_eventbridge(&env, &faults),
+            sqs: env.sqs.clone(),
+        },
+        &poller_config(&env),
+    )
+    .unwrap();
+    let summary = poller
+        .drain(Duration::ZERO, 3, &relay_poller::CancellationToken::new())
+        .await;
+
+    // Then it publishes the held order's 4 events in order, none missing, and releases the hold
+    assert!(summary.complete, "{summary:?}");
+    assert_eq!(summary.published, 4, "{summary:?}");
+    let by_order = arrival_order(&env, 4).await;
+    assert_eq!(by_order[&failing], [1, 2, 3, 4]);
+    assert_eq!(
+        env.pending_in_index().await,
+        0,
+        "no event and no hold is left"
+    );
+}
+
+/// The poller's settings against `env`, as `relay-poller drain` parses them.
+fn poller_config(env: &TestEnv) -> relay_poller::RelayConfig {
+    let cli = <relay_poller::Cli as clap::Parser>::try_parse_from([
+        "relay-poller",
+        "drain",
+        "--table-name",
+        &env.table_name,
+        "--event-bus-name",
+        &env.bus_name,
+        "--source",
+        TEST_SOURCE,
+        "--dead-letter-queue-url",
+        &env.dead_letter_queue_url,
+        "--publish-max-attempts",
+        "4",
+        "--page-size",
+        "5",
+    ])
+    .unwrap();
+    let relay_poller::Command::Drain(drain) = cli.command else {
+        panic!("a drain")
+    };
+    drain.relay.validate().unwrap()
+}

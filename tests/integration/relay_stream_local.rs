@@ -1,0 +1,205 @@
+//! `relay-stream-local` end to end: orders written with the writer (or items written by another
+//! client) are read from the emulator's stream and arrive on the bus, marked published.
+
+use std::collections::{HashMap, HashSet};
+use std::process::Stdio;
+use std::time::Duration;
+
+use outbox_shared::OutboxStatus;
+use outbox_tests::{TEST_SOURCE, TestEnv, minimal_outbox_item};
+use serde_json::Value;
+
+/// Runs `relay-stream-local` against `env` until the stream is idle and returns its summary.
+async fn run_relay(env: &TestEnv, args: &[&str]) -> Value {
+    let output = env
+        .relay_command("relay-stream-local")
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .await
+        .expect("relay-stream-local runs");
+    let logs = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "exit status {}: {logs}",
+        output.status
+    );
+    assert_logs_are_json_lines(&logs);
+    summary_of(&output.stdout)
+}
+
+/// Logs redirected away from a terminal are one JSON object a line, with no colour codes.
+fn assert_logs_are_json_lines(logs: &str) {
+    assert!(!logs.is_empty(), "no log lines at info");
+    assert!(
+        !logs.contains('\u{1b}'),
+        "colour codes in redirected logs: {logs}"
+    );
+    for line in logs.lines().filter(|l| !l.trim().is_empty()) {
+        let parsed: Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("log line {line:?}: {e}"));
+        assert!(parsed["level"].is_string(), "{line}");
+    }
+}
+
+fn summary_of(stdout: &[u8]) -> Value {
+    let stdout = String::from_utf8_lossy(stdout);
+    let line = stdout.lines().last().expect("a summary line on stdout");
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("summary {line:?}: {e}"))
+}
+
+/// Writes `count` orders one at a time; their event ids.
+async fn create_orders(env: &TestEnv, count: usize) -> Vec<String> {
+    env.create_orders(count, 1).await
+}
+
+/// Asserts every outbox item is `PUBLISHED` and out of the pending index.
+async fn assert_all_published(env: &TestEnv, expected: usize) {
+    let items = env.outbox_items().await;
+    assert_eq!(items.len(), expected);
+    for item in &items {
+        assert_eq!(item.status, OutboxStatus::Published, "{}", item.event_id);
+        assert_eq!(item.gsi1pk, None, "{}", item.event_id);
+        assert_eq!(item.gsi1sk, None, "{}", item.event_id);
+    }
+    assert_eq!(env.pending_in_index().await, 0);
+}
+
+#[tokio::test]
+async fn relays_250_orders_in_exactly_25_put_events_calls() {
+    // Given 250 orders created with the writer
+    let env = TestEnv::new().await;
+    let event_ids = create_orders(&env, 250).await;
+
+    // When relay-stream-local reads the stream from the start in batches of 100
+    let summary = run_relay(
+        &env,
+        &[
+            "--batch-size",
+            "100",
+            "--from",
+            "trim-horizon",
+            "--exit-when-idle",
+            "1s",
+        ],
+    )
+    .await;
+
+    // Then it published 250 events in 25 PutEvents calls (counted by the publisher), ignoring the
+    // 250 order inserts and the 250 MODIFY records its own "mark published" updates produced
+    assert_eq!(summary["published"], 250, "{summary}");
+    assert_eq!(summary["put_events_calls"], 25, "{summary}");
+    assert_eq!(summary["ignored"], 500, "{summary}");
+    assert_eq!(summary["dead_lettered"], 0, "{summary}");
+    assert_eq!(summary["failed"], 0, "{summary}");
+
+    // And exactly 250 messages with the documented envelope arrive on the sink queue
+    let messages = env.wait_for_sink(250, Duration::from_secs(30)).await;
+    assert_eq!(messages.len(), 250);
+    let items: HashMap<String, _> = env
+        .outbox_items()
+        .await
+        .into_iter()
+        .map(|i| (i.event_id.clone(), i))
+        .collect();
+    let received: HashSet<&str> = messages.iter().map(|m| m.event_id()).collect();
+    let written: HashSet<&str> = event_ids.iter().map(String::as_str).collect();
+    assert_eq!(received, written);
+    for message in &messages {
+        let item = &items[message.event_id()];
+        assert_eq!(message.source(), TEST_SOURCE);
+        assert_eq!(message.detail_type(), "OrderCreated");
+        let metadata = &message.envelope.metadata;
+        assert_eq!(metadata.event_type, "OrderCreated");
+        assert_eq!(metadata.aggregate_id, item.aggregate_id);
+        assert_eq!(metadata.occurred_at, item.created_at);
+        assert_eq!(message.envelope.data["status"], "CREATED");
+        assert_eq!(
+            message.envelope.data["orderId"].as_str(),
+            item.aggregate_id.as_deref()
+        );
+    }
+
+    // And every outbox item ends PUBLISHED without GSI1 keys
+    assert_all_published(&env, 250).await;
+}
+
+#[tokio::test]
+async fn relays_items_written_by_another_client_with_only_the_required_attributes() {
+    // Given outbox items put by a non-Rust client with only the required attributes
+    let env = TestEnv::new().await;
+    let mut ids = Vec::new();
+    for i in 0..12 {
+        let id = format!("ext-{i:03}");
+        let created_at = format!("2026-11-22T10:00:{i:02}Z");
+        env.put_raw_item(minimal_outbox_item(
+            "external",
+            &id,
+            "InventoryReserved",
+            &format!(r#"{{"reservation":{i}}}"#),
+            &created_at,
+            i % 4,
+        ))
+        .await;
+        ids.push(id);
+    }
+
+    // When relay-stream-local relays the stream
+    let summary = run_relay(&env, &["--exit-when-idle", "1s"]).await;
+
+    // Then each arrives once with its own event id and payload, and is marked published
+    assert_eq!(summary["published"], 12, "{summary}");
+    let messages = env.wait_for_sink(12, Duration::from_secs(20)).await;
+    let mut received: Vec<(String, Value)> = messages
+        .iter()
+        .map(|m| (m.event_id().to_owned(), m.envelope.data.clone()))
+        .collect();
+    received.sort_by(|a, b| a.0.cmp(&b.0));
+    let expected: Vec<(String, Value)> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (id.clone(), serde_json::json!({"reservation": i})))
+        .collect();
+    assert_eq!(received, expected);
+    assert!(
+        messages
+            .iter()
+            .all(|m| m.detail_type() == "InventoryReserved")
+    );
+    assert_all_published(&env, 12).await;
+}
+
+#[tokio::test]
+async fn sigterm_prints_the_summary_and_exits_zero() {
+    // Given relay-stream-local following the stream from `latest`, with no idle exit
+    let env = TestEnv::new().await;
+    let child = env
+        .relay_command("relay-stream-local")
+        .args(["--from", "latest"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("relay-stream-local starts");
+    // Give it time to take its LATEST iterator before writing (LATEST excludes earlier records).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // When orders are written while it runs, and it then receives SIGTERM
+    let event_ids = create_orders(&env, 5).await;
+    let messages = env.wait_for_sink(5, Duration::from_secs(20)).await;
+    let pid = child.id().expect("running").to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let output = child.wait_with_output().await.expect("exits");
+
+    // Then it exits 0 with a summary counting what it published
+    assert!(output.status.success(), "exit status {}", output.status);
+    let summary = summary_of(&output.stdout);
+    assert_eq!(summary["published"], 5, "{summary}");
+    let received: HashSet<String> = messages.iter().map(|m| m.event_id().to_owned()).collect();
+    assert_eq!(received, event_ids.into_iter().collect());
+}

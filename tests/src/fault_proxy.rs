@@ -1,0 +1,410 @@
+//! A fault-injecting HTTP proxy in front of the emulator, for tests of the relays' binaries: an
+//! SDK interceptor can't reach a child process, but the SDK's endpoint variables can point it here
+//! ([`FaultProxy::endpoint_env`]). It forwards each call to the emulator that serves its service
+//! (DynamoDB Local for DynamoDB and its streams, moto for the rest).
+//!
+//! It decides by the `X-Amz-Target` header:
+//! - `DynamoDB_20120810.UpdateItem`, `Query` and `Scan` fail at the configured rate: half as
+//!   `ThrottlingException` (HTTP 400, not sent on), half as HTTP 500; and a share of the 500s are
+//!   lost replies: the request is sent on (it takes effect) and the answer is a 500 anyway.
+//! - `AWSEvents.PutEvents`: each entry fails at the configured rate: it is taken out of the
+//!   request sent on and a failed result (`ThrottlingException` or `InternalFailure`) is put back
+//!   in its place in the answer; and a share of whole calls are lost replies.
+//! - Everything else (DynamoDB Streams, SQS, writes the test makes itself) goes through untouched.
+//!
+//! Decisions come from a seeded RNG, so a run is reproducible up to request interleaving; what
+//! was injected is counted ([`FaultCounts`]), so a test can check the faults really happened.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+use crate::Endpoints;
+
+/// Fault rates, in percent.
+#[derive(Debug, Clone, Copy)]
+pub struct FaultRates {
+    /// `UpdateItem`, `Query` and `Scan` calls that fail.
+    pub dynamodb_calls: u32,
+    /// `PutEvents` entries that fail.
+    pub put_events_entries: u32,
+    /// Of the 500s and of the `PutEvents` calls, the share whose request takes effect and whose
+    /// reply is lost.
+    pub lost_replies: u32,
+}
+
+impl FaultRates {
+    /// No random faults: only the scripted ones ([`FaultProxy::lose_next_replies`]).
+    pub const NONE: Self = Self {
+        dynamodb_calls: 0,
+        put_events_entries: 0,
+        lost_replies: 0,
+    };
+}
+
+/// What the proxy injected so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultCounts {
+    pub throttled_calls: u64,
+    pub failed_calls: u64,
+    pub lost_replies: u64,
+    pub failed_entries: u64,
+    pub passed_calls: u64,
+}
+
+#[derive(Debug)]
+struct State {
+    rates: FaultRates,
+    rng: Mutex<StdRng>,
+    counts: Mutex<FaultCounts>,
+    upstreams: Endpoints,
+    client: Client<HttpConnector, Full<Bytes>>,
+    /// Per `X-Amz-Target`: how many of its next calls lose their reply (see
+    /// [`FaultProxy::lose_next_replies`]).
+    scripted_lost_replies: Mutex<std::collections::HashMap<String, u32>>,
+}
+
+/// The running proxy; it stops when dropped.
+#[derive(Debug)]
+pub struct FaultProxy {
+    state: Arc<State>,
+    address: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FaultProxy {
+    /// Starts a proxy to the emulators at `upstreams` on a free local port.
+    ///
+    /// # Panics
+    /// When no local port can be bound.
+    pub async fn start(upstreams: &Endpoints, rates: FaultRates, seed: u64) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a local port");
+        let address = listener.local_addr().expect("local address");
+        let state = Arc::new(State {
+            rates,
+            rng: Mutex::new(StdRng::seed_from_u64(seed)),
+            counts: Mutex::default(),
+            upstreams: upstreams.clone(),
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            scripted_lost_replies: Mutex::default(),
+        });
+        let serving = state.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let state = serving.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |request| {
+                        let state = state.clone();
+                        async move { Ok::<_, Infallible>(state.handle(request).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Self {
+            state,
+            address,
+            task,
+        }
+    }
+
+    /// The proxy's URL, for an in-process client's `endpoint_url`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// The SDK's endpoint variables, every one pointing here: set them on a child process.
+    pub fn endpoint_env(&self) -> Vec<(&'static str, String)> {
+        Endpoints::all(&self.url()).env()
+    }
+
+    /// The next `calls` calls of `target` (an `X-Amz-Target`, e.g.
+    /// `DynamoDB_20120810.TransactWriteItems`) take effect upstream and answer a 500, whatever
+    /// the rates say.
+    pub fn lose_next_replies(&self, target: &str, calls: u32) {
+        self.state
+            .scripted_lost_replies
+            .lock()
+            .expect("scripted faults")
+            .insert(target.to_owned(), calls);
+    }
+
+    pub fn counts(&self) -> FaultCounts {
+        *self.state.counts.lock().expect("counts")
+    }
+}
+
+/// What to do with one call.
+enum Plan {
+    Pass,
+    /// Answer this without sending the request on.
+    Fail(StatusCode, Value),
+    /// Send it on, then answer a 500.
+    LoseReply,
+    /// `PutEvents`: send on the entries not failed; put these failures back at their indices.
+    Entries(Vec<Option<&'static str>>),
+}
+
+const DYNAMODB_FAULTED: &[&str] = &[
+    "DynamoDB_20120810.UpdateItem",
+    "DynamoDB_20120810.Query",
+    "DynamoDB_20120810.Scan",
+];
+const PUT_EVENTS: &str = "AWSEvents.PutEvents";
+
+impl State {
+    fn percent(&self, rng: &mut StdRng, rate: u32) -> bool {
+        rng.random_range(0..100) < rate
+    }
+
+    fn plan(&self, target: &str, body: &[u8]) -> Plan {
+        let mut rng = self.rng.lock().expect("rng");
+        let mut counts = self.counts.lock().expect("counts");
+        if let Some(left) = self
+            .scripted_lost_replies
+            .lock()
+            .expect("scripted faults")
+            .get_mut(target)
+            .filter(|left| **left > 0)
+        {
+            *left -= 1;
+            counts.lost_replies += 1;
+            return Plan::LoseReply;
+        }
+        if DYNAMODB_FAULTED.contains(&target) {
+            if !self.percent(&mut rng, self.rates.dynamodb_calls) {
+                counts.passed_calls += 1;
+                return Plan::Pass;
+            }
+            if rng.random_bool(0.5) {
+                counts.throttled_calls += 1;
+                return Plan::Fail(
+                    StatusCode::BAD_REQUEST,
+                    json!({"__type": "com.amazonaws.dynamodb.v20120810#ThrottlingException", "message": "injected: rate exceeded"}),
+                );
+            }
+            if self.percent(&mut rng, self.rates.lost_replies) {
+                counts.lost_replies += 1;
+                return Plan::LoseReply;
+            }
+            counts.failed_calls += 1;
+            return Plan::Fail(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                json!({"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError", "message": "injected: internal error"}),
+            );
+        }
+        if target == PUT_EVENTS {
+            if self.percent(&mut rng, self.rates.lost_replies) {
+                counts.lost_replies += 1;
+                return Plan::LoseReply;
+            }
+            let entries = serde_json::from_slice::<Value>(body)
+                .ok()
+                .and_then(|b| b["Entries"].as_array().map(Vec::len))
+                .unwrap_or_default();
+            let plan: Vec<Option<&'static str>> = (0..entries)
+                .map(|_| {
+                    self.percent(&mut rng, self.rates.put_events_entries)
+                        .then(|| {
+                            if rng.random_bool(0.5) {
+                                "ThrottlingException"
+                            } else {
+                                "InternalFailure"
+                            }
+                        })
+                })
+                .collect();
+            counts.failed_entries += plan.iter().flatten().count() as u64;
+            return Plan::Entries(plan);
+        }
+        counts.passed_calls += 1;
+        Plan::Pass
+    }
+
+    async fn handle(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+        let (parts, body) = request.into_parts();
+        let body = match body.collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) => {
+                return text(
+                    StatusCode::BAD_GATEWAY,
+                    &format!("reading the request: {e}"),
+                );
+            }
+        };
+        let target = parts
+            .headers
+            .get("x-amz-target")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        match self.plan(&target, &body) {
+            Plan::Pass => self.forward(&parts, body).await,
+            Plan::Fail(status, error) => json_response(status, &error),
+            Plan::LoseReply => {
+                let _ = self.forward(&parts, body).await;
+                json_response(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &json!({"__type": "InternalFailure", "message": "injected: reply lost after the call took effect"}),
+                )
+            }
+            Plan::Entries(plan) => self.put_events(&parts, &body, &plan).await,
+        }
+    }
+
+    /// Sends `body` on upstream with the original method, path and headers (the signature
+    /// covers the host the client saw; the emulator does not check it).
+    async fn forward(
+        &self,
+        parts: &hyper::http::request::Parts,
+        body: Bytes,
+    ) -> Response<Full<Bytes>> {
+        let target = parts
+            .headers
+            .get("x-amz-target")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        let uri = format!(
+            "{}{}",
+            self.upstreams.for_target(target).trim_end_matches('/'),
+            parts.uri.path_and_query().map_or("/", |p| p.as_str())
+        );
+        let mut request = Request::builder().method(parts.method.clone()).uri(uri);
+        for (name, value) in &parts.headers {
+            if name != hyper::header::CONTENT_LENGTH {
+                request = request.header(name, value);
+            }
+        }
+        let request = request
+            .header(hyper::header::CONTENT_LENGTH, body.len())
+            .body(Full::new(body))
+            .expect("a valid request");
+        match self.client.request(request).await {
+            Ok(response) => {
+                let (parts, body) = response.into_parts();
+                let bytes = body
+                    .collect()
+                    .await
+                    .map(|c| c.to_bytes())
+                    .unwrap_or_default();
+                let mut response = Response::from_parts(parts, Full::new(bytes.clone()));
+                let headers = response.headers_mut();
+                // The body is whole now: the upstream's framing (DynamoDB Local answers large
+                // bodies chunked) must not reach the client beside a Content-Length.
+                for hop_by_hop in [
+                    hyper::header::TRANSFER_ENCODING,
+                    hyper::header::CONNECTION,
+                    hyper::header::CONTENT_LENGTH,
+                ] {
+                    headers.remove(hop_by_hop);
+                }
+                headers.insert(hyper::header::CONTENT_LENGTH, bytes.len().into());
+                response
+            }
+            Err(e) => text(StatusCode::BAD_GATEWAY, &format!("upstream: {e}")),
+        }
+    }
+
+    async fn put_events(
+        &self,
+        parts: &hyper::http::request::Parts,
+        body: &Bytes,
+        plan: &[Option<&'static str>],
+    ) -> Response<Full<Bytes>> {
+        let Ok(mut request) = serde_json::from_slice::<Value>(body) else {
+            return self.forward(parts, body.clone()).await;
+        };
+        if plan.iter().all(Option::is_none) {
+            return self.forward(parts, body.clone()).await;
+        }
+        let entries = request["Entries"].as_array().cloned().unwrap_or_default();
+        let kept: Vec<Value> = entries
+            .into_iter()
+            .zip(plan)
+            .filter(|(_, fault)| fault.is_none())
+            .map(|(entry, _)| entry)
+            .collect();
+        let delivered: Vec<Value> = if kept.is_empty() {
+            Vec::new()
+        } else {
+            request["Entries"] = Value::Array(kept);
+            let forwarded = self
+                .forward(
+                    parts,
+                    Bytes::from(serde_json::to_vec(&request).expect("JSON")),
+                )
+                .await;
+            if forwarded.status() != StatusCode::OK {
+                return forwarded;
+            }
+            let bytes = forwarded
+                .into_body()
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            let answer: Value = serde_json::from_slice(&bytes).unwrap_or_default();
+            answer["Entries"].as_array().cloned().unwrap_or_default()
+        };
+        let mut delivered = delivered.into_iter();
+        let results: Vec<Value> = plan
+            .iter()
+            .map(|fault| match fault {
+                Some(code) => json!({"ErrorCode": code, "ErrorMessage": "injected entry failure"}),
+                None => delivered.next().unwrap_or_else(
+                    || json!({"ErrorCode": "InternalFailure", "ErrorMessage": "missing result"}),
+                ),
+            })
+            .collect();
+        let failed = results
+            .iter()
+            .filter(|r| r.get("ErrorCode").is_some())
+            .count();
+        json_response(
+            StatusCode::OK,
+            &json!({"FailedEntryCount": failed, "Entries": results}),
+        )
+    }
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
+    let bytes = Bytes::from(serde_json::to_vec(body).expect("JSON"));
+    Response::builder()
+        .status(status)
+        .header(hyper::header::CONTENT_TYPE, "application/x-amz-json-1.1")
+        .header(hyper::header::CONTENT_LENGTH, bytes.len())
+        .body(Full::new(bytes))
+        .expect("a valid response")
+}
+
+fn text(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .body(Full::new(Bytes::from(message.to_owned())))
+        .expect("a valid response")
+}
