@@ -5,6 +5,7 @@
 //! A value out of range is a [`SettingError`] naming that exact flag and variable.
 
 use std::fmt;
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use outbox_shared::RetryPolicy;
@@ -48,10 +49,14 @@ pub struct PublisherConfig {
     pub max_concurrency: usize,
     /// Retries of an entry that failed with a retryable code: the project's full-jitter backoff.
     pub retry: RetryPolicy,
+    /// Ceiling of the publish rate, in entries per second (`None`: only the bus's throttling
+    /// limits it); see [`crate::publish_rate`].
+    pub max_publish_rate: Option<NonZeroU32>,
 }
 
 impl PublisherConfig {
-    /// Defaults: 10 entries and 256 KiB per call, 16 calls in flight, 5 attempts from 50 ms.
+    /// Defaults: 10 entries and 256 KiB per call, 16 calls in flight, 5 attempts from 50 ms, no
+    /// ceiling on the publish rate.
     pub fn new(event_bus_name: impl Into<String>, source: impl Into<String>) -> Self {
         Self {
             event_bus_name: event_bus_name.into(),
@@ -61,6 +66,7 @@ impl PublisherConfig {
             max_entry_bytes: PUT_EVENTS_DEFAULT_MAX_BYTES,
             max_concurrency: DEFAULT_PUBLISH_CONCURRENCY,
             retry: retry_policy(DEFAULT_PUBLISH_MAX_ATTEMPTS),
+            max_publish_rate: None,
         }
     }
 
@@ -297,6 +303,11 @@ pub struct PublisherArgs {
     /// Attempts per entry (first try included) for retryable failures.
     #[arg(long, env = "PUBLISH_MAX_ATTEMPTS", default_value_t = DEFAULT_PUBLISH_MAX_ATTEMPTS)]
     pub publish_max_attempts: usize,
+    /// Ceiling of the publish rate, in entries per second, for this process (default: none).
+    /// Below it, the rate adapts to the bus's quota: lowered on `ThrottlingException`, probed
+    /// back up while calls are accepted.
+    #[arg(long, env = "MAX_PUBLISH_RATE")]
+    pub max_publish_rate: Option<NonZeroU32>,
 }
 
 impl PublisherArgs {
@@ -311,6 +322,7 @@ impl PublisherArgs {
             max_entry_bytes: self.max_entry_bytes,
             max_concurrency: self.publish_concurrency,
             retry: retry_policy(self.publish_max_attempts),
+            max_publish_rate: self.max_publish_rate,
             ..PublisherConfig::new(&self.event_bus_name, &self.source)
         };
         // Attempts are checked before they become a retry count (0 attempts would wrap to 1).
@@ -456,6 +468,21 @@ mod tests {
             let err = parse(args).config().unwrap_err();
             assert_eq!((err.flag, err.env), (flag, env), "{args:?}: {err}");
             assert!(err.to_string().contains(env), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_publish_rate_ceiling_is_a_positive_number_of_entries_per_second() {
+        assert_eq!(parse(&[]).config().unwrap().max_publish_rate, None);
+        let config = parse(&["--max-publish-rate", "500"]).config().unwrap();
+        assert_eq!(config.max_publish_rate, NonZeroU32::new(500));
+        let base = ["relay", "--event-bus-name", "bus", "--source", "orders"];
+        for bad in ["0", "-5", "fast"] {
+            let flag = format!("--max-publish-rate={bad}");
+            let err = Cli::try_parse_from(base.iter().copied().chain([flag.as_str()]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("--max-publish-rate"), "{bad}: {err}");
         }
     }
 

@@ -18,6 +18,7 @@
 pub mod config;
 pub mod dead_letter;
 pub mod metrics;
+pub mod publish_rate;
 pub mod publisher;
 pub mod relay;
 pub mod status;

@@ -15,6 +15,9 @@
 //! events of its aggregate are not sent at all ([`PublishOutcome::HeldBack`]). So one aggregate's
 //! events leave in order even under failure, and none overtakes an earlier one that failed.
 //!
+//! Rate: every call, retries included, leaves at the pace of the publisher's [`PublishRate`]
+//! (no limit until the bus throttles or a ceiling is set; see that module for the adaptation).
+//!
 //! Deadline: [`Publisher::publish_until`] starts no call, and no retry, after `stop_at`; the
 //! events not sent are [`PublishOutcome::NotSent`]. A call already sent is bounded by the SDK
 //! client's operation timeout.
@@ -34,6 +37,7 @@ use outbox_shared::error::{ErrorClass, SdkFailure, classify_code};
 use tokio::sync::Semaphore;
 
 use crate::config::{PublisherConfig, PublisherConfigError};
+use crate::publish_rate::{PublishRate, Slot};
 
 /// What happened to one event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,12 +75,16 @@ pub const POISON_ENTRY_CODES: &[&str] = &[
 /// Our code for an event larger than the configured entry size; it is never sent.
 pub const ENTRY_TOO_LARGE: &str = "EntryTooLarge";
 
+/// The code of a call or entry refused because the bus's `PutEvents` quota is exceeded.
+pub const THROTTLED: &str = "ThrottlingException";
+
 /// Counters across every call of one publisher.
 #[derive(Debug, Default)]
 pub struct PublishStats {
     put_events_calls: AtomicU64,
     published: AtomicU64,
     retried: AtomicU64,
+    throttled: AtomicU64,
     rejected: AtomicU64,
     failed: AtomicU64,
     held_back: AtomicU64,
@@ -91,6 +99,8 @@ pub struct PublishStatsSnapshot {
     pub published: u64,
     /// Entries sent again after a retryable failure (one per entry per retry).
     pub retried: u64,
+    /// Entries refused with `ThrottlingException` (one per entry per attempt).
+    pub throttled: u64,
     pub rejected: u64,
     pub failed: u64,
     /// Not sent because an earlier event of their aggregate was not published.
@@ -105,6 +115,7 @@ impl PublishStats {
             put_events_calls: self.put_events_calls.load(Ordering::Relaxed),
             published: self.published.load(Ordering::Relaxed),
             retried: self.retried.load(Ordering::Relaxed),
+            throttled: self.throttled.load(Ordering::Relaxed),
             rejected: self.rejected.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
             held_back: self.held_back.load(Ordering::Relaxed),
@@ -154,6 +165,7 @@ pub struct EventBridgePublisher {
     client: aws_sdk_eventbridge::Client,
     config: PublisherConfig,
     stats: Arc<PublishStats>,
+    rate: Arc<PublishRate>,
 }
 
 impl EventBridgePublisher {
@@ -166,6 +178,7 @@ impl EventBridgePublisher {
         config.validate()?;
         Ok(Self {
             client,
+            rate: Arc::new(PublishRate::new(config.max_publish_rate)),
             config,
             stats: Arc::default(),
         })
@@ -178,6 +191,11 @@ impl EventBridgePublisher {
     /// Counters since this publisher was built (shared by its clones).
     pub fn stats(&self) -> PublishStatsSnapshot {
         self.stats.snapshot()
+    }
+
+    /// The entries per second it lets out now (`None`: no limit), shared by its clones.
+    pub fn publish_rate(&self) -> Option<f64> {
+        self.rate.limit()
     }
 
     /// The `PutEvents` entry of `event`, on the configured bus with the configured source.
@@ -203,7 +221,24 @@ impl EventBridgePublisher {
         let mut pending: Vec<usize> = indices.to_vec();
         let mut last_error = (String::new(), String::new());
         let mut backoff = self.config.retry.delays();
+        let mut first_attempt = true;
         loop {
+            let Some(slot) = self.rate.acquire(pending.len(), stop_at).await else {
+                // The publish rate would send it after the deadline: it stays pending.
+                done.extend(pending.iter().map(|&i| {
+                    let outcome = if first_attempt {
+                        PublishOutcome::NotSent
+                    } else {
+                        PublishOutcome::Failed {
+                            code: last_error.0.clone(),
+                            message: last_error.1.clone(),
+                        }
+                    };
+                    (i, outcome)
+                }));
+                break;
+            };
+            first_attempt = false;
             let entries = pending.iter().map(|&i| self.entry(&events[i])).collect();
             self.stats.put_events_calls.fetch_add(1, Ordering::Relaxed);
             let sent = self
@@ -213,6 +248,7 @@ impl EventBridgePublisher {
                 .send()
                 .await;
             let mut retry = Vec::new();
+            let mut throttled = 0;
             match sent {
                 Ok(output) if output.entries().len() == pending.len() => {
                     for (&index, result) in pending.iter().zip(output.entries()) {
@@ -220,6 +256,7 @@ impl EventBridgePublisher {
                             done.push((index, PublishOutcome::Published));
                             continue;
                         };
+                        throttled += usize::from(code == THROTTLED);
                         let message = result.error_message().unwrap_or_default().to_owned();
                         match classify_code(code) {
                             ErrorClass::Retryable => {
@@ -252,6 +289,9 @@ impl EventBridgePublisher {
                         .code
                         .clone()
                         .unwrap_or_else(|| "RequestFailed".into());
+                    if code == THROTTLED {
+                        throttled = pending.len();
+                    }
                     let message = failure.to_string();
                     match failure.class {
                         ErrorClass::Retryable => {
@@ -273,6 +313,7 @@ impl EventBridgePublisher {
                     }
                 }
             }
+            self.pace(slot, pending.len(), throttled);
             if retry.is_empty() {
                 break;
             }
@@ -307,6 +348,24 @@ impl EventBridgePublisher {
             pending = retry;
         }
         done
+    }
+
+    /// Adapts the publish rate to a call of `entries` entries sent in `slot`, `throttled` of them
+    /// refused for the quota.
+    fn pace(&self, slot: Slot, entries: usize, throttled: usize) {
+        if throttled == 0 {
+            self.rate.accepted(entries);
+            return;
+        }
+        self.stats
+            .throttled
+            .fetch_add(throttled as u64, Ordering::Relaxed);
+        if let Some(limit) = self.rate.throttled(slot, entries, throttled) {
+            tracing::info!(
+                entries_per_second = limit.round() as u64,
+                "PutEvents throttled: publish rate lowered"
+            );
+        }
     }
 }
 
@@ -600,6 +659,23 @@ mod tests {
         assert_eq!(outcomes, vec![PublishOutcome::Published; 2]);
         let stats = publisher.stats();
         assert_eq!((stats.put_events_calls, stats.retried), (2, 1));
+        // And the publisher lowered its rate to 70 % of the one entry accepted in the last second
+        // (no lower than 1 entry/s; the accepted retry raised it a little since), counting the
+        // throttled entry
+        assert_eq!(stats.throttled, 1);
+        let rate = publisher.publish_rate().expect("a limit after throttling");
+        assert!((1.0..2.0).contains(&rate), "{rate}");
+    }
+
+    #[tokio::test]
+    async fn a_publisher_with_no_ceiling_and_no_throttling_has_no_publish_rate_limit() {
+        let put = mock!(Client::put_events).then_output(|| accepted(1));
+        let publisher =
+            EventBridgePublisher::new(mock_eventbridge(&[&put]), quick_config()).unwrap();
+        let outcomes = publisher.publish(&[event("a", 5)]).await;
+        assert_eq!(outcomes, vec![PublishOutcome::Published]);
+        assert_eq!(publisher.publish_rate(), None);
+        assert_eq!(publisher.stats().throttled, 0);
     }
 
     /// Event `n` of aggregate `aggregate`.

@@ -173,6 +173,7 @@ fn relay_args(table: &str, bus: &str, dlq: &str) -> RelayArgs {
             max_entry_bytes: outbox_shared::limits::PUT_EVENTS_DEFAULT_MAX_BYTES,
             publish_concurrency: 10,
             publish_max_attempts: relay_runtime::config::DEFAULT_PUBLISH_MAX_ATTEMPTS,
+            max_publish_rate: None,
         },
         retention: relay_runtime::RetentionArgs::default(),
         metrics: relay_runtime::metrics::MetricsArgs::default(),

@@ -66,6 +66,7 @@ fn main() {
                 max_entry_bytes: 256 * 1024,
                 publish_concurrency: 16,
                 publish_max_attempts: 5,
+                max_publish_rate: None,
             },
             retention: relay_runtime::RetentionArgs::default(),
             dead_letter_queue_url: None,

@@ -14,6 +14,7 @@ mod infra_template;
 mod operator_commands;
 mod poller_drain;
 mod poller_fleet;
+mod poller_quota;
 mod relay_faults;
 mod relay_stream_deadline;
 mod relay_stream_faults;

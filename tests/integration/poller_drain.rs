@@ -441,6 +441,7 @@ fn publisher_args(bus: &str) -> PublisherArgs {
         max_entry_bytes: outbox_shared::limits::PUT_EVENTS_DEFAULT_MAX_BYTES,
         publish_concurrency: relay_runtime::config::DEFAULT_PUBLISH_CONCURRENCY,
         publish_max_attempts: relay_runtime::config::DEFAULT_PUBLISH_MAX_ATTEMPTS,
+        max_publish_rate: None,
     }
 }
 

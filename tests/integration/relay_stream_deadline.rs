@@ -76,6 +76,7 @@ async fn a_slow_endpoint_mid_batch_does_not_run_the_invocation_past_its_deadline
             max_entry_bytes: 256 * 1024,
             publish_concurrency: 1,
             publish_max_attempts: 3,
+            max_publish_rate: None,
         },
         retention: relay_runtime::RetentionArgs::default(),
         dead_letter_queue_url: None,

@@ -245,6 +245,7 @@ fn relay_args(env: &TestEnv) -> RelayArgs {
             max_entry_bytes: 256 * 1024,
             publish_concurrency: 4,
             publish_max_attempts: 4,
+            max_publish_rate: None,
         },
         retention: relay_runtime::RetentionArgs::default(),
         dead_letter_queue_url: Some(env.dead_letter_queue_url.clone()),

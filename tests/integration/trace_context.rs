@@ -90,6 +90,7 @@ async fn an_orders_trace_header_travels_to_the_put_events_entry() {
             max_entry_bytes: 256 * 1024,
             publish_concurrency: 4,
             publish_max_attempts: 4,
+            max_publish_rate: None,
         },
         retention: relay_runtime::RetentionArgs::default(),
         dead_letter_queue_url: Some(env.dead_letter_queue_url.clone()),

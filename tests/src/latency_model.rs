@@ -6,7 +6,8 @@
 //! client-side cost; only the network and the service are replaced by a fixed delay.
 //!
 //! It models just what the relays call:
-//! - `AWSEvents.PutEvents`: every entry accepted.
+//! - `AWSEvents.PutEvents`: every entry accepted, or, under a quota ([`LatencyModel::limit_put_events`]),
+//!   the entries beyond it refused with `ThrottlingException` as EventBridge does.
 //! - `DynamoDB_20120810.Query` on the pending index: the first `:`-value that is a pending-shard key
 //!   (`OUTBOX#PENDING#n`) selects the shard; a value with the sort-key prefix (`EVENT#`) is an exclusive upper bound
 //!   on `GSI1SK` (the grace-period cutoff); `Limit` and `ExclusiveStartKey` paginate, oldest first.
@@ -43,6 +44,34 @@ struct State {
     /// (`PK`, `SK`) -> (`GSI1PK`, `GSI1SK`) of pending items.
     keys: HashMap<(String, String), (String, String)>,
     calls: BTreeMap<String, u64>,
+    /// `PutEvents` entries received, and of those refused for the quota.
+    entries: u64,
+    throttled: u64,
+    quota: Option<Quota>,
+}
+
+/// EventBridge's `PutEvents` quota as a token bucket: `per_second` tokens a second, at most one
+/// second's worth saved up.
+#[derive(Debug)]
+struct Quota {
+    per_second: f64,
+    tokens: f64,
+    refilled_at: tokio::time::Instant,
+}
+
+impl Quota {
+    fn take(&mut self) -> bool {
+        let now = tokio::time::Instant::now();
+        let earned = now.duration_since(self.refilled_at).as_secs_f64() * self.per_second;
+        self.tokens = (self.tokens + earned).min(self.per_second);
+        self.refilled_at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// An operation that turns slow: after `after_calls` calls, it answers after `delay`.
@@ -80,6 +109,24 @@ impl LatencyModel {
             after_calls,
             delay,
         });
+    }
+
+    /// Gives `PutEvents` a quota of `entries_per_second` (a token bucket holding one second's
+    /// worth, full at the start): entries beyond it fail with `ThrottlingException`. Time is
+    /// tokio's, so a test on a paused clock sees the quota in virtual time.
+    pub fn limit_put_events(&self, entries_per_second: u32) {
+        let per_second = f64::from(entries_per_second);
+        self.state.lock().expect("model state").quota = Some(Quota {
+            per_second,
+            tokens: per_second,
+            refilled_at: tokio::time::Instant::now(),
+        });
+    }
+
+    /// `PutEvents` entries received so far, and how many of them were throttled.
+    pub fn put_events_entries(&self) -> (u64, u64) {
+        let state = self.state.lock().expect("model state");
+        (state.entries, state.throttled)
     }
 
     /// SDK configuration whose clients talk to this model.
@@ -127,18 +174,30 @@ impl LatencyModel {
         self.state.lock().expect("model state").calls.clone()
     }
 
-    fn answer(&self, target: &str, body: &[u8]) -> (u16, Value) {
-        let operation = target.rsplit('.').next().unwrap_or(target).to_owned();
+    /// The status and body of the answer to one call, and the calls of its operation so far.
+    fn answer(&self, operation: &str, body: &[u8]) -> (u16, Value, u64) {
         let request: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
         let mut state = self.state.lock().expect("model state");
-        *state.calls.entry(operation.clone()).or_default() += 1;
-        match operation.as_str() {
+        let calls = state.calls.entry(operation.to_owned()).or_default();
+        *calls += 1;
+        let calls = *calls;
+        let (status, body) = match operation {
             "PutEvents" => {
                 let n = request["Entries"].as_array().map_or(0, Vec::len);
+                state.entries += n as u64;
+                let mut failed = 0;
                 let entries: Vec<Value> = (0..n)
-                    .map(|_| json!({"EventId": uuid::Uuid::now_v7().to_string()}))
+                    .map(|_| {
+                        if state.quota.as_mut().is_none_or(Quota::take) {
+                            json!({"EventId": uuid::Uuid::now_v7().to_string()})
+                        } else {
+                            failed += 1;
+                            json!({"ErrorCode": "ThrottlingException", "ErrorMessage": "Rate exceeded."})
+                        }
+                    })
                     .collect();
-                (200, json!({"FailedEntryCount": 0, "Entries": entries}))
+                state.throttled += failed;
+                (200, json!({"FailedEntryCount": failed, "Entries": entries}))
             }
             "Query" => (200, query(&state, &request)),
             "UpdateItem" => {
@@ -164,7 +223,8 @@ impl LatencyModel {
             }
             "SendMessage" => (200, json!({"MessageId": uuid::Uuid::now_v7().to_string()})),
             _ => (200, json!({})),
-        }
+        };
+        (status, body, calls)
     }
 }
 
@@ -260,17 +320,11 @@ impl HttpConnector for LatencyModel {
             .get("x-amz-target")
             .unwrap_or_default()
             .to_owned();
-        let (status, body) = self.answer(&target, request.body().bytes().unwrap_or_default());
         let operation = target.rsplit('.').next().unwrap_or(&target);
-        let slowdown = self.slowdown.lock().expect("model slowdown").clone();
-        let delay = match slowdown {
-            Some(slow)
-                if slow.operation == operation
-                    && self.calls().get(operation).copied().unwrap_or_default()
-                        > slow.after_calls =>
-            {
-                slow.delay
-            }
+        let (status, body, calls) =
+            self.answer(operation, request.body().bytes().unwrap_or_default());
+        let delay = match &*self.slowdown.lock().expect("model slowdown") {
+            Some(slow) if slow.operation == operation && calls > slow.after_calls => slow.delay,
             _ => self.delay,
         };
         HttpConnectorFuture::new(async move {
