@@ -10,7 +10,8 @@ use anyhow::Context;
 use aws_config::SdkConfig;
 use chrono::Utc;
 use relay_runtime::{
-    DynamoStatusStore, EventBridgePublisher, PublisherConfigError, SettingError, SqsDeadLetterSink,
+    CallTasks, DynamoStatusStore, EventBridgePublisher, PublisherConfigError, SettingError,
+    SqsDeadLetterSink,
 };
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -73,8 +74,11 @@ pub fn aws_poller(
         &outbox.table_name,
         &outbox.index_name,
     );
-    let publisher = EventBridgePublisher::new(clients.eventbridge, config.publisher.clone())?;
-    let store = DynamoStatusStore::new(clients.dynamodb, &outbox.table_name, config.ttl);
+    // The poller's shards run in one task: its calls run on their own tasks to use every core.
+    let publisher = EventBridgePublisher::new(clients.eventbridge, config.publisher.clone())?
+        .with_call_tasks(CallTasks::Spawned);
+    let store = DynamoStatusStore::new(clients.dynamodb, &outbox.table_name, config.ttl)
+        .with_call_tasks(CallTasks::Spawned);
     let dead_letters = SqsDeadLetterSink::new(clients.sqs, &config.dead_letter_queue_url);
     let settings = PollerSettings {
         shards: config.index.shards.clone(),

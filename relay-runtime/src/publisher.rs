@@ -36,6 +36,7 @@ use outbox_shared::OutboundEvent;
 use outbox_shared::error::{ErrorClass, SdkFailure, classify_code};
 use tokio::sync::Semaphore;
 
+use crate::CallTasks;
 use crate::config::{PublisherConfig, PublisherConfigError};
 use crate::publish_rate::{PublishRate, Slot};
 
@@ -166,6 +167,7 @@ pub struct EventBridgePublisher {
     config: PublisherConfig,
     stats: Arc<PublishStats>,
     rate: Arc<PublishRate>,
+    call_tasks: CallTasks,
 }
 
 impl EventBridgePublisher {
@@ -181,7 +183,15 @@ impl EventBridgePublisher {
             rate: Arc::new(PublishRate::new(config.max_publish_rate)),
             config,
             stats: Arc::default(),
+            call_tasks: CallTasks::Inline,
         })
+    }
+
+    /// Runs its `PutEvents` calls as `call_tasks` says (default: in the caller's task).
+    #[must_use]
+    pub fn with_call_tasks(mut self, call_tasks: CallTasks) -> Self {
+        self.call_tasks = call_tasks;
+        self
     }
 
     pub fn config(&self) -> &PublisherConfig {
@@ -241,12 +251,8 @@ impl EventBridgePublisher {
             first_attempt = false;
             let entries = pending.iter().map(|&i| self.entry(&events[i])).collect();
             self.stats.put_events_calls.fetch_add(1, Ordering::Relaxed);
-            let sent = self
-                .client
-                .put_events()
-                .set_entries(Some(entries))
-                .send()
-                .await;
+            let call = self.client.put_events().set_entries(Some(entries)).send();
+            let sent = self.call_tasks.run(call).await;
             let mut retry = Vec::new();
             let mut throttled = 0;
             match sent {

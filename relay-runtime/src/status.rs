@@ -151,6 +151,7 @@ pub struct DynamoStatusStore {
     client: Client,
     table_name: String,
     ttl: TtlPolicy,
+    call_tasks: crate::CallTasks,
 }
 
 impl DynamoStatusStore {
@@ -160,7 +161,15 @@ impl DynamoStatusStore {
             client,
             table_name: table_name.into(),
             ttl,
+            call_tasks: crate::CallTasks::Inline,
         }
+    }
+
+    /// Runs its marks as `call_tasks` says (default: in the caller's task).
+    #[must_use]
+    pub fn with_call_tasks(mut self, call_tasks: crate::CallTasks) -> Self {
+        self.call_tasks = call_tasks;
+        self
     }
 
     /// An update of the item at `key` on the condition that it is still pending (in the index),
@@ -214,7 +223,7 @@ impl DynamoStatusStore {
                     "SET #status = :status, #at = :now, #ttl = :ttl REMOVE #gsi1pk, #gsi1sk",
                 ),
         };
-        outcome(key, status, update.send().await)
+        outcome(key, status, self.call_tasks.run(update.send()).await)
     }
 }
 
