@@ -4,6 +4,8 @@
 //!   after a publish each event is marked published, or dead-lettered then marked, concurrently.
 //! - [`publisher`]: the publisher port and its EventBridge adapter (size-aware batching, bounded
 //!   concurrency, per-entry retries with full jitter; it stamps the bus and `Source`).
+//! - [`publish_rate`]: the publisher's pace under the bus's `PutEvents` quota (additive increase,
+//!   multiplicative decrease on throttling, an optional ceiling).
 //! - [`status`]: the status-store port and its DynamoDB adapter (the conditional mark).
 //! - [`dead_letter`]: the dead-letter port and its SQS adapter for poison events.
 //! - [`config`]: the publisher's configuration and the flags and variables every relay reads it
