@@ -9,8 +9,8 @@
 //! - Until the first throttle, and with no ceiling, there is no limit at all (no cost on the
 //!   stream relay's path).
 //! - On a throttle, the limit drops to [`DECREASE_FACTOR`] of what it was (at the first throttle:
-//!   of the entries accepted in the last second, or sent if none was accepted). Throttles of calls let out before that
-//!   decrease are the same episode and do not lower it again.
+//!   of the entries accepted in the last second, or sent if none was accepted). Throttles of calls
+//!   let out before that decrease are the same episode and do not lower it again.
 //! - While calls are accepted, the limit grows linearly ([`INCREASE_PER_SECOND`] of the limit set
 //!   at the last decrease, per second, at least [`MIN_INCREASE_PER_SECOND`]), probing back up to
 //!   the quota.
@@ -54,20 +54,6 @@ pub struct PublishRate {
     turn: tokio::sync::Mutex<()>,
 }
 
-impl State {
-    /// Counts a call answered at `now` in the window.
-    fn record(&mut self, now: Instant, accepted: usize, sent: usize) {
-        self.window.push_back((now, accepted as u64, sent as u64));
-        while self
-            .window
-            .front()
-            .is_some_and(|(at, _, _)| now.duration_since(*at) > WINDOW)
-        {
-            self.window.pop_front();
-        }
-    }
-}
-
 /// When a call was let out, and when its turn was decided (see [`PublishRate::acquire`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slot {
@@ -92,6 +78,20 @@ struct State {
     window: VecDeque<(Instant, u64, u64)>,
     /// Times the limit was lowered.
     decreases: u64,
+}
+
+impl State {
+    /// Counts a call answered at `now` in the window.
+    fn record(&mut self, now: Instant, accepted: usize, sent: usize) {
+        self.window.push_back((now, accepted as u64, sent as u64));
+        while self
+            .window
+            .front()
+            .is_some_and(|(at, _, _)| now.duration_since(*at) > WINDOW)
+        {
+            self.window.pop_front();
+        }
+    }
 }
 
 impl PublishRate {
@@ -171,11 +171,12 @@ impl PublishRate {
         })
     }
 
-    /// Reports a call of `entries` entries, none throttled: the limit grows.
-    pub fn accepted(&self, entries: usize) {
+    /// Reports a call of `sent` entries, none throttled, `accepted` of them accepted: the limit
+    /// grows.
+    pub fn accepted(&self, sent: usize, accepted: usize) {
         let now = Instant::now();
         let mut state = self.lock();
-        state.record(now, entries, entries);
+        state.record(now, accepted, sent);
         if let (Some(limit), Some(_)) = (state.limit, state.lowered_at) {
             let grown = limit + state.step * now.duration_since(state.raised_at).as_secs_f64();
             state.limit = Some(self.ceiling.map_or(grown, |c| grown.min(c)));
@@ -183,13 +184,13 @@ impl PublishRate {
         state.raised_at = now;
     }
 
-    /// Reports a call in `slot` of `entries` entries, `throttled` of them (or the whole call)
-    /// refused for the quota: the limit drops, once per episode (a call let out before the last
-    /// decrease left at the old limit). Returns the new limit when it dropped.
-    pub fn throttled(&self, slot: Slot, entries: usize, throttled: usize) -> Option<f64> {
+    /// Reports a call in `slot` of `sent` entries, some of them (or the whole call) refused for
+    /// the quota and `accepted` of them accepted: the limit drops, once per episode (a call let
+    /// out before the last decrease left at the old limit). Returns the new limit when it dropped.
+    pub fn throttled(&self, slot: Slot, sent: usize, accepted: usize) -> Option<f64> {
         let now = Instant::now();
         let mut state = self.lock();
-        state.record(now, entries.saturating_sub(throttled), entries);
+        state.record(now, accepted, sent);
         if state
             .lowered_at
             .is_some_and(|lowered| slot.reserved_at < lowered)
@@ -263,19 +264,19 @@ mod tests {
         let rate = rate(None);
         let sent = rate.acquire(10, None).await.unwrap();
         for _ in 0..50 {
-            rate.accepted(10);
+            rate.accepted(10, 10);
         }
         // 500 entries accepted in the last second: the first limit is 70 % of that.
         tokio::time::advance(Duration::from_millis(10)).await;
-        assert_eq!(rate.throttled(sent, 10, 10), Some(350.0));
+        assert_eq!(rate.throttled(sent, 10, 0), Some(350.0));
         // Calls scheduled before the decrease are the same episode, even if sent after it.
-        assert_eq!(rate.throttled(sent, 10, 10), None);
+        assert_eq!(rate.throttled(sent, 10, 0), None);
         assert_eq!(rate.limit(), Some(350.0));
         assert_eq!(rate.decreases(), 1);
         // A call scheduled after it lowers it again.
         tokio::time::advance(Duration::from_millis(10)).await;
         let again = rate
-            .throttled(rate.acquire(10, None).await.unwrap(), 10, 10)
+            .throttled(rate.acquire(10, None).await.unwrap(), 10, 0)
             .unwrap();
         assert!((again - 245.0).abs() < 1e-9, "{again}");
     }
@@ -285,7 +286,7 @@ mod tests {
         let rate = rate(None);
         let slot = rate.acquire(10, None).await.unwrap();
         // A throttled call of 10 entries, none accepted: 70 % of 10 entries/s.
-        let limit = rate.throttled(slot, 10, 10).unwrap();
+        let limit = rate.throttled(slot, 10, 0).unwrap();
         assert!((limit - 7.0).abs() < 1e-9, "{limit}");
     }
 
@@ -293,11 +294,11 @@ mod tests {
     async fn accepted_calls_raise_the_limit_linearly_up_to_the_ceiling() {
         let rate = rate(Some(1000));
         assert_eq!(
-            rate.throttled(rate.acquire(10, None).await.unwrap(), 10, 10),
+            rate.throttled(rate.acquire(10, None).await.unwrap(), 10, 0),
             Some(700.0)
         );
         tokio::time::advance(Duration::from_secs(1)).await;
-        rate.accepted(10);
+        rate.accepted(10, 10);
         // 10 % of the decreased limit per second.
         assert!(
             (rate.limit().unwrap() - 770.0).abs() < 1e-6,
@@ -305,14 +306,14 @@ mod tests {
             rate.limit()
         );
         tokio::time::advance(Duration::from_secs(2)).await;
-        rate.accepted(10);
+        rate.accepted(10, 10);
         assert!(
             (rate.limit().unwrap() - 910.0).abs() < 1e-6,
             "{:?}",
             rate.limit()
         );
         tokio::time::advance(Duration::from_secs(10)).await;
-        rate.accepted(10);
+        rate.accepted(10, 10);
         assert_eq!(rate.limit(), Some(1000.0));
     }
 
@@ -321,7 +322,7 @@ mod tests {
         let rate = rate(Some(100));
         let start = Instant::now();
         let first = rate.acquire(10, None).await.unwrap();
-        assert_eq!(rate.throttled(first, 10, 10), Some(70.0));
+        assert_eq!(rate.throttled(first, 10, 0), Some(70.0));
         // The next turn was set at the old limit (100 ms); the one after at the new (143 ms).
         let second = rate.acquire(10, None).await.unwrap().send_at;
         let third = rate.acquire(10, None).await.unwrap().send_at;
@@ -340,7 +341,7 @@ mod tests {
         let rate = rate(Some(1));
         for _ in 0..5 {
             tokio::time::advance(Duration::from_millis(1)).await;
-            rate.throttled(rate.acquire(1, None).await.unwrap(), 1, 1);
+            rate.throttled(rate.acquire(1, None).await.unwrap(), 1, 0);
         }
         assert_eq!(rate.limit(), Some(MIN_RATE));
     }

@@ -254,12 +254,13 @@ impl EventBridgePublisher {
             let call = self.client.put_events().set_entries(Some(entries)).send();
             let sent = self.call_tasks.run(call).await;
             let mut retry = Vec::new();
-            let mut throttled = 0;
+            let (mut accepted, mut throttled) = (0, 0);
             match sent {
                 Ok(output) if output.entries().len() == pending.len() => {
                     for (&index, result) in pending.iter().zip(output.entries()) {
                         let Some(code) = result.error_code() else {
                             done.push((index, PublishOutcome::Published));
+                            accepted += 1;
                             continue;
                         };
                         throttled += usize::from(code == THROTTLED);
@@ -319,7 +320,7 @@ impl EventBridgePublisher {
                     }
                 }
             }
-            self.pace(slot, pending.len(), throttled);
+            self.pace(slot, pending.len(), accepted, throttled);
             if retry.is_empty() {
                 break;
             }
@@ -356,17 +357,17 @@ impl EventBridgePublisher {
         done
     }
 
-    /// Adapts the publish rate to a call of `entries` entries sent in `slot`, `throttled` of them
-    /// refused for the quota.
-    fn pace(&self, slot: Slot, entries: usize, throttled: usize) {
+    /// Adapts the publish rate to a call of `sent` entries in `slot`: `accepted` of them
+    /// accepted, `throttled` refused for the quota.
+    fn pace(&self, slot: Slot, sent: usize, accepted: usize, throttled: usize) {
         if throttled == 0 {
-            self.rate.accepted(entries);
+            self.rate.accepted(sent, accepted);
             return;
         }
         self.stats
             .throttled
             .fetch_add(throttled as u64, Ordering::Relaxed);
-        if let Some(limit) = self.rate.throttled(slot, entries, throttled) {
+        if let Some(limit) = self.rate.throttled(slot, sent, accepted) {
             tracing::info!(
                 entries_per_second = limit.round() as u64,
                 "PutEvents throttled: publish rate lowered"
