@@ -14,11 +14,8 @@ demo:
 	$(EMULATOR) run -- $(TARGET_DIR)/debug/outbox-demo $(DEMO_ARGS)
 
 ## The whole test suite (unit, integration and end-to-end) against a private local emulator.
-## Four tests at a time (libtest runs as many as there are cores): the integration tests wait on
-## the emulators, child processes and lease timers far more than they compute (on 2 cores the
-## integration binary took 412 s, against 575 s two at a time).
 test:
-	RUST_TEST_THREADS=$${RUST_TEST_THREADS:-4} $(EMULATOR) run -- $(CARGO) test --workspace --locked
+	$(EMULATOR) run -- $(CARGO) test --workspace --locked
 
 ## Formatting and lints, as CI runs them.
 check: fmt clippy lint-infra
