@@ -52,7 +52,11 @@ fn record(item: &OutboxItem, seq: usize) -> EventRecord {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    // The runtime the Lambda runs on (relay-stream/src/main.rs): one thread.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     runtime.block_on(async {
         let model = LatencyModel::new(LATENCY);
         let sdk = model.sdk_config();
