@@ -270,6 +270,53 @@ impl DynamoLeaseStore {
             .key(attr::LEASE_KEY, s(&shard_key(shard)))
             .expression_attribute_names("#owner", attr::OWNER)
     }
+
+    /// An update by `held.owner` of its lease on `shard`, on the condition that it still holds
+    /// it at `held.counter` (`and_condition` adds to that): it sets `set`, `#renewed = :now` and
+    /// `#counter = :next`, records `held.last_pass_at` when given, then applies `tail` (a
+    /// `REMOVE` clause, or nothing). `#expires` is named for `set`.
+    fn owner_update(
+        &self,
+        shard: u16,
+        held: Held<'_>,
+        set: &str,
+        tail: &str,
+        and_condition: &str,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        let set_last_pass = if held.last_pass_at.is_some() {
+            ", #last = :last"
+        } else {
+            ""
+        };
+        let mut update = self
+            .update(shard)
+            .update_expression(format!(
+                "SET {set}, #renewed = :now, #counter = :next{set_last_pass}{tail}"
+            ))
+            .condition_expression(format!("#owner = :me AND #counter = :seen{and_condition}"))
+            .expression_attribute_names("#expires", attr::EXPIRES_AT)
+            .expression_attribute_names("#renewed", attr::RENEWED_AT)
+            .expression_attribute_names("#counter", attr::COUNTER)
+            .expression_attribute_values(":me", s(held.owner))
+            .expression_attribute_values(":now", n(held.now))
+            .expression_attribute_values(":seen", n(held.counter))
+            .expression_attribute_values(":next", n(held.counter + 1));
+        if let Some(at) = held.last_pass_at {
+            update = update
+                .expression_attribute_names("#last", attr::LAST_PASS_AT)
+                .expression_attribute_values(":last", n(at));
+        }
+        update
+    }
+}
+
+/// A lease as its owner holds it, for [`DynamoLeaseStore::owner_update`].
+#[derive(Debug, Clone, Copy)]
+struct Held<'a> {
+    owner: &'a str,
+    counter: u64,
+    now: Millis,
+    last_pass_at: Option<Millis>,
 }
 
 impl LeaseStore for DynamoLeaseStore {
@@ -380,35 +427,16 @@ impl LeaseStore for DynamoLeaseStore {
         term: Term,
         last_pass_at: Option<Millis>,
     ) -> Result<Option<Lease>, LeaseError> {
-        let Term {
-            at: now,
-            expires_at,
-        } = term;
-        let set_last_pass = if last_pass_at.is_some() {
-            ", #last = :last"
-        } else {
-            ""
+        let held = Held {
+            owner,
+            counter,
+            now: term.at,
+            last_pass_at,
         };
-        let mut update = self
-            .update(shard)
-            .update_expression(format!(
-                "SET #expires = :expires, #renewed = :now, #counter = :next{set_last_pass}"
-            ))
-            .condition_expression("#owner = :me AND #counter = :seen")
-            .expression_attribute_names("#expires", attr::EXPIRES_AT)
-            .expression_attribute_names("#renewed", attr::RENEWED_AT)
-            .expression_attribute_names("#counter", attr::COUNTER)
-            .expression_attribute_values(":me", s(owner))
-            .expression_attribute_values(":expires", n(expires_at))
-            .expression_attribute_values(":now", n(now))
-            .expression_attribute_values(":seen", n(counter))
-            .expression_attribute_values(":next", n(counter + 1))
+        let update = self
+            .owner_update(shard, held, "#expires = :expires", "", "")
+            .expression_attribute_values(":expires", n(term.expires_at))
             .return_values(ReturnValue::AllNew);
-        if let Some(at) = last_pass_at {
-            update = update
-                .expression_attribute_names("#last", attr::LAST_PASS_AT)
-                .expression_attribute_values(":last", n(at));
-        }
         self.updated(shard, update.send().await)
     }
 
@@ -439,39 +467,26 @@ impl LeaseStore for DynamoLeaseStore {
         term: Term,
         last_pass_at: Option<Millis>,
     ) -> Result<bool, LeaseError> {
-        let Term {
-            at: now,
-            expires_at,
-        } = term;
-        let set_last_pass = if last_pass_at.is_some() {
-            ", #last = :last"
-        } else {
-            ""
+        let held = Held {
+            owner,
+            counter,
+            now: term.at,
+            last_pass_at,
         };
-        let mut update = self
-            .update(shard)
-            .update_expression(format!(
-                "SET #owner = :to, #expires = :expires, #renewed = :now, #taken = :now, \
-                 #counter = :next{set_last_pass} REMOVE #handoff"
-            ))
-            .condition_expression("#owner = :me AND #counter = :seen AND #handoff = :to")
-            .expression_attribute_names("#expires", attr::EXPIRES_AT)
-            .expression_attribute_names("#renewed", attr::RENEWED_AT)
+        let result = self
+            .owner_update(
+                shard,
+                held,
+                "#owner = :to, #expires = :expires, #taken = :now",
+                " REMOVE #handoff",
+                " AND #handoff = :to",
+            )
             .expression_attribute_names("#taken", attr::TAKEN_AT)
-            .expression_attribute_names("#counter", attr::COUNTER)
             .expression_attribute_names("#handoff", attr::HANDOFF_TO)
-            .expression_attribute_values(":me", s(owner))
             .expression_attribute_values(":to", s(to))
-            .expression_attribute_values(":expires", n(expires_at))
-            .expression_attribute_values(":now", n(now))
-            .expression_attribute_values(":seen", n(counter))
-            .expression_attribute_values(":next", n(counter + 1));
-        if let Some(at) = last_pass_at {
-            update = update
-                .expression_attribute_names("#last", attr::LAST_PASS_AT)
-                .expression_attribute_values(":last", n(at));
-        }
-        let result = update.send().await;
+            .expression_attribute_values(":expires", n(term.expires_at))
+            .send()
+            .await;
         self.written(result)
     }
 
@@ -510,32 +525,23 @@ impl LeaseStore for DynamoLeaseStore {
         now: Millis,
         last_pass_at: Option<Millis>,
     ) -> Result<bool, LeaseError> {
-        let set_last_pass = if last_pass_at.is_some() {
-            ", #last = :last"
-        } else {
-            ""
+        let held = Held {
+            owner,
+            counter,
+            now,
+            last_pass_at,
         };
-        let mut update = self
-            .update(shard)
-            .update_expression(format!(
-                "SET #expires = :now, #renewed = :now, #counter = :next{set_last_pass} \
-                 REMOVE #owner, #handoff"
-            ))
-            .condition_expression("#owner = :me AND #counter = :seen")
-            .expression_attribute_names("#expires", attr::EXPIRES_AT)
-            .expression_attribute_names("#renewed", attr::RENEWED_AT)
-            .expression_attribute_names("#counter", attr::COUNTER)
+        let result = self
+            .owner_update(
+                shard,
+                held,
+                "#expires = :now",
+                " REMOVE #owner, #handoff",
+                "",
+            )
             .expression_attribute_names("#handoff", attr::HANDOFF_TO)
-            .expression_attribute_values(":me", s(owner))
-            .expression_attribute_values(":now", n(now))
-            .expression_attribute_values(":seen", n(counter))
-            .expression_attribute_values(":next", n(counter + 1));
-        if let Some(at) = last_pass_at {
-            update = update
-                .expression_attribute_names("#last", attr::LAST_PASS_AT)
-                .expression_attribute_values(":last", n(at));
-        }
-        let result = update.send().await;
+            .send()
+            .await;
         self.written(result)
     }
 }
