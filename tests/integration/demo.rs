@@ -30,6 +30,7 @@ async fn summary_matches_an_independent_count_of_queue_and_table() {
 
     // When the demo runs with a small N over it
     let output = tokio::process::Command::new(&demo)
+        .envs(env.credentials_env())
         .args([
             "--orders",
             "40",
