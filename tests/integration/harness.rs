@@ -36,6 +36,42 @@ async fn events_on_the_bus_reach_the_sink_queue() {
     assert!(env.outbox_items().await.is_empty());
 }
 
+#[tokio::test]
+async fn each_environment_has_a_database_of_its_own() {
+    // Given two environments
+    let (one, other) = tokio::join!(TestEnv::new(), TestEnv::new());
+
+    // Then each lists its own table and not the other's (DynamoDB Local's calls slow down with
+    // every table a database holds, so a suite sharing one database slows test by test)
+    let tables = |env: &TestEnv| {
+        let client = env.dynamodb.clone();
+        async move {
+            let mut names = Vec::new();
+            let mut start = None;
+            loop {
+                let page = client
+                    .list_tables()
+                    .set_exclusive_start_table_name(start)
+                    .send()
+                    .await
+                    .expect("ListTables");
+                names.extend(page.table_names().iter().cloned());
+                start = page.last_evaluated_table_name().map(str::to_owned);
+                if start.is_none() {
+                    return names;
+                }
+            }
+        }
+    };
+    assert_eq!(tables(&one).await, [one.table_name.clone()]);
+    assert_eq!(tables(&other).await, [other.table_name.clone()]);
+
+    // And a relay process signs as its environment does
+    let env: std::collections::HashMap<_, _> = one.relay_env().into_iter().collect();
+    let theirs: std::collections::HashMap<_, _> = other.relay_env().into_iter().collect();
+    assert_ne!(env["AWS_ACCESS_KEY_ID"], theirs["AWS_ACCESS_KEY_ID"]);
+}
+
 mod emulator_transactions {
     //! The emulator isolates transactions as DynamoDB does: the writer's atomicity tests rely on it.
 
