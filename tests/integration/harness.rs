@@ -63,8 +63,11 @@ async fn each_environment_has_a_database_of_its_own() {
             }
         }
     };
-    assert_eq!(tables(&one).await, [one.table_name.clone()]);
-    assert_eq!(tables(&other).await, [other.table_name.clone()]);
+    assert_eq!(tables(&one).await, std::slice::from_ref(&one.table_name));
+    assert_eq!(
+        tables(&other).await,
+        std::slice::from_ref(&other.table_name)
+    );
 
     // And a relay process signs as its environment does
     let env: std::collections::HashMap<_, _> = one.relay_env().into_iter().collect();
