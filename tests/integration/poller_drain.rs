@@ -536,6 +536,22 @@ async fn expired_pending_events_are_published_and_kept_the_retention_after() {
     // the retention), and 20 events of another client with only the required attributes and an
     // expired ttl
     let env = TestEnv::new().await;
+    // On AWS an expired item is deleted within days of its ttl; DynamoDB Local deletes it within
+    // seconds, before or while the drain reads it. TTL is off for this table, so the items are
+    // still there when the drain runs, as they would be on AWS for a while.
+    env.dynamodb
+        .update_time_to_live()
+        .table_name(&env.table_name)
+        .time_to_live_specification(
+            aws_sdk_dynamodb::types::TimeToLiveSpecification::builder()
+                .enabled(false)
+                .attribute_name(attr::TTL)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .expect("TTL off");
     let mut written = create_orders(&env, 20).await;
     let yesterday = Utc::now().timestamp() - 24 * 3600;
     for item in env.outbox_items().await {
