@@ -146,7 +146,8 @@ pub struct RelayArgs {
     /// Shards polled at once.
     #[arg(long, env = "OUTBOX_SHARD_CONCURRENCY", default_value_t = 16)]
     pub shard_concurrency: usize,
-    /// Status updates (mark published / dead-lettered) in flight at once, per shard.
+    /// Status-update calls in flight at once, per shard: each marks up to 25 published events
+    /// (one `BatchExecuteStatement`) or one dead-lettered event.
     #[arg(long, env = "MARK_CONCURRENCY", default_value_t = DEFAULT_MARK_CONCURRENCY)]
     pub mark_concurrency: usize,
     /// Longest pause between passes that find nothing to do, or only failures (the pause doubles

@@ -67,8 +67,14 @@ pub const LEASES_HELD: &str = "LeasesHeld";
 pub const LEASE_TAKEOVERS: &str = "LeaseTakeovers";
 
 /// The operations [`FAILED_CALLS`] is reported for (the template's alarm sums these).
-pub const COUNTED_OPERATIONS: &[&str] =
-    &["Query", "Scan", "UpdateItem", "PutEvents", "SendMessage"];
+pub const COUNTED_OPERATIONS: &[&str] = &[
+    "Query",
+    "Scan",
+    "UpdateItem",
+    "BatchExecuteStatement",
+    "PutEvents",
+    "SendMessage",
+];
 
 /// `METRICS_NAMESPACE`, read the same way by both relays.
 #[derive(Debug, Clone, clap::Args)]

@@ -24,7 +24,7 @@ use outbox_shared::{ItemKey, OutboundEvent, OutboxItem};
 
 use crate::dead_letter::{DeadLetter, DeadLetterError, DeadLetterSink};
 use crate::publisher::{PublishOutcome, Publisher};
-use crate::status::{MarkOutcome, StatusError, StatusStore};
+use crate::status::{MARK_BATCH_MAX, MarkOutcome, StatusError, StatusStore};
 
 /// An event that can never be published as it is, on its way to the dead-letter queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,7 +214,8 @@ pub struct EventRelay<P, S, D> {
     dead_letters: Option<D>,
     /// `origin` of the dead letters this relay sends (`relay-stream`, `relay-poller`).
     origin: &'static str,
-    /// Status updates and dead letters in flight at once.
+    /// Status-update calls (up to [`MARK_BATCH_MAX`] marks each) and dead letters in flight at
+    /// once.
     mark_concurrency: usize,
 }
 
@@ -331,24 +332,38 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
         settled
     }
 
-    /// Marks every published event, concurrently.
+    /// Marks every published event, [`MARK_BATCH_MAX`] per call, the calls concurrently.
     async fn mark_published<R>(&self, events: Vec<(ItemKey, String, R)>) -> Vec<Settled<R>> {
-        futures::stream::iter(events)
-            .map(|(key, event_id, source)| async move {
-                let mark = self.status.mark_published(&key).await;
-                if let Err(err) = &mark {
-                    // Published but still pending: the poller publishes it again after its grace
-                    // period, with the same eventId.
-                    tracing::warn!(event_id = %event_id, retryable = err.class().is_retryable(), error = %err.failure, "event published but not marked published");
-                }
-                Settled::Published {
-                    key,
-                    event_id,
-                    source,
-                    mark,
-                }
+        let mut events = events.into_iter().peekable();
+        let mut batches = Vec::new();
+        while events.peek().is_some() {
+            batches.push(events.by_ref().take(MARK_BATCH_MAX).collect::<Vec<_>>());
+        }
+        futures::stream::iter(batches)
+            .map(|batch| async move {
+                let keys: Vec<ItemKey> = batch.iter().map(|(key, _, _)| key.clone()).collect();
+                let marks = self.status.mark_all_published(&keys).await;
+                debug_assert_eq!(marks.len(), batch.len(), "one mark per key");
+                batch
+                    .into_iter()
+                    .zip(marks)
+                    .map(|((key, event_id, source), mark)| {
+                        if let Err(err) = &mark {
+                            // Published but still pending: the poller publishes it again after
+                            // its grace period, with the same eventId.
+                            tracing::warn!(event_id = %event_id, retryable = err.class().is_retryable(), error = %err.failure, "event published but not marked published");
+                        }
+                        Settled::Published {
+                            key,
+                            event_id,
+                            source,
+                            mark,
+                        }
+                    })
+                    .collect::<Vec<_>>()
             })
             .buffer_unordered(self.mark_concurrency)
+            .flat_map(futures::stream::iter)
             .collect()
             .await
     }

@@ -4,6 +4,12 @@
 //! `attribute_exists(GSI1PK)`. The condition makes the mark happen once: a failed condition means
 //! another relay already did it, which is an outcome, not an error.
 //!
+//! Published events are marked [`MARK_BATCH_MAX`] at a time
+//! ([`StatusStore::mark_all_published`]): one `BatchExecuteStatement` of PartiQL `UPDATE`s, each
+//! the same update on the same condition, each succeeding or failing on its own (it is not a
+//! transaction, and each costs what an `UpdateItem` does). A batch of 100 events is marked in 4
+//! calls instead of 100: the relays' CPU goes mostly to building and signing requests.
+//!
 //! TTL: the writer's `ttl` only bounds how long a *published* item stays. The mark sets it from the
 //! time of the mark ([`TtlPolicy`]): a published item stays the retention after it was published, a
 //! dead-lettered one at least as long as the dead-letter queue keeps its message (so a redrive
@@ -18,9 +24,12 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, BatchStatementErrorCodeEnum, BatchStatementRequest, KeysAndAttributes,
+};
 use chrono::Utc;
 use outbox_shared::error::{ErrorClass, SdkFailure};
+use outbox_shared::retry::RetryPolicy;
 use outbox_shared::schema::{self, attr};
 use outbox_shared::time::format_timestamp;
 use outbox_shared::{ItemKey, OutboxStatus};
@@ -106,6 +115,16 @@ pub trait StatusStore: Send + Sync {
         key: &ItemKey,
     ) -> impl Future<Output = Result<MarkOutcome, StatusError>> + Send;
 
+    /// Marks each item of `keys` `PUBLISHED` as [`Self::mark_published`] does: one result per key,
+    /// in the order of `keys`. A store that can marks them in one call (at most
+    /// [`MARK_BATCH_MAX`] keys per call); by default each is marked on its own, concurrently.
+    fn mark_all_published(
+        &self,
+        keys: &[ItemKey],
+    ) -> impl Future<Output = Vec<Result<MarkOutcome, StatusError>>> + Send {
+        futures::future::join_all(keys.iter().map(|key| self.mark_published(key)))
+    }
+
     /// Marks the item `DEAD_LETTERED` with `reason` and removes it from the pending index, once.
     fn mark_dead_lettered(
         &self,
@@ -136,6 +155,19 @@ pub trait StatusStore: Send + Sync {
         partition: &str,
     ) -> impl Future<Output = Result<(), SdkFailure>> + Send;
 }
+
+/// Statements one `BatchExecuteStatement` takes: the most marks one call makes.
+pub const MARK_BATCH_MAX: usize = 25;
+
+const BATCH_EXECUTE_STATEMENT: &str = "BatchExecuteStatement";
+
+/// Retries of a mark statement that failed with a retryable code inside a call that succeeded:
+/// as many as the SDK's standard mode makes of a whole call.
+const STATEMENT_RETRY: RetryPolicy = RetryPolicy {
+    max_retries: 2,
+    base_delay: Duration::from_millis(50),
+    max_delay: Duration::from_secs(1),
+};
 
 /// Keys one `BatchGetItem` may ask for.
 const BATCH_GET_MAX_KEYS: usize = 100;
@@ -227,6 +259,157 @@ impl DynamoStatusStore {
     }
 }
 
+impl DynamoStatusStore {
+    /// The PartiQL statement that marks one pending item published: the update and condition of
+    /// [`Self::mark`]. Parameters: status, time, `ttl`, then the key (`PK`, `SK`) last.
+    fn mark_published_statement(&self) -> String {
+        format!(
+            r#"UPDATE "{table}" SET "{status}" = ? SET "{at}" = ? SET "{ttl}" = ? REMOVE "{gsi1pk}" REMOVE "{gsi1sk}" WHERE "{pk}" = ? AND "{sk}" = ? AND "{gsi1pk}" IS NOT MISSING"#,
+            table = self.table_name,
+            status = attr::STATUS,
+            at = attr::PUBLISHED_AT,
+            ttl = attr::TTL,
+            gsi1pk = attr::GSI1PK,
+            gsi1sk = attr::GSI1SK,
+            pk = attr::PK,
+            sk = attr::SK,
+        )
+    }
+
+    /// Marks `keys` (distinct, at most [`MARK_BATCH_MAX`]) published in one call: each
+    /// statement's result, or the call's failure (after the SDK's retries).
+    async fn mark_batch(
+        &self,
+        keys: &[&ItemKey],
+    ) -> Result<Vec<Result<MarkOutcome, StatusError>>, SdkFailure> {
+        let now = Utc::now();
+        let ttl = AttributeValue::N(ttl_after(now, self.ttl.published).to_string());
+        let at = AttributeValue::S(format_timestamp(now));
+        let status = AttributeValue::S(OutboxStatus::Published.as_str().to_owned());
+        let statement = self.mark_published_statement();
+        let statements = keys
+            .iter()
+            .map(|key| {
+                BatchStatementRequest::builder()
+                    .statement(&statement)
+                    .set_parameters(Some(vec![
+                        status.clone(),
+                        at.clone(),
+                        ttl.clone(),
+                        AttributeValue::S(key.pk.clone()),
+                        AttributeValue::S(key.sk.clone()),
+                    ]))
+                    .build()
+                    .expect("the statement is set")
+            })
+            .collect();
+        let call = self
+            .client
+            .batch_execute_statement()
+            .set_statements(Some(statements))
+            .send();
+        let output = self
+            .call_tasks
+            .run(call)
+            .await
+            .map_err(|err| SdkFailure::new(BATCH_EXECUTE_STATEMENT, err))?;
+        // One response per statement, in the statements' order.
+        let responses = output.responses();
+        if responses.len() != keys.len() {
+            return Err(SdkFailure::incomplete(
+                BATCH_EXECUTE_STATEMENT,
+                format!("{} responses to {} statements", responses.len(), keys.len()),
+            ));
+        }
+        Ok(keys
+            .iter()
+            .zip(responses)
+            .map(|(key, response)| match response.error() {
+                None => Ok(MarkOutcome::Marked),
+                Some(e)
+                    if e.code() == Some(&BatchStatementErrorCodeEnum::ConditionalCheckFailed) =>
+                {
+                    Ok(MarkOutcome::AlreadyDone)
+                }
+                Some(e) => {
+                    let code = e
+                        .code()
+                        .map_or("Unknown", BatchStatementErrorCodeEnum::as_str);
+                    Err(StatusError {
+                        key: (*key).clone(),
+                        status: OutboxStatus::Published,
+                        failure: Box::new(SdkFailure::part(
+                            BATCH_EXECUTE_STATEMENT,
+                            code,
+                            e.message().unwrap_or_default(),
+                        )),
+                    })
+                }
+            })
+            .collect())
+    }
+
+    /// Marks `keys` (at most [`MARK_BATCH_MAX`]) published: one batch, then the statements that
+    /// failed with a retryable code (throttling, a conflict) again, as the SDK retries a whole
+    /// call. A key repeated gets the first one's result, and `AlreadyDone` where that marked it
+    /// (a batch names each item once).
+    async fn mark_chunk(&self, keys: &[ItemKey]) -> Vec<Result<MarkOutcome, StatusError>> {
+        let mut first = HashMap::with_capacity(keys.len());
+        let mut distinct = Vec::with_capacity(keys.len());
+        let at: Vec<usize> = keys
+            .iter()
+            .map(|key| {
+                *first.entry(key).or_insert_with(|| {
+                    distinct.push(key);
+                    distinct.len() - 1
+                })
+            })
+            .collect();
+        let mut marked: Vec<Option<Result<MarkOutcome, StatusError>>> = vec![None; distinct.len()];
+        let mut todo: Vec<usize> = (0..distinct.len()).collect();
+        let mut delays = STATEMENT_RETRY.delays();
+        loop {
+            let batch: Vec<&ItemKey> = todo.iter().map(|&i| distinct[i]).collect();
+            let mut again = Vec::new();
+            match self.mark_batch(&batch).await {
+                Ok(results) => {
+                    for (&i, result) in todo.iter().zip(results) {
+                        if result.as_ref().is_err_and(|e| e.class().is_retryable()) {
+                            again.push(i);
+                        }
+                        marked[i] = Some(result);
+                    }
+                }
+                Err(failure) => {
+                    for &i in &todo {
+                        marked[i] = Some(Err(StatusError {
+                            key: distinct[i].clone(),
+                            status: OutboxStatus::Published,
+                            failure: Box::new(failure.clone()),
+                        }));
+                    }
+                }
+            }
+            let Some(delay) = delays.next().filter(|_| !again.is_empty()) else {
+                break;
+            };
+            tokio::time::sleep(delay).await;
+            todo = again;
+        }
+        let mut seen = vec![false; distinct.len()];
+        at.into_iter()
+            .map(|i| {
+                let result = match marked[i].as_ref().expect("every key was tried") {
+                    Ok(_) if seen[i] => Ok(MarkOutcome::AlreadyDone),
+                    result => result.clone(),
+                };
+                seen[i] = true;
+                result
+            })
+            .collect()
+    }
+}
+
 /// A conditional update's result as a mark outcome: a failed condition means the item is no
 /// longer pending.
 fn outcome<T>(
@@ -255,6 +438,14 @@ fn outcome<T>(
 impl StatusStore for DynamoStatusStore {
     async fn mark_published(&self, key: &ItemKey) -> Result<MarkOutcome, StatusError> {
         self.mark(key, OutboxStatus::Published, None).await
+    }
+
+    async fn mark_all_published(&self, keys: &[ItemKey]) -> Vec<Result<MarkOutcome, StatusError>> {
+        let mut results = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(MARK_BATCH_MAX) {
+            results.extend(self.mark_chunk(chunk).await);
+        }
+        results
     }
 
     async fn mark_dead_lettered(
@@ -380,7 +571,201 @@ pub fn truncate(text: &str, max: usize) -> &str {
 
 #[cfg(test)]
 mod tests {
+    use aws_sdk_dynamodb::operation::batch_execute_statement::{
+        BatchExecuteStatementInput, BatchExecuteStatementOutput,
+    };
+    use aws_sdk_dynamodb::types::{BatchStatementError, BatchStatementResponse};
+    use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, mock};
+
     use super::*;
+
+    fn key(n: usize) -> ItemKey {
+        ItemKey {
+            pk: format!("ORDER#{n}"),
+            sk: format!("EVENT#{n}"),
+        }
+    }
+
+    /// A store whose `BatchExecuteStatement` calls answer by `rules`, in order; no SDK retries.
+    fn store(rules: &[&Rule]) -> DynamoStatusStore {
+        let mut mocks = MockResponseInterceptor::new().rule_mode(RuleMode::Sequential);
+        for rule in rules {
+            mocks = mocks.with_rule(rule);
+        }
+        let config = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                "t", "t", None, None, "t",
+            ))
+            .http_client(aws_smithy_mocks::create_mock_http_client())
+            .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
+            .interceptor(mocks)
+            .build();
+        DynamoStatusStore::new(Client::from_conf(config), "outbox", TtlPolicy::default())
+    }
+
+    /// An answer with one response per code (`None`: the statement succeeded).
+    fn answer(codes: &[Option<BatchStatementErrorCodeEnum>]) -> BatchExecuteStatementOutput {
+        let responses = codes
+            .iter()
+            .map(|code| {
+                let mut response = BatchStatementResponse::builder().table_name("outbox");
+                if let Some(code) = code {
+                    response = response.error(
+                        BatchStatementError::builder()
+                            .code(code.clone())
+                            .message(format!("injected {code}"))
+                            .build(),
+                    );
+                }
+                response.build()
+            })
+            .collect();
+        BatchExecuteStatementOutput::builder()
+            .set_responses(Some(responses))
+            .build()
+    }
+
+    /// The keys a batch call names, from its statements' last two parameters.
+    fn keys_of(input: &BatchExecuteStatementInput) -> Vec<ItemKey> {
+        input
+            .statements()
+            .iter()
+            .map(|statement| {
+                let parameters = statement.parameters();
+                let s = |i: usize| parameters[i].as_s().unwrap().clone();
+                ItemKey { pk: s(3), sk: s(4) }
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_batch_marks_each_item_on_its_own_and_retries_only_what_may_succeed() {
+        use BatchStatementErrorCodeEnum::{
+            ConditionalCheckFailed, ThrottlingError, ValidationError,
+        };
+        // Given a first call whose statements succeed, find one item done, are throttled and
+        // refused, and a second call (the throttled one again) that succeeds
+        let first = mock!(Client::batch_execute_statement)
+            .match_requests(|input| keys_of(input) == [key(0), key(1), key(2), key(3)])
+            .then_output(|| {
+                answer(&[
+                    None,
+                    Some(ConditionalCheckFailed),
+                    Some(ThrottlingError),
+                    Some(ValidationError),
+                ])
+            });
+        let retried = mock!(Client::batch_execute_statement)
+            .match_requests(|input| keys_of(input) == [key(2)])
+            .then_output(|| answer(&[None]));
+        let store = store(&[&first, &retried]);
+
+        // When four items are marked
+        let keys: Vec<ItemKey> = (0..4).map(key).collect();
+        let results = store.mark_all_published(&keys).await;
+
+        // Then each has its own outcome: marked, already done, marked on the retry, and the
+        // refused one an error naming its code, not retried
+        assert_eq!(first.num_calls(), 1);
+        assert_eq!(retried.num_calls(), 1);
+        assert_eq!(results[0].as_ref().unwrap(), &MarkOutcome::Marked);
+        assert_eq!(results[1].as_ref().unwrap(), &MarkOutcome::AlreadyDone);
+        assert_eq!(results[2].as_ref().unwrap(), &MarkOutcome::Marked);
+        let refused = results[3].as_ref().unwrap_err();
+        assert_eq!(refused.key, key(3));
+        assert_eq!(refused.failure.operation, "BatchExecuteStatement");
+        assert_eq!(refused.failure.code.as_deref(), Some("ValidationError"));
+        assert!(!refused.class().is_retryable());
+    }
+
+    #[tokio::test]
+    async fn a_statement_throttled_on_every_attempt_is_a_retryable_error() {
+        // Given a statement throttled on every attempt
+        let throttled = mock!(Client::batch_execute_statement)
+            .match_requests(|input| input.statements().len() == 1)
+            .sequence()
+            .output(|| answer(&[Some(BatchStatementErrorCodeEnum::ThrottlingError)]))
+            .times(3)
+            .build();
+        let store = store(&[&throttled]);
+
+        // When it is marked
+        let results = store.mark_all_published(&[key(7)]).await;
+
+        // Then it was tried three times, and is left pending with a retryable error
+        assert_eq!(throttled.num_calls(), 3);
+        let err = results[0].as_ref().unwrap_err();
+        assert!(err.class().is_retryable(), "{err:?}");
+        assert_eq!(err.failure.code.as_deref(), Some("ThrottlingError"));
+    }
+
+    #[tokio::test]
+    async fn a_failed_call_fails_every_mark_in_it_and_batches_hold_at_most_25() {
+        // Given a first call that fails and a second that succeeds
+        let failed = mock!(Client::batch_execute_statement)
+            .match_requests(|input| input.statements().len() == MARK_BATCH_MAX)
+            .then_http_response(|| {
+                aws_smithy_runtime_api::http::Response::new(
+                    aws_smithy_runtime_api::http::StatusCode::try_from(500).unwrap(),
+                    aws_smithy_types::body::SdkBody::from(
+                        r#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"injected"}"#,
+                    ),
+                )
+            });
+        let rest = mock!(Client::batch_execute_statement)
+            .match_requests(|input| input.statements().len() == 5)
+            .then_output(|| answer(&vec![None; 5]));
+        let store = store(&[&failed, &rest]);
+
+        // When 30 items are marked
+        let keys: Vec<ItemKey> = (0..30).map(key).collect();
+        let results = store.mark_all_published(&keys).await;
+
+        // Then the first 25 carry the call's retryable failure and the last 5 are marked
+        assert_eq!(results.len(), 30);
+        for (i, result) in results[..25].iter().enumerate() {
+            let err = result.as_ref().unwrap_err();
+            assert_eq!(err.key, key(i));
+            assert!(err.class().is_retryable());
+        }
+        assert!(
+            results[25..]
+                .iter()
+                .all(|r| r.as_ref().is_ok_and(|m| *m == MarkOutcome::Marked))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_key_repeated_in_a_batch_is_named_once_and_the_repeat_is_already_done() {
+        let once = mock!(Client::batch_execute_statement)
+            .match_requests(|input| keys_of(input) == [key(1), key(2)])
+            .then_output(|| answer(&[None, None]));
+        let store = store(&[&once]);
+
+        let results = store.mark_all_published(&[key(1), key(2), key(1)]).await;
+
+        assert_eq!(once.num_calls(), 1);
+        let outcomes: Vec<MarkOutcome> = results.into_iter().map(Result::unwrap).collect();
+        assert_eq!(
+            outcomes,
+            [
+                MarkOutcome::Marked,
+                MarkOutcome::Marked,
+                MarkOutcome::AlreadyDone
+            ]
+        );
+    }
+
+    #[test]
+    fn the_mark_statement_updates_and_conditions_as_update_item_does() {
+        let statement = store(&[]).mark_published_statement();
+        assert_eq!(
+            statement,
+            r#"UPDATE "outbox" SET "Status" = ? SET "PublishedAt" = ? SET "ttl" = ? REMOVE "GSI1PK" REMOVE "GSI1SK" WHERE "PK" = ? AND "SK" = ? AND "GSI1PK" IS NOT MISSING"#
+        );
+    }
 
     #[test]
     fn dead_lettered_items_outlive_the_dead_letter_queue() {

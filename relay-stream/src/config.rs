@@ -29,7 +29,8 @@ pub struct RelayArgs {
     /// failures so the event source mapping's on-failure destination takes them.
     #[arg(long, env = "DEAD_LETTER_QUEUE_URL")]
     pub dead_letter_queue_url: Option<String>,
-    /// Status updates (mark published / dead-lettered) in flight at once.
+    /// Status-update calls in flight at once: each marks up to 25 published events (one
+    /// `BatchExecuteStatement`) or one dead-lettered event.
     #[arg(long, env = "MARK_CONCURRENCY", default_value_t = DEFAULT_MARK_CONCURRENCY)]
     pub mark_concurrency: usize,
     /// Stop publishing a batch at the first event that could not be published, so nothing after it

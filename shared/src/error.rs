@@ -99,6 +99,22 @@ impl SdkFailure {
         }
     }
 
+    /// One part of a call that answered per part, failed with the service's `code` (a statement
+    /// of `BatchExecuteStatement`): classified by its code, with no SDK error behind it.
+    pub fn part(operation: &'static str, code: &str, message: impl Into<String>) -> Self {
+        let message = message.into();
+        Self {
+            operation,
+            class: classify_code(code),
+            code: Some(code.to_owned()),
+            source: Arc::new(PartFailed {
+                code: code.to_owned(),
+                message: message.clone(),
+            }),
+            message,
+        }
+    }
+
     pub fn is_retryable(&self) -> bool {
         self.class.is_retryable()
     }
@@ -137,6 +153,9 @@ pub const THROTTLING_CODES: &[&str] = &[
     "RequestThrottled",
     "SlowDown",
     "PriorRequestNotComplete",
+    // A statement of DynamoDB's BatchExecuteStatement names its error without "Exception".
+    "ThrottlingError",
+    "ProvisionedThroughputExceeded",
 ];
 
 /// DynamoDB: another transaction touched the same item; retrying the whole transaction works.
@@ -153,6 +172,8 @@ pub const TRANSIENT_CODES: &[&str] = &[
     "ServiceUnavailable",
     "ServiceUnavailableException",
     TRANSACTION_CONFLICT_CODE,
+    // A statement of DynamoDB's BatchExecuteStatement names its error without "Exception".
+    "TransactionConflict",
 ];
 
 /// An error and its causes, outermost first, joined by `": "` (a cause whose text is already
@@ -228,6 +249,14 @@ where
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 struct Incomplete(String);
+
+/// A part of a call that failed ([`SdkFailure::part`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{code}: {message}")]
+struct PartFailed {
+    code: String,
+    message: String,
+}
 
 #[cfg(test)]
 mod tests {

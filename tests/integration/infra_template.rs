@@ -394,7 +394,12 @@ fn both_relays_emit_metrics_in_the_templates_namespace_and_the_alarms_watch_what
             "the poller's {operation} is not watched: {watched:?}"
         );
     }
-    for operation in ["UpdateItem", "PutEvents", "SendMessage"] {
+    for operation in [
+        "UpdateItem",
+        "BatchExecuteStatement",
+        "PutEvents",
+        "SendMessage",
+    ] {
         assert!(
             watched.contains(&(
                 relay_stream::handler::ORIGIN.to_owned(),
@@ -403,6 +408,12 @@ fn both_relays_emit_metrics_in_the_templates_namespace_and_the_alarms_watch_what
             "the stream relay's {operation} is not watched: {watched:?}"
         );
     }
+    // CloudWatch's hard limit for an alarm on a metric math expression
+    assert!(
+        watched.len() <= 10,
+        "{} metrics: {watched:?}",
+        watched.len()
+    );
 }
 
 #[tokio::test]

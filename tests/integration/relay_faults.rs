@@ -1,8 +1,8 @@
 //! Both relays' binaries against a faulty AWS, through [`outbox_tests::fault_proxy`]: DynamoDB
-//! `UpdateItem`, `Query` and `Scan` calls fail at 20% (throttling and 500s), `PutEvents` entries at
-//! 30%, and a tenth of the 500s and of the `PutEvents` calls lose their reply after the call took
-//! effect. Nothing may go missing; duplicates are counted, and each carries its original
-//! `eventId` (a written event's).
+//! `UpdateItem`, `BatchExecuteStatement`, `Query` and `Scan` calls fail at 20% (throttling and
+//! 500s), `PutEvents` entries at 30%, and a tenth of the 500s and of the `PutEvents` calls lose
+//! their reply after the call took effect. Nothing may go missing; duplicates are counted, and each
+//! carries its original `eventId` (a written event's).
 
 use std::collections::{HashMap, HashSet};
 use std::process::Stdio;

@@ -4,7 +4,8 @@
 //! (DynamoDB Local for DynamoDB and its streams, moto for the rest).
 //!
 //! It decides by the `X-Amz-Target` header:
-//! - `DynamoDB_20120810.UpdateItem`, `Query` and `Scan` fail at the configured rate: half as
+//! - `DynamoDB_20120810.UpdateItem`, `BatchExecuteStatement` (the relays' batched marks), `Query`
+//!   and `Scan` fail at the configured rate: half as
 //!   `ThrottlingException` (HTTP 400, not sent on), half as HTTP 500; and a share of the 500s are
 //!   lost replies: the request is sent on (it takes effect) and the answer is a 500 anyway.
 //! - `AWSEvents.PutEvents`: each entry fails at the configured rate: it is taken out of the
@@ -39,7 +40,7 @@ use crate::Endpoints;
 /// Fault rates, in percent.
 #[derive(Debug, Clone, Copy)]
 pub struct FaultRates {
-    /// `UpdateItem`, `Query` and `Scan` calls that fail.
+    /// `UpdateItem`, `BatchExecuteStatement`, `Query` and `Scan` calls that fail.
     pub dynamodb_calls: u32,
     /// `PutEvents` entries that fail.
     pub put_events_entries: u32,
@@ -175,6 +176,7 @@ enum Plan {
 
 const DYNAMODB_FAULTED: &[&str] = &[
     "DynamoDB_20120810.UpdateItem",
+    "DynamoDB_20120810.BatchExecuteStatement",
     "DynamoDB_20120810.Query",
     "DynamoDB_20120810.Scan",
 ];

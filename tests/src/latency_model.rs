@@ -13,6 +13,9 @@
 //!   on `GSI1SK` (the grace-period cutoff); `Limit` and `ExclusiveStartKey` paginate, oldest first.
 //! - `DynamoDB_20120810.UpdateItem`: removes the item from the pending index; if it was not there, the
 //!   call fails with `ConditionalCheckFailedException` as the real condition would.
+//! - `DynamoDB_20120810.BatchExecuteStatement` (the relays' batched marks): each statement does what
+//!   `UpdateItem` does to the item its last two parameters name (`PK`, `SK`), and answers
+//!   `ConditionalCheckFailed` on its own when the item was not pending.
 //! - `DynamoDB_20120810.PutItem` / `TransactWriteItems` / `SQS SendMessage`-style calls: accepted.
 //!
 //! Calls are counted per operation ([`LatencyModel::calls`]).
@@ -177,7 +180,7 @@ impl LatencyModel {
     }
 
     /// The status and body of the answer to one call, and the calls of its operation so far.
-    /// The hot calls (`UpdateItem`, `PutEvents`) read only the fields they need and answer with
+    /// The hot calls (`UpdateItem`, `BatchExecuteStatement`, `PutEvents`) read only the fields they need and answer with
     /// text built directly: the model's own CPU is counted in every benchmark that uses it.
     fn answer(&self, operation: &str, body: &[u8]) -> (u16, String, u64) {
         match operation {
@@ -197,20 +200,47 @@ impl LatencyModel {
                 );
                 let mut state = self.state.lock().expect("model state");
                 let calls = state.count(operation);
-                match state.keys.remove(&key) {
-                    Some((gsi1pk, gsi1sk)) => {
-                        if let Some(shard) = state.index.get_mut(&gsi1pk) {
-                            shard.remove(&gsi1sk);
-                        }
-                        (200, "{}".to_owned(), calls)
-                    }
-                    None => (
+                if state.unindex(&key) {
+                    (200, "{}".to_owned(), calls)
+                } else {
+                    (
                         400,
                         r#"{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException","message":"The conditional request failed"}"#
                             .to_owned(),
                         calls,
-                    ),
+                    )
                 }
+            }
+            "BatchExecuteStatement" => {
+                // The relays' marks: each statement's last two parameters are the key.
+                let request: StatementsOnly = serde_json::from_slice(body).unwrap_or_default();
+                let mut state = self.state.lock().expect("model state");
+                let calls = state.count(operation);
+                let responses: Vec<&str> = request
+                    .statements
+                    .iter()
+                    .map(|statement| {
+                        let string = |from_end: usize| {
+                            statement
+                                .parameters
+                                .len()
+                                .checked_sub(from_end)
+                                .and_then(|i| statement.parameters[i]["S"].as_str())
+                                .unwrap_or_default()
+                                .to_owned()
+                        };
+                        if state.unindex(&(string(2), string(1))) {
+                            "{}"
+                        } else {
+                            r#"{"Error":{"Code":"ConditionalCheckFailed","Message":"The conditional request failed"}}"#
+                        }
+                    })
+                    .collect();
+                (
+                    200,
+                    format!(r#"{{"Responses":[{}]}}"#, responses.join(",")),
+                    calls,
+                )
             }
             "PutEvents" => {
                 let n = serde_json::from_slice::<EntriesOnly>(body).map_or(0, |r| r.entries.len());
@@ -266,6 +296,19 @@ struct StringAttribute {
     s: String,
 }
 
+/// The statements of a `BatchExecuteStatement` request, with their parameters.
+#[derive(Debug, Default, serde::Deserialize)]
+struct StatementsOnly {
+    #[serde(rename = "Statements", default)]
+    statements: Vec<StatementParameters>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct StatementParameters {
+    #[serde(rename = "Parameters", default)]
+    parameters: Vec<Value>,
+}
+
 /// The entries of a `PutEvents` request, not read.
 #[derive(Debug, serde::Deserialize)]
 struct EntriesOnly {
@@ -274,6 +317,17 @@ struct EntriesOnly {
 }
 
 impl State {
+    /// Takes the item at `key` (`PK`, `SK`) out of the index: whether it was pending there.
+    fn unindex(&mut self, key: &(String, String)) -> bool {
+        let Some((gsi1pk, gsi1sk)) = self.keys.remove(key) else {
+            return false;
+        };
+        if let Some(shard) = self.index.get_mut(&gsi1pk) {
+            shard.remove(&gsi1sk);
+        }
+        true
+    }
+
     /// Counts a call of `operation`; the calls of it so far.
     fn count(&mut self, operation: &str) -> u64 {
         let calls = match self.calls.get_mut(operation) {
@@ -488,6 +542,26 @@ mod tests {
         assert_eq!(model.pending(), 4);
         assert_eq!(model.calls()["Query"], 2);
         assert_eq!(model.calls()["UpdateItem"], 2);
+
+        // A batch marks the pending ones and finds the one already marked done, in one call
+        let keys: Vec<_> = seeded.iter().map(OutboxItem::key).collect();
+        assert_eq!(
+            store
+                .mark_all_published(&keys)
+                .await
+                .into_iter()
+                .map(Result::unwrap)
+                .collect::<Vec<_>>(),
+            [
+                relay_runtime::MarkOutcome::AlreadyDone,
+                relay_runtime::MarkOutcome::Marked,
+                relay_runtime::MarkOutcome::Marked,
+                relay_runtime::MarkOutcome::Marked,
+                relay_runtime::MarkOutcome::Marked,
+            ]
+        );
+        assert_eq!(model.pending(), 0);
+        assert_eq!(model.calls()["BatchExecuteStatement"], 1);
     }
 
     #[tokio::test]
