@@ -28,6 +28,28 @@ pub mod telemetry;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+/// A DynamoDB client configuration whose calls `rules` answer in order (no network, no SDK
+/// retries), for this crate's unit tests.
+#[cfg(test)]
+pub(crate) fn mocked_dynamodb(
+    rules: &[&aws_smithy_mocks::Rule],
+) -> aws_sdk_dynamodb::config::Builder {
+    let mut mocks = aws_smithy_mocks::MockResponseInterceptor::new()
+        .rule_mode(aws_smithy_mocks::RuleMode::Sequential);
+    for rule in rules {
+        mocks = mocks.with_rule(rule);
+    }
+    aws_sdk_dynamodb::Config::builder()
+        .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+        .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "t", "t", None, None, "t",
+        ))
+        .http_client(aws_smithy_mocks::create_mock_http_client())
+        .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
+        .interceptor(mocks)
+}
+
 pub use config::{
     PublisherArgs, PublisherConfig, PublisherConfigError, RetentionArgs, SettingError,
 };

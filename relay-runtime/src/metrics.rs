@@ -237,7 +237,7 @@ fn is_condition_failed(
 mod tests {
     use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
     use aws_sdk_dynamodb::types::error::ProvisionedThroughputExceededException;
-    use aws_smithy_mocks::{MockResponseInterceptor, mock};
+    use aws_smithy_mocks::mock;
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
     use super::*;
@@ -263,21 +263,7 @@ mod tests {
                     .build(),
             )
         });
-        let config = aws_sdk_dynamodb::Config::builder()
-            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
-            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
-            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
-                "t", "t", None, None, "t",
-            ))
-            .http_client(aws_smithy_mocks::create_mock_http_client())
-            .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
-            .interceptor(
-                MockResponseInterceptor::new()
-                    .rule_mode(aws_smithy_mocks::RuleMode::Sequential)
-                    .with_rule(&failing)
-                    .with_rule(&ok)
-                    .with_rule(&condition),
-            )
+        let config = crate::mocked_dynamodb(&[&failing, &ok, &condition])
             .interceptor(FailedCallCounter)
             .build();
         let client = aws_sdk_dynamodb::Client::from_conf(config);

@@ -575,7 +575,7 @@ mod tests {
         BatchExecuteStatementInput, BatchExecuteStatementOutput,
     };
     use aws_sdk_dynamodb::types::{BatchStatementError, BatchStatementResponse};
-    use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, mock};
+    use aws_smithy_mocks::{Rule, mock};
 
     use super::*;
 
@@ -588,21 +588,8 @@ mod tests {
 
     /// A store whose `BatchExecuteStatement` calls answer by `rules`, in order; no SDK retries.
     fn store(rules: &[&Rule]) -> DynamoStatusStore {
-        let mut mocks = MockResponseInterceptor::new().rule_mode(RuleMode::Sequential);
-        for rule in rules {
-            mocks = mocks.with_rule(rule);
-        }
-        let config = aws_sdk_dynamodb::Config::builder()
-            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
-            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
-            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
-                "t", "t", None, None, "t",
-            ))
-            .http_client(aws_smithy_mocks::create_mock_http_client())
-            .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
-            .interceptor(mocks)
-            .build();
-        DynamoStatusStore::new(Client::from_conf(config), "outbox", TtlPolicy::default())
+        let client = Client::from_conf(crate::mocked_dynamodb(rules).build());
+        DynamoStatusStore::new(client, "outbox", TtlPolicy::default())
     }
 
     /// An answer with one response per code (`None`: the statement succeeded).
