@@ -37,6 +37,13 @@ pub const PUBLISH_FAILED: &str = "PublishFailed";
 pub const MARK_FAILED: &str = "MarkFailed";
 /// Entries sent again after a retryable failure. Count.
 pub const RETRIED: &str = "Retried";
+/// `PutEvents` entries EventBridge refused with `ThrottlingException` (the account's quota).
+/// Count; both relays.
+pub const THROTTLED: &str = "Throttled";
+/// The publish rate's limit each time throttling lowered it (`relay_runtime::publish_rate`):
+/// the Minimum over a period shows how far the relay slowed down for the bus. Entries per
+/// second; both relays.
+pub const PUBLISH_RATE_LIMIT: &str = "PublishRateLimit";
 /// AWS calls that failed after the SDK's own retries, per [`OPERATION_DIMENSION`]. Count.
 pub const FAILED_CALLS: &str = "FailedCalls";
 /// Aggregates the stream relay left to the poller after one of their events failed
@@ -125,6 +132,10 @@ fn describe() {
         (MARK_FAILED, "events published whose mark failed"),
         (RETRIED, "entries sent again after a retryable failure"),
         (
+            THROTTLED,
+            "PutEvents entries refused with ThrottlingException",
+        ),
+        (
             FAILED_CALLS,
             "AWS calls that failed after the SDK's retries",
         ),
@@ -145,6 +156,11 @@ fn describe() {
         RELAY_LAG,
         Unit::Milliseconds,
         "publish time minus creation time"
+    );
+    metrics::describe_histogram!(
+        PUBLISH_RATE_LIMIT,
+        Unit::CountPerSecond,
+        "the publish rate's limit, each time throttling lowered it"
     );
     metrics::describe_histogram!(
         BACKLOG,

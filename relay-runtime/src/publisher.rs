@@ -351,6 +351,7 @@ impl EventBridgePublisher {
             self.stats
                 .retried
                 .fetch_add(retry.len() as u64, Ordering::Relaxed);
+            crate::metrics::count(crate::metrics::RETRIED, retry.len() as u64);
             tokio::time::sleep(delay).await;
             pending = retry;
         }
@@ -367,7 +368,9 @@ impl EventBridgePublisher {
         self.stats
             .throttled
             .fetch_add(throttled as u64, Ordering::Relaxed);
+        crate::metrics::count(crate::metrics::THROTTLED, throttled as u64);
         if let Some(limit) = self.rate.throttled(slot, sent, accepted) {
+            crate::metrics::observe(crate::metrics::PUBLISH_RATE_LIMIT, limit);
             tracing::info!(
                 entries_per_second = limit.round() as u64,
                 "PutEvents throttled: publish rate lowered"
@@ -658,6 +661,9 @@ mod tests {
         let publisher =
             EventBridgePublisher::new(mock_eventbridge(&[&throttled, &retried]), quick_config())
                 .unwrap();
+        let recorder = metrics_util::debugging::DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let _local = metrics::set_default_local_recorder(&recorder);
 
         // When two events are published
         let outcomes = publisher.publish(&[event("a", 5), event("b", 5)]).await;
@@ -672,6 +678,30 @@ mod tests {
         assert_eq!(stats.throttled, 1);
         let rate = publisher.publish_rate().expect("a limit after throttling");
         assert!((1.0..2.0).contains(&rate), "{rate}");
+        // And an operator sees it: one entry throttled, one retried, the lowered limit recorded
+        let recorded: std::collections::HashMap<String, metrics_util::debugging::DebugValue> =
+            snapshotter
+                .snapshot()
+                .into_vec()
+                .into_iter()
+                .map(|(key, _, _, value)| (key.key().name().to_owned(), value))
+                .collect();
+        use metrics_util::debugging::DebugValue;
+        assert_eq!(
+            recorded.get(crate::metrics::THROTTLED),
+            Some(&DebugValue::Counter(1))
+        );
+        assert_eq!(
+            recorded.get(crate::metrics::RETRIED),
+            Some(&DebugValue::Counter(1))
+        );
+        let Some(DebugValue::Histogram(limits)) = recorded.get(crate::metrics::PUBLISH_RATE_LIMIT)
+        else {
+            panic!("no publish rate limit recorded: {recorded:?}");
+        };
+        assert_eq!(limits.len(), 1);
+        // 70 % of the one entry accepted, held at the floor of 1 entry/s
+        assert!((limits[0].into_inner() - 1.0).abs() < 1e-9, "{limits:?}");
     }
 
     #[tokio::test]

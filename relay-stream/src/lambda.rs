@@ -6,7 +6,6 @@ use aws_lambda_events::dynamodb::Event;
 use aws_lambda_events::streams::DynamoDbEventResponse;
 use lambda_runtime::LambdaEvent;
 use metrics_cloudwatch_embedded::Collector;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::AwsStreamRelay;
 
@@ -42,7 +41,6 @@ fn now_ms() -> u64 {
 pub struct LambdaRelay {
     relay: AwsStreamRelay,
     metrics: Option<&'static Collector>,
-    retried_so_far: AtomicU64,
 }
 
 impl std::fmt::Debug for LambdaRelay {
@@ -56,11 +54,7 @@ impl std::fmt::Debug for LambdaRelay {
 
 impl LambdaRelay {
     pub fn new(relay: AwsStreamRelay, metrics: Option<&'static Collector>) -> Self {
-        Self {
-            relay,
-            metrics,
-            retried_so_far: AtomicU64::new(0),
-        }
+        Self { relay, metrics }
     }
 
     /// Handles one invocation. Never fails: every problem is a batch item failure or a dead letter.
@@ -80,9 +74,6 @@ impl LambdaRelay {
             );
         }
         let report = self.relay.handle_until(records, deadline).await;
-        let retried = self.relay.publisher().stats().retried;
-        let before = self.retried_so_far.swap(retried, Ordering::Relaxed);
-        crate::metrics::record_retried(retried.saturating_sub(before));
         if let Some(metrics) = self.metrics {
             let flushed = metrics
                 .set_property("requestId", event.context.request_id.clone())

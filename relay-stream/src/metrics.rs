@@ -6,7 +6,7 @@
 
 use relay_runtime::metrics::{
     AGGREGATES_HELD, DEAD_LETTERED, IGNORED, MARK_FAILED, PUBLISH_FAILED, PUBLISHED, RELAY_LAG,
-    RETRIED, count, observe,
+    count, observe,
 };
 
 use crate::handler::BatchCounts;
@@ -29,9 +29,4 @@ pub(crate) fn held(aggregates: u64) {
 
 pub(crate) fn mark_failed() {
     count(MARK_FAILED, 1);
-}
-
-/// Records `retried` entries (the publisher counts them; the Lambda adds the per-invocation delta).
-pub fn record_retried(retried: u64) {
-    count(RETRIED, retried);
 }
