@@ -342,8 +342,20 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
         futures::stream::iter(batches)
             .map(|batch| async move {
                 let keys: Vec<ItemKey> = batch.iter().map(|(key, _, _)| key.clone()).collect();
-                let marks = self.status.mark_all_published(&keys).await;
-                debug_assert_eq!(marks.len(), batch.len(), "one mark per key");
+                let mut marks = self.status.mark_all_published(&keys).await;
+                // A store that answered for fewer keys left the rest unmarked: each still gets
+                // its outcome, an error (it stays pending and is published again).
+                let answered = marks.len();
+                marks.extend(keys[answered.min(keys.len())..].iter().map(|key| {
+                    Err(StatusError {
+                        key: key.clone(),
+                        status: outbox_shared::OutboxStatus::Published,
+                        failure: Box::new(outbox_shared::SdkFailure::incomplete(
+                            "BatchExecuteStatement",
+                            format!("the status store answered {answered} of {} marks", keys.len()),
+                        )),
+                    })
+                }));
                 batch
                     .into_iter()
                     .zip(marks)
@@ -439,6 +451,86 @@ mod tests {
             ttl: None,
             trace_header: None,
         }
+    }
+
+    /// A status store that answers a batch of marks for its first key only.
+    struct AnswersOne(FakeStatusStore);
+
+    impl StatusStore for AnswersOne {
+        async fn mark_published(&self, key: &ItemKey) -> Result<MarkOutcome, StatusError> {
+            self.0.mark_published(key).await
+        }
+
+        async fn mark_all_published(
+            &self,
+            keys: &[ItemKey],
+        ) -> Vec<Result<MarkOutcome, StatusError>> {
+            vec![self.0.mark_published(&keys[0]).await]
+        }
+
+        async fn mark_dead_lettered(
+            &self,
+            key: &ItemKey,
+            reason: &str,
+        ) -> Result<MarkOutcome, StatusError> {
+            self.0.mark_dead_lettered(key, reason).await
+        }
+
+        async fn extend_ttl(&self, key: &ItemKey) -> Result<MarkOutcome, StatusError> {
+            self.0.extend_ttl(key).await
+        }
+
+        async fn held(
+            &self,
+            ordering_keys: &[String],
+        ) -> Result<std::collections::HashSet<String>, outbox_shared::SdkFailure> {
+            self.0.held(ordering_keys).await
+        }
+
+        async fn hold(
+            &self,
+            ordering_key: &str,
+            partition: &str,
+        ) -> Result<(), outbox_shared::SdkFailure> {
+            self.0.hold(ordering_key, partition).await
+        }
+    }
+
+    #[tokio::test]
+    async fn an_event_the_status_store_did_not_answer_for_settles_as_not_marked() {
+        // Given a store that answers a batch of marks for its first key only
+        let (publisher, status) = (
+            FakePublisher::default(),
+            AnswersOne(FakeStatusStore::default()),
+        );
+        let relay = EventRelay::new(&publisher, status, None::<&FakeDeadLetters>, "test", 4);
+        let mut ready = ReadyEvents::default();
+        for (n, id) in ["a", "b", "c"].into_iter().enumerate() {
+            ready.push_item(item(id, "{}"), n).unwrap();
+        }
+
+        // When three published events are settled
+        let outcomes = relay.publish(ready.events()).await;
+        let settled = relay
+            .settle(
+                ready,
+                outcomes.into_iter().map(Some).collect(),
+                Vec::new(),
+                |_| serde_json::Value::Null,
+            )
+            .await;
+
+        // Then each has its outcome: the first marked, the other two published but not marked
+        // (they stay pending and are published again), none dropped
+        let mut marks: Vec<(usize, bool)> = settled
+            .into_iter()
+            .map(|s| match s {
+                Settled::Published { source, mark, .. } => (source, mark.is_ok()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        marks.sort_unstable();
+        assert_eq!(marks, [(0, true), (1, false), (2, false)]);
     }
 
     #[tokio::test]
