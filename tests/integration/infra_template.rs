@@ -559,3 +559,57 @@ fn the_poller_service_runs_on_leases_and_scales_on_its_backlog() {
     );
     assert_eq!(metric["Statistic"], "Average");
 }
+
+#[test]
+fn both_relays_take_the_publish_rate_ceiling_from_the_template_only_when_one_is_set() {
+    use clap::Args;
+    let template = Template::embedded().unwrap();
+
+    // The variable is the one the relays' publisher flags read
+    let flags = relay_runtime::PublisherArgs::augment_args(clap::Command::new("relay"));
+    let ceiling = flags
+        .get_arguments()
+        .find(|a| a.get_id() == "max_publish_rate")
+        .expect("--max-publish-rate");
+    assert_eq!(
+        ceiling.get_env().and_then(|e| e.to_str()),
+        Some("MAX_PUBLISH_RATE")
+    );
+
+    // The Lambda gets MAX_PUBLISH_RATE from MaxPublishRate, and no variable at all when it is 0
+    // (the relays refuse a ceiling of 0)
+    let lambda = properties(&template, "RelayFunction");
+    let value = &lambda["Environment"]["Variables"]["MAX_PUBLISH_RATE"];
+    let args = value["!If"].as_array().unwrap_or_else(|| panic!("{value}"));
+    assert_eq!(args[0], "HasMaxPublishRate");
+    assert!(is_ref_to(&args[1], "MaxPublishRate"), "{value}");
+    assert!(is_ref_to(&args[2], "AWS::NoValue"), "{value}");
+
+    // And so does the poller task
+    let task = properties(&template, "PollerTaskDefinition");
+    let env = task["ContainerDefinitions"][0]["Environment"]
+        .as_array()
+        .unwrap();
+    let entry = env
+        .iter()
+        .find_map(|v| {
+            v["!If"]
+                .as_array()
+                .filter(|args| args[1]["Name"] == "MAX_PUBLISH_RATE")
+        })
+        .expect("the poller task sets MAX_PUBLISH_RATE behind a condition");
+    assert_eq!(entry[0], "HasMaxPublishRate");
+    assert!(is_ref_to(&entry[1]["Value"], "MaxPublishRate"), "{entry:?}");
+    assert!(is_ref_to(&entry[2], "AWS::NoValue"), "{entry:?}");
+
+    // And the condition is "the parameter is not 0", 0 being its default
+    let yaml = outbox_infra::TEMPLATE_YAML;
+    assert!(
+        yaml.contains("HasMaxPublishRate: !Not [!Equals [!Ref MaxPublishRate, 0]]"),
+        "the condition"
+    );
+    assert!(
+        yaml.contains("  MaxPublishRate:\n    Type: Number\n    Default: 0\n"),
+        "the parameter's default"
+    );
+}
