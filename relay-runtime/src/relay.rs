@@ -351,7 +351,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
                         key: key.clone(),
                         status: outbox_shared::OutboxStatus::Published,
                         failure: Box::new(outbox_shared::SdkFailure::incomplete(
-                            "BatchExecuteStatement",
+                            crate::status::BATCH_EXECUTE_STATEMENT,
                             format!("the status store answered {answered} of {} marks", keys.len()),
                         )),
                     })

@@ -159,7 +159,8 @@ pub trait StatusStore: Send + Sync {
 /// Statements one `BatchExecuteStatement` takes: the most marks one call makes.
 pub const MARK_BATCH_MAX: usize = 25;
 
-const BATCH_EXECUTE_STATEMENT: &str = "BatchExecuteStatement";
+/// The operation the batched marks call, as failures name it.
+pub(crate) const BATCH_EXECUTE_STATEMENT: &str = "BatchExecuteStatement";
 
 /// Retries of a mark statement that failed with a retryable code inside a call that succeeded:
 /// as many as the SDK's standard mode makes of a whole call.

@@ -327,6 +327,15 @@ fn properties(template: &Template, logical_id: &str) -> Value {
     serde_json::to_value(&template.resource(logical_id).unwrap().properties).unwrap()
 }
 
+/// The poller task's `Environment` entries (`{Name, Value}`, or an `!If` around one).
+fn poller_environment(template: &Template) -> Vec<Value> {
+    let task = properties(template, "PollerTaskDefinition");
+    task["ContainerDefinitions"][0]["Environment"]
+        .as_array()
+        .expect("the poller task has an environment")
+        .clone()
+}
+
 fn is_ref_to(value: &Value, parameter: &str) -> bool {
     value.get("!Ref").and_then(Value::as_str) == Some(parameter)
         || value.as_str() == Some(&format!("!Ref {parameter}"))
@@ -343,10 +352,7 @@ fn both_relays_emit_metrics_in_the_templates_namespace_and_the_alarms_watch_what
     let lambda = properties(&template, "RelayFunction");
     let namespace = &lambda["Environment"]["Variables"]["METRICS_NAMESPACE"];
     assert!(is_ref_to(namespace, "MetricsNamespace"), "{namespace}");
-    let task = properties(&template, "PollerTaskDefinition");
-    let env = task["ContainerDefinitions"][0]["Environment"]
-        .as_array()
-        .unwrap();
+    let env = poller_environment(&template);
     let namespace = env
         .iter()
         .find(|v| v["Name"] == "METRICS_NAMESPACE")
@@ -492,10 +498,7 @@ fn the_poller_service_runs_on_leases_and_scales_on_its_backlog() {
     let template = Template::embedded().unwrap();
 
     // The task's `run` gets the lease table, and its role may use it and nothing more on it
-    let task = properties(&template, "PollerTaskDefinition");
-    let env = task["ContainerDefinitions"][0]["Environment"]
-        .as_array()
-        .unwrap();
+    let env = poller_environment(&template);
     let lease_table = env
         .iter()
         .find(|v| v["Name"] == "OUTBOX_LEASE_TABLE")
@@ -586,10 +589,7 @@ fn both_relays_take_the_publish_rate_ceiling_from_the_template_only_when_one_is_
     assert!(is_ref_to(&args[2], "AWS::NoValue"), "{value}");
 
     // And so does the poller task
-    let task = properties(&template, "PollerTaskDefinition");
-    let env = task["ContainerDefinitions"][0]["Environment"]
-        .as_array()
-        .unwrap();
+    let env = poller_environment(&template);
     let entry = env
         .iter()
         .find_map(|v| {
