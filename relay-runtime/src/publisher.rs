@@ -153,6 +153,31 @@ pub trait Publisher: Send + Sync {
     ) -> impl Future<Output = Vec<PublishOutcome>> + Send {
         self.publish_until(events, None)
     }
+
+    /// Publishes `events` as [`Publisher::publish_until`] does, and tells `accepted` the indices
+    /// of the events each call published as soon as that call answers, so their marks can leave
+    /// while other calls are still out. Each index is told at most once, and only when its
+    /// outcome is [`PublishOutcome::Published`]. By default they are all told once the publish
+    /// is over.
+    fn publish_reporting(
+        &self,
+        events: &[OutboundEvent],
+        stop_at: Option<Instant>,
+        accepted: &(dyn Fn(&[usize]) + Sync),
+    ) -> impl Future<Output = Vec<PublishOutcome>> + Send {
+        async move {
+            let outcomes = self.publish_until(events, stop_at).await;
+            let published: Vec<usize> = outcomes
+                .iter()
+                .enumerate()
+                .filter_map(|(index, outcome)| outcome.is_published().then_some(index))
+                .collect();
+            if !published.is_empty() {
+                accepted(&published);
+            }
+            outcomes
+        }
+    }
 }
 
 /// Whether `stop_at` has come.
@@ -226,6 +251,7 @@ impl EventBridgePublisher {
         events: &[OutboundEvent],
         indices: &[usize],
         stop_at: Option<Instant>,
+        accepted: &(dyn Fn(&[usize]) + Sync),
     ) -> Vec<(usize, PublishOutcome)> {
         let mut done = Vec::with_capacity(indices.len());
         let mut pending: Vec<usize> = indices.to_vec();
@@ -254,13 +280,13 @@ impl EventBridgePublisher {
             let call = self.client.put_events().set_entries(Some(entries)).send();
             let sent = self.call_tasks.run(call).await;
             let mut retry = Vec::new();
-            let (mut accepted, mut throttled) = (0, 0);
+            let mut published = Vec::new();
+            let mut throttled = 0;
             match sent {
                 Ok(output) if output.entries().len() == pending.len() => {
                     for (&index, result) in pending.iter().zip(output.entries()) {
                         let Some(code) = result.error_code() else {
-                            done.push((index, PublishOutcome::Published));
-                            accepted += 1;
+                            published.push(index);
                             continue;
                         };
                         throttled += usize::from(code == THROTTLED);
@@ -320,7 +346,11 @@ impl EventBridgePublisher {
                     }
                 }
             }
-            self.pace(slot, pending.len(), accepted, throttled);
+            if !published.is_empty() {
+                accepted(&published);
+                done.extend(published.iter().map(|&i| (i, PublishOutcome::Published)));
+            }
+            self.pace(slot, pending.len(), published.len(), throttled);
             if retry.is_empty() {
                 break;
             }
@@ -469,6 +499,17 @@ impl Publisher for EventBridgePublisher {
         events: &[OutboundEvent],
         stop_at: Option<Instant>,
     ) -> Vec<PublishOutcome> {
+        self.publish_reporting(events, stop_at, &|_| {}).await
+    }
+
+    /// Tells `accepted` each call's published events as the call answers (a retry's, as the
+    /// retry answers).
+    async fn publish_reporting(
+        &self,
+        events: &[OutboundEvent],
+        stop_at: Option<Instant>,
+        accepted: &(dyn Fn(&[usize]) + Sync),
+    ) -> Vec<PublishOutcome> {
         let mut outcomes: Vec<Option<PublishOutcome>> = vec![None; events.len()];
         let mut sendable = Vec::with_capacity(events.len());
         for (index, event) in events.iter().enumerate() {
@@ -525,7 +566,7 @@ impl Publisher for EventBridgePublisher {
                 if past(stop_at) {
                     results.extend(send.iter().map(|&i| (i, PublishOutcome::NotSent)));
                 } else if !send.is_empty() {
-                    results.extend(self.send_call(events, &send, stop_at).await);
+                    results.extend(self.send_call(events, &send, stop_at, accepted).await);
                 }
                 let mut settled = settled.lock().expect("not poisoned");
                 // A rejected (poison) event goes to the dead-letter queue and does not hold its

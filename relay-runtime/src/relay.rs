@@ -206,6 +206,26 @@ pub enum Settled<R> {
     },
 }
 
+/// How a relay publishes one set of events.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Publishing {
+    /// No call, and no retry, starts after this (the events not sent stay pending).
+    pub stop_at: Option<tokio::time::Instant>,
+    /// Publish in chunks of this many events and stop at the first chunk with an event not
+    /// published (failed, held back, not sent): nothing after it is attempted, so nothing after
+    /// it can overtake it. `None`: everything at once.
+    pub stop_at_first_failure: Option<std::num::NonZeroUsize>,
+}
+
+/// Every event's end after [`EventRelay::publish_and_settle`].
+#[derive(Debug)]
+pub struct Settlement<R> {
+    /// One result per event, poison included, in no particular order.
+    pub settled: Vec<Settled<R>>,
+    /// When the publish was over (the last `PutEvents` call answered), before the last marks.
+    pub published_at: chrono::DateTime<Utc>,
+}
+
 /// The ports one relay publishes, marks and dead-letters through.
 #[derive(Debug, Clone)]
 pub struct EventRelay<P, S, D> {
@@ -249,56 +269,142 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
         self.dead_letters.is_some()
     }
 
-    /// Publishes `events`: one outcome per event, in order.
-    pub async fn publish(&self, events: &[OutboundEvent]) -> Vec<PublishOutcome> {
-        self.publish_until(events, None).await
+    /// Publishes `ready`'s events and settles every event, `poison` included. Published events
+    /// are marked as their `PutEvents` calls answer, [`MARK_BATCH_MAX`] to a status call, so the
+    /// marks of the first calls leave while the last are still out; rejected ones join `poison`,
+    /// which is dead-lettered (with `record_of` its source as JSON) and then marked. Results come
+    /// in no particular order; each carries its source.
+    pub async fn publish_and_settle<R: Send>(
+        &self,
+        ready: ReadyEvents<R>,
+        poison: Vec<Poison<R>>,
+        publishing: Publishing,
+        record_of: impl Fn(&R) -> serde_json::Value + Sync,
+    ) -> Settlement<R> {
+        let ReadyEvents { events, origins } = ready;
+        // An origin is taken when its event's mark leaves.
+        let mut origins: Vec<Option<(ItemKey, R)>> = origins.into_iter().map(Some).collect();
+        let (accepted_tx, accepted_rx) = futures::channel::mpsc::unbounded::<usize>();
+        let events = &events;
+        let publish = async move {
+            let accepted_tx = accepted_tx;
+            let accepted = |indices: &[usize]| {
+                for &index in indices {
+                    // The receiver outlives the publish: it is joined with it.
+                    let _ = accepted_tx.unbounded_send(index);
+                }
+            };
+            let outcomes = self.publish_reporting(events, &publishing, &accepted).await;
+            (outcomes, Utc::now())
+            // `accepted_tx` is dropped here: the marks' stream ends and marks what is left.
+        };
+        let origins_of = &mut origins;
+        let mark = accepted_rx
+            .chunks(MARK_BATCH_MAX)
+            .map(|indices| {
+                let batch: Vec<_> = indices
+                    .into_iter()
+                    .filter_map(|index| {
+                        let (key, source) = origins_of.get_mut(index)?.take()?;
+                        Some((key, events[index].event_id.clone(), source))
+                    })
+                    .collect();
+                self.mark_batch(batch)
+            })
+            .buffer_unordered(self.mark_concurrency)
+            .flat_map(futures::stream::iter)
+            .collect::<Vec<_>>();
+        let ((outcomes, published_at), marked) = futures::join!(publish, mark);
+        let mut settled = self
+            .settle(events, origins, outcomes, poison, record_of)
+            .await;
+        settled.extend(marked);
+        Settlement {
+            settled,
+            published_at,
+        }
     }
 
-    /// Publishes `events`, starting no call after `stop_at`: one outcome per event, in order.
-    pub async fn publish_until(
+    /// Publishes as `publishing` says, telling `accepted` what each call published: one outcome
+    /// per event (`None`: not attempted).
+    async fn publish_reporting(
         &self,
         events: &[OutboundEvent],
-        stop_at: Option<tokio::time::Instant>,
-    ) -> Vec<PublishOutcome> {
+        publishing: &Publishing,
+        accepted: &(dyn Fn(&[usize]) + Sync),
+    ) -> Vec<Option<PublishOutcome>> {
         if events.is_empty() {
             return Vec::new();
         }
-        self.publisher.publish_until(events, stop_at).await
+        let Some(chunk_size) = publishing.stop_at_first_failure else {
+            return self
+                .publisher
+                .publish_reporting(events, publishing.stop_at, accepted)
+                .await
+                .into_iter()
+                .map(Some)
+                .collect();
+        };
+        let mut outcomes = Vec::with_capacity(events.len());
+        for chunk in events.chunks(chunk_size.get()) {
+            let offset = outcomes.len();
+            let accepted_in_chunk = |indices: &[usize]| {
+                accepted(&indices.iter().map(|i| i + offset).collect::<Vec<_>>());
+            };
+            let chunk_outcomes = self
+                .publisher
+                .publish_reporting(chunk, publishing.stop_at, &accepted_in_chunk)
+                .await;
+            let failed = chunk_outcomes.iter().any(|o| {
+                matches!(
+                    o,
+                    PublishOutcome::Failed { .. }
+                        | PublishOutcome::HeldBack
+                        | PublishOutcome::NotSent
+                )
+            });
+            outcomes.extend(chunk_outcomes.into_iter().map(Some));
+            if failed {
+                break;
+            }
+        }
+        outcomes.resize(events.len(), None);
+        outcomes
     }
 
-    /// Settles every event after a publish: `outcomes[i]` is the outcome of `ready`'s event `i`
-    /// (`None`: not attempted). Published events are marked; rejected ones join `poison`, which
-    /// is dead-lettered (with `record_of` its source as JSON) and then marked. Results come in no
-    /// particular order; each carries its source.
-    pub async fn settle<R: Send>(
+    /// Settles the events whose origin is still here after a publish: `outcomes[i]` is the
+    /// outcome of event `i` (`None`: not attempted). A published event whose mark has not left
+    /// (the publisher did not tell it) is marked now; rejected ones join `poison`, which is
+    /// dead-lettered and then marked.
+    async fn settle<R: Send>(
         &self,
-        ready: ReadyEvents<R>,
+        events: &[OutboundEvent],
+        origins: Vec<Option<(ItemKey, R)>>,
         outcomes: Vec<Option<PublishOutcome>>,
         mut poison: Vec<Poison<R>>,
         record_of: impl Fn(&R) -> serde_json::Value + Sync,
     ) -> Vec<Settled<R>> {
-        debug_assert_eq!(ready.len(), outcomes.len());
-        let mut settled = Vec::with_capacity(ready.len() + poison.len());
-        let mut to_mark = Vec::with_capacity(ready.len());
-        let entries = ready.events.into_iter().zip(ready.origins).zip(outcomes);
-        for ((event, (key, source)), outcome) in entries {
+        debug_assert_eq!(events.len(), outcomes.len());
+        let mut settled = Vec::with_capacity(events.len() + poison.len());
+        let mut to_mark = Vec::new();
+        let entries = events.iter().zip(origins).zip(outcomes);
+        for ((event, origin), outcome) in entries {
+            let Some((key, source)) = origin else {
+                // Its mark left as its call answered.
+                continue;
+            };
+            let event_id = event.event_id.clone();
             match outcome {
-                Some(PublishOutcome::Published) => to_mark.push((key, event.event_id, source)),
+                Some(PublishOutcome::Published) => to_mark.push((key, event_id, source)),
                 Some(PublishOutcome::Rejected { code, message }) => {
-                    poison.push(Poison::rejected(
-                        key,
-                        event.event_id,
-                        &code,
-                        &message,
-                        source,
-                    ));
+                    poison.push(Poison::rejected(key, event_id, &code, &message, source));
                 }
                 Some(PublishOutcome::Failed { code, message }) => {
-                    tracing::warn!(event_id = %event.event_id, code = %code, "event not published; it stays pending");
+                    tracing::warn!(event_id = %event_id, code = %code, "event not published; it stays pending");
                     settled.push(Settled::Failed {
                         key,
-                        event_id: event.event_id,
-                        ordering_key: event.ordering_key,
+                        event_id,
+                        ordering_key: event.ordering_key.clone(),
                         code,
                         message,
                         source,
@@ -306,14 +412,14 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
                 }
                 Some(PublishOutcome::HeldBack) => settled.push(Settled::HeldBack {
                     key,
-                    event_id: event.event_id,
-                    ordering_key: event.ordering_key,
+                    event_id,
+                    ordering_key: event.ordering_key.clone(),
                     source,
                 }),
                 Some(PublishOutcome::NotSent) | None => {
                     settled.push(Settled::NotAttempted {
                         key,
-                        event_id: event.event_id,
+                        event_id,
                         source,
                     });
                 }
@@ -340,44 +446,53 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
             batches.push(events.by_ref().take(MARK_BATCH_MAX).collect::<Vec<_>>());
         }
         futures::stream::iter(batches)
-            .map(|batch| async move {
-                let keys: Vec<ItemKey> = batch.iter().map(|(key, _, _)| key.clone()).collect();
-                let mut marks = self.status.mark_all_published(&keys).await;
-                // A store that answered for fewer keys left the rest unmarked: each still gets
-                // its outcome, an error (it stays pending and is published again).
-                let answered = marks.len();
-                marks.extend(keys[answered.min(keys.len())..].iter().map(|key| {
-                    Err(StatusError {
-                        key: key.clone(),
-                        status: outbox_shared::OutboxStatus::Published,
-                        failure: Box::new(outbox_shared::SdkFailure::incomplete(
-                            crate::status::BATCH_EXECUTE_STATEMENT,
-                            format!("the status store answered {answered} of {} marks", keys.len()),
-                        )),
-                    })
-                }));
-                batch
-                    .into_iter()
-                    .zip(marks)
-                    .map(|((key, event_id, source), mark)| {
-                        if let Err(err) = &mark {
-                            // Published but still pending: the poller publishes it again after
-                            // its grace period, with the same eventId.
-                            tracing::warn!(event_id = %event_id, retryable = err.class().is_retryable(), error = %err.failure, "event published but not marked published");
-                        }
-                        Settled::Published {
-                            key,
-                            event_id,
-                            source,
-                            mark,
-                        }
-                    })
-                    .collect::<Vec<_>>()
-            })
+            .map(|batch| self.mark_batch(batch))
             .buffer_unordered(self.mark_concurrency)
             .flat_map(futures::stream::iter)
             .collect()
             .await
+    }
+
+    /// Marks one batch of published events (at most [`MARK_BATCH_MAX`]) in one status call.
+    async fn mark_batch<R>(&self, batch: Vec<(ItemKey, String, R)>) -> Vec<Settled<R>> {
+        if batch.is_empty() {
+            return Vec::new();
+        }
+        let keys: Vec<ItemKey> = batch.iter().map(|(key, _, _)| key.clone()).collect();
+        let mut marks = self.status.mark_all_published(&keys).await;
+        // A store that answered for fewer keys left the rest unmarked: each still gets its
+        // outcome, an error (it stays pending and is published again).
+        let answered = marks.len();
+        marks.extend(keys[answered.min(keys.len())..].iter().map(|key| {
+            Err(StatusError {
+                key: key.clone(),
+                status: outbox_shared::OutboxStatus::Published,
+                failure: Box::new(outbox_shared::SdkFailure::incomplete(
+                    crate::status::BATCH_EXECUTE_STATEMENT,
+                    format!(
+                        "the status store answered {answered} of {} marks",
+                        keys.len()
+                    ),
+                )),
+            })
+        }));
+        batch
+            .into_iter()
+            .zip(marks)
+            .map(|((key, event_id, source), mark)| {
+                if let Err(err) = &mark {
+                    // Published but still pending: the poller publishes it again after its
+                    // grace period, with the same eventId.
+                    tracing::warn!(event_id = %event_id, retryable = err.class().is_retryable(), error = %err.failure, "event published but not marked published");
+                }
+                Settled::Published {
+                    key,
+                    event_id,
+                    source,
+                    mark,
+                }
+            })
+            .collect()
     }
 
     /// Sends one poison event to the dead-letter queue, then marks it. If the queue refuses it,
@@ -510,15 +625,12 @@ mod tests {
         }
 
         // When three published events are settled
-        let outcomes = relay.publish(ready.events()).await;
         let settled = relay
-            .settle(
-                ready,
-                outcomes.into_iter().map(Some).collect(),
-                Vec::new(),
-                |_| serde_json::Value::Null,
-            )
-            .await;
+            .publish_and_settle(ready, Vec::new(), Publishing::default(), |_| {
+                serde_json::Value::Null
+            })
+            .await
+            .settled;
 
         // Then each has its outcome: the first marked, the other two published but not marked
         // (they stay pending and are published again), none dropped
@@ -570,15 +682,15 @@ mod tests {
         }
 
         // When they are published and settled
-        let outcomes = relay.publish(ready.events()).await;
         let settled = relay
-            .settle(
+            .publish_and_settle(
                 ready,
-                outcomes.into_iter().map(Some).collect(),
                 poison,
+                Publishing::default(),
                 |n| serde_json::json!({ "n": n }),
             )
-            .await;
+            .await
+            .settled;
 
         // Then the good one is marked published, both poison events are dead-lettered with
         // their record and marked, and the failing one stays pending
@@ -614,10 +726,11 @@ mod tests {
 
             // When it is settled
             let settled = relay
-                .settle(ready, Vec::new(), vec![poison], |()| {
+                .publish_and_settle(ready, vec![poison], Publishing::default(), |()| {
                     serde_json::Value::Null
                 })
-                .await;
+                .await
+                .settled;
 
             // Then it is not dead-lettered, and not marked
             assert!(matches!(&settled[..], [Settled::NotDeadLettered { .. }]));
