@@ -746,6 +746,41 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn each_answer_tells_the_events_it_published_and_only_those() {
+        // Given one call that publishes a, throttles b and rejects c, then a retry that
+        // publishes b
+        let first = mock!(Client::put_events)
+            .match_requests(|req| req.entries().len() == 3)
+            .then_output(|| {
+                PutEventsOutput::builder()
+                    .entries(one_result(None))
+                    .entries(one_result(Some("ThrottlingException")))
+                    .entries(one_result(Some("MalformedDetail")))
+                    .failed_entry_count(2)
+                    .build()
+            });
+        let retry = mock!(Client::put_events)
+            .match_requests(|req| req.entries().len() == 1)
+            .then_output(|| accepted(1));
+        let publisher =
+            EventBridgePublisher::new(mock_eventbridge(&[&first, &retry]), quick_config()).unwrap();
+        let told = Mutex::new(Vec::new());
+
+        // When the three are published
+        let outcomes = publisher
+            .publish_reporting(&[event("a", 5), event("b", 5), event("c", 5)], None, &|i| {
+                told.lock().unwrap().push(i.to_vec());
+            })
+            .await;
+
+        // Then each answer told what it published: a with the first, b with the retry; the
+        // rejected c never
+        assert_eq!(told.into_inner().unwrap(), [vec![0], vec![1]]);
+        assert!(outcomes[0].is_published() && outcomes[1].is_published());
+        assert!(matches!(outcomes[2], PublishOutcome::Rejected { .. }));
+    }
+
+    #[tokio::test]
     async fn a_publisher_with_no_ceiling_and_no_throttling_has_no_publish_rate_limit() {
         let put = mock!(Client::put_events).then_output(|| accepted(1));
         let publisher =

@@ -1,6 +1,8 @@
 //! The per-event path both relays share: an outbox item becomes an event ready to publish or a
-//! [`Poison`] case; after a publish, each event is settled: marked published, dead-lettered then
-//! marked dead-lettered, or left pending. Marks and dead letters run concurrently, bounded.
+//! [`Poison`] case; then [`EventRelay::publish_and_settle`] publishes and settles each event:
+//! marked published, dead-lettered then marked dead-lettered, or left pending. Marks leave as the
+//! `PutEvents` calls answer, [`MARK_BATCH_MAX`] to a status call, while later calls are still
+//! out; dead letters follow the publish. Marks and dead letters run concurrently, bounded.
 //!
 //! The batch loops around it differ and stay in their crates: the stream relay reports a
 //! checkpoint to Lambda, the poller holds back the rest of an aggregate after a failure. Each
@@ -609,6 +611,140 @@ mod tests {
         ) -> Result<(), outbox_shared::SdkFailure> {
             self.0.hold(ordering_key, partition).await
         }
+    }
+
+    /// A publisher of two calls over `events`: the first publishes events `..split` and answers;
+    /// the second answers only once `status` holds a mark (or after 5 s of the test's paused
+    /// clock), and says whether it saw one. With `tells` off it tells nothing as calls answer.
+    struct TwoCalls<'a> {
+        split: usize,
+        status: &'a FakeStatusStore,
+        tells: bool,
+        saw_a_mark_before_the_last_call: std::sync::atomic::AtomicBool,
+    }
+
+    impl Publisher for TwoCalls<'_> {
+        async fn publish_until(
+            &self,
+            events: &[OutboundEvent],
+            _stop_at: Option<tokio::time::Instant>,
+        ) -> Vec<PublishOutcome> {
+            vec![PublishOutcome::Published; events.len()]
+        }
+
+        async fn publish_reporting(
+            &self,
+            events: &[OutboundEvent],
+            _stop_at: Option<tokio::time::Instant>,
+            accepted: &(dyn Fn(&[usize]) + Sync),
+        ) -> Vec<PublishOutcome> {
+            let tell = |indices: Vec<usize>| {
+                if self.tells {
+                    accepted(&indices);
+                }
+            };
+            tell((0..self.split).collect());
+            let marked = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+                while self.status.marks().is_empty() {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+            })
+            .await;
+            self.saw_a_mark_before_the_last_call
+                .store(marked.is_ok(), std::sync::atomic::Ordering::SeqCst);
+            tell((self.split..events.len()).collect());
+            vec![PublishOutcome::Published; events.len()]
+        }
+    }
+
+    fn ready_of(n: usize) -> ReadyEvents<usize> {
+        let mut ready = ReadyEvents::default();
+        for i in 0..n {
+            ready.push_item(item(&format!("e{i}"), "{}"), i).unwrap();
+        }
+        ready
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_marks_of_a_call_leave_while_later_calls_are_still_out() {
+        // Given a publish whose first call publishes 25 events and whose second call answers
+        // only after a mark has been written
+        let status = FakeStatusStore::default();
+        let publisher = TwoCalls {
+            split: MARK_BATCH_MAX,
+            status: &status,
+            tells: true,
+            saw_a_mark_before_the_last_call: false.into(),
+        };
+        let relay = EventRelay::new(publisher, &status, None::<&FakeDeadLetters>, "test", 4);
+
+        // When 30 events are published and settled
+        let settlement = relay
+            .publish_and_settle(ready_of(30), Vec::new(), Publishing::default(), |_| {
+                serde_json::Value::Null
+            })
+            .await;
+
+        // Then the first call's 25 were marked before the second call answered, and all 30 are
+        // marked, each once
+        assert!(
+            relay
+                .publisher()
+                .saw_a_mark_before_the_last_call
+                .load(std::sync::atomic::Ordering::SeqCst)
+        );
+        let mut sources: Vec<usize> = settlement
+            .settled
+            .iter()
+            .map(|s| match s {
+                Settled::Published {
+                    source,
+                    mark: Ok(MarkOutcome::Marked),
+                    ..
+                } => *source,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        sources.sort_unstable();
+        assert_eq!(sources, (0..30).collect::<Vec<_>>());
+        assert_eq!(status.marks().len(), 30);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_published_event_the_publisher_did_not_tell_is_marked_after_the_publish() {
+        // Given a publisher that publishes 30 events and tells none of them as its calls answer
+        let status = FakeStatusStore::default();
+        let publisher = TwoCalls {
+            split: 10,
+            status: &status,
+            tells: false,
+            saw_a_mark_before_the_last_call: false.into(),
+        };
+        let relay = EventRelay::new(publisher, &status, None::<&FakeDeadLetters>, "test", 4);
+
+        // When they are published and settled
+        let settlement = relay
+            .publish_and_settle(ready_of(30), Vec::new(), Publishing::default(), |_| {
+                serde_json::Value::Null
+            })
+            .await;
+
+        // Then none was marked during the publish, and every one is marked after it
+        assert!(
+            !relay
+                .publisher()
+                .saw_a_mark_before_the_last_call
+                .load(std::sync::atomic::Ordering::SeqCst)
+        );
+        assert_eq!(settlement.settled.len(), 30);
+        assert!(settlement.settled.iter().all(|s| matches!(
+            s,
+            Settled::Published {
+                mark: Ok(MarkOutcome::Marked),
+                ..
+            }
+        )));
+        assert_eq!(status.marks().len(), 30);
     }
 
     #[tokio::test]
