@@ -39,7 +39,6 @@ use futures::stream;
 use outbox_shared::schema::{self, attr};
 use outbox_shared::time::format_timestamp;
 use outbox_shared::{ItemKey, OutboxItem, ShardCount};
-use relay_runtime::relay::Publishing;
 use relay_runtime::{
     DeadLetterSink, EventRelay, MarkOutcome, Poison, Publisher, ReadyEvents, Settled, StatusStore,
 };
@@ -554,15 +553,16 @@ where
         if ready.is_empty() && poison.is_empty() {
             return;
         }
-        let publishing = Publishing {
-            stop_at,
-            stop_at_first_failure: None,
-        };
+        let outcomes = self.relay.publish_until(ready.events(), stop_at).await;
         let settled = self
             .relay
-            .publish_and_settle(ready, poison, publishing, dead_letter_record)
-            .await
-            .settled;
+            .settle(
+                ready,
+                outcomes.into_iter().map(Some).collect(),
+                poison,
+                dead_letter_record,
+            )
+            .await;
         let (mut marked, mut missed, mut dead_lettered) = (0, 0, 0);
         for result in settled {
             match result {

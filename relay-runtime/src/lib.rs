@@ -1,8 +1,7 @@
 //! What both outbox relays run on, so each concept is written once:
 //!
 //! - [`relay`]: the per-event path: an item becomes an event ready to publish or a poison case;
-//!   each published event is marked as its `PutEvents` call answers, poison is dead-lettered then
-//!   marked, concurrently.
+//!   after a publish each event is marked published, or dead-lettered then marked, concurrently.
 //! - [`publisher`]: the publisher port and its EventBridge adapter (size-aware batching, bounded
 //!   concurrency, per-entry retries with full jitter; it stamps the bus and `Source`).
 //! - [`publish_rate`]: the publisher's pace under the bus's `PutEvents` quota (additive increase,

@@ -153,31 +153,6 @@ pub trait Publisher: Send + Sync {
     ) -> impl Future<Output = Vec<PublishOutcome>> + Send {
         self.publish_until(events, None)
     }
-
-    /// Publishes `events` as [`Publisher::publish_until`] does, and tells `accepted` the indices
-    /// of the events each call published as soon as that call answers, so their marks can leave
-    /// while other calls are still out. Each index is told at most once, and only when its
-    /// outcome is [`PublishOutcome::Published`]. By default they are all told once the publish
-    /// is over.
-    fn publish_reporting(
-        &self,
-        events: &[OutboundEvent],
-        stop_at: Option<Instant>,
-        accepted: &(dyn Fn(&[usize]) + Sync),
-    ) -> impl Future<Output = Vec<PublishOutcome>> + Send {
-        async move {
-            let outcomes = self.publish_until(events, stop_at).await;
-            let published: Vec<usize> = outcomes
-                .iter()
-                .enumerate()
-                .filter_map(|(index, outcome)| outcome.is_published().then_some(index))
-                .collect();
-            if !published.is_empty() {
-                accepted(&published);
-            }
-            outcomes
-        }
-    }
 }
 
 /// Whether `stop_at` has come.
@@ -251,7 +226,6 @@ impl EventBridgePublisher {
         events: &[OutboundEvent],
         indices: &[usize],
         stop_at: Option<Instant>,
-        accepted: &(dyn Fn(&[usize]) + Sync),
     ) -> Vec<(usize, PublishOutcome)> {
         let mut done = Vec::with_capacity(indices.len());
         let mut pending: Vec<usize> = indices.to_vec();
@@ -280,13 +254,13 @@ impl EventBridgePublisher {
             let call = self.client.put_events().set_entries(Some(entries)).send();
             let sent = self.call_tasks.run(call).await;
             let mut retry = Vec::new();
-            let mut published = Vec::new();
-            let mut throttled = 0;
+            let (mut accepted, mut throttled) = (0, 0);
             match sent {
                 Ok(output) if output.entries().len() == pending.len() => {
                     for (&index, result) in pending.iter().zip(output.entries()) {
                         let Some(code) = result.error_code() else {
-                            published.push(index);
+                            done.push((index, PublishOutcome::Published));
+                            accepted += 1;
                             continue;
                         };
                         throttled += usize::from(code == THROTTLED);
@@ -346,11 +320,7 @@ impl EventBridgePublisher {
                     }
                 }
             }
-            if !published.is_empty() {
-                accepted(&published);
-                done.extend(published.iter().map(|&i| (i, PublishOutcome::Published)));
-            }
-            self.pace(slot, pending.len(), published.len(), throttled);
+            self.pace(slot, pending.len(), accepted, throttled);
             if retry.is_empty() {
                 break;
             }
@@ -499,17 +469,6 @@ impl Publisher for EventBridgePublisher {
         events: &[OutboundEvent],
         stop_at: Option<Instant>,
     ) -> Vec<PublishOutcome> {
-        self.publish_reporting(events, stop_at, &|_| {}).await
-    }
-
-    /// Tells `accepted` each call's published events as the call answers (a retry's, as the
-    /// retry answers).
-    async fn publish_reporting(
-        &self,
-        events: &[OutboundEvent],
-        stop_at: Option<Instant>,
-        accepted: &(dyn Fn(&[usize]) + Sync),
-    ) -> Vec<PublishOutcome> {
         let mut outcomes: Vec<Option<PublishOutcome>> = vec![None; events.len()];
         let mut sendable = Vec::with_capacity(events.len());
         for (index, event) in events.iter().enumerate() {
@@ -566,7 +525,7 @@ impl Publisher for EventBridgePublisher {
                 if past(stop_at) {
                     results.extend(send.iter().map(|&i| (i, PublishOutcome::NotSent)));
                 } else if !send.is_empty() {
-                    results.extend(self.send_call(events, &send, stop_at, accepted).await);
+                    results.extend(self.send_call(events, &send, stop_at).await);
                 }
                 let mut settled = settled.lock().expect("not poisoned");
                 // A rejected (poison) event goes to the dead-letter queue and does not hold its
@@ -743,41 +702,6 @@ mod tests {
         assert_eq!(limits.len(), 1);
         // 70 % of the one entry accepted, held at the floor of 1 entry/s
         assert!((limits[0].into_inner() - 1.0).abs() < 1e-9, "{limits:?}");
-    }
-
-    #[tokio::test]
-    async fn each_answer_tells_the_events_it_published_and_only_those() {
-        // Given one call that publishes a, throttles b and rejects c, then a retry that
-        // publishes b
-        let first = mock!(Client::put_events)
-            .match_requests(|req| req.entries().len() == 3)
-            .then_output(|| {
-                PutEventsOutput::builder()
-                    .entries(one_result(None))
-                    .entries(one_result(Some("ThrottlingException")))
-                    .entries(one_result(Some("MalformedDetail")))
-                    .failed_entry_count(2)
-                    .build()
-            });
-        let retry = mock!(Client::put_events)
-            .match_requests(|req| req.entries().len() == 1)
-            .then_output(|| accepted(1));
-        let publisher =
-            EventBridgePublisher::new(mock_eventbridge(&[&first, &retry]), quick_config()).unwrap();
-        let told = Mutex::new(Vec::new());
-
-        // When the three are published
-        let outcomes = publisher
-            .publish_reporting(&[event("a", 5), event("b", 5), event("c", 5)], None, &|i| {
-                told.lock().unwrap().push(i.to_vec());
-            })
-            .await;
-
-        // Then each answer told what it published: a with the first, b with the retry; the
-        // rejected c never
-        assert_eq!(told.into_inner().unwrap(), [vec![0], vec![1]]);
-        assert!(outcomes[0].is_published() && outcomes[1].is_published());
-        assert!(matches!(outcomes[2], PublishOutcome::Rejected { .. }));
     }
 
     #[tokio::test]

@@ -1,8 +1,6 @@
 //! The per-event path both relays share: an outbox item becomes an event ready to publish or a
-//! [`Poison`] case; then [`EventRelay::publish_and_settle`] publishes and settles each event:
-//! marked published, dead-lettered then marked dead-lettered, or left pending. Marks leave as the
-//! `PutEvents` calls answer, [`MARK_BATCH_MAX`] to a status call, while later calls are still
-//! out; dead letters follow the publish. Marks and dead letters run concurrently, bounded.
+//! [`Poison`] case; after a publish, each event is settled: marked published, dead-lettered then
+//! marked dead-lettered, or left pending. Marks and dead letters run concurrently, bounded.
 //!
 //! The batch loops around it differ and stay in their crates: the stream relay reports a
 //! checkpoint to Lambda, the poller holds back the rest of an aggregate after a failure. Each
@@ -208,26 +206,6 @@ pub enum Settled<R> {
     },
 }
 
-/// How a relay publishes one set of events.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Publishing {
-    /// No call, and no retry, starts after this (the events not sent stay pending).
-    pub stop_at: Option<tokio::time::Instant>,
-    /// Publish in chunks of this many events and stop at the first chunk with an event not
-    /// published (failed, held back, not sent): nothing after it is attempted, so nothing after
-    /// it can overtake it. `None`: everything at once.
-    pub stop_at_first_failure: Option<std::num::NonZeroUsize>,
-}
-
-/// Every event's end after [`EventRelay::publish_and_settle`].
-#[derive(Debug)]
-pub struct Settlement<R> {
-    /// One result per event, poison included, in no particular order.
-    pub settled: Vec<Settled<R>>,
-    /// When the publish was over (the last `PutEvents` call answered), before the last marks.
-    pub published_at: chrono::DateTime<Utc>,
-}
-
 /// The ports one relay publishes, marks and dead-letters through.
 #[derive(Debug, Clone)]
 pub struct EventRelay<P, S, D> {
@@ -271,142 +249,56 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
         self.dead_letters.is_some()
     }
 
-    /// Publishes `ready`'s events and settles every event, `poison` included. Published events
-    /// are marked as their `PutEvents` calls answer, [`MARK_BATCH_MAX`] to a status call, so the
-    /// marks of the first calls leave while the last are still out; rejected ones join `poison`,
-    /// which is dead-lettered (with `record_of` its source as JSON) and then marked. Results come
-    /// in no particular order; each carries its source.
-    pub async fn publish_and_settle<R: Send>(
-        &self,
-        ready: ReadyEvents<R>,
-        poison: Vec<Poison<R>>,
-        publishing: Publishing,
-        record_of: impl Fn(&R) -> serde_json::Value + Sync,
-    ) -> Settlement<R> {
-        let ReadyEvents { events, origins } = ready;
-        // An origin is taken when its event's mark leaves.
-        let mut origins: Vec<Option<(ItemKey, R)>> = origins.into_iter().map(Some).collect();
-        let (accepted_tx, accepted_rx) = futures::channel::mpsc::unbounded::<usize>();
-        let events = &events;
-        let publish = async move {
-            let accepted_tx = accepted_tx;
-            let accepted = |indices: &[usize]| {
-                for &index in indices {
-                    // The receiver outlives the publish: it is joined with it.
-                    let _ = accepted_tx.unbounded_send(index);
-                }
-            };
-            let outcomes = self.publish_reporting(events, &publishing, &accepted).await;
-            (outcomes, Utc::now())
-            // `accepted_tx` is dropped here: the marks' stream ends and marks what is left.
-        };
-        let origins_of = &mut origins;
-        let mark = accepted_rx
-            .chunks(MARK_BATCH_MAX)
-            .map(|indices| {
-                let batch: Vec<_> = indices
-                    .into_iter()
-                    .filter_map(|index| {
-                        let (key, source) = origins_of.get_mut(index)?.take()?;
-                        Some((key, events[index].event_id.clone(), source))
-                    })
-                    .collect();
-                self.mark_batch(batch)
-            })
-            .buffer_unordered(self.mark_concurrency)
-            .flat_map(futures::stream::iter)
-            .collect::<Vec<_>>();
-        let ((outcomes, published_at), marked) = futures::join!(publish, mark);
-        let mut settled = self
-            .settle(events, origins, outcomes, poison, record_of)
-            .await;
-        settled.extend(marked);
-        Settlement {
-            settled,
-            published_at,
-        }
+    /// Publishes `events`: one outcome per event, in order.
+    pub async fn publish(&self, events: &[OutboundEvent]) -> Vec<PublishOutcome> {
+        self.publish_until(events, None).await
     }
 
-    /// Publishes as `publishing` says, telling `accepted` what each call published: one outcome
-    /// per event (`None`: not attempted).
-    async fn publish_reporting(
+    /// Publishes `events`, starting no call after `stop_at`: one outcome per event, in order.
+    pub async fn publish_until(
         &self,
         events: &[OutboundEvent],
-        publishing: &Publishing,
-        accepted: &(dyn Fn(&[usize]) + Sync),
-    ) -> Vec<Option<PublishOutcome>> {
+        stop_at: Option<tokio::time::Instant>,
+    ) -> Vec<PublishOutcome> {
         if events.is_empty() {
             return Vec::new();
         }
-        let Some(chunk_size) = publishing.stop_at_first_failure else {
-            return self
-                .publisher
-                .publish_reporting(events, publishing.stop_at, accepted)
-                .await
-                .into_iter()
-                .map(Some)
-                .collect();
-        };
-        let mut outcomes = Vec::with_capacity(events.len());
-        for chunk in events.chunks(chunk_size.get()) {
-            let offset = outcomes.len();
-            let accepted_in_chunk = |indices: &[usize]| {
-                accepted(&indices.iter().map(|i| i + offset).collect::<Vec<_>>());
-            };
-            let chunk_outcomes = self
-                .publisher
-                .publish_reporting(chunk, publishing.stop_at, &accepted_in_chunk)
-                .await;
-            let failed = chunk_outcomes.iter().any(|o| {
-                matches!(
-                    o,
-                    PublishOutcome::Failed { .. }
-                        | PublishOutcome::HeldBack
-                        | PublishOutcome::NotSent
-                )
-            });
-            outcomes.extend(chunk_outcomes.into_iter().map(Some));
-            if failed {
-                break;
-            }
-        }
-        outcomes.resize(events.len(), None);
-        outcomes
+        self.publisher.publish_until(events, stop_at).await
     }
 
-    /// Settles the events whose origin is still here after a publish: `outcomes[i]` is the
-    /// outcome of event `i` (`None`: not attempted). A published event whose mark has not left
-    /// (the publisher did not tell it) is marked now; rejected ones join `poison`, which is
-    /// dead-lettered and then marked.
-    async fn settle<R: Send>(
+    /// Settles every event after a publish: `outcomes[i]` is the outcome of `ready`'s event `i`
+    /// (`None`: not attempted). Published events are marked; rejected ones join `poison`, which
+    /// is dead-lettered (with `record_of` its source as JSON) and then marked. Results come in no
+    /// particular order; each carries its source.
+    pub async fn settle<R: Send>(
         &self,
-        events: &[OutboundEvent],
-        origins: Vec<Option<(ItemKey, R)>>,
+        ready: ReadyEvents<R>,
         outcomes: Vec<Option<PublishOutcome>>,
         mut poison: Vec<Poison<R>>,
         record_of: impl Fn(&R) -> serde_json::Value + Sync,
     ) -> Vec<Settled<R>> {
-        debug_assert_eq!(events.len(), outcomes.len());
-        let mut settled = Vec::with_capacity(events.len() + poison.len());
-        let mut to_mark = Vec::new();
-        let entries = events.iter().zip(origins).zip(outcomes);
-        for ((event, origin), outcome) in entries {
-            let Some((key, source)) = origin else {
-                // Its mark left as its call answered.
-                continue;
-            };
-            let event_id = event.event_id.clone();
+        debug_assert_eq!(ready.len(), outcomes.len());
+        let mut settled = Vec::with_capacity(ready.len() + poison.len());
+        let mut to_mark = Vec::with_capacity(ready.len());
+        let entries = ready.events.into_iter().zip(ready.origins).zip(outcomes);
+        for ((event, (key, source)), outcome) in entries {
             match outcome {
-                Some(PublishOutcome::Published) => to_mark.push((key, event_id, source)),
+                Some(PublishOutcome::Published) => to_mark.push((key, event.event_id, source)),
                 Some(PublishOutcome::Rejected { code, message }) => {
-                    poison.push(Poison::rejected(key, event_id, &code, &message, source));
+                    poison.push(Poison::rejected(
+                        key,
+                        event.event_id,
+                        &code,
+                        &message,
+                        source,
+                    ));
                 }
                 Some(PublishOutcome::Failed { code, message }) => {
-                    tracing::warn!(event_id = %event_id, code = %code, "event not published; it stays pending");
+                    tracing::warn!(event_id = %event.event_id, code = %code, "event not published; it stays pending");
                     settled.push(Settled::Failed {
                         key,
-                        event_id,
-                        ordering_key: event.ordering_key.clone(),
+                        event_id: event.event_id,
+                        ordering_key: event.ordering_key,
                         code,
                         message,
                         source,
@@ -414,14 +306,14 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
                 }
                 Some(PublishOutcome::HeldBack) => settled.push(Settled::HeldBack {
                     key,
-                    event_id,
-                    ordering_key: event.ordering_key.clone(),
+                    event_id: event.event_id,
+                    ordering_key: event.ordering_key,
                     source,
                 }),
                 Some(PublishOutcome::NotSent) | None => {
                     settled.push(Settled::NotAttempted {
                         key,
-                        event_id,
+                        event_id: event.event_id,
                         source,
                     });
                 }
@@ -448,53 +340,44 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
             batches.push(events.by_ref().take(MARK_BATCH_MAX).collect::<Vec<_>>());
         }
         futures::stream::iter(batches)
-            .map(|batch| self.mark_batch(batch))
+            .map(|batch| async move {
+                let keys: Vec<ItemKey> = batch.iter().map(|(key, _, _)| key.clone()).collect();
+                let mut marks = self.status.mark_all_published(&keys).await;
+                // A store that answered for fewer keys left the rest unmarked: each still gets
+                // its outcome, an error (it stays pending and is published again).
+                let answered = marks.len();
+                marks.extend(keys[answered.min(keys.len())..].iter().map(|key| {
+                    Err(StatusError {
+                        key: key.clone(),
+                        status: outbox_shared::OutboxStatus::Published,
+                        failure: Box::new(outbox_shared::SdkFailure::incomplete(
+                            crate::status::BATCH_EXECUTE_STATEMENT,
+                            format!("the status store answered {answered} of {} marks", keys.len()),
+                        )),
+                    })
+                }));
+                batch
+                    .into_iter()
+                    .zip(marks)
+                    .map(|((key, event_id, source), mark)| {
+                        if let Err(err) = &mark {
+                            // Published but still pending: the poller publishes it again after
+                            // its grace period, with the same eventId.
+                            tracing::warn!(event_id = %event_id, retryable = err.class().is_retryable(), error = %err.failure, "event published but not marked published");
+                        }
+                        Settled::Published {
+                            key,
+                            event_id,
+                            source,
+                            mark,
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            })
             .buffer_unordered(self.mark_concurrency)
             .flat_map(futures::stream::iter)
             .collect()
             .await
-    }
-
-    /// Marks one batch of published events (at most [`MARK_BATCH_MAX`]) in one status call.
-    async fn mark_batch<R>(&self, batch: Vec<(ItemKey, String, R)>) -> Vec<Settled<R>> {
-        if batch.is_empty() {
-            return Vec::new();
-        }
-        let keys: Vec<ItemKey> = batch.iter().map(|(key, _, _)| key.clone()).collect();
-        let mut marks = self.status.mark_all_published(&keys).await;
-        // A store that answered for fewer keys left the rest unmarked: each still gets its
-        // outcome, an error (it stays pending and is published again).
-        let answered = marks.len();
-        marks.extend(keys[answered.min(keys.len())..].iter().map(|key| {
-            Err(StatusError {
-                key: key.clone(),
-                status: outbox_shared::OutboxStatus::Published,
-                failure: Box::new(outbox_shared::SdkFailure::incomplete(
-                    crate::status::BATCH_EXECUTE_STATEMENT,
-                    format!(
-                        "the status store answered {answered} of {} marks",
-                        keys.len()
-                    ),
-                )),
-            })
-        }));
-        batch
-            .into_iter()
-            .zip(marks)
-            .map(|((key, event_id, source), mark)| {
-                if let Err(err) = &mark {
-                    // Published but still pending: the poller publishes it again after its
-                    // grace period, with the same eventId.
-                    tracing::warn!(event_id = %event_id, retryable = err.class().is_retryable(), error = %err.failure, "event published but not marked published");
-                }
-                Settled::Published {
-                    key,
-                    event_id,
-                    source,
-                    mark,
-                }
-            })
-            .collect()
     }
 
     /// Sends one poison event to the dead-letter queue, then marks it. If the queue refuses it,
@@ -613,140 +496,6 @@ mod tests {
         }
     }
 
-    /// A publisher of two calls over `events`: the first publishes events `..split` and answers;
-    /// the second answers only once `status` holds a mark (or after 5 s of the test's paused
-    /// clock), and says whether it saw one. With `tells` off it tells nothing as calls answer.
-    struct TwoCalls<'a> {
-        split: usize,
-        status: &'a FakeStatusStore,
-        tells: bool,
-        saw_a_mark_before_the_last_call: std::sync::atomic::AtomicBool,
-    }
-
-    impl Publisher for TwoCalls<'_> {
-        async fn publish_until(
-            &self,
-            events: &[OutboundEvent],
-            _stop_at: Option<tokio::time::Instant>,
-        ) -> Vec<PublishOutcome> {
-            vec![PublishOutcome::Published; events.len()]
-        }
-
-        async fn publish_reporting(
-            &self,
-            events: &[OutboundEvent],
-            _stop_at: Option<tokio::time::Instant>,
-            accepted: &(dyn Fn(&[usize]) + Sync),
-        ) -> Vec<PublishOutcome> {
-            let tell = |indices: Vec<usize>| {
-                if self.tells {
-                    accepted(&indices);
-                }
-            };
-            tell((0..self.split).collect());
-            let marked = tokio::time::timeout(std::time::Duration::from_secs(5), async {
-                while self.status.marks().is_empty() {
-                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-                }
-            })
-            .await;
-            self.saw_a_mark_before_the_last_call
-                .store(marked.is_ok(), std::sync::atomic::Ordering::SeqCst);
-            tell((self.split..events.len()).collect());
-            vec![PublishOutcome::Published; events.len()]
-        }
-    }
-
-    fn ready_of(n: usize) -> ReadyEvents<usize> {
-        let mut ready = ReadyEvents::default();
-        for i in 0..n {
-            ready.push_item(item(&format!("e{i}"), "{}"), i).unwrap();
-        }
-        ready
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_marks_of_a_call_leave_while_later_calls_are_still_out() {
-        // Given a publish whose first call publishes 25 events and whose second call answers
-        // only after a mark has been written
-        let status = FakeStatusStore::default();
-        let publisher = TwoCalls {
-            split: MARK_BATCH_MAX,
-            status: &status,
-            tells: true,
-            saw_a_mark_before_the_last_call: false.into(),
-        };
-        let relay = EventRelay::new(publisher, &status, None::<&FakeDeadLetters>, "test", 4);
-
-        // When 30 events are published and settled
-        let settlement = relay
-            .publish_and_settle(ready_of(30), Vec::new(), Publishing::default(), |_| {
-                serde_json::Value::Null
-            })
-            .await;
-
-        // Then the first call's 25 were marked before the second call answered, and all 30 are
-        // marked, each once
-        assert!(
-            relay
-                .publisher()
-                .saw_a_mark_before_the_last_call
-                .load(std::sync::atomic::Ordering::SeqCst)
-        );
-        let mut sources: Vec<usize> = settlement
-            .settled
-            .iter()
-            .map(|s| match s {
-                Settled::Published {
-                    source,
-                    mark: Ok(MarkOutcome::Marked),
-                    ..
-                } => *source,
-                other => panic!("{other:?}"),
-            })
-            .collect();
-        sources.sort_unstable();
-        assert_eq!(sources, (0..30).collect::<Vec<_>>());
-        assert_eq!(status.marks().len(), 30);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_published_event_the_publisher_did_not_tell_is_marked_after_the_publish() {
-        // Given a publisher that publishes 30 events and tells none of them as its calls answer
-        let status = FakeStatusStore::default();
-        let publisher = TwoCalls {
-            split: 10,
-            status: &status,
-            tells: false,
-            saw_a_mark_before_the_last_call: false.into(),
-        };
-        let relay = EventRelay::new(publisher, &status, None::<&FakeDeadLetters>, "test", 4);
-
-        // When they are published and settled
-        let settlement = relay
-            .publish_and_settle(ready_of(30), Vec::new(), Publishing::default(), |_| {
-                serde_json::Value::Null
-            })
-            .await;
-
-        // Then none was marked during the publish, and every one is marked after it
-        assert!(
-            !relay
-                .publisher()
-                .saw_a_mark_before_the_last_call
-                .load(std::sync::atomic::Ordering::SeqCst)
-        );
-        assert_eq!(settlement.settled.len(), 30);
-        assert!(settlement.settled.iter().all(|s| matches!(
-            s,
-            Settled::Published {
-                mark: Ok(MarkOutcome::Marked),
-                ..
-            }
-        )));
-        assert_eq!(status.marks().len(), 30);
-    }
-
     #[tokio::test]
     async fn an_event_the_status_store_did_not_answer_for_settles_as_not_marked() {
         // Given a store that answers a batch of marks for its first key only
@@ -761,12 +510,15 @@ mod tests {
         }
 
         // When three published events are settled
+        let outcomes = relay.publish(ready.events()).await;
         let settled = relay
-            .publish_and_settle(ready, Vec::new(), Publishing::default(), |_| {
-                serde_json::Value::Null
-            })
-            .await
-            .settled;
+            .settle(
+                ready,
+                outcomes.into_iter().map(Some).collect(),
+                Vec::new(),
+                |_| serde_json::Value::Null,
+            )
+            .await;
 
         // Then each has its outcome: the first marked, the other two published but not marked
         // (they stay pending and are published again), none dropped
@@ -818,15 +570,15 @@ mod tests {
         }
 
         // When they are published and settled
+        let outcomes = relay.publish(ready.events()).await;
         let settled = relay
-            .publish_and_settle(
+            .settle(
                 ready,
+                outcomes.into_iter().map(Some).collect(),
                 poison,
-                Publishing::default(),
                 |n| serde_json::json!({ "n": n }),
             )
-            .await
-            .settled;
+            .await;
 
         // Then the good one is marked published, both poison events are dead-lettered with
         // their record and marked, and the failing one stays pending
@@ -862,11 +614,10 @@ mod tests {
 
             // When it is settled
             let settled = relay
-                .publish_and_settle(ready, vec![poison], Publishing::default(), |()| {
+                .settle(ready, Vec::new(), vec![poison], |()| {
                     serde_json::Value::Null
                 })
-                .await
-                .settled;
+                .await;
 
             // Then it is not dead-lettered, and not marked
             assert!(matches!(&settled[..], [Settled::NotDeadLettered { .. }]));

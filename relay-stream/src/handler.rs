@@ -17,14 +17,15 @@
 //! loop around it: what the stream carries, strict order, and the checkpoint Lambda resumes from.
 
 use std::collections::HashMap;
-use std::num::NonZeroUsize;
 
 use aws_lambda_events::dynamodb::EventRecord;
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+use chrono::Utc;
 use outbox_shared::schema::{attr, entity};
 use outbox_shared::{ItemKey, OutboxItem, OutboxStatus};
-use relay_runtime::relay::{Publishing, Settlement};
-use relay_runtime::{DeadLetterSink, EventRelay, Publisher, ReadyEvents, Settled, StatusStore};
+use relay_runtime::{
+    DeadLetterSink, EventRelay, PublishOutcome, Publisher, ReadyEvents, Settled, StatusStore,
+};
 use serde_dynamo::AttributeValue;
 
 use crate::metrics as m;
@@ -258,18 +259,11 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> StreamRelay<P, S, D> {
             self.leave_held_aggregates(records, &mut ready, &mut outcomes)
                 .await;
         }
-        let publishing = Publishing {
-            stop_at,
-            stop_at_first_failure: self.options.stop_at_first_failure.then(|| {
-                NonZeroUsize::new(self.options.strict_chunk_size).unwrap_or(NonZeroUsize::MIN)
-            }),
-        };
-        let Settlement {
-            settled,
-            published_at,
-        } = self
+        let results = self.publish(ready.events(), stop_at).await;
+        let published_at = Utc::now();
+        let settled = self
             .relay
-            .publish_and_settle(ready, poison, publishing, |&index| {
+            .settle(ready, results, poison, |&index| {
                 dead_letter_record(&records[index])
             })
             .await;
@@ -485,6 +479,42 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> StreamRelay<P, S, D> {
             })
             .collect()
     }
+
+    /// Publishes `events`, starting nothing after `stop_at`; `None` for events not attempted
+    /// (strict mode, after a failure).
+    async fn publish(
+        &self,
+        events: &[outbox_shared::OutboundEvent],
+        stop_at: Option<tokio::time::Instant>,
+    ) -> Vec<Option<PublishOutcome>> {
+        if !self.options.stop_at_first_failure {
+            return self
+                .relay
+                .publish_until(events, stop_at)
+                .await
+                .into_iter()
+                .map(Some)
+                .collect();
+        }
+        let mut results = Vec::with_capacity(events.len());
+        for chunk in events.chunks(self.options.strict_chunk_size.max(1)) {
+            let outcomes = self.relay.publish_until(chunk, stop_at).await;
+            let failed = outcomes.iter().any(|o| {
+                matches!(
+                    o,
+                    PublishOutcome::Failed { .. }
+                        | PublishOutcome::HeldBack
+                        | PublishOutcome::NotSent
+                )
+            });
+            results.extend(outcomes.into_iter().map(Some));
+            if failed {
+                break;
+            }
+        }
+        results.resize(events.len(), None);
+        results
+    }
 }
 
 /// The full stream record, as the dead letter carries it.
@@ -565,7 +595,6 @@ fn decode(record: &EventRecord, index: usize) -> Decoded {
 mod tests {
     use super::*;
     use aws_lambda_events::dynamodb::Event;
-    use relay_runtime::PublishOutcome;
     use relay_runtime::testing::{FakeDeadLetters, FakePublisher, FakeStatusStore};
     use serde_json::json;
 
