@@ -10,6 +10,9 @@
 //!    their leases settle (16, 8 or 4 shards each), all in this process, with each poller polling
 //!    16 shards at once (the default) and 4 at once (a small task), and the ratio to linear.
 //!
+//! The latency model waits on its exact clock (`LATENCY_MODEL_CLOCK=tokio` runs it on tokio's
+//! timer, which adds about 1.2 ms to each call; see `latency_model::Clock`).
+//!
 //! Rerun: `scripts/emulator.sh run -- cargo bench -p outbox-tests --bench poller`
 //! (`POLLER_BENCH_RUNS` sets the runs per configuration, default 3; medians are reported;
 //! `POLLER_BENCH_PARTS=model`, `=fleet` or `=emulator` runs one part).
@@ -34,7 +37,7 @@ use futures::StreamExt;
 use outbox_shared::schema::{self, attr};
 use outbox_shared::{NewOutboxEvent, OutboundEvent, OutboxConfig, OutboxItem, ShardCount};
 use outbox_tests::TestEnv;
-use outbox_tests::latency_model::LatencyModel;
+use outbox_tests::latency_model::{Clock, LatencyModel};
 use relay_poller::CancellationToken;
 use relay_poller::app::{AwsClients, aws_poller};
 use relay_poller::config::{RelayArgs, ShardSelection, TableArgs};
@@ -304,7 +307,7 @@ async fn baseline_on_emulator(events: usize) -> Run {
 }
 
 async fn poller_on_latency_model(events: usize) -> Run {
-    let model = LatencyModel::new(MODEL_DELAY);
+    let model = LatencyModel::new(MODEL_DELAY).with_clock(Clock::for_benchmarks());
     model.seed_pending(&pending_items("model-table", events));
     let sdk = model.sdk_config();
     let config = relay_args("model-table", "model-bus", "http://model.invalid/dlq")
@@ -330,7 +333,7 @@ async fn poller_on_latency_model(events: usize) -> Run {
 /// `pollers` pollers draining `events` together on the latency model, each on its share of the
 /// 16 shards (what their leases settle to), polling `shard_concurrency` of them at once.
 async fn fleet_on_latency_model(events: usize, pollers: u16, shard_concurrency: usize) -> Run {
-    let model = LatencyModel::new(MODEL_DELAY);
+    let model = LatencyModel::new(MODEL_DELAY).with_clock(Clock::for_benchmarks());
     model.seed_pending(&pending_items("model-table", events));
     let sdk = model.sdk_config();
     let each = ShardCount::default().get() / pollers;

@@ -3,14 +3,18 @@
 //! publish then mark published, each fully concurrent.
 //!
 //! Run: `cargo bench -p outbox-tests --bench relay_stream_latency` (no emulator needed). Prints the
-//! median, p90 and minimum over 30 batches after 3 warm-up batches.
+//! median, p90 and minimum over 30 batches after 3 warm-up batches, and beside them the median of
+//! one lone call on the same model: the batch's floor is twice that.
+//!
+//! The model waits on its exact clock (`LATENCY_MODEL_CLOCK=tokio` runs it on tokio's timer,
+//! which adds about 1.2 ms to each call; see `latency_model::Clock`).
 
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use outbox_shared::schema;
 use outbox_shared::{NewOutboxEvent, OutboxConfig, OutboxItem};
-use outbox_tests::latency_model::LatencyModel;
+use outbox_tests::latency_model::{Clock, LatencyModel};
 use relay_runtime::PublisherArgs;
 use relay_stream::RelayArgs;
 use relay_stream::aws_lambda_events::dynamodb::EventRecord;
@@ -51,6 +55,33 @@ fn record(item: &OutboxItem, seq: usize) -> EventRecord {
     record
 }
 
+/// Lone `PutEvents` calls timed to find what one call costs on the model.
+const LONE_CALLS: usize = 30;
+
+/// The median wall time of one lone `PutEvents` call of one entry: the model's delay, as this
+/// runtime sees it, and the client's own work for one call.
+async fn one_call_median(client: &aws_sdk_eventbridge::Client) -> Duration {
+    let entry = aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+        .event_bus_name("bench-bus")
+        .source("bench.orders")
+        .detail_type("OrderCreated")
+        .detail("{}")
+        .build();
+    let mut times = Vec::with_capacity(LONE_CALLS);
+    for _ in 0..LONE_CALLS {
+        let started = Instant::now();
+        client
+            .put_events()
+            .entries(entry.clone())
+            .send()
+            .await
+            .expect("the model accepts it");
+        times.push(started.elapsed());
+    }
+    times.sort();
+    times[LONE_CALLS / 2]
+}
+
 fn main() {
     // The runtime the Lambda runs on (relay-stream/src/main.rs): one thread.
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -58,8 +89,10 @@ fn main() {
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        let model = LatencyModel::new(LATENCY);
+        let clock = Clock::for_benchmarks();
+        let model = LatencyModel::new(LATENCY).with_clock(clock);
         let sdk = model.sdk_config();
+        let one_call = one_call_median(&aws_sdk_eventbridge::Client::new(&sdk)).await;
         let args = RelayArgs {
             table_name: "bench-table".into(),
             publisher: PublisherArgs {
@@ -104,13 +137,19 @@ fn main() {
         }
         times.sort();
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
-        let calls = model.calls();
+        let mut calls = model.calls();
+        // The lone calls are not the batches'.
+        if let Some(put_events) = calls.get_mut("PutEvents") {
+            *put_events -= LONE_CALLS as u64;
+        }
         let mut out = std::io::stdout().lock();
         use std::io::Write;
         writeln!(
             out,
-            "relay-stream 100-event batch, {} ms per call: median {:.1} ms, p90 {:.1} ms, min {:.1} ms over {RUNS} runs; calls {calls:?}",
+            "relay-stream 100-event batch, {} ms per call ({} clock; one lone call: median {:.2} ms): median {:.1} ms, p90 {:.1} ms, min {:.1} ms over {RUNS} runs; calls {calls:?}",
             LATENCY.as_millis(),
+            clock.name(),
+            ms(one_call),
             ms(times[RUNS / 2]),
             ms(times[RUNS * 9 / 10]),
             ms(times[0]),
