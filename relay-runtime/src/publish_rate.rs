@@ -9,8 +9,10 @@
 //! - Until the first throttle, and with no ceiling, there is no limit at all (no cost on the
 //!   stream relay's path).
 //! - On a throttle, the limit drops to [`DECREASE_FACTOR`] of what it was (at the first throttle:
-//!   of the entries accepted in the last second, or sent if none was accepted). Throttles of calls
-//!   let out before that decrease are the same episode and do not lower it again.
+//!   of the entries accepted in the last second, or sent if none was accepted), and the next call
+//!   leaves once the refused call's entries' worth has passed at the new limit: no burst to make
+//!   up for a schedule that fell behind. Throttles of calls let out before that decrease are the
+//!   same episode and do not lower it again.
 //! - While calls are accepted, the limit grows linearly ([`INCREASE_PER_SECOND`] of the limit set
 //!   at the last decrease, per second, at least [`MIN_INCREASE_PER_SECOND`]), probing back up to
 //!   the quota.
@@ -211,6 +213,13 @@ impl PublishRate {
         });
         let limit = (before * DECREASE_FACTOR).max(MIN_RATE);
         state.limit = Some(limit);
+        // The bus has just said it has no room: the next call leaves once the refused entries'
+        // worth has passed at the new limit. Neither the schedule's slack (up to MAX_BURST
+        // behind now) nor a turn set at the old limit lets a call out sooner: into the emptied
+        // quota it would be throttled too, and lower the limit again as a new episode.
+        state.next_slot = state
+            .next_slot
+            .max(now + Duration::from_secs_f64(sent as f64 / limit));
         state.step = (limit * INCREASE_PER_SECOND).max(MIN_INCREASE_PER_SECOND);
         state.lowered_at = Some(now);
         state.raised_at = now;
@@ -282,6 +291,34 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn after_a_throttle_the_next_calls_leave_at_the_new_limit_with_no_burst() {
+        // Given a publisher with no limit whose schedule is a second behind, and 500 entries
+        // accepted in the last second
+        let rate = rate(None);
+        let sent = rate.acquire(10, None).await.unwrap();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        for _ in 0..50 {
+            rate.accepted(10, 10);
+        }
+        tokio::time::advance(Duration::from_millis(10)).await;
+
+        // When the bus throttles it
+        assert_eq!(rate.throttled(sent, 10, 0), Some(350.0));
+
+        // Then its next calls of 10 entries leave 10/350 s (28.6 ms) apart, the first once the
+        // throttled call's 10 entries' worth has passed: the bus has just said it has no room,
+        // so none leaves early to make up the past
+        let now = Instant::now();
+        let mut offsets = Vec::new();
+        for _ in 0..4 {
+            let slot = rate.acquire(10, None).await.unwrap();
+            offsets.push(slot.send_at.duration_since(now).as_millis());
+        }
+        // (tokio's timer rounds up to the millisecond)
+        assert_eq!(offsets, [29, 58, 86, 115]);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_bus_that_accepted_nothing_seeds_the_limit_from_what_was_sent() {
         let rate = rate(None);
         let slot = rate.acquire(10, None).await.unwrap();
@@ -323,13 +360,14 @@ mod tests {
         let start = Instant::now();
         let first = rate.acquire(10, None).await.unwrap();
         assert_eq!(rate.throttled(first, 10, 0), Some(70.0));
-        // The next turn was set at the old limit (100 ms); the one after at the new (143 ms).
+        // The next turn, set at the old limit (100 ms), moves to the new one: the throttled
+        // call's 10 entries at 70 entries/s (143 ms); the one after 143 ms later.
         let second = rate.acquire(10, None).await.unwrap().send_at;
         let third = rate.acquire(10, None).await.unwrap().send_at;
-        assert_eq!(second.duration_since(start).as_millis(), 100);
         // (tokio's timer rounds up to the millisecond)
+        assert_eq!(second.duration_since(start).as_millis(), 143);
         let third_ms = third.duration_since(start).as_millis();
-        assert!((242..=243).contains(&third_ms), "{third_ms} ms");
+        assert!((285..=286).contains(&third_ms), "{third_ms} ms");
         // A turn that would come after the deadline is refused without waiting.
         let stop_at = Instant::now() + Duration::from_millis(50);
         assert_eq!(rate.acquire(10, Some(stop_at)).await, None);
