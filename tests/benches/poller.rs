@@ -35,8 +35,9 @@ use aws_smithy_types::config_bag::ConfigBag;
 use chrono::Utc;
 use futures::StreamExt;
 use outbox_shared::schema::{self, attr};
-use outbox_shared::{NewOutboxEvent, OutboundEvent, OutboxConfig, OutboxItem, ShardCount};
+use outbox_shared::{OutboundEvent, OutboxItem, ShardCount};
 use outbox_tests::TestEnv;
+use outbox_tests::fixtures;
 use outbox_tests::latency_model::{Clock, LatencyModel};
 use relay_poller::CancellationToken;
 use relay_poller::app::{AwsClients, aws_poller};
@@ -105,31 +106,6 @@ fn counted_clients(env: &TestEnv, counter: &CallCounter) -> AwsClients {
     }
 }
 
-/// `count` pending events, one per aggregate, created a minute ago.
-fn pending_items(table: &str, count: usize) -> Vec<OutboxItem> {
-    let created = Utc::now() - chrono::Duration::minutes(1);
-    let config = OutboxConfig::new(table);
-    (0..count)
-        .map(|i| {
-            let event = NewOutboxEvent {
-                partition_key: schema::user_pk(&format!("user-{}", i % 100)),
-                event_type: "OrderCreated".into(),
-                aggregate_type: "Order".into(),
-                aggregate_id: format!("order-{i}"),
-                sequence: Some(1),
-                payload: serde_json::json!({"orderId": format!("order-{i}"), "amountCents": 2500}),
-                trace_header: None,
-            };
-            OutboxItem::pending(
-                event,
-                &config,
-                created + chrono::Duration::milliseconds(i as i64),
-            )
-            .unwrap()
-        })
-        .collect()
-}
-
 async fn seed(env: &TestEnv, items: &[OutboxItem]) {
     futures::stream::iter(items.chunks(BATCH_WRITE_MAX))
         .for_each_concurrent(8, |chunk| async move {
@@ -173,14 +149,8 @@ fn relay_args(table: &str, bus: &str, dlq: &str) -> RelayArgs {
             shards: None,
         },
         publisher: PublisherArgs {
-            event_bus_name: bus.to_owned(),
-            source: outbox_tests::TEST_SOURCE.into(),
-            max_entries_per_call: outbox_shared::limits::PUT_EVENTS_MAX_ENTRIES,
-            max_request_bytes: outbox_shared::limits::PUT_EVENTS_DEFAULT_MAX_BYTES,
-            max_entry_bytes: outbox_shared::limits::PUT_EVENTS_DEFAULT_MAX_BYTES,
             publish_concurrency: 10,
-            publish_max_attempts: relay_runtime::config::DEFAULT_PUBLISH_MAX_ATTEMPTS,
-            max_publish_rate: None,
+            ..fixtures::publisher_args(bus)
         },
         retention: relay_runtime::RetentionArgs::default(),
         metrics: relay_runtime::metrics::MetricsArgs::default(),
@@ -472,4 +442,9 @@ async fn run_on_emulator(events: usize, runs: usize) {
     let base = report("emulator: classic baseline", &baseline);
     let ours = report("emulator: relay-poller drain", &poller);
     println!("emulator speed-up over the baseline: {:.2}x", ours / base);
+}
+
+/// `count` pending events, one per aggregate, created a minute ago.
+fn pending_items(table: &str, count: usize) -> Vec<OutboxItem> {
+    fixtures::pending_items(table, count, Utc::now() - chrono::Duration::minutes(1))
 }

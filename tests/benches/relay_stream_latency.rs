@@ -12,48 +12,15 @@
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use outbox_shared::schema;
-use outbox_shared::{NewOutboxEvent, OutboxConfig, OutboxItem};
+use outbox_tests::fixtures;
 use outbox_tests::latency_model::{Clock, LatencyModel};
 use relay_runtime::PublisherArgs;
-use relay_stream::RelayArgs;
 use relay_stream::aws_lambda_events::dynamodb::EventRecord;
 
 const EVENTS: usize = 100;
 const WARM_UP: usize = 3;
 const RUNS: usize = 30;
 const LATENCY: Duration = Duration::from_millis(10);
-
-fn items(config: &OutboxConfig, batch: usize) -> Vec<OutboxItem> {
-    (0..EVENTS)
-        .map(|i| {
-            let order = format!("o-{batch}-{i}");
-            OutboxItem::pending(
-                NewOutboxEvent {
-                    partition_key: schema::user_pk(&format!("u-{i}")),
-                    event_type: "OrderCreated".into(),
-                    aggregate_type: "Order".into(),
-                    aggregate_id: order.clone(),
-                    sequence: Some(1),
-                    payload: serde_json::json!({"orderId": order, "amountCents": 1200}),
-                    trace_header: None,
-                },
-                config,
-                Utc::now(),
-            )
-            .expect("valid event")
-        })
-        .collect()
-}
-
-fn record(item: &OutboxItem, seq: usize) -> EventRecord {
-    let mut record = EventRecord::default();
-    record.event_name = "INSERT".into();
-    record.change.new_image = serde_dynamo::to_item(item).expect("item serializes");
-    record.change.sequence_number = Some(format!("{seq:020}"));
-    record.change.approximate_creation_date_time = Utc::now();
-    record
-}
 
 /// Lone `PutEvents` calls timed to find what one call costs on the model.
 const LONE_CALLS: usize = 30;
@@ -93,25 +60,13 @@ fn main() {
         let model = LatencyModel::new(LATENCY).with_clock(clock);
         let sdk = model.sdk_config();
         let one_call = one_call_median(&aws_sdk_eventbridge::Client::new(&sdk)).await;
-        let args = RelayArgs {
-            table_name: "bench-table".into(),
-            publisher: PublisherArgs {
-                event_bus_name: "bench-bus".into(),
+        let args = fixtures::stream_relay_args(
+            "bench-table",
+            PublisherArgs {
                 source: "bench.orders".into(),
-                max_entries_per_call: 10,
-                max_request_bytes: 256 * 1024,
-                max_entry_bytes: 256 * 1024,
-                publish_concurrency: 16,
-                publish_max_attempts: 5,
-                max_publish_rate: None,
+                ..fixtures::publisher_args("bench-bus")
             },
-            retention: relay_runtime::RetentionArgs::default(),
-            dead_letter_queue_url: None,
-            mark_concurrency: relay_stream::config::DEFAULT_MARK_CONCURRENCY,
-            stop_at_first_failure: false,
-            deadline_margin: relay_stream::config::DEFAULT_DEADLINE_MARGIN,
-            hold_failed_aggregates: false,
-        };
+        );
         let relay = relay_stream::build_relay_with(
             &args,
             aws_sdk_eventbridge::Client::new(&sdk),
@@ -119,13 +74,16 @@ fn main() {
             aws_sdk_sqs::Client::new(&sdk),
         )
         .expect("valid configuration");
-        let config = OutboxConfig::new("bench-table");
         let mut times = Vec::with_capacity(RUNS);
         for run in 0..WARM_UP + RUNS {
-            let items = items(&config, run);
+            let items = fixtures::pending_items("bench-table", EVENTS, Utc::now());
             model.seed_pending(&items);
             let records: Vec<EventRecord> =
-                items.iter().enumerate().map(|(i, item)| record(item, i)).collect();
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, item)| fixtures::insert_record(item, i))
+                    .collect();
             let started = Instant::now();
             let report = relay.handle(&records).await;
             let elapsed = started.elapsed();

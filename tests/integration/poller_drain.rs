@@ -13,7 +13,7 @@ use futures::StreamExt;
 use outbox_shared::schema::{self, attr};
 use outbox_shared::time::format_timestamp;
 use outbox_shared::{OutboxStatus, ShardCount};
-use outbox_tests::{TestEnv, minimal_outbox_item};
+use outbox_tests::{TestEnv, fixtures, minimal_outbox_item};
 use outbox_writer::{NewOrder, OrderLine, OrderStatus};
 use relay_poller::CancellationToken;
 use relay_poller::PassOutcome;
@@ -238,7 +238,7 @@ async fn run_passes_leave_events_younger_than_the_grace_period_alone() {
         },
         publisher: PublisherArgs {
             publish_concurrency: 4,
-            ..publisher_args(&env.bus_name)
+            ..fixtures::publisher_args(&env.bus_name)
         },
         retention: relay_runtime::RetentionArgs::default(),
         metrics: relay_runtime::metrics::MetricsArgs::default(),
@@ -428,20 +428,6 @@ async fn events_of_one_aggregate_arrive_in_sequence_order() {
     assert_eq!(by_order.len(), orders.len());
     for (_, order_id) in &orders {
         assert_eq!(by_order[order_id], [1, 2, 3, 4, 5], "order {order_id}");
-    }
-}
-
-/// The publisher's flags with their defaults, for `bus` and the test source.
-fn publisher_args(bus: &str) -> PublisherArgs {
-    PublisherArgs {
-        event_bus_name: bus.to_owned(),
-        source: outbox_tests::TEST_SOURCE.into(),
-        max_entries_per_call: outbox_shared::limits::PUT_EVENTS_MAX_ENTRIES,
-        max_request_bytes: outbox_shared::limits::PUT_EVENTS_DEFAULT_MAX_BYTES,
-        max_entry_bytes: outbox_shared::limits::PUT_EVENTS_DEFAULT_MAX_BYTES,
-        publish_concurrency: relay_runtime::config::DEFAULT_PUBLISH_CONCURRENCY,
-        publish_max_attempts: relay_runtime::config::DEFAULT_PUBLISH_MAX_ATTEMPTS,
-        max_publish_rate: None,
     }
 }
 

@@ -6,38 +6,18 @@
 use std::time::Duration;
 
 use chrono::Utc;
+use outbox_shared::ShardCount;
 use outbox_shared::schema;
-use outbox_shared::{NewOutboxEvent, OutboxConfig, OutboxItem, ShardCount};
+use outbox_tests::fixtures;
 use outbox_tests::latency_model::LatencyModel;
 use relay_poller::CancellationToken;
 use relay_poller::app::{AwsClients, aws_poller};
 use relay_poller::config::{RelayArgs, TableArgs};
-use relay_runtime::PublisherArgs;
 
 const QUOTA: u32 = 500;
 /// Long enough (40 s of quota) for the first burst, sent before the first throttle comes back,
 /// to be a small part of the whole.
 const EVENTS: usize = 20_000;
-
-fn pending(count: usize) -> Vec<OutboxItem> {
-    let config = OutboxConfig::new("quota-table");
-    let created = Utc::now() - chrono::Duration::minutes(1);
-    (0..count)
-        .map(|i| {
-            let event = NewOutboxEvent {
-                partition_key: schema::user_pk(&format!("user-{}", i % 100)),
-                event_type: "OrderCreated".into(),
-                aggregate_type: "Order".into(),
-                aggregate_id: format!("order-{i}"),
-                sequence: Some(1),
-                payload: serde_json::json!({"orderId": format!("order-{i}")}),
-                trace_header: None,
-            };
-            let at = created + chrono::Duration::milliseconds(i as i64);
-            OutboxItem::pending(event, &config, at).expect("valid event")
-        })
-        .collect()
-}
 
 /// The poller's defaults (what `relay-poller drain` runs with), on the model's table and bus.
 fn default_args() -> RelayArgs {
@@ -48,16 +28,7 @@ fn default_args() -> RelayArgs {
             shard_count: ShardCount::default(),
             shards: None,
         },
-        publisher: PublisherArgs {
-            event_bus_name: "quota-bus".into(),
-            source: outbox_tests::TEST_SOURCE.into(),
-            max_entries_per_call: outbox_shared::limits::PUT_EVENTS_MAX_ENTRIES,
-            max_request_bytes: outbox_shared::limits::PUT_EVENTS_DEFAULT_MAX_BYTES,
-            max_entry_bytes: outbox_shared::limits::PUT_EVENTS_DEFAULT_MAX_BYTES,
-            publish_concurrency: relay_runtime::config::DEFAULT_PUBLISH_CONCURRENCY,
-            publish_max_attempts: relay_runtime::config::DEFAULT_PUBLISH_MAX_ATTEMPTS,
-            max_publish_rate: None,
-        },
+        publisher: fixtures::publisher_args("quota-bus"),
         retention: relay_runtime::RetentionArgs::default(),
         metrics: relay_runtime::metrics::MetricsArgs::default(),
         ttl_refresh_margin: relay_poller::DEFAULT_TTL_REFRESH_MARGIN,
@@ -82,7 +53,11 @@ struct AtQuota {
 async fn drain_at_quota(args: &RelayArgs) -> AtQuota {
     let model = LatencyModel::new(Duration::from_millis(10));
     model.limit_put_events(QUOTA);
-    model.seed_pending(&pending(EVENTS));
+    model.seed_pending(&fixtures::pending_items(
+        "quota-table",
+        EVENTS,
+        Utc::now() - chrono::Duration::minutes(1),
+    ));
     let poller = aws_poller(
         AwsClients::new(&model.sdk_config()),
         &args.validate().expect("valid arguments"),

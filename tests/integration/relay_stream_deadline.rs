@@ -8,52 +8,19 @@ use std::time::Duration;
 
 use aws_config::timeout::TimeoutConfig;
 use chrono::Utc;
-use outbox_shared::schema;
-use outbox_shared::{NewOutboxEvent, OutboxConfig, OutboxItem};
+use outbox_tests::fixtures;
 use outbox_tests::latency_model::LatencyModel;
 use relay_runtime::PublisherArgs;
 use relay_stream::aws_lambda_events::dynamodb::EventRecord;
 use relay_stream::{RecordOutcome, RelayArgs};
 use tokio::time::Instant;
 
-fn pending_items(count: usize) -> Vec<OutboxItem> {
-    let config = OutboxConfig::new("deadline-table");
-    (0..count)
-        .map(|i| {
-            let order = format!("o-{i:03}");
-            OutboxItem::pending(
-                NewOutboxEvent {
-                    partition_key: schema::user_pk(&format!("u-{i}")),
-                    event_type: "OrderCreated".into(),
-                    aggregate_type: "Order".into(),
-                    aggregate_id: order.clone(),
-                    sequence: Some(1),
-                    payload: serde_json::json!({"orderId": order}),
-                    trace_header: None,
-                },
-                &config,
-                Utc::now(),
-            )
-            .expect("valid event")
-        })
-        .collect()
-}
-
-fn insert_record(item: &OutboxItem, seq: usize) -> EventRecord {
-    let mut record = EventRecord::default();
-    record.event_name = "INSERT".into();
-    record.change.new_image = serde_dynamo::to_item(item).expect("item serializes");
-    record.change.sequence_number = Some(format!("{seq:020}"));
-    record.change.approximate_creation_date_time = Utc::now();
-    record
-}
-
 #[tokio::test]
 async fn a_slow_endpoint_mid_batch_does_not_run_the_invocation_past_its_deadline() {
     // Given 100 pending events in one batch, and EventBridge answering in 10 ms for 3 calls and
     // then in 30 s (SDK operation timeout 1 s, one call at a time, 10 entries per call)
     let model = LatencyModel::new(Duration::from_millis(10));
-    let items = pending_items(100);
+    let items = fixtures::pending_items("deadline-table", 100, Utc::now());
     model.seed_pending(&items);
     model.turn_slow("PutEvents", 3, Duration::from_secs(30));
     let sdk = model
@@ -67,23 +34,16 @@ async fn a_slow_endpoint_mid_batch_does_not_run_the_invocation_past_its_deadline
         )
         .build();
     let args = RelayArgs {
-        table_name: "deadline-table".into(),
-        publisher: PublisherArgs {
-            event_bus_name: "bus".into(),
-            source: "test.orders".into(),
-            max_entries_per_call: 10,
-            max_request_bytes: 256 * 1024,
-            max_entry_bytes: 256 * 1024,
-            publish_concurrency: 1,
-            publish_max_attempts: 3,
-            max_publish_rate: None,
-        },
-        retention: relay_runtime::RetentionArgs::default(),
-        dead_letter_queue_url: None,
         mark_concurrency: 100,
-        stop_at_first_failure: false,
         deadline_margin: Duration::from_millis(1500),
-        hold_failed_aggregates: false,
+        ..fixtures::stream_relay_args(
+            "deadline-table",
+            PublisherArgs {
+                publish_concurrency: 1,
+                publish_max_attempts: 3,
+                ..fixtures::publisher_args("bus")
+            },
+        )
     };
     let relay = relay_stream::build_relay_with(
         &args,
@@ -95,7 +55,7 @@ async fn a_slow_endpoint_mid_batch_does_not_run_the_invocation_past_its_deadline
     let records: Vec<EventRecord> = items
         .iter()
         .enumerate()
-        .map(|(i, item)| insert_record(item, i))
+        .map(|(i, item)| fixtures::insert_record(item, i))
         .collect();
 
     // When the invocation has 4 s left

@@ -26,7 +26,7 @@ use aws_smithy_runtime_api::http::StatusCode;
 use aws_smithy_types::body::SdkBody;
 use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
 use outbox_shared::OutboxStatus;
-use outbox_tests::{TEST_SOURCE, TestEnv};
+use outbox_tests::{TEST_SOURCE, TestEnv, fixtures};
 use outbox_writer::{NewOrder, OrderLine, OrderStatus, OutboxWriter};
 use relay_runtime::PublisherArgs;
 use relay_stream::{RecordOutcome, RelayArgs};
@@ -238,14 +238,9 @@ fn relay_args(env: &TestEnv) -> RelayArgs {
     RelayArgs {
         table_name: env.table_name.clone(),
         publisher: PublisherArgs {
-            event_bus_name: env.bus_name.clone(),
-            source: TEST_SOURCE.to_owned(),
-            max_entries_per_call: 10,
-            max_request_bytes: 256 * 1024,
-            max_entry_bytes: 256 * 1024,
             publish_concurrency: 4,
             publish_max_attempts: 4,
-            max_publish_rate: None,
+            ..fixtures::publisher_args(&env.bus_name)
         },
         retention: relay_runtime::RetentionArgs::default(),
         dead_letter_queue_url: Some(env.dead_letter_queue_url.clone()),

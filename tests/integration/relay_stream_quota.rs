@@ -7,12 +7,8 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use outbox_shared::schema;
-use outbox_shared::{NewOutboxEvent, OutboxConfig, OutboxItem};
+use outbox_tests::fixtures;
 use outbox_tests::latency_model::LatencyModel;
-use relay_runtime::PublisherArgs;
-use relay_stream::RelayArgs;
-use relay_stream::aws_lambda_events::dynamodb::EventRecord;
 
 const QUOTA: u32 = 500;
 /// 20 s of quota: long enough for the first burst, sent before the first throttle comes back,
@@ -23,72 +19,24 @@ const BATCH_SIZE: usize = 100;
 /// The function's timeout in the template.
 const INVOCATION_TIMEOUT: Duration = Duration::from_secs(60);
 
-fn records(count: usize) -> (Vec<OutboxItem>, Vec<EventRecord>) {
-    let config = OutboxConfig::new("quota-table");
-    let items: Vec<OutboxItem> = (0..count)
-        .map(|i| {
-            let event = NewOutboxEvent {
-                partition_key: schema::user_pk(&format!("user-{}", i % 100)),
-                event_type: "OrderCreated".into(),
-                aggregate_type: "Order".into(),
-                aggregate_id: format!("order-{i}"),
-                sequence: Some(1),
-                payload: serde_json::json!({"orderId": format!("order-{i}")}),
-                trace_header: None,
-            };
-            OutboxItem::pending(event, &config, Utc::now()).expect("valid event")
-        })
-        .collect();
-    let records = items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| {
-            let mut record = EventRecord::default();
-            record.event_name = "INSERT".into();
-            record.change.new_image = serde_dynamo::to_item(item).expect("item serializes");
-            record.change.sequence_number = Some(format!("{i:020}"));
-            record.change.approximate_creation_date_time = Utc::now();
-            record
-        })
-        .collect();
-    (items, records)
-}
-
-/// The stream relay's defaults (what the Lambda runs with), on the model's table and bus, with
-/// a failed record re-delivered by Lambda (no aggregate holds: no poller here to release them).
-fn default_args() -> RelayArgs {
-    RelayArgs {
-        table_name: "quota-table".into(),
-        publisher: PublisherArgs {
-            event_bus_name: "quota-bus".into(),
-            source: outbox_tests::TEST_SOURCE.into(),
-            max_entries_per_call: outbox_shared::limits::PUT_EVENTS_MAX_ENTRIES,
-            max_request_bytes: outbox_shared::limits::PUT_EVENTS_DEFAULT_MAX_BYTES,
-            max_entry_bytes: outbox_shared::limits::PUT_EVENTS_DEFAULT_MAX_BYTES,
-            publish_concurrency: relay_runtime::config::DEFAULT_PUBLISH_CONCURRENCY,
-            publish_max_attempts: relay_runtime::config::DEFAULT_PUBLISH_MAX_ATTEMPTS,
-            max_publish_rate: None,
-        },
-        retention: relay_runtime::RetentionArgs::default(),
-        dead_letter_queue_url: None,
-        mark_concurrency: relay_stream::config::DEFAULT_MARK_CONCURRENCY,
-        stop_at_first_failure: false,
-        deadline_margin: relay_stream::config::DEFAULT_DEADLINE_MARGIN,
-        hold_failed_aggregates: false,
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_shard_at_the_bus_quota_adapts_its_rate_and_loses_nothing() {
     // Given one shard of 10,000 new outbox items, a bus that throttles above 500 entries/s, and
     // the relay with its defaults (no ceiling: it learns the quota from the throttling)
     let model = LatencyModel::new(Duration::from_millis(10));
     model.limit_put_events(QUOTA);
-    let (items, records) = records(EVENTS);
+    let items = fixtures::pending_items("quota-table", EVENTS, Utc::now());
+    let records: Vec<_> = items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| fixtures::insert_record(item, i))
+        .collect();
     model.seed_pending(&items);
     let sdk = model.sdk_config();
     let relay = relay_stream::build_relay_with(
-        &default_args(),
+        // The Lambda's defaults, with a failed record re-delivered by Lambda (no aggregate
+        // holds: no poller here to release them)
+        &fixtures::stream_relay_args("quota-table", fixtures::publisher_args("quota-bus")),
         aws_sdk_eventbridge::Client::new(&sdk),
         aws_sdk_dynamodb::Client::new(&sdk),
         aws_sdk_sqs::Client::new(&sdk),

@@ -15,7 +15,7 @@ use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterce
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::ConfigBag;
 use outbox_shared::schema::attr;
-use outbox_tests::{TEST_SOURCE, TestEnv};
+use outbox_tests::{TestEnv, fixtures};
 use outbox_writer::{NewOrder, OrderLine, TraceHeader};
 use relay_runtime::PublisherArgs;
 use relay_stream::RelayArgs;
@@ -83,14 +83,9 @@ async fn an_orders_trace_header_travels_to_the_put_events_entry() {
     let args = RelayArgs {
         table_name: env.table_name.clone(),
         publisher: PublisherArgs {
-            event_bus_name: env.bus_name.clone(),
-            source: TEST_SOURCE.to_owned(),
-            max_entries_per_call: 10,
-            max_request_bytes: 256 * 1024,
-            max_entry_bytes: 256 * 1024,
             publish_concurrency: 4,
             publish_max_attempts: 4,
-            max_publish_rate: None,
+            ..fixtures::publisher_args(&env.bus_name)
         },
         retention: relay_runtime::RetentionArgs::default(),
         dead_letter_queue_url: Some(env.dead_letter_queue_url.clone()),

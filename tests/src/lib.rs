@@ -7,6 +7,7 @@
 //! SQS) and points the SDK's standard endpoint variables at them.
 
 pub mod fault_proxy;
+pub mod fixtures;
 pub mod latency_model;
 
 use std::collections::HashMap;

@@ -1,0 +1,76 @@
+//! What the tests and benchmarks build their inputs from: outbox items, the stream records
+//! Lambda would hand the relay for them, and the relays' flags at their defaults.
+
+use chrono::{DateTime, Utc};
+use outbox_shared::schema;
+use outbox_shared::{NewOutboxEvent, OutboxConfig, OutboxItem};
+use relay_runtime::PublisherArgs;
+use relay_stream::aws_lambda_events::dynamodb::EventRecord;
+
+/// `count` pending `OrderCreated` events for `table`, one per aggregate (`order-{i}`) over 100
+/// users, the first created at `created` and each next one a millisecond later.
+///
+/// # Panics
+/// Never for these events (they are valid by construction).
+pub fn pending_items(table: &str, count: usize, created: DateTime<Utc>) -> Vec<OutboxItem> {
+    let config = OutboxConfig::new(table);
+    (0..count)
+        .map(|i| {
+            let order = format!("order-{i}");
+            let event = NewOutboxEvent {
+                partition_key: schema::user_pk(&format!("user-{}", i % 100)),
+                event_type: "OrderCreated".into(),
+                aggregate_type: "Order".into(),
+                aggregate_id: order.clone(),
+                sequence: Some(1),
+                payload: serde_json::json!({"orderId": order, "amountCents": 2500}),
+                trace_header: None,
+            };
+            let at = created + chrono::Duration::milliseconds(i as i64);
+            OutboxItem::pending(event, &config, at).expect("a valid event")
+        })
+        .collect()
+}
+
+/// The stream record of `item`'s insertion, at position `sequence` of its shard.
+///
+/// # Panics
+/// Never for an [`OutboxItem`] (it always serializes).
+pub fn insert_record(item: &OutboxItem, sequence: usize) -> EventRecord {
+    let mut record = EventRecord::default();
+    record.event_name = "INSERT".into();
+    record.change.new_image = serde_dynamo::to_item(item).expect("an outbox item serializes");
+    record.change.sequence_number = Some(format!("{sequence:020}"));
+    record.change.approximate_creation_date_time = Utc::now();
+    record
+}
+
+/// The publisher's flags at their defaults (what both relays run with), for `bus` and the test
+/// source ([`crate::TEST_SOURCE`]).
+pub fn publisher_args(bus: &str) -> PublisherArgs {
+    PublisherArgs {
+        event_bus_name: bus.to_owned(),
+        source: crate::TEST_SOURCE.into(),
+        max_entries_per_call: outbox_shared::limits::PUT_EVENTS_MAX_ENTRIES,
+        max_request_bytes: outbox_shared::limits::PUT_EVENTS_DEFAULT_MAX_BYTES,
+        max_entry_bytes: outbox_shared::limits::PUT_EVENTS_DEFAULT_MAX_BYTES,
+        publish_concurrency: relay_runtime::config::DEFAULT_PUBLISH_CONCURRENCY,
+        publish_max_attempts: relay_runtime::config::DEFAULT_PUBLISH_MAX_ATTEMPTS,
+        max_publish_rate: None,
+    }
+}
+
+/// The stream relay's flags at their defaults for `table`, publishing with `publisher`, with no
+/// dead-letter queue and no aggregate holds (a failed record is re-delivered by Lambda).
+pub fn stream_relay_args(table: &str, publisher: PublisherArgs) -> relay_stream::RelayArgs {
+    relay_stream::RelayArgs {
+        table_name: table.to_owned(),
+        publisher,
+        retention: relay_runtime::RetentionArgs::default(),
+        dead_letter_queue_url: None,
+        mark_concurrency: relay_stream::config::DEFAULT_MARK_CONCURRENCY,
+        stop_at_first_failure: false,
+        deadline_margin: relay_stream::config::DEFAULT_DEADLINE_MARGIN,
+        hold_failed_aggregates: false,
+    }
+}
