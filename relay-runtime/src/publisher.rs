@@ -640,7 +640,7 @@ mod tests {
         assert_eq!(put.num_calls(), 1);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_throttled_entry_is_retried_until_it_is_published() {
         // Given a first answer that throttles the second entry, then acceptance
         let throttled = mock!(Client::put_events).then_output(|| {
@@ -666,6 +666,7 @@ mod tests {
         let _local = metrics::set_default_local_recorder(&recorder);
 
         // When two events are published
+        let started = Instant::now();
         let outcomes = publisher.publish(&[event("a", 5), event("b", 5)]).await;
 
         // Then both are published, the second after one retry
@@ -673,11 +674,17 @@ mod tests {
         let stats = publisher.stats();
         assert_eq!((stats.put_events_calls, stats.retried), (2, 1));
         // And the publisher lowered its rate to 70 % of the one entry accepted in the last second
-        // (no lower than 1 entry/s; the accepted retry raised it a little since), counting the
-        // throttled entry
+        // (no lower than 1 entry/s), counting the throttled entry; the retry left once the
+        // throttled call's 2 entries had passed at that rate (2 s), and being accepted raised
+        // the rate by 10 entries/s for each of those seconds
         assert_eq!(stats.throttled, 1);
+        let waited = started.elapsed();
+        assert!(
+            (Duration::from_secs(2)..Duration::from_millis(2100)).contains(&waited),
+            "{waited:?}"
+        );
         let rate = publisher.publish_rate().expect("a limit after throttling");
-        assert!((1.0..2.0).contains(&rate), "{rate}");
+        assert!((21.0..22.0).contains(&rate), "{rate}");
         // And an operator sees it: one entry throttled, one retried, the lowered limit recorded
         let recorded: std::collections::HashMap<String, metrics_util::debugging::DebugValue> =
             snapshotter
