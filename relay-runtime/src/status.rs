@@ -183,6 +183,8 @@ const MAX_STORED_REASON_BYTES: usize = 1024;
 pub struct DynamoStatusStore {
     client: Client,
     table_name: String,
+    /// The batched mark's statement ([`mark_published_statement`]), built once.
+    mark_published_statement: String,
     ttl: TtlPolicy,
     call_tasks: crate::CallTasks,
 }
@@ -190,9 +192,11 @@ pub struct DynamoStatusStore {
 impl DynamoStatusStore {
     /// A store that marks items of `table_name` and sets their `ttl` by `ttl`.
     pub fn new(client: Client, table_name: impl Into<String>, ttl: TtlPolicy) -> Self {
+        let table_name = table_name.into();
         Self {
             client,
-            table_name: table_name.into(),
+            mark_published_statement: mark_published_statement(&table_name),
+            table_name,
             ttl,
             call_tasks: crate::CallTasks::Inline,
         }
@@ -260,23 +264,23 @@ impl DynamoStatusStore {
     }
 }
 
-impl DynamoStatusStore {
-    /// The PartiQL statement that marks one pending item published: the update and condition of
-    /// [`Self::mark`]. Parameters: status, time, `ttl`, then the key (`PK`, `SK`) last.
-    fn mark_published_statement(&self) -> String {
-        format!(
-            r#"UPDATE "{table}" SET "{status}" = ? SET "{at}" = ? SET "{ttl}" = ? REMOVE "{gsi1pk}" REMOVE "{gsi1sk}" WHERE "{pk}" = ? AND "{sk}" = ? AND "{gsi1pk}" IS NOT MISSING"#,
-            table = self.table_name,
-            status = attr::STATUS,
-            at = attr::PUBLISHED_AT,
-            ttl = attr::TTL,
-            gsi1pk = attr::GSI1PK,
-            gsi1sk = attr::GSI1SK,
-            pk = attr::PK,
-            sk = attr::SK,
-        )
-    }
+/// The PartiQL statement that marks one pending item of `table` published: the update and
+/// condition of [`DynamoStatusStore::mark`]. Parameters: status, time, `ttl`, then the key (`PK`,
+/// `SK`) last.
+fn mark_published_statement(table: &str) -> String {
+    format!(
+        r#"UPDATE "{table}" SET "{status}" = ? SET "{at}" = ? SET "{ttl}" = ? REMOVE "{gsi1pk}" REMOVE "{gsi1sk}" WHERE "{pk}" = ? AND "{sk}" = ? AND "{gsi1pk}" IS NOT MISSING"#,
+        status = attr::STATUS,
+        at = attr::PUBLISHED_AT,
+        ttl = attr::TTL,
+        gsi1pk = attr::GSI1PK,
+        gsi1sk = attr::GSI1SK,
+        pk = attr::PK,
+        sk = attr::SK,
+    )
+}
 
+impl DynamoStatusStore {
     /// Marks `keys` (distinct, at most [`MARK_BATCH_MAX`]) published in one call: each
     /// statement's result, or the call's failure (after the SDK's retries).
     async fn mark_batch(
@@ -284,15 +288,15 @@ impl DynamoStatusStore {
         keys: &[&ItemKey],
     ) -> Result<Vec<Result<MarkOutcome, StatusError>>, SdkFailure> {
         let now = Utc::now();
-        let ttl = AttributeValue::N(ttl_after(now, self.ttl.published).to_string());
+        let ttl = ttl_after(now, self.ttl.retention(OutboxStatus::Published));
+        let ttl = AttributeValue::N(ttl.to_string());
         let at = AttributeValue::S(format_timestamp(now));
         let status = AttributeValue::S(OutboxStatus::Published.as_str().to_owned());
-        let statement = self.mark_published_statement();
         let statements = keys
             .iter()
             .map(|key| {
                 BatchStatementRequest::builder()
-                    .statement(&statement)
+                    .statement(&self.mark_published_statement)
                     .set_parameters(Some(vec![
                         status.clone(),
                         at.clone(),
@@ -748,7 +752,7 @@ mod tests {
 
     #[test]
     fn the_mark_statement_updates_and_conditions_as_update_item_does() {
-        let statement = store(&[]).mark_published_statement();
+        let statement = store(&[]).mark_published_statement;
         assert_eq!(
             statement,
             r#"UPDATE "outbox" SET "Status" = ? SET "PublishedAt" = ? SET "ttl" = ? REMOVE "GSI1PK" REMOVE "GSI1SK" WHERE "PK" = ? AND "SK" = ? AND "GSI1PK" IS NOT MISSING"#
