@@ -10,8 +10,8 @@ use anyhow::Context;
 use aws_config::SdkConfig;
 use chrono::Utc;
 use relay_runtime::{
-    CallTasks, DynamoStatusStore, EventBridgePublisher, PublisherConfigError, SettingError,
-    SqsDeadLetterSink,
+    CallTasks, DynamoHoldStore, DynamoStatusStore, EventBridgePublisher, PublisherConfigError,
+    SettingError, SqsDeadLetterSink,
 };
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -28,7 +28,7 @@ use crate::lease::{
 };
 use crate::poller::{DrainSummary, Poller, PollerSettings};
 use crate::redrive::{Redrive, Selection, Source};
-use crate::{metrics, status};
+use crate::status;
 
 /// Exit code for configuration errors (clap uses the same for bad flags).
 pub const EXIT_CONFIG: u8 = 2;
@@ -38,9 +38,14 @@ pub const EXIT_FAILURE: u8 = 1;
 /// How often metrics are flushed (CloudWatch EMF) during `run` and `drain`.
 const METRICS_FLUSH_INTERVAL: Duration = Duration::from_secs(60);
 
-/// The poller on AWS: DynamoDB index and status store, EventBridge, SQS dead letters.
-pub type AwsPoller =
-    Poller<DynamoPendingIndex, EventBridgePublisher, DynamoStatusStore, SqsDeadLetterSink>;
+/// The poller on AWS: DynamoDB index, status store and holds, EventBridge, SQS dead letters.
+pub type AwsPoller = Poller<
+    DynamoPendingIndex,
+    EventBridgePublisher,
+    DynamoStatusStore,
+    SqsDeadLetterSink,
+    DynamoHoldStore,
+>;
 
 /// The SDK clients the poller uses, built once.
 #[derive(Debug, Clone)]
@@ -77,6 +82,13 @@ pub fn aws_poller(
     // The poller's shards run in one task: its calls run on their own tasks to use every core.
     let publisher = EventBridgePublisher::new(clients.eventbridge, config.publisher.clone())?
         .with_call_tasks(CallTasks::Spawned);
+    // A hold no poller ever released (none ran) lapses with the published retention.
+    let holds = DynamoHoldStore::new(
+        clients.dynamodb.clone(),
+        &outbox.table_name,
+        config.ttl.published,
+    )
+    .with_index_name(&outbox.index_name);
     let store = DynamoStatusStore::new(clients.dynamodb, &outbox.table_name, config.ttl)
         .with_call_tasks(CallTasks::Spawned);
     let dead_letters = SqsDeadLetterSink::new(clients.sqs, &config.dead_letter_queue_url);
@@ -90,7 +102,14 @@ pub fn aws_poller(
         ttl_refresh_margin: config.ttl_refresh_margin,
         sweep_interval: config.sweep_interval,
     };
-    Ok(Poller::new(index, publisher, store, dead_letters, settings))
+    Ok(Poller::new(
+        index,
+        publisher,
+        store,
+        dead_letters,
+        holds,
+        settings,
+    ))
 }
 
 /// Runs one parsed command line to its exit code.
@@ -136,8 +155,14 @@ async fn start(
     &'static metrics_cloudwatch_embedded::Collector,
     AwsClients,
 )> {
-    let collector = metrics::install_emf(&config.metrics_namespace, METRICS_FLUSH_INTERVAL)
-        .map_err(|e| anyhow::anyhow!("installing the metrics recorder: {e}"))?;
+    // Flushed to stderr: stdout carries the commands' results, and CloudWatch Logs extracts EMF
+    // documents from either stream.
+    let collector = relay_runtime::metrics::install_emf(
+        &config.metrics_namespace,
+        crate::poller::ORIGIN,
+        Some(METRICS_FLUSH_INTERVAL),
+    )
+    .map_err(|e| anyhow::anyhow!("installing the metrics recorder: {e}"))?;
     let sdk = relay_runtime::load_aws_config().await?;
     let clients = AwsClients::new(&sdk);
     let poller = aws_poller(clients.clone(), config).map_err(SettingError::from)?;
@@ -333,7 +358,7 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
     writeln!(std::io::stdout(), "{line}").context("writing the summary")?;
     tracing::info!(
         published = summary.published,
-        already_published = summary.already_published,
+        already_marked = summary.already_marked,
         dead_lettered = summary.dead_lettered,
         failed = summary.failed,
         complete = summary.complete,
@@ -372,7 +397,7 @@ async fn show_status(args: StatusArgs) -> anyhow::Result<ExitCode> {
             now.timestamp_millis(),
         ));
     }
-    let expiring_at = relay_runtime::status::ttl_after(now, args.ttl_refresh_margin);
+    let expiring_at = relay_runtime::status_store::ttl_after(now, args.ttl_refresh_margin);
     report.expiring_pending = Some(
         status::expiring_pending(
             &clients.dynamodb,
@@ -436,11 +461,11 @@ async fn redrive(args: RedriveArgs) -> anyhow::Result<ExitCode> {
         let poller = aws_poller(clients.clone(), &config).map_err(SettingError::from)?;
         let items = redrive.pending_items(&keys).await?;
         let stats = poller.publish_items(items).await;
-        summary.published = stats.published + stats.already_published;
-        if stats.failed + stats.deferred + stats.mark_errors > 0 {
+        summary.published = stats.published + stats.already_marked;
+        if stats.failed + stats.held_back + stats.mark_errors > 0 {
             tracing::warn!(
                 failed = stats.failed,
-                deferred = stats.deferred,
+                held_back = stats.held_back,
                 mark_errors = stats.mark_errors,
                 "some redriven events were not published now; they are pending and the relays publish them"
             );

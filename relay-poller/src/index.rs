@@ -1,7 +1,8 @@
 //! The pending-index port and its DynamoDB adapter: pages of pending events per partition (a
 //! `GSI1PK` value, one per shard) of the sparse, sharded `GSI1`, oldest first; the backlog of a
-//! shard; and a sweep of the whole index for the partitions it holds, so events under a `GSI1PK`
-//! outside the configured shard count (a reshard, another writer) are found.
+//! shard; a sweep of the whole index for the partitions it holds, so events under a `GSI1PK`
+//! outside the configured shard count (a reshard, another writer) are found; and whether a held
+//! aggregate still has a pending event. The holds themselves are `relay_runtime::holds`'.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -13,6 +14,7 @@ use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, Select};
 use outbox_shared::SdkFailure;
 use outbox_shared::schema::{self, attr};
+use relay_runtime::Hold;
 
 /// A raw item as the index returns it (the index projects all attributes).
 pub type RawItem = HashMap<String, AttributeValue>;
@@ -50,17 +52,6 @@ pub struct IndexError {
 /// Pending events per partition (`GSI1PK` value) over the whole index.
 pub type PartitionCounts = BTreeMap<String, u64>;
 
-/// An aggregate the stream relay left to the poller (`HOLD_FAILED_AGGREGATES`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Hold {
-    /// The aggregate (`AggregateId`, or `PK` without one).
-    pub ordering_key: String,
-    /// The `GSI1PK` of the held event: where its aggregate's pending events are.
-    pub partition: String,
-    /// When the hold was set; it is released only if unchanged.
-    pub held_since: String,
-}
-
 /// Port: reads pending events from the sharded index.
 pub trait PendingIndex: Send + Sync {
     /// Up to `limit` pending events of `partition` (a `GSI1PK` value) whose sort key is below
@@ -80,14 +71,8 @@ pub trait PendingIndex: Send + Sync {
     /// index is sparse, so it holds only pending events and is small when the relays keep up).
     fn partitions(&self) -> impl Future<Output = Result<PartitionCounts, IndexError>> + Send;
 
-    /// Every aggregate hold (one query of the holds' partition).
-    fn holds(&self) -> impl Future<Output = Result<Vec<Hold>, IndexError>> + Send;
-
     /// Whether `hold`'s aggregate still has a pending event under its partition.
     fn has_pending(&self, hold: &Hold) -> impl Future<Output = Result<bool, IndexError>> + Send;
-
-    /// Deletes `hold` if it was not set again since it was read; whether it was deleted.
-    fn release(&self, hold: &Hold) -> impl Future<Output = Result<bool, IndexError>> + Send;
 }
 
 /// The DynamoDB adapter.
@@ -227,38 +212,6 @@ impl PendingIndex for DynamoPendingIndex {
         Ok(counts)
     }
 
-    async fn holds(&self) -> Result<Vec<Hold>, IndexError> {
-        let mut holds = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .partition_query(schema::HOLD_PARTITION)
-                .key_condition_expression("#pk = :pk")
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| index_error(schema::HOLD_PARTITION, e))?;
-            for item in page.items() {
-                let string = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
-                if let (Some(ordering_key), Some(partition), Some(held_since)) = (
-                    string(attr::ORDERING_KEY),
-                    string(attr::HELD_PARTITION),
-                    string(attr::HELD_SINCE),
-                ) {
-                    holds.push(Hold {
-                        ordering_key,
-                        partition,
-                        held_since,
-                    });
-                }
-            }
-            start = page.last_evaluated_key().cloned();
-            if start.is_none() {
-                return Ok(holds);
-            }
-        }
-    }
-
     async fn has_pending(&self, hold: &Hold) -> Result<bool, IndexError> {
         let mut start = None;
         loop {
@@ -283,38 +236,6 @@ impl PendingIndex for DynamoPendingIndex {
             if start.is_none() {
                 return Ok(false);
             }
-        }
-    }
-
-    async fn release(&self, hold: &Hold) -> Result<bool, IndexError> {
-        let result = self
-            .client
-            .delete_item()
-            .table_name(&self.table_name)
-            .key(
-                attr::PK,
-                AttributeValue::S(schema::hold_pk(&hold.ordering_key)),
-            )
-            .key(attr::SK, AttributeValue::S(schema::HOLD_SK.to_owned()))
-            .condition_expression("#since = :since")
-            .expression_attribute_names("#since", attr::HELD_SINCE)
-            .expression_attribute_values(":since", AttributeValue::S(hold.held_since.clone()))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(SdkError::ServiceError(ctx))
-                if matches!(
-                    ctx.err(),
-                    aws_sdk_dynamodb::operation::delete_item::DeleteItemError::ConditionalCheckFailedException(_)
-                ) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(IndexError {
-                target: schema::hold_pk(&hold.ordering_key),
-                failure: SdkFailure::new("DeleteItem", e),
-            }),
         }
     }
 }

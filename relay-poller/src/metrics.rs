@@ -1,7 +1,8 @@
 //! What the poller records, under the names both relays share (`relay_runtime::metrics`).
 //!
-//! The binary installs the CloudWatch Embedded Metric Format recorder ([`install_emf`]); without a
-//! recorder (library use, tests) recording is a no-op.
+//! The binary installs the CloudWatch Embedded Metric Format recorder
+//! (`relay_runtime::metrics::install_emf`); without a recorder (library use, tests) recording is a
+//! no-op. These read the pass statistics; the loops call them, never the other way round.
 //!
 //! `Backlog` and `OldestPendingAgeSeconds` are recorded once per pass whose reads all succeeded,
 //! as histogram values (emitted only when recorded): an idle, healthy poller reports 0 every pass,
@@ -13,18 +14,18 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use outbox_shared::time::parse_timestamp;
 use relay_runtime::metrics::{
-    BACKLOG, CONDITIONAL_MARK_MISSES, DEAD_LETTERED, LEASE_TAKEOVERS, LEASES_HELD,
-    OLDEST_PENDING_AGE, PUBLISH_FAILED, PUBLISHED, STRAY_PENDING, TTL_EXTENDED, count, observe,
+    ALREADY_MARKED, BACKLOG, DEAD_LETTERED, LEASE_TAKEOVERS, LEASES_OWNED, OLDEST_PENDING_AGE,
+    PUBLISH_FAILED, PUBLISHED, STRAY_PENDING, TTL_EXTENDED, count, observe,
 };
 
-use crate::poller::PassStats;
+use crate::poller::stats::PassStats;
 
 pub(crate) fn published(n: u64) {
     count(PUBLISHED, n);
 }
 
-pub(crate) fn mark_misses(n: u64) {
-    count(CONDITIONAL_MARK_MISSES, n);
+pub(crate) fn already_marked(n: u64) {
+    count(ALREADY_MARKED, n);
 }
 
 pub(crate) fn dead_lettered(n: u64) {
@@ -39,9 +40,9 @@ pub(crate) fn ttl_extended(n: u64) {
     count(TTL_EXTENDED, n);
 }
 
-pub(crate) fn leases_held(n: usize) {
+pub(crate) fn leases_owned(n: usize) {
     #[allow(clippy::cast_precision_loss)] // at most the shard count
-    observe(LEASES_HELD, n as f64);
+    observe(LEASES_OWNED, n as f64);
 }
 
 pub(crate) fn lease_takeovers(n: u64) {
@@ -75,19 +76,6 @@ pub fn oldest_age(created_at: Option<&str>, now: DateTime<Utc>) -> f64 {
         .map_or(0.0, |t| {
             (now - t).to_std().unwrap_or(Duration::ZERO).as_secs_f64()
         })
-}
-
-/// Installs the CloudWatch EMF recorder in `namespace`, flushing every `interval` to stderr
-/// (stdout carries the commands' results). CloudWatch Logs extracts EMF documents from either
-/// stream.
-///
-/// # Errors
-/// When a global recorder is already installed.
-pub fn install_emf(
-    namespace: &str,
-    interval: Duration,
-) -> Result<&'static metrics_cloudwatch_embedded::Collector, metrics_cloudwatch_embedded::Error> {
-    relay_runtime::metrics::install_emf(namespace, crate::poller::ORIGIN, Some(interval))
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use outbox_shared::schema::{self, attr, entity};
 use outbox_shared::time::parse_timestamp;
 use outbox_shared::{ItemKey, OutboxStatus, SdkFailure, ShardCount, shard_for};
 use relay_runtime::TtlPolicy;
-use relay_runtime::status::ttl_after;
+use relay_runtime::status_store::ttl_after;
 use serde::Serialize;
 
 use crate::dead_letters::{self, Attributes, Letter};

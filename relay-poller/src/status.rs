@@ -427,15 +427,7 @@ mod tests {
             Ok(self.partitions.clone())
         }
 
-        async fn holds(&self) -> Result<Vec<crate::index::Hold>, IndexError> {
-            unreachable!("status does not read holds")
-        }
-
-        async fn has_pending(&self, _hold: &crate::index::Hold) -> Result<bool, IndexError> {
-            unreachable!("status does not read holds")
-        }
-
-        async fn release(&self, _hold: &crate::index::Hold) -> Result<bool, IndexError> {
+        async fn has_pending(&self, _hold: &relay_runtime::Hold) -> Result<bool, IndexError> {
             unreachable!("status does not read holds")
         }
     }

@@ -368,7 +368,7 @@ impl RetentionArgs {
     ///
     /// # Errors
     /// [`SettingError`] naming `--ttl-retention` when it is zero.
-    pub fn ttl_policy(&self) -> Result<crate::status::TtlPolicy, SettingError> {
+    pub fn ttl_policy(&self) -> Result<crate::status_store::TtlPolicy, SettingError> {
         if self.ttl_retention.is_zero() {
             return Err(SettingError::new(
                 "--ttl-retention",
@@ -376,7 +376,7 @@ impl RetentionArgs {
                 "must be longer than zero (items would expire as they are marked)",
             ));
         }
-        Ok(crate::status::TtlPolicy::new(self.ttl_retention))
+        Ok(crate::status_store::TtlPolicy::new(self.ttl_retention))
     }
 }
 

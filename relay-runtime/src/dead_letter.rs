@@ -90,7 +90,7 @@ impl DeadLetterSink for SqsDeadLetterSink {
             event_id: letter.event_id.clone(),
             message: e.to_string(),
         })?;
-        let reason = crate::status::truncate(&letter.reason, MAX_REASON_ATTRIBUTE_BYTES);
+        let reason = crate::status_store::truncate(&letter.reason, MAX_REASON_ATTRIBUTE_BYTES);
         let mut request = self
             .client
             .send_message()

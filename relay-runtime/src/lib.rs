@@ -6,7 +6,10 @@
 //!   concurrency, per-entry retries with full jitter; it stamps the bus and `Source`).
 //! - [`publish_rate`]: the publisher's pace under the bus's `PutEvents` quota (additive increase,
 //!   multiplicative decrease on throttling, an optional ceiling).
-//! - [`status`]: the status-store port and its DynamoDB adapter (the conditional mark).
+//! - [`status_store`]: the status-store port and its DynamoDB adapter (the conditional mark, the
+//!   `ttl` of marked items, the TTL refresh of pending ones).
+//! - [`holds`]: the aggregate-hold port and its DynamoDB adapter (the stream relay holds an
+//!   aggregate whose event failed; the poller publishes its events and releases the hold).
 //! - [`dead_letter`]: the dead-letter port and its SQS adapter for poison events.
 //! - [`config`]: the publisher's configuration and the flags and variables every relay reads it
 //!   from; setting errors that name the flag and the variable.
@@ -19,11 +22,12 @@
 
 pub mod config;
 pub mod dead_letter;
+pub mod holds;
 pub mod metrics;
 pub mod publish_rate;
 pub mod publisher;
 pub mod relay;
-pub mod status;
+pub mod status_store;
 pub mod telemetry;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -54,9 +58,12 @@ pub use config::{
     PublisherArgs, PublisherConfig, PublisherConfigError, RetentionArgs, SettingError,
 };
 pub use dead_letter::{DeadLetter, DeadLetterError, DeadLetterSink, SqsDeadLetterSink};
+pub use holds::{DynamoHoldStore, Hold, HoldStore};
 pub use publisher::{EventBridgePublisher, PublishOutcome, PublishStats, Publisher};
 pub use relay::{EventRelay, Poison, ReadyEvents, Settled};
-pub use status::{DynamoStatusStore, MarkOutcome, StatusError, StatusStore, TtlPolicy};
+pub use status_store::{
+    DynamoStatusStore, MarkOutcome, StatusError, StatusStore, TtlOutcome, TtlPolicy,
+};
 
 use std::time::Duration;
 

@@ -27,8 +27,9 @@ pub const OPERATION_DIMENSION: &str = "Operation";
 
 /// Events published (accepted by EventBridge) and marked. Count; both relays.
 pub const PUBLISHED: &str = "Published";
-/// Published events whose conditional mark found another relay had already marked them. Count.
-pub const CONDITIONAL_MARK_MISSES: &str = "ConditionalMarkMisses";
+/// Published events whose conditional mark found the item already marked (by another relay, or an
+/// earlier attempt). Count.
+pub const ALREADY_MARKED: &str = "AlreadyMarked";
 /// Poison events sent to the dead-letter queue. Count.
 pub const DEAD_LETTERED: &str = "DeadLettered";
 /// Events not published after every attempt; they stay pending. Count.
@@ -65,10 +66,10 @@ pub const OLDEST_PENDING_AGE: &str = "OldestPendingAgeSeconds";
 pub const STRAY_PENDING: &str = "StrayPending";
 /// Pending items whose `ttl` was near or past and was pushed forward. Count; relay-poller.
 pub const TTL_EXTENDED: &str = "TtlExtended";
-/// Shard leases one poller holds, after each lease round (one value per poller and round: the
+/// Shard leases one poller owns, after each lease round (one value per poller and round: the
 /// Minimum and Maximum over a period show how evenly the fleet shares the shards). Count;
 /// relay-poller with a lease table.
-pub const LEASES_HELD: &str = "LeasesHeld";
+pub const LEASES_OWNED: &str = "LeasesOwned";
 /// Leases a poller took from another: expired ones, and ones handed over at its request. Count;
 /// relay-poller with a lease table.
 pub const LEASE_TAKEOVERS: &str = "LeaseTakeovers";
@@ -124,8 +125,8 @@ fn describe() {
     for (name, text) in [
         (PUBLISHED, "events published and marked"),
         (
-            CONDITIONAL_MARK_MISSES,
-            "published events another relay had already marked",
+            ALREADY_MARKED,
+            "published events whose item was already marked",
         ),
         (DEAD_LETTERED, "poison events dead-lettered"),
         (PUBLISH_FAILED, "events left pending after every attempt"),
@@ -173,9 +174,9 @@ fn describe() {
         "age of the oldest pending event"
     );
     metrics::describe_histogram!(
-        LEASES_HELD,
+        LEASES_OWNED,
         Unit::Count,
-        "shard leases one poller holds, per lease round"
+        "shard leases one poller owns, per lease round"
     );
     metrics::describe_histogram!(
         STRAY_PENDING,

@@ -24,7 +24,7 @@ use outbox_shared::{ItemKey, OutboundEvent, OutboxItem};
 
 use crate::dead_letter::{DeadLetter, DeadLetterError, DeadLetterSink};
 use crate::publisher::{PublishOutcome, Publisher};
-use crate::status::{MARK_BATCH_MAX, MarkOutcome, StatusError, StatusStore};
+use crate::status_store::{MARK_BATCH_MAX, MarkOutcome, StatusError, StatusStore};
 
 /// An event that can never be published as it is, on its way to the dead-letter queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,8 +187,8 @@ pub enum Settled<R> {
         ordering_key: String,
         source: R,
     },
-    /// Not attempted (cut by the deadline, or the caller stopped before it); it stays pending.
-    NotAttempted {
+    /// Not sent (cut by the deadline, or the caller stopped before it); it stays pending.
+    NotSent {
         key: ItemKey,
         event_id: String,
         source: R,
@@ -266,14 +266,14 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
         self.publisher.publish_until(events, stop_at).await
     }
 
-    /// Settles every event after a publish: `outcomes[i]` is the outcome of `ready`'s event `i`
-    /// (`None`: not attempted). Published events are marked; rejected ones join `poison`, which
+    /// Settles every event after a publish: `outcomes[i]` is the outcome of `ready`'s event `i`.
+    /// Published events are marked; rejected ones join `poison`, which
     /// is dead-lettered (with `record_of` its source as JSON) and then marked. Results come in no
     /// particular order; each carries its source.
     pub async fn settle<R: Send>(
         &self,
         ready: ReadyEvents<R>,
-        outcomes: Vec<Option<PublishOutcome>>,
+        outcomes: Vec<PublishOutcome>,
         mut poison: Vec<Poison<R>>,
         record_of: impl Fn(&R) -> serde_json::Value + Sync,
     ) -> Vec<Settled<R>> {
@@ -283,8 +283,8 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
         let entries = ready.events.into_iter().zip(ready.origins).zip(outcomes);
         for ((event, (key, source)), outcome) in entries {
             match outcome {
-                Some(PublishOutcome::Published) => to_mark.push((key, event.event_id, source)),
-                Some(PublishOutcome::Rejected { code, message }) => {
+                PublishOutcome::Published => to_mark.push((key, event.event_id, source)),
+                PublishOutcome::Rejected { code, message } => {
                     poison.push(Poison::rejected(
                         key,
                         event.event_id,
@@ -293,7 +293,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
                         source,
                     ));
                 }
-                Some(PublishOutcome::Failed { code, message }) => {
+                PublishOutcome::Failed { code, message } => {
                     tracing::warn!(event_id = %event.event_id, code = %code, "event not published; it stays pending");
                     settled.push(Settled::Failed {
                         key,
@@ -304,14 +304,14 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
                         source,
                     });
                 }
-                Some(PublishOutcome::HeldBack) => settled.push(Settled::HeldBack {
+                PublishOutcome::HeldBack => settled.push(Settled::HeldBack {
                     key,
                     event_id: event.event_id,
                     ordering_key: event.ordering_key,
                     source,
                 }),
-                Some(PublishOutcome::NotSent) | None => {
-                    settled.push(Settled::NotAttempted {
+                PublishOutcome::NotSent => {
+                    settled.push(Settled::NotSent {
                         key,
                         event_id: event.event_id,
                         source,
@@ -351,7 +351,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
                         key: key.clone(),
                         status: outbox_shared::OutboxStatus::Published,
                         failure: Box::new(outbox_shared::SdkFailure::incomplete(
-                            crate::status::BATCH_EXECUTE_STATEMENT,
+                            crate::status_store::BATCH_EXECUTE_STATEMENT,
                             format!("the status store answered {answered} of {} marks", keys.len()),
                         )),
                     })
@@ -430,6 +430,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::status_store::TtlOutcome;
     use crate::testing::{FakeDeadLetters, FakePublisher, FakeStatusStore};
     use outbox_shared::OutboxStatus;
 
@@ -476,23 +477,8 @@ mod tests {
             self.0.mark_dead_lettered(key, reason).await
         }
 
-        async fn extend_ttl(&self, key: &ItemKey) -> Result<MarkOutcome, StatusError> {
+        async fn extend_ttl(&self, key: &ItemKey) -> Result<TtlOutcome, StatusError> {
             self.0.extend_ttl(key).await
-        }
-
-        async fn held(
-            &self,
-            ordering_keys: &[String],
-        ) -> Result<std::collections::HashSet<String>, outbox_shared::SdkFailure> {
-            self.0.held(ordering_keys).await
-        }
-
-        async fn hold(
-            &self,
-            ordering_key: &str,
-            partition: &str,
-        ) -> Result<(), outbox_shared::SdkFailure> {
-            self.0.hold(ordering_key, partition).await
         }
     }
 
@@ -512,12 +498,7 @@ mod tests {
         // When three published events are settled
         let outcomes = relay.publish(ready.events()).await;
         let settled = relay
-            .settle(
-                ready,
-                outcomes.into_iter().map(Some).collect(),
-                Vec::new(),
-                |_| serde_json::Value::Null,
-            )
+            .settle(ready, outcomes, Vec::new(), |_| serde_json::Value::Null)
             .await;
 
         // Then each has its outcome: the first marked, the other two published but not marked
@@ -572,12 +553,7 @@ mod tests {
         // When they are published and settled
         let outcomes = relay.publish(ready.events()).await;
         let settled = relay
-            .settle(
-                ready,
-                outcomes.into_iter().map(Some).collect(),
-                poison,
-                |n| serde_json::json!({ "n": n }),
-            )
+            .settle(ready, outcomes, poison, |n| serde_json::json!({ "n": n }))
             .await;
 
         // Then the good one is marked published, both poison events are dead-lettered with

@@ -1,6 +1,6 @@
 //! In-memory ports for unit tests, property tests and benchmarks (feature `testing`): a publisher
-//! that records what it was given and answers with scripted outcomes, a status store and a
-//! dead-letter sink that record their calls. Nothing here talks to AWS.
+//! that records what it was given and answers with scripted outcomes, a status store, a hold
+//! store and a dead-letter sink that record their calls. Nothing here talks to AWS.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -13,8 +13,9 @@ use aws_smithy_types::body::SdkBody;
 use outbox_shared::{ItemKey, OutboundEvent, OutboxStatus, SdkFailure};
 
 use crate::dead_letter::{DeadLetter, DeadLetterError, DeadLetterSink};
+use crate::holds::{Hold, HoldStore};
 use crate::publisher::{ENTRY_TOO_LARGE, PublishOutcome, Publisher};
-use crate::status::{MarkOutcome, StatusError, StatusStore};
+use crate::status_store::{MarkOutcome, StatusError, StatusStore, TtlOutcome};
 
 /// The `Source` a fake publisher sizes entries with.
 pub const FAKE_SOURCE: &str = "test.orders";
@@ -134,8 +135,6 @@ impl Publisher for FakePublisher {
 pub struct FakeStatusStore {
     fail: bool,
     marks: Mutex<Vec<(ItemKey, OutboxStatus)>>,
-    /// Held aggregates, with the partition of the event that was held.
-    holds: Mutex<HashMap<String, String>>,
 }
 
 impl FakeStatusStore {
@@ -145,11 +144,6 @@ impl FakeStatusStore {
             fail: true,
             ..Self::default()
         }
-    }
-
-    /// Held aggregates and the partition of their held event.
-    pub fn holds(&self) -> HashMap<String, String> {
-        self.holds.lock().expect("not poisoned").clone()
     }
 
     pub fn marks(&self) -> Vec<(ItemKey, OutboxStatus)> {
@@ -185,23 +179,43 @@ impl StatusStore for FakeStatusStore {
         self.mark(key, OutboxStatus::DeadLettered)
     }
 
-    async fn held(
-        &self,
-        ordering_keys: &[String],
-    ) -> Result<std::collections::HashSet<String>, outbox_shared::SdkFailure> {
-        let holds = self.holds.lock().expect("not poisoned");
-        Ok(ordering_keys
-            .iter()
-            .filter(|k| holds.contains_key(*k))
-            .cloned()
-            .collect())
+    async fn extend_ttl(&self, key: &ItemKey) -> Result<TtlOutcome, StatusError> {
+        if self.fail {
+            return Err(StatusError {
+                key: key.clone(),
+                status: OutboxStatus::Pending,
+                failure: Box::new(throttled_update()),
+            });
+        }
+        Ok(TtlOutcome::Extended)
+    }
+}
+
+/// Keeps holds in memory; fails every write when built with [`FakeHoldStore::failing`].
+#[derive(Debug, Default)]
+pub struct FakeHoldStore {
+    fail: bool,
+    /// Held aggregates, with the partition of the event that was held.
+    holds: Mutex<HashMap<String, String>>,
+}
+
+impl FakeHoldStore {
+    /// A store whose every hold fails as throttled.
+    pub fn failing() -> Self {
+        Self {
+            fail: true,
+            ..Self::default()
+        }
     }
 
-    async fn hold(
-        &self,
-        ordering_key: &str,
-        partition: &str,
-    ) -> Result<(), outbox_shared::SdkFailure> {
+    /// Held aggregates and the partition of their held event.
+    pub fn holds(&self) -> HashMap<String, String> {
+        self.holds.lock().expect("not poisoned").clone()
+    }
+}
+
+impl HoldStore for FakeHoldStore {
+    async fn hold(&self, ordering_key: &str, partition: &str) -> Result<(), SdkFailure> {
         if self.fail {
             return Err(throttled_update());
         }
@@ -212,15 +226,39 @@ impl StatusStore for FakeStatusStore {
         Ok(())
     }
 
-    async fn extend_ttl(&self, key: &ItemKey) -> Result<MarkOutcome, StatusError> {
-        if self.fail {
-            return Err(StatusError {
-                key: key.clone(),
-                status: OutboxStatus::Pending,
-                failure: Box::new(throttled_update()),
-            });
-        }
-        Ok(MarkOutcome::Marked)
+    async fn held(
+        &self,
+        ordering_keys: &[String],
+    ) -> Result<std::collections::HashSet<String>, SdkFailure> {
+        let holds = self.holds.lock().expect("not poisoned");
+        Ok(ordering_keys
+            .iter()
+            .filter(|k| holds.contains_key(*k))
+            .cloned()
+            .collect())
+    }
+
+    async fn list(&self) -> Result<Vec<Hold>, SdkFailure> {
+        Ok(self
+            .holds
+            .lock()
+            .expect("not poisoned")
+            .iter()
+            .map(|(ordering_key, partition)| Hold {
+                ordering_key: ordering_key.clone(),
+                partition: partition.clone(),
+                held_since: String::new(),
+            })
+            .collect())
+    }
+
+    async fn release(&self, hold: &Hold) -> Result<bool, SdkFailure> {
+        Ok(self
+            .holds
+            .lock()
+            .expect("not poisoned")
+            .remove(&hold.ordering_key)
+            .is_some())
     }
 }
 
@@ -284,23 +322,29 @@ impl StatusStore for &FakeStatusStore {
         (*self).mark_dead_lettered(key, reason).await
     }
 
-    async fn extend_ttl(&self, key: &ItemKey) -> Result<MarkOutcome, StatusError> {
+    async fn extend_ttl(&self, key: &ItemKey) -> Result<TtlOutcome, StatusError> {
         (*self).extend_ttl(key).await
+    }
+}
+
+impl HoldStore for &FakeHoldStore {
+    async fn hold(&self, ordering_key: &str, partition: &str) -> Result<(), SdkFailure> {
+        (*self).hold(ordering_key, partition).await
     }
 
     async fn held(
         &self,
         ordering_keys: &[String],
-    ) -> Result<std::collections::HashSet<String>, outbox_shared::SdkFailure> {
+    ) -> Result<std::collections::HashSet<String>, SdkFailure> {
         (*self).held(ordering_keys).await
     }
 
-    async fn hold(
-        &self,
-        ordering_key: &str,
-        partition: &str,
-    ) -> Result<(), outbox_shared::SdkFailure> {
-        (*self).hold(ordering_key, partition).await
+    async fn list(&self) -> Result<Vec<Hold>, SdkFailure> {
+        (*self).list().await
+    }
+
+    async fn release(&self, hold: &Hold) -> Result<bool, SdkFailure> {
+        (*self).release(hold).await
     }
 }
 

@@ -11,9 +11,10 @@ use std::hint::black_box;
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use outbox_shared::{ItemKey, OutboundEvent};
+use relay_runtime::testing::FakeHoldStore;
 use relay_runtime::{
     DeadLetter, DeadLetterError, DeadLetterSink, MarkOutcome, PublishOutcome, Publisher,
-    StatusError, StatusStore,
+    StatusError, StatusStore, TtlOutcome,
 };
 use relay_stream::{HandlerOptions, StreamRelay};
 use serde_json::json;
@@ -47,23 +48,8 @@ impl StatusStore for NoopStatus {
         Ok(MarkOutcome::Marked)
     }
 
-    async fn held(
-        &self,
-        _ordering_keys: &[String],
-    ) -> Result<std::collections::HashSet<String>, outbox_shared::SdkFailure> {
-        Ok(std::collections::HashSet::new())
-    }
-
-    async fn hold(
-        &self,
-        _ordering_key: &str,
-        _partition: &str,
-    ) -> Result<(), outbox_shared::SdkFailure> {
-        Ok(())
-    }
-
-    async fn extend_ttl(&self, _key: &ItemKey) -> Result<MarkOutcome, StatusError> {
-        Ok(MarkOutcome::Marked)
+    async fn extend_ttl(&self, _key: &ItemKey) -> Result<TtlOutcome, StatusError> {
+        Ok(TtlOutcome::Extended)
     }
 }
 
@@ -117,6 +103,7 @@ fn bench_handler(c: &mut Criterion) {
     let relay = StreamRelay::new(
         NoopPublisher,
         NoopStatus,
+        FakeHoldStore::default(),
         Some(NoDeadLetters),
         HandlerOptions::default(),
     );

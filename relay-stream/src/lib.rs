@@ -1,6 +1,7 @@
 //! The stream relay: publishes outbox `INSERT`s from the table's DynamoDB Stream to EventBridge.
 //!
-//! - [`handler`]: the handler, generic over the publisher, status-store and dead-letter ports.
+//! - [`handler`]: the handler, generic over the publisher, status-store, dead-letter and hold
+//!   ports: the batch loop, record decoding, hold mode, the batch report.
 //! - [`config`]: typed settings from flags or the environment, shared by both binaries.
 //! - [`lambda`]: the glue between `lambda_runtime` and the handler (metrics, response).
 //! - [`local`]: `relay-stream-local`, a DynamoDB Streams reader that drives the same handler.
@@ -25,10 +26,11 @@ pub use handler::{
 pub use local::{LocalArgs, LocalRunner, RunnerOptions, StartingPosition};
 pub use relay_runtime::SettingError;
 
-use relay_runtime::{DynamoStatusStore, EventBridgePublisher, SqsDeadLetterSink};
+use relay_runtime::{DynamoHoldStore, DynamoStatusStore, EventBridgePublisher, SqsDeadLetterSink};
 
 /// The relay with its AWS adapters, as both binaries run it.
-pub type AwsStreamRelay = StreamRelay<EventBridgePublisher, DynamoStatusStore, SqsDeadLetterSink>;
+pub type AwsStreamRelay =
+    StreamRelay<EventBridgePublisher, DynamoStatusStore, SqsDeadLetterSink, DynamoHoldStore>;
 
 /// Builds the relay and its clients from `args` once, at start-up.
 ///
@@ -59,9 +61,18 @@ pub fn build_relay_with(
     let options = args.handler_options()?;
     let publisher = EventBridgePublisher::new(eventbridge, args.publisher_config()?)
         .expect("publisher_config validated the configuration");
-    let status = DynamoStatusStore::new(dynamodb, &args.table_name, args.retention.ttl_policy()?);
+    let ttl = args.retention.ttl_policy()?;
+    let status = DynamoStatusStore::new(dynamodb.clone(), &args.table_name, ttl);
+    // A hold no poller ever released (none ran) lapses with the published retention.
+    let holds = DynamoHoldStore::new(dynamodb, &args.table_name, ttl.published);
     let dead_letters = args
         .dead_letter_queue_url()
         .map(|url| SqsDeadLetterSink::new(sqs, url));
-    Ok(StreamRelay::new(publisher, status, dead_letters, options))
+    Ok(StreamRelay::new(
+        publisher,
+        status,
+        holds,
+        dead_letters,
+        options,
+    ))
 }

@@ -14,7 +14,7 @@ use aws_sdk_dynamodbstreams::Client as StreamsClient;
 use aws_sdk_dynamodbstreams::error::ProvideErrorMetadata;
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use futures::future::join_all;
-use relay_runtime::{DeadLetterSink, Publisher, SettingError, StatusStore};
+use relay_runtime::{DeadLetterSink, HoldStore, Publisher, SettingError, StatusStore};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::RelayArgs;
@@ -205,16 +205,16 @@ struct PollResult {
 
 /// The runner: reads a stream and drives a [`StreamRelay`].
 #[derive(Debug)]
-pub struct LocalRunner<P, S, D> {
-    relay: StreamRelay<P, S, D>,
+pub struct LocalRunner<P, S, D, H> {
+    relay: StreamRelay<P, S, D, H>,
     streams: StreamsClient,
     stream_arn: String,
     options: RunnerOptions,
 }
 
-impl<P: Publisher, S: StatusStore, D: DeadLetterSink> LocalRunner<P, S, D> {
+impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> LocalRunner<P, S, D, H> {
     pub fn new(
-        relay: StreamRelay<P, S, D>,
+        relay: StreamRelay<P, S, D, H>,
         streams: StreamsClient,
         stream_arn: impl Into<String>,
         options: RunnerOptions,
@@ -227,7 +227,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> LocalRunner<P, S, D> {
         }
     }
 
-    pub fn relay(&self) -> &StreamRelay<P, S, D> {
+    pub fn relay(&self) -> &StreamRelay<P, S, D, H> {
         &self.relay
     }
 

@@ -9,7 +9,7 @@ use relay_runtime::metrics::{
     count, observe,
 };
 
-use crate::handler::BatchCounts;
+use crate::handler::report::BatchCounts;
 
 pub(crate) fn record_batch(counts: &BatchCounts, max_lag_ms: Option<i64>) {
     count(PUBLISHED, counts.published);
@@ -23,7 +23,7 @@ pub(crate) fn record_batch(counts: &BatchCounts, max_lag_ms: Option<i64>) {
     }
 }
 
-pub(crate) fn held(aggregates: u64) {
+pub(crate) fn aggregates_held(aggregates: u64) {
     count(AGGREGATES_HELD, aggregates);
 }
 

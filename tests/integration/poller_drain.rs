@@ -91,7 +91,7 @@ async fn finish(child: Child) -> (std::process::ExitStatus, DrainSummaryLine) {
 #[derive(Debug, serde::Deserialize)]
 struct DrainSummaryLine {
     published: u64,
-    already_published: u64,
+    already_marked: u64,
     dead_lettered: u64,
     failed: u64,
     remaining: Option<u64>,
@@ -142,7 +142,7 @@ async fn drain_publishes_2000_pending_events_exactly_once() {
     assert_eq!(summary.published, 2000);
     assert_eq!(
         (
-            summary.already_published,
+            summary.already_marked,
             summary.dead_lettered,
             summary.failed
         ),
@@ -297,7 +297,7 @@ async fn two_pollers_on_the_whole_range_miss_nothing_and_count_duplicates() {
     let duplicates: u64 = sink.values().map(|n| n - 1).sum();
     let (a, b) = (a.1, b.1);
     assert_eq!(a.published + b.published, 400);
-    assert_eq!(a.already_published + b.already_published, duplicates);
+    assert_eq!(a.already_marked + b.already_marked, duplicates);
     assert_eq!(env.pending_in_index().await, 0);
 }
 
@@ -322,7 +322,7 @@ async fn two_pollers_splitting_the_shards_publish_each_event_once() {
         "duplicates with split shards"
     );
     assert_eq!(a.1.published + b.1.published, 400);
-    assert_eq!(a.1.already_published + b.1.already_published, 0);
+    assert_eq!(a.1.already_marked + b.1.already_marked, 0);
     assert!(a.1.published > 0 && b.1.published > 0);
 }
 

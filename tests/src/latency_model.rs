@@ -599,7 +599,7 @@ mod tests {
         );
         assert_eq!(
             store.mark_published(&key).await.unwrap(),
-            relay_runtime::MarkOutcome::AlreadyDone
+            relay_runtime::MarkOutcome::AlreadyMarked
         );
         assert_eq!(model.pending(), 4);
         assert_eq!(model.calls()["Query"], 2);
@@ -615,7 +615,7 @@ mod tests {
                 .map(Result::unwrap)
                 .collect::<Vec<_>>(),
             [
-                relay_runtime::MarkOutcome::AlreadyDone,
+                relay_runtime::MarkOutcome::AlreadyMarked,
                 relay_runtime::MarkOutcome::Marked,
                 relay_runtime::MarkOutcome::Marked,
                 relay_runtime::MarkOutcome::Marked,

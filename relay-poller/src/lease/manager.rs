@@ -245,7 +245,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
             self.answer_requests(&view, requests, &mut report).await;
         }
         report.held = self.shared.state().held.len();
-        metrics::leases_held(report.held);
+        metrics::leases_owned(report.held);
         Ok(report)
     }
 
@@ -615,7 +615,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
         if let Err(err) = self.store.remove_heartbeat(&self.owner).await {
             tracing::warn!(owner = %self.owner, error = %err, "could not remove the heartbeat; it expires instead");
         }
-        metrics::leases_held(0);
+        metrics::leases_owned(0);
         tracing::info!(owner = %self.owner, released, "leases released");
         released
     }

@@ -16,7 +16,7 @@
 //! finds the item), and a pending item's `ttl` is pushed forward by [`StatusStore::extend_ttl`]
 //! before it can expire.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
@@ -24,13 +24,11 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::types::{
-    AttributeValue, BatchStatementErrorCodeEnum, BatchStatementRequest, KeysAndAttributes,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, BatchStatementErrorCodeEnum, BatchStatementRequest};
 use chrono::Utc;
 use outbox_shared::error::{ErrorClass, SdkFailure};
 use outbox_shared::retry::RetryPolicy;
-use outbox_shared::schema::{self, attr};
+use outbox_shared::schema::attr;
 use outbox_shared::time::format_timestamp;
 use outbox_shared::{ItemKey, OutboxStatus};
 
@@ -39,8 +37,18 @@ use outbox_shared::{ItemKey, OutboxStatus};
 pub enum MarkOutcome {
     /// This call moved the item out of the pending index.
     Marked,
-    /// The item was no longer pending (another relay marked it, or it is gone): nothing to do.
-    AlreadyDone,
+    /// The item was already marked (by another relay, or an earlier attempt of this one), or it is
+    /// gone: nothing to do.
+    AlreadyMarked,
+}
+
+/// What a TTL refresh of a pending item did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TtlOutcome {
+    /// The item was pending and its `ttl` now lies the retention ahead.
+    Extended,
+    /// The item was no longer pending (marked meanwhile, or gone): nothing to do.
+    NotPending,
 }
 
 /// A mark that failed for a reason other than the item no longer being pending.
@@ -133,27 +141,11 @@ pub trait StatusStore: Send + Sync {
     ) -> impl Future<Output = Result<MarkOutcome, StatusError>> + Send;
 
     /// Pushes a pending item's `ttl` to the published retention from now, only while it is still
-    /// pending, so DynamoDB's TTL never deletes an unpublished event. `AlreadyDone` when it no
-    /// longer is pending.
+    /// pending, so DynamoDB's TTL never deletes an unpublished event.
     fn extend_ttl(
         &self,
         key: &ItemKey,
-    ) -> impl Future<Output = Result<MarkOutcome, StatusError>> + Send;
-
-    /// The aggregates among `ordering_keys` the stream relay has left to the poller (held).
-    fn held(
-        &self,
-        ordering_keys: &[String],
-    ) -> impl Future<Output = Result<HashSet<String>, SdkFailure>> + Send;
-
-    /// Leaves the aggregate `ordering_key` to the poller: until the poller has published its
-    /// pending events (under `partition`, the held event's `GSI1PK`) and released the hold, the
-    /// stream relay publishes none of its events.
-    fn hold(
-        &self,
-        ordering_key: &str,
-        partition: &str,
-    ) -> impl Future<Output = Result<(), SdkFailure>> + Send;
+    ) -> impl Future<Output = Result<TtlOutcome, StatusError>> + Send;
 }
 
 /// Statements one `BatchExecuteStatement` takes: the most marks one call makes.
@@ -169,11 +161,6 @@ const STATEMENT_RETRY: RetryPolicy = RetryPolicy {
     base_delay: Duration::from_millis(50),
     max_delay: Duration::from_secs(1),
 };
-
-/// Keys one `BatchGetItem` may ask for.
-const BATCH_GET_MAX_KEYS: usize = 100;
-/// `BatchGetItem` rounds for unprocessed keys before giving up.
-const BATCH_GET_MAX_ROUNDS: u32 = 5;
 
 /// Longest dead-letter reason stored on the item; the full reason goes to the dead-letter queue.
 const MAX_STORED_REASON_BYTES: usize = 1024;
@@ -260,7 +247,12 @@ impl DynamoStatusStore {
                     "SET #status = :status, #at = :now, #ttl = :ttl REMOVE #gsi1pk, #gsi1sk",
                 ),
         };
-        outcome(key, status, self.call_tasks.run(update.send()).await)
+        let applied = applied(key, status, self.call_tasks.run(update.send()).await)?;
+        Ok(if applied {
+            MarkOutcome::Marked
+        } else {
+            MarkOutcome::AlreadyMarked
+        })
     }
 }
 
@@ -334,7 +326,7 @@ impl DynamoStatusStore {
                 Some(e)
                     if e.code() == Some(&BatchStatementErrorCodeEnum::ConditionalCheckFailed) =>
                 {
-                    Ok(MarkOutcome::AlreadyDone)
+                    Ok(MarkOutcome::AlreadyMarked)
                 }
                 Some(e) => {
                     let code = e
@@ -356,7 +348,7 @@ impl DynamoStatusStore {
 
     /// Marks `keys` (at most [`MARK_BATCH_MAX`]) published: one batch, then the statements that
     /// failed with a retryable code (throttling, a conflict) again, as the SDK retries a whole
-    /// call. A key repeated gets the first one's result, and `AlreadyDone` where that marked it
+    /// call. A key repeated gets the first one's result, and `AlreadyMarked` where that marked it
     /// (a batch names each item once).
     async fn mark_chunk(&self, keys: &[ItemKey]) -> Vec<Result<MarkOutcome, StatusError>> {
         let mut first = HashMap::with_capacity(keys.len());
@@ -405,7 +397,7 @@ impl DynamoStatusStore {
         at.into_iter()
             .map(|i| {
                 let result = match marked[i].as_ref().expect("every key was tried") {
-                    Ok(_) if seen[i] => Ok(MarkOutcome::AlreadyDone),
+                    Ok(_) if seen[i] => Ok(MarkOutcome::AlreadyMarked),
                     result => result.clone(),
                 };
                 seen[i] = true;
@@ -415,22 +407,22 @@ impl DynamoStatusStore {
     }
 }
 
-/// A conditional update's result as a mark outcome: a failed condition means the item is no
-/// longer pending.
-fn outcome<T>(
+/// Whether a conditional update on a pending item applied: `false` when its condition failed,
+/// that is, the item is no longer pending.
+fn applied<T>(
     key: &ItemKey,
     status: OutboxStatus,
     result: Result<T, SdkError<UpdateItemError>>,
-) -> Result<MarkOutcome, StatusError> {
+) -> Result<bool, StatusError> {
     match result {
-        Ok(_) => Ok(MarkOutcome::Marked),
+        Ok(_) => Ok(true),
         Err(SdkError::ServiceError(ctx))
             if matches!(
                 ctx.err(),
                 UpdateItemError::ConditionalCheckFailedException(_)
             ) =>
         {
-            Ok(MarkOutcome::AlreadyDone)
+            Ok(false)
         }
         Err(err) => Err(StatusError {
             key: key.clone(),
@@ -462,103 +454,18 @@ impl StatusStore for DynamoStatusStore {
             .await
     }
 
-    async fn held(&self, ordering_keys: &[String]) -> Result<HashSet<String>, SdkFailure> {
-        let mut held = HashSet::new();
-        for chunk in ordering_keys.chunks(BATCH_GET_MAX_KEYS) {
-            let keys: Vec<HashMap<String, AttributeValue>> = chunk
-                .iter()
-                .map(|k| {
-                    HashMap::from([
-                        (attr::PK.to_owned(), AttributeValue::S(schema::hold_pk(k))),
-                        (
-                            attr::SK.to_owned(),
-                            AttributeValue::S(schema::HOLD_SK.to_owned()),
-                        ),
-                    ])
-                })
-                .collect();
-            let mut request = Some(
-                KeysAndAttributes::builder()
-                    .set_keys(Some(keys))
-                    .consistent_read(true)
-                    .build()
-                    .expect("keys are set"),
-            );
-            let mut rounds = 0;
-            while let Some(keys) = request.take() {
-                rounds += 1;
-                let output = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table_name, keys)
-                    .send()
-                    .await
-                    .map_err(|e| SdkFailure::new("BatchGetItem", e))?;
-                for item in output
-                    .responses
-                    .as_ref()
-                    .and_then(|r| r.get(&self.table_name))
-                    .into_iter()
-                    .flatten()
-                {
-                    if let Some(key) = item.get(attr::ORDERING_KEY).and_then(|v| v.as_s().ok()) {
-                        held.insert(key.clone());
-                    }
-                }
-                request = output
-                    .unprocessed_keys
-                    .and_then(|mut u| u.remove(&self.table_name))
-                    .filter(|k| !k.keys().is_empty());
-                if request.is_some() && rounds >= BATCH_GET_MAX_ROUNDS {
-                    return Err(SdkFailure::incomplete(
-                        "BatchGetItem",
-                        "hold keys still unprocessed after retries",
-                    ));
-                }
-            }
-        }
-        Ok(held)
-    }
-
-    async fn hold(&self, ordering_key: &str, partition: &str) -> Result<(), SdkFailure> {
-        let now = Utc::now();
-        let s = |v: &str| AttributeValue::S(v.to_owned());
-        let item = HashMap::from([
-            (attr::PK.to_owned(), s(&schema::hold_pk(ordering_key))),
-            (attr::SK.to_owned(), s(schema::HOLD_SK)),
-            (
-                attr::ENTITY_TYPE.to_owned(),
-                s(schema::entity::AGGREGATE_HOLD),
-            ),
-            (attr::ORDERING_KEY.to_owned(), s(ordering_key)),
-            (attr::HELD_PARTITION.to_owned(), s(partition)),
-            (attr::HELD_SINCE.to_owned(), s(&format_timestamp(now))),
-            (attr::GSI1PK.to_owned(), s(schema::HOLD_PARTITION)),
-            (attr::GSI1SK.to_owned(), s(&schema::hold_pk(ordering_key))),
-            // A hold no poller ever released (none ran) lapses with the retention.
-            (
-                attr::TTL.to_owned(),
-                AttributeValue::N(ttl_after(now, self.ttl.published).to_string()),
-            ),
-        ]);
-        self.client
-            .put_item()
-            .table_name(&self.table_name)
-            .set_item(Some(item))
-            .send()
-            .await
-            .map_err(|e| SdkFailure::new("PutItem", e))?;
-        Ok(())
-    }
-
-    async fn extend_ttl(&self, key: &ItemKey) -> Result<MarkOutcome, StatusError> {
+    async fn extend_ttl(&self, key: &ItemKey) -> Result<TtlOutcome, StatusError> {
         let ttl = ttl_after(Utc::now(), self.ttl.published);
         let result = self
             .while_pending(key, ttl)
             .update_expression("SET #ttl = :ttl")
             .send()
             .await;
-        outcome(key, OutboxStatus::Pending, result)
+        Ok(if applied(key, OutboxStatus::Pending, result)? {
+            TtlOutcome::Extended
+        } else {
+            TtlOutcome::NotPending
+        })
     }
 }
 
@@ -575,205 +482,4 @@ pub fn truncate(text: &str, max: usize) -> &str {
 }
 
 #[cfg(test)]
-mod tests {
-    use aws_sdk_dynamodb::operation::batch_execute_statement::{
-        BatchExecuteStatementInput, BatchExecuteStatementOutput,
-    };
-    use aws_sdk_dynamodb::types::{BatchStatementError, BatchStatementResponse};
-    use aws_smithy_mocks::{Rule, mock};
-
-    use super::*;
-
-    fn key(n: usize) -> ItemKey {
-        ItemKey {
-            pk: format!("ORDER#{n}"),
-            sk: format!("EVENT#{n}"),
-        }
-    }
-
-    /// A store whose `BatchExecuteStatement` calls answer by `rules`, in order; no SDK retries.
-    fn store(rules: &[&Rule]) -> DynamoStatusStore {
-        let client = Client::from_conf(crate::mocked_dynamodb(rules).build());
-        DynamoStatusStore::new(client, "outbox", TtlPolicy::default())
-    }
-
-    /// An answer with one response per code (`None`: the statement succeeded).
-    fn answer(codes: &[Option<BatchStatementErrorCodeEnum>]) -> BatchExecuteStatementOutput {
-        let responses = codes
-            .iter()
-            .map(|code| {
-                let mut response = BatchStatementResponse::builder().table_name("outbox");
-                if let Some(code) = code {
-                    response = response.error(
-                        BatchStatementError::builder()
-                            .code(code.clone())
-                            .message(format!("injected {code}"))
-                            .build(),
-                    );
-                }
-                response.build()
-            })
-            .collect();
-        BatchExecuteStatementOutput::builder()
-            .set_responses(Some(responses))
-            .build()
-    }
-
-    /// The keys a batch call names, from its statements' last two parameters.
-    fn keys_of(input: &BatchExecuteStatementInput) -> Vec<ItemKey> {
-        input
-            .statements()
-            .iter()
-            .map(|statement| {
-                let parameters = statement.parameters();
-                let s = |i: usize| parameters[i].as_s().unwrap().clone();
-                ItemKey { pk: s(3), sk: s(4) }
-            })
-            .collect()
-    }
-
-    #[tokio::test]
-    async fn a_batch_marks_each_item_on_its_own_and_retries_only_what_may_succeed() {
-        use BatchStatementErrorCodeEnum::{
-            ConditionalCheckFailed, ThrottlingError, ValidationError,
-        };
-        // Given a first call whose statements succeed, find one item done, are throttled and
-        // refused, and a second call (the throttled one again) that succeeds
-        let first = mock!(Client::batch_execute_statement)
-            .match_requests(|input| keys_of(input) == [key(0), key(1), key(2), key(3)])
-            .then_output(|| {
-                answer(&[
-                    None,
-                    Some(ConditionalCheckFailed),
-                    Some(ThrottlingError),
-                    Some(ValidationError),
-                ])
-            });
-        let retried = mock!(Client::batch_execute_statement)
-            .match_requests(|input| keys_of(input) == [key(2)])
-            .then_output(|| answer(&[None]));
-        let store = store(&[&first, &retried]);
-
-        // When four items are marked
-        let keys: Vec<ItemKey> = (0..4).map(key).collect();
-        let results = store.mark_all_published(&keys).await;
-
-        // Then each has its own outcome: marked, already done, marked on the retry, and the
-        // refused one an error naming its code, not retried
-        assert_eq!(first.num_calls(), 1);
-        assert_eq!(retried.num_calls(), 1);
-        assert_eq!(results[0].as_ref().unwrap(), &MarkOutcome::Marked);
-        assert_eq!(results[1].as_ref().unwrap(), &MarkOutcome::AlreadyDone);
-        assert_eq!(results[2].as_ref().unwrap(), &MarkOutcome::Marked);
-        let refused = results[3].as_ref().unwrap_err();
-        assert_eq!(refused.key, key(3));
-        assert_eq!(refused.failure.operation, "BatchExecuteStatement");
-        assert_eq!(refused.failure.code.as_deref(), Some("ValidationError"));
-        assert!(!refused.class().is_retryable());
-    }
-
-    #[tokio::test]
-    async fn a_statement_throttled_on_every_attempt_is_a_retryable_error() {
-        // Given a statement throttled on every attempt
-        let throttled = mock!(Client::batch_execute_statement)
-            .match_requests(|input| input.statements().len() == 1)
-            .sequence()
-            .output(|| answer(&[Some(BatchStatementErrorCodeEnum::ThrottlingError)]))
-            .times(3)
-            .build();
-        let store = store(&[&throttled]);
-
-        // When it is marked
-        let results = store.mark_all_published(&[key(7)]).await;
-
-        // Then it was tried three times, and is left pending with a retryable error
-        assert_eq!(throttled.num_calls(), 3);
-        let err = results[0].as_ref().unwrap_err();
-        assert!(err.class().is_retryable(), "{err:?}");
-        assert_eq!(err.failure.code.as_deref(), Some("ThrottlingError"));
-    }
-
-    #[tokio::test]
-    async fn a_failed_call_fails_every_mark_in_it_and_batches_hold_at_most_25() {
-        // Given a first call that fails and a second that succeeds
-        let failed = mock!(Client::batch_execute_statement)
-            .match_requests(|input| input.statements().len() == MARK_BATCH_MAX)
-            .then_http_response(|| {
-                aws_smithy_runtime_api::http::Response::new(
-                    aws_smithy_runtime_api::http::StatusCode::try_from(500).unwrap(),
-                    aws_smithy_types::body::SdkBody::from(
-                        r#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"injected"}"#,
-                    ),
-                )
-            });
-        let rest = mock!(Client::batch_execute_statement)
-            .match_requests(|input| input.statements().len() == 5)
-            .then_output(|| answer(&vec![None; 5]));
-        let store = store(&[&failed, &rest]);
-
-        // When 30 items are marked
-        let keys: Vec<ItemKey> = (0..30).map(key).collect();
-        let results = store.mark_all_published(&keys).await;
-
-        // Then the first 25 carry the call's retryable failure and the last 5 are marked
-        assert_eq!(results.len(), 30);
-        for (i, result) in results[..25].iter().enumerate() {
-            let err = result.as_ref().unwrap_err();
-            assert_eq!(err.key, key(i));
-            assert!(err.class().is_retryable());
-        }
-        assert!(
-            results[25..]
-                .iter()
-                .all(|r| r.as_ref().is_ok_and(|m| *m == MarkOutcome::Marked))
-        );
-    }
-
-    #[tokio::test]
-    async fn a_key_repeated_in_a_batch_is_named_once_and_the_repeat_is_already_done() {
-        let once = mock!(Client::batch_execute_statement)
-            .match_requests(|input| keys_of(input) == [key(1), key(2)])
-            .then_output(|| answer(&[None, None]));
-        let store = store(&[&once]);
-
-        let results = store.mark_all_published(&[key(1), key(2), key(1)]).await;
-
-        assert_eq!(once.num_calls(), 1);
-        let outcomes: Vec<MarkOutcome> = results.into_iter().map(Result::unwrap).collect();
-        assert_eq!(
-            outcomes,
-            [
-                MarkOutcome::Marked,
-                MarkOutcome::Marked,
-                MarkOutcome::AlreadyDone
-            ]
-        );
-    }
-
-    #[test]
-    fn the_mark_statement_updates_and_conditions_as_update_item_does() {
-        let statement = store(&[]).mark_published_statement;
-        assert_eq!(
-            statement,
-            r#"UPDATE "outbox" SET "Status" = ? SET "PublishedAt" = ? SET "ttl" = ? REMOVE "GSI1PK" REMOVE "GSI1SK" WHERE "PK" = ? AND "SK" = ? AND "GSI1PK" IS NOT MISSING"#
-        );
-    }
-
-    #[test]
-    fn dead_lettered_items_outlive_the_dead_letter_queue() {
-        let day = Duration::from_secs(24 * 60 * 60);
-        let policy = TtlPolicy::new(7 * day);
-        assert_eq!(policy.retention(OutboxStatus::Published), 7 * day);
-        assert_eq!(policy.retention(OutboxStatus::DeadLettered), 15 * day);
-        // A retention longer than the queue's wins for both.
-        let long = TtlPolicy::new(30 * day);
-        assert_eq!(long.retention(OutboxStatus::DeadLettered), 30 * day);
-    }
-
-    #[test]
-    fn truncate_respects_char_boundaries() {
-        assert_eq!(truncate("héllo", 2), "h");
-        assert_eq!(truncate("héllo", 3), "hé");
-        assert_eq!(truncate("abc", 10), "abc");
-    }
-}
+mod tests;

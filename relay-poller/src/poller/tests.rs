@@ -1,0 +1,441 @@
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use outbox_shared::schema::{self, attr};
+use outbox_shared::{NewOutboxEvent, OutboxConfig, OutboxItem, ShardCount};
+use relay_runtime::testing::FakeHoldStore;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::index::RawItem;
+
+mod table;
+
+use table::{Table, key_of};
+
+/// Well in the past, so drains (which cut off at the real now) take these events.
+fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 1, 1, 10, 0, 0).unwrap()
+}
+
+/// A pending event of `aggregate` with `sequence`, created `offset_ms` after t0.
+fn event(aggregate: &str, sequence: u64, offset_ms: i64) -> RawItem {
+    let new = NewOutboxEvent {
+        partition_key: schema::user_pk("u1"),
+        event_type: "OrderStatusChanged".into(),
+        aggregate_type: "Order".into(),
+        aggregate_id: aggregate.into(),
+        sequence: Some(sequence),
+        payload: serde_json::json!({"n": sequence}),
+        trace_header: None,
+    };
+    let at = t0() + chrono::Duration::milliseconds(offset_ms);
+    let id = format!("{aggregate}-{sequence}");
+    OutboxItem::pending_with_id(new, &OutboxConfig::new("t"), at, id)
+        .unwrap()
+        .to_item()
+        .unwrap()
+}
+
+fn poller(table: &Table, page_size: i32) -> Poller<&Table, &Table, &Table, &Table, FakeHoldStore> {
+    let settings = PollerSettings {
+        shards: (0..16).collect(),
+        shard_count: ShardCount::new(16).unwrap(),
+        page_size,
+        shard_concurrency: 4,
+        mark_concurrency: 3,
+        idle_backoff_max: Duration::from_secs(1),
+        ttl_refresh_margin: DEFAULT_TTL_REFRESH_MARGIN,
+        sweep_interval: DEFAULT_SWEEP_INTERVAL,
+    };
+    Poller::new(
+        table,
+        table,
+        table,
+        table,
+        FakeHoldStore::default(),
+        settings,
+    )
+}
+
+fn later() -> DateTime<Utc> {
+    t0() + chrono::Duration::hours(1)
+}
+
+#[tokio::test]
+async fn steps_until_empty_publishing_each_aggregate_in_order() {
+    // Given 3 aggregates with 25 events each, interleaved in time
+    let table = Table::default();
+    for seq in 1..=25 {
+        for (i, agg) in ["a", "b", "c"].iter().enumerate() {
+            table.insert(event(agg, seq, i64::try_from(seq * 3).unwrap() + i as i64));
+        }
+    }
+    let poller = poller(&table, 7);
+    let cancel = CancellationToken::new();
+
+    // When the loop is driven pass by pass until it reports empty
+    let first = poller.pass(later(), &cancel).await;
+    let second = poller.pass(later(), &cancel).await;
+
+    // Then the first pass took everything and the second found nothing
+    assert_eq!(first.outcome(), PassOutcome::Progress);
+    assert_eq!((first.taken, first.published), (75, 75));
+    assert_eq!(second.outcome(), PassOutcome::Empty);
+    assert_eq!(table.pending(), 0);
+    let published = table.published.lock().unwrap().clone();
+    assert_eq!(published.len(), 75);
+    for agg in ["a", "b", "c"] {
+        let ids: Vec<_> = published
+            .iter()
+            .filter(|e| e.ordering_key == agg)
+            .map(|e| e.event_id.clone())
+            .collect();
+        let want: Vec<_> = (1..=25).map(|s| format!("{agg}-{s}")).collect();
+        assert_eq!(ids, want);
+    }
+    let key = key_of(&event("a", 1, 0));
+    assert_eq!(table.status(&key), "PUBLISHED");
+}
+
+#[tokio::test]
+async fn leaves_events_younger_than_the_cutoff_alone() {
+    // Given an old and a young event
+    let table = Table::default();
+    table.insert(event("old", 1, 0));
+    table.insert(event("young", 1, 10_000));
+
+    // When a pass runs with a cutoff between them
+    let stats = poller(&table, 100)
+        .pass(
+            t0() + chrono::Duration::seconds(5),
+            &CancellationToken::new(),
+        )
+        .await;
+
+    // Then only the old one is published
+    assert_eq!(stats.published, 1);
+    assert_eq!(table.status(&key_of(&event("old", 1, 0))), "PUBLISHED");
+    assert_eq!(table.status(&key_of(&event("young", 1, 0))), "PENDING");
+    assert_eq!(table.pending(), 1);
+}
+
+#[tokio::test]
+async fn poison_items_are_dead_lettered_and_do_not_stop_the_step() {
+    // Given an undecodable item, one EventBridge rejects, and a good one
+    let table = Table::default();
+    let mut undecodable = event("p", 1, 0);
+    undecodable.remove(attr::PAYLOAD);
+    table.insert(undecodable.clone());
+    table.insert(event("r", 1, 1));
+    table.rejected.lock().unwrap().insert("r-1".into());
+    table.insert(event("g", 1, 2));
+    let poller = poller(&table, 100);
+
+    // When the loop runs until empty
+    let stats = poller.pass(later(), &CancellationToken::new()).await;
+    let next = poller.pass(later(), &CancellationToken::new()).await;
+
+    // Then both poison items are dead-lettered with reason and record, and marked
+    assert_eq!((stats.published, stats.dead_lettered), (1, 2));
+    assert_eq!(next.outcome(), PassOutcome::Empty);
+    let letters = table.dead_letters.lock().unwrap().clone();
+    assert_eq!(letters.len(), 2);
+    let undecodable_letter = letters
+        .iter()
+        .find(|l| l.event_id.as_deref() == Some("p-1"))
+        .unwrap();
+    assert!(
+        undecodable_letter.reason.contains("undecodable"),
+        "{}",
+        undecodable_letter.reason
+    );
+    assert_eq!(undecodable_letter.record["EventId"], "p-1");
+    assert_eq!(undecodable_letter.origin, ORIGIN);
+    let rejected = letters
+        .iter()
+        .find(|l| l.event_id.as_deref() == Some("r-1"))
+        .unwrap();
+    assert!(rejected.reason.contains("MalformedDetail"));
+    assert_eq!(table.status(&key_of(&undecodable)), "DEAD_LETTERED");
+    assert_eq!(table.status(&key_of(&event("g", 1, 0))), "PUBLISHED");
+}
+
+#[tokio::test]
+async fn a_failed_event_holds_back_the_rest_of_its_aggregate() {
+    // Given aggregate x whose first event fails, over several pages, and a healthy aggregate y
+    let table = Table::default();
+    for seq in 1..=5 {
+        table.insert(event("x", seq, i64::try_from(seq).unwrap()));
+        table.insert(event("y", seq, i64::try_from(seq).unwrap()));
+    }
+    table.failing_aggregates.lock().unwrap().insert("x".into());
+    let poller = poller(&table, 2);
+
+    // When a drain runs while x keeps failing
+    let summary = poller
+        .drain(Duration::ZERO, 2, &CancellationToken::new())
+        .await;
+
+    // Then y is published, x stays pending, and the drain reports it incomplete
+    assert!(!summary.complete);
+    assert_eq!(summary.remaining, Some(5));
+    assert_eq!(summary.published, 5);
+    assert!(summary.failed >= 1, "{summary:?}");
+    assert_eq!(table.pending(), 5);
+    assert!(
+        table
+            .published
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|e| e.ordering_key == "y")
+    );
+
+    // And once x recovers, a drain completes with x in order
+    table.failing_aggregates.lock().unwrap().clear();
+    let summary = poller
+        .drain(Duration::ZERO, 2, &CancellationToken::new())
+        .await;
+    assert!(summary.complete);
+    assert_eq!(summary.failed, 0);
+    let x: Vec<_> = table
+        .published
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| e.ordering_key == "x")
+        .map(|e| e.event_id.clone())
+        .collect();
+    assert_eq!(x, ["x-1", "x-2", "x-3", "x-4", "x-5"]);
+}
+
+#[tokio::test]
+async fn a_lost_mark_race_is_counted_not_an_error() {
+    // Given an event another relay marks while this one publishes it
+    let table = Table::default();
+    let raw = event("a", 1, 0);
+    table.insert(raw.clone());
+    table.stolen.lock().unwrap().insert(key_of(&raw));
+
+    // When the poller drains
+    let summary = poller(&table, 10)
+        .drain(Duration::ZERO, 3, &CancellationToken::new())
+        .await;
+
+    // Then it is counted as already published and the drain completes
+    assert_eq!((summary.published, summary.already_marked), (0, 1));
+    assert!(summary.complete);
+    assert_eq!(summary.failed, 0);
+}
+
+#[tokio::test]
+async fn a_cancelled_poller_takes_no_work() {
+    // Given pending events and a cancelled token
+    let table = Table::default();
+    table.insert(event("a", 1, 0));
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+
+    // When it passes, runs and drains
+    let stats = poller(&table, 10).pass(later(), &cancel).await;
+    poller(&table, 10).run(Duration::ZERO, cancel.clone()).await;
+    let summary = poller(&table, 10).drain(Duration::ZERO, 3, &cancel).await;
+
+    // Then nothing was taken and the event stays pending
+    assert!(stats.interrupted);
+    assert_eq!(stats.taken, 0);
+    assert!(summary.interrupted && !summary.complete);
+    assert_eq!(table.pending(), 1);
+}
+
+/// `raw` moved to `partition`, as a writer on another shard count would have put it.
+fn under(mut raw: RawItem, partition: &str) -> RawItem {
+    raw.insert(
+        attr::GSI1PK.to_owned(),
+        aws_sdk_dynamodb::types::AttributeValue::S(partition.to_owned()),
+    );
+    raw
+}
+
+#[tokio::test]
+async fn the_sweep_publishes_partitions_outside_the_shard_count_in_aggregate_order() {
+    // Given aggregate m resharded from 32 to 16 shards: events 1-3 under shard 20 of 32, 4-5
+    // under its own shard of 16; and aggregate n entirely under shard 31 of 32
+    let table = Table::default();
+    let stray = schema::pending_shard_pk(20);
+    for seq in 1..=3 {
+        table.insert(under(event("m", seq, i64::try_from(seq).unwrap()), &stray));
+    }
+    for seq in 4..=5 {
+        table.insert(event("m", seq, i64::try_from(seq).unwrap()));
+    }
+    table.insert(under(event("n", 1, 0), &schema::pending_shard_pk(31)));
+    let poller = poller(&table, 2);
+
+    // When a drain runs with the poller on 16 shards
+    let summary = poller
+        .drain(Duration::ZERO, 2, &CancellationToken::new())
+        .await;
+
+    // Then everything is published, m in sequence order, and the index is empty
+    assert!(summary.complete, "{summary:?}");
+    assert_eq!((summary.published, summary.remaining), (6, Some(0)));
+    assert_eq!(table.pending(), 0);
+    let m: Vec<_> = table
+        .published
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| e.ordering_key == "m")
+        .map(|e| e.event_id.clone())
+        .collect();
+    assert_eq!(m, ["m-1", "m-2", "m-3", "m-4", "m-5"]);
+}
+
+#[tokio::test]
+async fn a_stray_aggregate_that_fails_holds_back_its_events_in_the_shards() {
+    // Given aggregate m with event 1 under a stray partition, failing, and event 2 in a shard
+    let table = Table::default();
+    table.insert(under(event("m", 1, 1), &schema::pending_shard_pk(20)));
+    table.insert(event("m", 2, 2));
+    table.failing_aggregates.lock().unwrap().insert("m".into());
+
+    // When a pass runs
+    let stats = poller(&table, 10)
+        .pass(later(), &CancellationToken::new())
+        .await;
+
+    // Then event 2 did not overtake event 1
+    assert_eq!(stats.stray_pending, Some(1));
+    assert_eq!((stats.failed, stats.held_back), (1, 1));
+    assert!(table.published.lock().unwrap().is_empty());
+    assert_eq!(table.pending(), 2);
+}
+
+#[tokio::test]
+async fn run_sweeps_once_per_interval_and_every_drain_pass_sweeps() {
+    // Given a stray event and a poller whose sweep interval is long
+    let table = Table::default();
+    let poller = poller(&table, 10);
+    let cancel = CancellationToken::new();
+
+    // When passes run back to back
+    let first = poller.pass(later(), &cancel).await;
+    table.insert(under(event("n", 1, 0), &schema::pending_shard_pk(31)));
+    let second = poller.pass(later(), &cancel).await;
+
+    // Then only the first swept, and the stray event waits for the next sweep...
+    assert_eq!(first.stray_pending, Some(0));
+    assert_eq!(second.stray_pending, None);
+    assert_eq!(table.pending(), 1);
+    // ...which a drain always does
+    let summary = poller.drain(Duration::ZERO, 2, &cancel).await;
+    assert!(summary.complete);
+    assert_eq!(table.pending(), 0);
+}
+
+#[tokio::test]
+async fn pending_items_near_their_ttl_get_it_extended_before_anything_else() {
+    // Given an event whose ttl is past (written in January with 7 days), one whose ttl is
+    // far away, and a failing aggregate whose event stays pending
+    let table = Table::default();
+    let expired = event("a", 1, 0);
+    let mut fresh = event("b", 1, 1);
+    let far = Utc::now().timestamp() + 30 * 24 * 3600;
+    fresh.insert(
+        attr::TTL.to_owned(),
+        aws_sdk_dynamodb::types::AttributeValue::N(far.to_string()),
+    );
+    let held = event("c", 1, 2);
+    for raw in [&expired, &fresh, &held] {
+        table.insert(raw.clone());
+    }
+    table.failing_aggregates.lock().unwrap().insert("c".into());
+
+    // When a pass runs
+    let stats = poller(&table, 10)
+        .pass(later(), &CancellationToken::new())
+        .await;
+
+    // Then the two items with a past ttl were extended (the one left pending included), the
+    // fresh one was not
+    assert_eq!(stats.ttl_extended, 2);
+    let extended = table.extended.lock().unwrap().clone();
+    assert!(extended.contains(&key_of(&expired)));
+    assert!(extended.contains(&key_of(&held)));
+    assert!(!extended.contains(&key_of(&fresh)));
+    assert_eq!(table.status(&key_of(&held)), "PENDING");
+}
+
+#[tokio::test]
+async fn poison_reasons_name_attributes_and_never_quote_values() {
+    // Given pending items whose attributes hold personal data in the wrong type or entity
+    let table = Table::default();
+    let secret = "jane.doe@example.com";
+    let mut wrong_type = event("p", 1, 0);
+    wrong_type.insert(
+        attr::SEQUENCE.to_owned(),
+        aws_sdk_dynamodb::types::AttributeValue::S(secret.to_owned()),
+    );
+    table.insert(wrong_type);
+    let mut not_outbox = event("q", 1, 1);
+    not_outbox.insert(
+        attr::ENTITY_TYPE.to_owned(),
+        aws_sdk_dynamodb::types::AttributeValue::S(secret.to_owned()),
+    );
+    table.insert(not_outbox);
+
+    // When they are drained
+    let summary = poller(&table, 10)
+        .drain(Duration::ZERO, 2, &CancellationToken::new())
+        .await;
+
+    // Then both are dead-lettered with reasons that name the attribute but not the value
+    assert_eq!(summary.dead_lettered, 2);
+    let letters = table.dead_letters.lock().unwrap().clone();
+    for letter in &letters {
+        assert!(!letter.reason.contains(secret), "{}", letter.reason);
+    }
+    let reasons: Vec<&str> = letters.iter().map(|l| l.reason.as_str()).collect();
+    assert!(
+        reasons.iter().any(|r| r.contains(attr::SEQUENCE)),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.contains(attr::ENTITY_TYPE)),
+        "{reasons:?}"
+    );
+}
+
+#[test]
+fn outcome_reflects_progress() {
+    let empty = PassStats::default();
+    assert_eq!(empty.outcome(), PassOutcome::Empty);
+    let stalled = PassStats {
+        taken: 3,
+        failed: 3,
+        ..PassStats::default()
+    };
+    assert_eq!(stalled.outcome(), PassOutcome::Stalled);
+    let errored = PassStats {
+        read_errors: 1,
+        ..PassStats::default()
+    };
+    assert_eq!(errored.outcome(), PassOutcome::Stalled);
+    let progress = PassStats {
+        taken: 3,
+        already_marked: 1,
+        ..PassStats::default()
+    };
+    assert_eq!(progress.outcome(), PassOutcome::Progress);
+}
+
+#[test]
+fn cutoff_never_underflows() {
+    assert_eq!(
+        cutoff(t0(), Duration::from_secs(30)),
+        t0() - chrono::Duration::seconds(30)
+    );
+    assert_eq!(cutoff(t0(), Duration::MAX), DateTime::<Utc>::MIN_UTC);
+}

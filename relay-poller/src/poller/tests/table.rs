@@ -1,0 +1,200 @@
+//! The index, the table, the bus and the dead-letter queue in one, in memory: the four ports a
+//! pass publishes through (holds are `relay_runtime::testing::FakeHoldStore`).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+
+use outbox_shared::schema::attr;
+use outbox_shared::{ItemKey, OutboundEvent};
+use relay_runtime::{
+    DeadLetter, DeadLetterError, DeadLetterSink, MarkOutcome, PublishOutcome, Publisher,
+    StatusError, StatusStore, TtlOutcome,
+};
+
+use crate::index::{
+    Cursor, IndexError, PartitionCounts, PendingIndex, PendingPage, RawItem, ShardBacklog,
+};
+use crate::poller::decode::string_attr;
+
+/// The index and the table in one: partition (GSI1PK) -> GSI1SK -> item; marks remove from
+/// the index.
+#[derive(Debug, Default)]
+pub(super) struct Table {
+    pub(super) index: Mutex<BTreeMap<String, BTreeMap<String, RawItem>>>,
+    /// `ttl` extensions by key.
+    pub(super) extended: Mutex<Vec<ItemKey>>,
+    pub(super) statuses: Mutex<HashMap<ItemKey, String>>,
+    /// Events of these aggregates fail to publish.
+    pub(super) failing_aggregates: Mutex<HashSet<String>>,
+    /// Event ids EventBridge rejects as malformed.
+    pub(super) rejected: Mutex<HashSet<String>>,
+    pub(super) published: Mutex<Vec<OutboundEvent>>,
+    pub(super) dead_letters: Mutex<Vec<DeadLetter>>,
+    /// Keys whose mark "another relay" wins: the item leaves the index without our mark.
+    pub(super) stolen: Mutex<HashSet<ItemKey>>,
+}
+
+pub(super) fn key_of(raw: &RawItem) -> ItemKey {
+    ItemKey {
+        pk: string_attr(raw, attr::PK).unwrap(),
+        sk: string_attr(raw, attr::SK).unwrap(),
+    }
+}
+
+impl Table {
+    pub(super) fn insert(&self, raw: RawItem) {
+        let shard = string_attr(&raw, attr::GSI1PK).unwrap();
+        let sk = string_attr(&raw, attr::GSI1SK).unwrap();
+        self.statuses
+            .lock()
+            .unwrap()
+            .insert(key_of(&raw), "PENDING".into());
+        self.index
+            .lock()
+            .unwrap()
+            .entry(shard)
+            .or_default()
+            .insert(sk, raw);
+    }
+
+    pub(super) fn pending(&self) -> usize {
+        self.index.lock().unwrap().values().map(BTreeMap::len).sum()
+    }
+
+    pub(super) fn status(&self, key: &ItemKey) -> String {
+        self.statuses.lock().unwrap()[key].clone()
+    }
+
+    fn mark(&self, key: &ItemKey, status: &str) -> MarkOutcome {
+        if self.stolen.lock().unwrap().remove(key) {
+            self.remove(key);
+            return MarkOutcome::AlreadyMarked;
+        }
+        if self.remove(key) {
+            self.statuses
+                .lock()
+                .unwrap()
+                .insert(key.clone(), status.into());
+            MarkOutcome::Marked
+        } else {
+            MarkOutcome::AlreadyMarked
+        }
+    }
+
+    fn remove(&self, key: &ItemKey) -> bool {
+        let mut index = self.index.lock().unwrap();
+        for shard in index.values_mut() {
+            let found = shard
+                .iter()
+                .find(|(_, raw)| &key_of(raw) == key)
+                .map(|(sk, _)| sk.clone());
+            if let Some(sk) = found {
+                shard.remove(&sk);
+                return true;
+            }
+        }
+        false
+    }
+}
+
+impl PendingIndex for &Table {
+    async fn query_page(
+        &self,
+        shard: &str,
+        before: &str,
+        limit: i32,
+        start: Option<Cursor>,
+    ) -> Result<PendingPage, IndexError> {
+        let index = self.index.lock().unwrap();
+        let after = start.map(|c| c[attr::GSI1SK].as_s().unwrap().clone());
+        let mut items: Vec<RawItem> = index
+            .get(shard)
+            .into_iter()
+            .flatten()
+            .filter(|(sk, _)| sk.as_str() < before && after.as_ref().is_none_or(|a| *sk > a))
+            .map(|(_, raw)| raw.clone())
+            .collect();
+        let more = items.len() > limit as usize;
+        items.truncate(limit as usize);
+        let next = more.then(|| {
+            let last = items.last().unwrap();
+            HashMap::from([(attr::GSI1SK.to_owned(), last[attr::GSI1SK].clone())])
+        });
+        Ok(PendingPage { items, next })
+    }
+
+    async fn backlog(&self, _shard: u16) -> Result<ShardBacklog, IndexError> {
+        unreachable!("not used by the poller")
+    }
+
+    async fn has_pending(&self, _hold: &relay_runtime::Hold) -> Result<bool, IndexError> {
+        unreachable!("no holds")
+    }
+
+    async fn partitions(&self) -> Result<PartitionCounts, IndexError> {
+        Ok(self
+            .index
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, items)| !items.is_empty())
+            .map(|(partition, items)| (partition.clone(), items.len() as u64))
+            .collect())
+    }
+}
+
+impl Publisher for &Table {
+    async fn publish_until(
+        &self,
+        events: &[OutboundEvent],
+        _stop_at: Option<tokio::time::Instant>,
+    ) -> Vec<PublishOutcome> {
+        let failing = self.failing_aggregates.lock().unwrap().clone();
+        let rejected = self.rejected.lock().unwrap().clone();
+        events
+            .iter()
+            .map(|e| {
+                if failing.contains(&e.ordering_key) {
+                    PublishOutcome::Failed {
+                        code: "ThrottlingException".into(),
+                        message: "slow down".into(),
+                    }
+                } else if rejected.contains(&e.event_id) {
+                    PublishOutcome::Rejected {
+                        code: "MalformedDetail".into(),
+                        message: "bad".into(),
+                    }
+                } else {
+                    self.published.lock().unwrap().push(e.clone());
+                    PublishOutcome::Published
+                }
+            })
+            .collect()
+    }
+}
+
+impl StatusStore for &Table {
+    async fn mark_published(&self, key: &ItemKey) -> Result<MarkOutcome, StatusError> {
+        Ok(self.mark(key, "PUBLISHED"))
+    }
+
+    async fn mark_dead_lettered(
+        &self,
+        key: &ItemKey,
+        _reason: &str,
+    ) -> Result<MarkOutcome, StatusError> {
+        Ok(self.mark(key, "DEAD_LETTERED"))
+    }
+
+    async fn extend_ttl(&self, key: &ItemKey) -> Result<TtlOutcome, StatusError> {
+        self.extended.lock().unwrap().push(key.clone());
+        Ok(TtlOutcome::Extended)
+    }
+}
+
+impl DeadLetterSink for &Table {
+    async fn send(&self, letter: &DeadLetter) -> Result<(), DeadLetterError> {
+        self.dead_letters.lock().unwrap().push(letter.clone());
+        Ok(())
+    }
+}

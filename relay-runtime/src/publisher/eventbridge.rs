@@ -1,0 +1,370 @@
+//! The classic bus's adapter: `PutEvents` of `aws-sdk-eventbridge`, calls sent as the request
+//! builder packed them, at most `max_concurrency` in flight, every entry's result checked, the
+//! entries that failed with a retryable code sent again with backoff, at the [`PublishRate`]'s
+//! pace.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use aws_sdk_eventbridge::types::{PutEventsRequestEntry, PutEventsResultEntry};
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared, join_all};
+use outbox_shared::OutboundEvent;
+use outbox_shared::error::{ErrorClass, SdkFailure, classify_code};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use super::request::{call_dependencies, pack_calls, previous_of_aggregate};
+use super::{
+    ENTRY_TOO_LARGE, PublishOutcome, PublishStats, PublishStatsSnapshot, Publisher, THROTTLED,
+    past, permanent_outcome,
+};
+use crate::CallTasks;
+use crate::config::{PublisherConfig, PublisherConfigError};
+use crate::publish_rate::{PublishRate, Slot};
+
+/// The EventBridge adapter.
+#[derive(Debug, Clone)]
+pub struct EventBridgePublisher {
+    client: aws_sdk_eventbridge::Client,
+    config: PublisherConfig,
+    stats: Arc<PublishStats>,
+    rate: Arc<PublishRate>,
+    call_tasks: CallTasks,
+}
+
+impl EventBridgePublisher {
+    /// # Errors
+    /// [`PublisherConfigError`] when the configuration is out of range.
+    pub fn new(
+        client: aws_sdk_eventbridge::Client,
+        config: PublisherConfig,
+    ) -> Result<Self, PublisherConfigError> {
+        config.validate()?;
+        Ok(Self {
+            client,
+            rate: Arc::new(PublishRate::new(config.max_publish_rate)),
+            config,
+            stats: Arc::default(),
+            call_tasks: CallTasks::Inline,
+        })
+    }
+
+    /// Runs its `PutEvents` calls as `call_tasks` says (default: in the caller's task).
+    #[must_use]
+    pub fn with_call_tasks(mut self, call_tasks: CallTasks) -> Self {
+        self.call_tasks = call_tasks;
+        self
+    }
+
+    pub fn config(&self) -> &PublisherConfig {
+        &self.config
+    }
+
+    /// Counters since this publisher was built (shared by its clones).
+    pub fn stats(&self) -> PublishStatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    /// The entries per second it lets out now (`None`: no limit), shared by its clones.
+    pub fn publish_rate(&self) -> Option<f64> {
+        self.rate.limit()
+    }
+
+    /// The `PutEvents` entry of `event`, on the configured bus with the configured source.
+    fn entry(&self, event: &OutboundEvent) -> PutEventsRequestEntry {
+        PutEventsRequestEntry::builder()
+            .event_bus_name(&self.config.event_bus_name)
+            .source(&self.config.source)
+            .detail_type(&event.detail_type)
+            .detail(&event.detail)
+            .set_time(event.time)
+            .set_trace_header(event.trace_header.clone())
+            .build()
+    }
+
+    /// Sends one call's events, retrying retryable failures; an outcome for each index.
+    async fn send_call(
+        &self,
+        events: &[OutboundEvent],
+        indices: &[usize],
+        stop_at: Option<Instant>,
+    ) -> Vec<(usize, PublishOutcome)> {
+        let mut done = Vec::with_capacity(indices.len());
+        let mut pending: Vec<usize> = indices.to_vec();
+        // The last retryable error; `None` until a first attempt was made.
+        let mut last_error: Option<(String, String)> = None;
+        let mut backoff = self.config.retry.delays();
+        loop {
+            let Some(slot) = self.rate.acquire(pending.len(), stop_at).await else {
+                // The publish rate would send it after the deadline: it stays pending.
+                done.extend(pending.iter().map(|&i| {
+                    let outcome = match &last_error {
+                        None => PublishOutcome::NotSent,
+                        Some((code, message)) => PublishOutcome::Failed {
+                            code: code.clone(),
+                            message: message.clone(),
+                        },
+                    };
+                    (i, outcome)
+                }));
+                break;
+            };
+            let attempt = self.attempt(events, &pending).await;
+            self.pace(slot, pending.len(), attempt.accepted, attempt.throttled);
+            done.extend(attempt.done);
+            if attempt.retry.is_empty() {
+                break;
+            }
+            let (code, message) = attempt.retry_error;
+            // No retry that would start after the deadline: the entries stay pending.
+            let Some(delay) = backoff
+                .next()
+                .filter(|delay| stop_at.is_none_or(|at| Instant::now() + *delay < at))
+            else {
+                tracing::warn!(
+                    code = %code,
+                    error = %message,
+                    entries = attempt.retry.len(),
+                    "PutEvents retries exhausted"
+                );
+                done.extend(attempt.retry.into_iter().map(|i| {
+                    (
+                        i,
+                        PublishOutcome::Failed {
+                            code: code.clone(),
+                            message: message.clone(),
+                        },
+                    )
+                }));
+                break;
+            };
+            tracing::debug!(code = %code, entries = attempt.retry.len(), delay_ms = delay.as_millis() as u64, "retrying PutEvents entries");
+            self.stats
+                .retried
+                .fetch_add(attempt.retry.len() as u64, Ordering::Relaxed);
+            crate::metrics::count(crate::metrics::RETRIED, attempt.retry.len() as u64);
+            last_error = Some((code, message));
+            tokio::time::sleep(delay).await;
+            pending = attempt.retry;
+        }
+        done
+    }
+
+    /// One `PutEvents` call of the events at `pending`, and what it did to each.
+    async fn attempt(&self, events: &[OutboundEvent], pending: &[usize]) -> Attempt {
+        let entries = pending.iter().map(|&i| self.entry(&events[i])).collect();
+        self.stats.put_events_calls.fetch_add(1, Ordering::Relaxed);
+        let call = self.client.put_events().set_entries(Some(entries)).send();
+        match self.call_tasks.run(call).await {
+            Ok(output) => entry_results(pending, output.entries()),
+            Err(err) => call_failed(pending, &SdkFailure::new("PutEvents", err)),
+        }
+    }
+
+    /// Adapts the publish rate to a call of `sent` entries in `slot`: `accepted` of them
+    /// accepted, `throttled` refused for the quota.
+    fn pace(&self, slot: Slot, sent: usize, accepted: usize, throttled: usize) {
+        if throttled == 0 {
+            self.rate.accepted(sent, accepted);
+            return;
+        }
+        self.stats
+            .throttled
+            .fetch_add(throttled as u64, Ordering::Relaxed);
+        crate::metrics::count(crate::metrics::THROTTLED, throttled as u64);
+        if let Some(limit) = self.rate.throttled(slot, sent, accepted) {
+            crate::metrics::observe(crate::metrics::PUBLISH_RATE_LIMIT, limit);
+            tracing::info!(
+                entries_per_second = limit.round() as u64,
+                "PutEvents throttled: publish rate lowered"
+            );
+        }
+    }
+}
+
+type CallResult = Arc<Vec<(usize, PublishOutcome)>>;
+
+impl Publisher for EventBridgePublisher {
+    async fn publish_until(
+        &self,
+        events: &[OutboundEvent],
+        stop_at: Option<Instant>,
+    ) -> Vec<PublishOutcome> {
+        let mut outcomes: Vec<Option<PublishOutcome>> = vec![None; events.len()];
+        let mut sendable = Vec::with_capacity(events.len());
+        for (index, event) in events.iter().enumerate() {
+            let size = event.entry_size(&self.config.source);
+            if size > self.config.max_entry_bytes {
+                outcomes[index] = Some(PublishOutcome::Rejected {
+                    code: ENTRY_TOO_LARGE.to_owned(),
+                    message: format!(
+                        "entry is {size} bytes, more than the {} allowed",
+                        self.config.max_entry_bytes
+                    ),
+                });
+            } else {
+                sendable.push(index);
+            }
+        }
+        let calls = pack_calls(
+            events,
+            sendable,
+            &self.config.source,
+            self.config.max_entries_per_call,
+            self.config.max_request_bytes,
+        );
+        let deps = call_dependencies(events, &calls);
+        let previous = previous_of_aggregate(events, &calls);
+        // Outcomes of the events sent so far, for the calls that depend on them.
+        let settled: Mutex<HashMap<usize, bool>> = Mutex::new(HashMap::new());
+        let in_flight = Semaphore::new(self.config.max_concurrency);
+        let mut handles: Vec<Shared<BoxFuture<'_, CallResult>>> = Vec::with_capacity(calls.len());
+        for (call, indices) in calls.iter().enumerate() {
+            let waits: Vec<_> = deps[call].iter().map(|&d| handles[d].clone()).collect();
+            let (in_flight, settled, previous) = (&in_flight, &settled, &previous);
+            let handle = async move {
+                join_all(waits).await;
+                let mut results = Vec::with_capacity(indices.len());
+                let mut send = Vec::with_capacity(indices.len());
+                {
+                    let settled = settled.lock().expect("not poisoned");
+                    for &index in indices {
+                        let earlier_unpublished = previous
+                            .get(&index)
+                            .is_some_and(|p| !settled.get(p).copied().unwrap_or(false));
+                        if earlier_unpublished {
+                            results.push((index, PublishOutcome::HeldBack));
+                        } else {
+                            send.push(index);
+                        }
+                    }
+                }
+                let _permit = in_flight
+                    .acquire()
+                    .await
+                    .expect("semaphore is never closed");
+                if past(stop_at) {
+                    results.extend(send.iter().map(|&i| (i, PublishOutcome::NotSent)));
+                } else if !send.is_empty() {
+                    results.extend(self.send_call(events, &send, stop_at).await);
+                }
+                let mut settled = settled.lock().expect("not poisoned");
+                // A rejected (poison) event goes to the dead-letter queue and does not hold its
+                // aggregate back; anything else not published does.
+                for (index, outcome) in &results {
+                    let leaves = matches!(
+                        outcome,
+                        PublishOutcome::Published | PublishOutcome::Rejected { .. }
+                    );
+                    settled.insert(*index, leaves);
+                }
+                Arc::new(results)
+            }
+            .boxed()
+            .shared();
+            handles.push(handle);
+        }
+        for result in join_all(handles).await {
+            for (index, outcome) in result.iter() {
+                outcomes[*index] = Some(outcome.clone());
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.expect("every event gets an outcome"))
+            .inspect(|o| self.stats.record(o))
+            .collect()
+    }
+}
+
+/// What one `PutEvents` call did to its entries.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Attempt {
+    /// Entries that ended: published, or refused for good.
+    pub(crate) done: Vec<(usize, PublishOutcome)>,
+    /// Entries to send again (a retryable code), in their call order.
+    pub(crate) retry: Vec<usize>,
+    /// The code and message of the last retryable refusal (empty when `retry` is).
+    pub(crate) retry_error: (String, String),
+    /// Entries EventBridge accepted.
+    pub(crate) accepted: usize,
+    /// Entries refused for the quota ([`THROTTLED`]).
+    pub(crate) throttled: usize,
+}
+
+/// Reads a `PutEvents` answer entry by entry: it answers HTTP 200 even when entries failed, so
+/// each result is checked, and matched to its entry by position (`pending[i]` is the event of
+/// result `i`). An answer with another number of results than entries can't be matched: nothing
+/// in it is called published, and every entry is sent again.
+pub(crate) fn entry_results(pending: &[usize], results: &[PutEventsResultEntry]) -> Attempt {
+    let mut attempt = Attempt::default();
+    if results.len() != pending.len() {
+        attempt.retry = pending.to_vec();
+        attempt.retry_error = (
+            "ResponseMismatch".to_owned(),
+            format!(
+                "PutEvents answered {} results for {} entries",
+                results.len(),
+                pending.len()
+            ),
+        );
+        return attempt;
+    }
+    for (&index, result) in pending.iter().zip(results) {
+        let Some(code) = result.error_code() else {
+            attempt.done.push((index, PublishOutcome::Published));
+            attempt.accepted += 1;
+            continue;
+        };
+        attempt.throttled += usize::from(code == THROTTLED);
+        let message = result.error_message().unwrap_or_default().to_owned();
+        match classify_code(code) {
+            ErrorClass::Retryable => {
+                attempt.retry.push(index);
+                attempt.retry_error = (code.to_owned(), message);
+            }
+            ErrorClass::Permanent => attempt
+                .done
+                .push((index, permanent_outcome(code.to_owned(), message))),
+        }
+    }
+    attempt
+}
+
+/// A `PutEvents` call that failed as a whole (after the SDK's retries): every entry is sent
+/// again when the failure is retryable, and fails otherwise.
+fn call_failed(pending: &[usize], failure: &SdkFailure) -> Attempt {
+    let code = failure
+        .code
+        .clone()
+        .unwrap_or_else(|| "RequestFailed".into());
+    let message = failure.to_string();
+    let throttled = if code == THROTTLED { pending.len() } else { 0 };
+    match failure.class {
+        ErrorClass::Retryable => Attempt {
+            retry: pending.to_vec(),
+            retry_error: (code, message),
+            throttled,
+            ..Attempt::default()
+        },
+        ErrorClass::Permanent => {
+            tracing::warn!(code = %code, entries = pending.len(), "PutEvents call rejected");
+            Attempt {
+                done: pending
+                    .iter()
+                    .map(|&i| {
+                        let outcome = PublishOutcome::Failed {
+                            code: code.clone(),
+                            message: message.clone(),
+                        };
+                        (i, outcome)
+                    })
+                    .collect(),
+                throttled,
+                ..Attempt::default()
+            }
+        }
+    }
+}

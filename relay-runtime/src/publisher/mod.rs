@@ -1,0 +1,172 @@
+//! The publisher port and its EventBridge adapter.
+//!
+//! [`EventBridgePublisher`] packs events into `PutEvents` calls of at most 10 entries that also fit
+//! the configured request size, keeps a bounded number of calls in flight, checks every entry's
+//! result (a `PutEvents` call answers HTTP 200 even when entries failed), and retries the entries
+//! that failed with a retryable code, with the project's full-jitter [`RetryPolicy`]. It stamps
+//! the configured bus and `Source` on every entry and returns one [`PublishOutcome`] per event, so
+//! a caller never reports success for an unpublished event.
+//!
+//! [`RetryPolicy`]: outbox_shared::RetryPolicy
+//!
+//! Ordering: a call holds at most one event of an aggregate ([`OutboundEvent::ordering_key`]),
+//! and is not sent before the call holding the aggregate's previous event has finished; once an
+//! event is not published (failed after its retries, held back, or cut by the deadline), the later
+//! events of its aggregate are not sent at all ([`PublishOutcome::HeldBack`]). So one aggregate's
+//! events leave in order even under failure, and none overtakes an earlier one that failed.
+//!
+//! Rate: every call, retries included, leaves at the pace of the publisher's [`PublishRate`]
+//! (no limit until the bus throttles or a ceiling is set; see that module for the adaptation).
+//!
+//! Deadline: [`Publisher::publish_until`] starts no call, and no retry, after `stop_at`; the
+//! events not sent are [`PublishOutcome::NotSent`]. A call already sent is bounded by the SDK
+//! client's operation timeout.
+//!
+//! The room: this module is the port and what every adapter answers with; [`request`] packs
+//! events into calls (what goes together, what waits for what), apart from the calls themselves;
+//! [`eventbridge`] sends them to the classic bus and retries what may succeed.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use outbox_shared::OutboundEvent;
+use tokio::time::Instant;
+
+pub mod eventbridge;
+pub mod request;
+
+pub use eventbridge::EventBridgePublisher;
+pub use request::pack_calls;
+
+/// What happened to one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PublishOutcome {
+    /// EventBridge accepted it.
+    Published,
+    /// EventBridge can never accept it as it is (malformed, too large): poison, for the dead-letter
+    /// queue.
+    Rejected { code: String, message: String },
+    /// Not published after every attempt (throttling, outage, access denied). It stays pending and
+    /// a later attempt can succeed.
+    Failed { code: String, message: String },
+    /// Not sent: an earlier event of its aggregate was not published, and this one must not
+    /// overtake it. It stays pending.
+    HeldBack,
+    /// Not sent: the deadline came first. It stays pending.
+    NotSent,
+}
+
+impl PublishOutcome {
+    pub fn is_published(&self) -> bool {
+        matches!(self, Self::Published)
+    }
+}
+
+/// Entry error codes that mean the event itself can never be published: poison.
+/// Any other non-retryable code (say, access denied) is a configuration problem, not the event's.
+pub const POISON_ENTRY_CODES: &[&str] = &[
+    "MalformedDetail",
+    "InvalidArgument",
+    "ValidationException",
+    ENTRY_TOO_LARGE,
+];
+
+/// Our code for an event larger than the configured entry size; it is never sent.
+pub const ENTRY_TOO_LARGE: &str = "EntryTooLarge";
+
+/// The code of a call or entry refused because the bus's `PutEvents` quota is exceeded.
+pub const THROTTLED: &str = "ThrottlingException";
+
+/// Counters across every call of one publisher.
+#[derive(Debug, Default)]
+pub struct PublishStats {
+    put_events_calls: AtomicU64,
+    published: AtomicU64,
+    retried: AtomicU64,
+    throttled: AtomicU64,
+    rejected: AtomicU64,
+    failed: AtomicU64,
+    held_back: AtomicU64,
+    not_sent: AtomicU64,
+}
+
+/// A point-in-time copy of [`PublishStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PublishStatsSnapshot {
+    /// `PutEvents` calls sent, retries included.
+    pub put_events_calls: u64,
+    pub published: u64,
+    /// Entries sent again after a retryable failure (one per entry per retry).
+    pub retried: u64,
+    /// Entries refused with `ThrottlingException` (one per entry per attempt).
+    pub throttled: u64,
+    pub rejected: u64,
+    pub failed: u64,
+    /// Not sent because an earlier event of their aggregate was not published.
+    pub held_back: u64,
+    /// Not sent because the deadline came first.
+    pub not_sent: u64,
+}
+
+impl PublishStats {
+    pub fn snapshot(&self) -> PublishStatsSnapshot {
+        PublishStatsSnapshot {
+            put_events_calls: self.put_events_calls.load(Ordering::Relaxed),
+            published: self.published.load(Ordering::Relaxed),
+            retried: self.retried.load(Ordering::Relaxed),
+            throttled: self.throttled.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            held_back: self.held_back.load(Ordering::Relaxed),
+            not_sent: self.not_sent.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn record(&self, outcome: &PublishOutcome) {
+        let counter = match outcome {
+            PublishOutcome::Published => &self.published,
+            PublishOutcome::Rejected { .. } => &self.rejected,
+            PublishOutcome::Failed { .. } => &self.failed,
+            PublishOutcome::HeldBack => &self.held_back,
+            PublishOutcome::NotSent => &self.not_sent,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Port: publishes events, one outcome per event, in input order.
+pub trait Publisher: Send + Sync {
+    /// Publishes `events`, starting nothing after `stop_at` (events not sent by then are
+    /// [`PublishOutcome::NotSent`]).
+    fn publish_until(
+        &self,
+        events: &[OutboundEvent],
+        stop_at: Option<Instant>,
+    ) -> impl Future<Output = Vec<PublishOutcome>> + Send;
+
+    /// Publishes `events` with no deadline.
+    fn publish(
+        &self,
+        events: &[OutboundEvent],
+    ) -> impl Future<Output = Vec<PublishOutcome>> + Send {
+        self.publish_until(events, None)
+    }
+}
+
+/// Whether `stop_at` has come.
+pub(crate) fn past(stop_at: Option<Instant>) -> bool {
+    stop_at.is_some_and(|at| Instant::now() >= at)
+}
+
+/// The outcome of an entry refused with the non-retryable `code`: poison when the event itself
+/// can never be accepted, a failure (it stays pending) otherwise.
+pub(crate) fn permanent_outcome(code: String, message: String) -> PublishOutcome {
+    if POISON_ENTRY_CODES.contains(&code.as_str()) {
+        PublishOutcome::Rejected { code, message }
+    } else {
+        PublishOutcome::Failed { code, message }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,84 @@
+//! The publisher's request builder: which events share a `PutEvents` call, and which call waits
+//! for which, so that one aggregate's events leave in order. Pure functions of the events, apart
+//! from sending them ([`super::eventbridge`]).
+
+use std::collections::HashMap;
+
+use outbox_shared::OutboundEvent;
+
+/// Packs `indices` into calls of at most `max_entries` entries and `max_bytes` bytes (entries
+/// sized as published with `source`), at most one event of an aggregate per call, each event in
+/// a later call than its aggregate's previous one; within a call, events keep their input order.
+pub fn pack_calls(
+    events: &[OutboundEvent],
+    indices: impl IntoIterator<Item = usize>,
+    source: &str,
+    max_entries: usize,
+    max_bytes: usize,
+) -> Vec<Vec<usize>> {
+    let mut calls: Vec<(Vec<usize>, usize)> = Vec::new();
+    let mut last_call_of: HashMap<&str, usize> = HashMap::new();
+    // Calls before this one are full.
+    let mut first_open = 0;
+    for index in indices {
+        let size = events[index].entry_size(source);
+        let key = events[index].ordering_key.as_str();
+        let earliest = last_call_of
+            .get(key)
+            .map_or(first_open, |&c| (c + 1).max(first_open));
+        let fits = |(entries, bytes): &(Vec<usize>, usize)| {
+            entries.is_empty() || (entries.len() < max_entries && bytes + size <= max_bytes)
+        };
+        let call = match (earliest..calls.len()).find(|&c| fits(&calls[c])) {
+            Some(call) => call,
+            None => {
+                calls.push((Vec::new(), 0));
+                calls.len() - 1
+            }
+        };
+        calls[call].0.push(index);
+        calls[call].1 += size;
+        last_call_of.insert(key, call);
+        while first_open < calls.len() && calls[first_open].0.len() >= max_entries {
+            first_open += 1;
+        }
+    }
+    calls.into_iter().map(|(entries, _)| entries).collect()
+}
+
+/// For each call, the earlier calls it must wait for: the latest earlier call sharing an
+/// ordering key with it.
+pub(crate) fn call_dependencies(events: &[OutboundEvent], calls: &[Vec<usize>]) -> Vec<Vec<usize>> {
+    let mut last_call_of: HashMap<&str, usize> = HashMap::new();
+    calls
+        .iter()
+        .enumerate()
+        .map(|(call, indices)| {
+            let mut deps: Vec<usize> = indices
+                .iter()
+                .filter_map(|&i| last_call_of.insert(events[i].ordering_key.as_str(), call))
+                .filter(|&earlier| earlier != call)
+                .collect();
+            deps.sort_unstable();
+            deps.dedup();
+            deps
+        })
+        .collect()
+}
+
+/// For each packed event, the previous event of its aggregate (if any).
+pub(crate) fn previous_of_aggregate(
+    events: &[OutboundEvent],
+    calls: &[Vec<usize>],
+) -> HashMap<usize, usize> {
+    let mut in_order: Vec<usize> = calls.concat();
+    in_order.sort_unstable();
+    let mut last: HashMap<&str, usize> = HashMap::new();
+    in_order
+        .into_iter()
+        .filter_map(|index| {
+            last.insert(events[index].ordering_key.as_str(), index)
+                .map(|previous| (index, previous))
+        })
+        .collect()
+}

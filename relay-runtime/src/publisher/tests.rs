@@ -1,0 +1,365 @@
+use super::eventbridge::entry_results;
+use super::request::call_dependencies;
+use super::*;
+use crate::config::PublisherConfig;
+use aws_sdk_eventbridge::Client;
+use aws_sdk_eventbridge::config::retry::RetryConfig;
+use aws_sdk_eventbridge::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_eventbridge::operation::put_events::PutEventsOutput;
+use aws_sdk_eventbridge::types::PutEventsResultEntry;
+use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock};
+use outbox_shared::RetryPolicy;
+use std::time::Duration;
+
+/// An EventBridge client answered by `rules` (SDK retries off: the publisher's own count).
+fn mock_eventbridge(rules: &[&Rule]) -> Client {
+    let interceptor = rules.iter().fold(
+        MockResponseInterceptor::new().rule_mode(RuleMode::Sequential),
+        |i, rule| i.with_rule(rule),
+    );
+    let config = aws_sdk_eventbridge::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "test"))
+        .http_client(create_mock_http_client())
+        .interceptor(interceptor)
+        .retry_config(RetryConfig::disabled())
+        .build();
+    Client::from_conf(config)
+}
+
+fn quick_config() -> PublisherConfig {
+    PublisherConfig {
+        retry: RetryPolicy {
+            max_retries: 2,
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(2),
+        },
+        ..PublisherConfig::new("bus", "test.orders")
+    }
+}
+
+fn accepted(count: usize) -> PutEventsOutput {
+    PutEventsOutput::builder()
+        .set_entries(Some(
+            (0..count)
+                .map(|i| {
+                    PutEventsResultEntry::builder()
+                        .event_id(format!("eb-{i}"))
+                        .build()
+                })
+                .collect(),
+        ))
+        .failed_entry_count(0)
+        .build()
+}
+
+#[tokio::test]
+async fn the_publisher_stamps_its_bus_and_source_on_every_entry() {
+    // Given EventBridge that accepts only entries for bus "bus" from source "test.orders"
+    let put = mock!(Client::put_events)
+        .match_requests(|req| {
+            req.entries().iter().all(|e| {
+                e.event_bus_name() == Some("bus")
+                    && e.source() == Some("test.orders")
+                    && e.detail_type() == Some("t")
+            })
+        })
+        .then_output(|| accepted(3));
+    let publisher = EventBridgePublisher::new(mock_eventbridge(&[&put]), quick_config()).unwrap();
+    let events: Vec<_> = ["a", "b", "c"].iter().map(|k| event(k, 5)).collect();
+
+    // When three events are published
+    let outcomes = publisher.publish(&events).await;
+
+    // Then all three are published in one call
+    assert!(
+        outcomes.iter().all(PublishOutcome::is_published),
+        "{outcomes:?}"
+    );
+    assert_eq!(put.num_calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_throttled_entry_is_retried_until_it_is_published() {
+    // Given a first answer that throttles the second entry, then acceptance
+    let throttled = mock!(Client::put_events).then_output(|| {
+        PutEventsOutput::builder()
+            .entries(PutEventsResultEntry::builder().event_id("eb-0").build())
+            .entries(
+                PutEventsResultEntry::builder()
+                    .error_code("ThrottlingException")
+                    .error_message("slow down")
+                    .build(),
+            )
+            .failed_entry_count(1)
+            .build()
+    });
+    let retried = mock!(Client::put_events)
+        .match_requests(|req| req.entries().len() == 1)
+        .then_output(|| accepted(1));
+    let publisher =
+        EventBridgePublisher::new(mock_eventbridge(&[&throttled, &retried]), quick_config())
+            .unwrap();
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    // When two events are published
+    let started = Instant::now();
+    let outcomes = publisher.publish(&[event("a", 5), event("b", 5)]).await;
+
+    // Then both are published, the second after one retry
+    assert_eq!(outcomes, vec![PublishOutcome::Published; 2]);
+    let stats = publisher.stats();
+    assert_eq!((stats.put_events_calls, stats.retried), (2, 1));
+    // And the publisher lowered its rate to 70 % of the one entry accepted in the last second
+    // (no lower than 1 entry/s), counting the throttled entry; the retry left once the
+    // throttled call's 2 entries had passed at that rate (2 s), and being accepted raised
+    // the rate by 10 entries/s for each of those seconds
+    assert_eq!(stats.throttled, 1);
+    let waited = started.elapsed();
+    assert!(
+        (Duration::from_secs(2)..Duration::from_millis(2100)).contains(&waited),
+        "{waited:?}"
+    );
+    let rate = publisher.publish_rate().expect("a limit after throttling");
+    assert!((21.0..22.0).contains(&rate), "{rate}");
+    // And an operator sees it: one entry throttled, one retried, the lowered limit recorded
+    let recorded: std::collections::HashMap<String, metrics_util::debugging::DebugValue> =
+        snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(key, _, _, value)| (key.key().name().to_owned(), value))
+            .collect();
+    use metrics_util::debugging::DebugValue;
+    assert_eq!(
+        recorded.get(crate::metrics::THROTTLED),
+        Some(&DebugValue::Counter(1))
+    );
+    assert_eq!(
+        recorded.get(crate::metrics::RETRIED),
+        Some(&DebugValue::Counter(1))
+    );
+    let Some(DebugValue::Histogram(limits)) = recorded.get(crate::metrics::PUBLISH_RATE_LIMIT)
+    else {
+        panic!("no publish rate limit recorded: {recorded:?}");
+    };
+    assert_eq!(limits.len(), 1);
+    // 70 % of the one entry accepted, held at the floor of 1 entry/s
+    assert!((limits[0].into_inner() - 1.0).abs() < 1e-9, "{limits:?}");
+}
+
+#[tokio::test]
+async fn a_publisher_with_no_ceiling_and_no_throttling_has_no_publish_rate_limit() {
+    let put = mock!(Client::put_events).then_output(|| accepted(1));
+    let publisher = EventBridgePublisher::new(mock_eventbridge(&[&put]), quick_config()).unwrap();
+    let outcomes = publisher.publish(&[event("a", 5)]).await;
+    assert_eq!(outcomes, vec![PublishOutcome::Published]);
+    assert_eq!(publisher.publish_rate(), None);
+    assert_eq!(publisher.stats().throttled, 0);
+}
+
+/// Event `n` of aggregate `aggregate`.
+fn event_of(aggregate: &str, n: u32) -> OutboundEvent {
+    OutboundEvent {
+        event_id: format!("{aggregate}{n}"),
+        ..event(aggregate, 5)
+    }
+}
+
+fn one_result(code: Option<&str>) -> PutEventsResultEntry {
+    match code {
+        None => PutEventsResultEntry::builder().event_id("eb").build(),
+        Some(code) => PutEventsResultEntry::builder()
+            .error_code(code)
+            .error_message("injected")
+            .build(),
+    }
+}
+
+#[tokio::test]
+async fn once_an_event_fails_the_later_events_of_its_aggregate_are_held_back() {
+    // Given aggregate a's first event failing on every attempt (a retryable code), and
+    // aggregates b and c healthy
+    let first = mock!(Client::put_events)
+        .match_requests(|req| req.entries().len() == 3)
+        .then_output(|| {
+            PutEventsOutput::builder()
+                .entries(one_result(Some("InternalFailure")))
+                .entries(one_result(None))
+                .entries(one_result(None))
+                .failed_entry_count(1)
+                .build()
+        });
+    let retries: Vec<Rule> = (0..2)
+        .map(|_| {
+            mock!(Client::put_events)
+                .match_requests(|req| req.entries().len() == 1)
+                .then_output(|| {
+                    PutEventsOutput::builder()
+                        .entries(one_result(Some("InternalFailure")))
+                        .failed_entry_count(1)
+                        .build()
+                })
+        })
+        .collect();
+    let publisher = EventBridgePublisher::new(
+        mock_eventbridge(&[&first, &retries[0], &retries[1]]),
+        quick_config(),
+    )
+    .unwrap();
+    let events = [
+        event_of("a", 1),
+        event_of("b", 1),
+        event_of("a", 2),
+        event_of("c", 1),
+        event_of("a", 3),
+    ];
+
+    // When they are published
+    let outcomes = publisher.publish(&events).await;
+
+    // Then a1 failed, a2 and a3 were never sent (they must not overtake a1), b1 and c1 left
+    assert!(
+        matches!(outcomes[0], PublishOutcome::Failed { .. }),
+        "{outcomes:?}"
+    );
+    assert_eq!(
+        outcomes[1..],
+        [
+            PublishOutcome::Published,
+            PublishOutcome::HeldBack,
+            PublishOutcome::Published,
+            PublishOutcome::HeldBack
+        ]
+    );
+    let stats = publisher.stats();
+    assert_eq!((stats.put_events_calls, stats.held_back), (3, 2));
+}
+
+#[tokio::test]
+async fn nothing_is_sent_after_the_deadline() {
+    // Given a deadline that has passed
+    let put = mock!(Client::put_events).then_output(|| accepted(2));
+    let publisher = EventBridgePublisher::new(mock_eventbridge(&[&put]), quick_config()).unwrap();
+
+    // When two events are published
+    let outcomes = publisher
+        .publish_until(&[event("a", 5), event("b", 5)], Some(Instant::now()))
+        .await;
+
+    // Then neither was sent
+    assert_eq!(outcomes, vec![PublishOutcome::NotSent; 2]);
+    assert_eq!(put.num_calls(), 0);
+}
+
+#[test]
+fn packs_one_event_of_an_aggregate_per_call_each_after_the_previous() {
+    let events: Vec<_> = ["a", "a", "b", "a", "c"]
+        .iter()
+        .map(|k| event(k, 1))
+        .collect();
+    let calls = pack_calls(&events, 0..5, "s", 10, 1024);
+    assert_eq!(calls, vec![vec![0, 2, 4], vec![1], vec![3]]);
+    assert_eq!(
+        call_dependencies(&events, &calls),
+        vec![vec![], vec![0], vec![1]]
+    );
+}
+
+fn event(key: &str, detail_len: usize) -> OutboundEvent {
+    OutboundEvent {
+        event_id: format!("e-{key}"),
+        ordering_key: key.to_owned(),
+        detail_type: "t".into(),
+        detail: "x".repeat(detail_len),
+        time: None,
+        trace_header: None,
+    }
+}
+
+#[test]
+fn packs_at_most_ten_entries_per_call() {
+    let events: Vec<_> = (0..25).map(|i| event(&i.to_string(), 10)).collect();
+    let calls = pack_calls(&events, 0..25, "s", 10, 256 * 1024);
+    assert_eq!(calls.iter().map(Vec::len).collect::<Vec<_>>(), [10, 10, 5]);
+    assert_eq!(calls.concat(), (0..25).collect::<Vec<_>>());
+}
+
+#[test]
+fn packs_by_request_size() {
+    // Each entry is 2 + 98 = 100 bytes; a 250-byte budget fits two.
+    let events: Vec<_> = (0..5).map(|i| event(&i.to_string(), 98)).collect();
+    let calls = pack_calls(&events, 0..5, "s", 10, 250);
+    assert_eq!(calls, vec![vec![0, 1], vec![2, 3], vec![4]]);
+}
+
+#[test]
+fn calls_sharing_an_aggregate_wait_for_each_other() {
+    let events: Vec<_> = ["a", "b", "a", "c", "b", "d"]
+        .iter()
+        .map(|k| event(k, 1))
+        .collect();
+    let calls = pack_calls(&events, 0..6, "s", 2, 1024);
+    // calls: [a b] [a c] [b d]
+    assert_eq!(
+        call_dependencies(&events, &calls),
+        vec![vec![], vec![0], vec![0]]
+    );
+}
+
+#[test]
+fn poison_codes_are_rejected_others_failed() {
+    assert!(matches!(
+        permanent_outcome("MalformedDetail".into(), String::new()),
+        PublishOutcome::Rejected { .. }
+    ));
+    assert!(matches!(
+        permanent_outcome("AccessDeniedException".into(), String::new()),
+        PublishOutcome::Failed { .. }
+    ));
+}
+
+#[test]
+fn each_entry_result_is_read_by_position() {
+    // Given an answer of HTTP 200 whose second entry was throttled and third malformed
+    let results = [
+        one_result(None),
+        one_result(Some(THROTTLED)),
+        one_result(Some("MalformedDetail")),
+        one_result(Some("AccessDeniedException")),
+    ];
+
+    // When the results of the events at 7, 8, 9 and 10 are read
+    let attempt = entry_results(&[7, 8, 9, 10], &results);
+
+    // Then 7 is published, 8 is sent again, 9 is poison and 10 failed for good
+    assert_eq!(attempt.accepted, 1);
+    assert_eq!(attempt.throttled, 1);
+    assert_eq!(attempt.retry, [8]);
+    assert_eq!(attempt.retry_error.0, THROTTLED);
+    assert_eq!(attempt.done.len(), 3);
+    assert_eq!(attempt.done[0], (7, PublishOutcome::Published));
+    assert!(matches!(
+        attempt.done[1],
+        (9, PublishOutcome::Rejected { .. })
+    ));
+    assert!(matches!(
+        attempt.done[2],
+        (10, PublishOutcome::Failed { .. })
+    ));
+}
+
+#[test]
+fn an_answer_that_cannot_be_matched_to_its_entries_publishes_nothing() {
+    // Given an answer with one result for two entries
+    let attempt = entry_results(&[0, 1], &[one_result(None)]);
+
+    // Then neither entry counts as published: both are sent again
+    assert!(attempt.done.is_empty());
+    assert_eq!(attempt.accepted, 0);
+    assert_eq!(attempt.retry, [0, 1]);
+    assert_eq!(attempt.retry_error.0, "ResponseMismatch");
+}

@@ -1,0 +1,118 @@
+//! What each stream record is, before publishing: an outbox event (from an `INSERT`'s new image,
+//! or a TTL deletion's old image), poison, or not for this relay.
+
+use std::collections::HashMap;
+
+use aws_lambda_events::dynamodb::EventRecord;
+use outbox_shared::schema::{attr, entity};
+use outbox_shared::{ItemKey, OutboxItem, OutboxStatus};
+use relay_runtime::{Poison, ReadyEvents};
+use serde_dynamo::AttributeValue;
+
+use super::report::{IgnoreReason, RecordOutcome};
+
+/// The stream `eventName` of a new item.
+const INSERT: &str = "INSERT";
+/// The stream `eventName` of a deleted item.
+const REMOVE: &str = "REMOVE";
+/// `userIdentity` of a deletion by DynamoDB's TTL: `type` and `principalId`.
+const TTL_DELETION_IDENTITY: (&str, &str) = ("Service", "dynamodb.amazonaws.com");
+
+/// Decodes every record of a batch: the events ready to publish (with their record's index), the
+/// poison, and an outcome in `outcomes` for each record ignored.
+pub(super) fn decode_batch(
+    records: &[EventRecord],
+    outcomes: &mut [Option<RecordOutcome>],
+) -> (ReadyEvents<usize>, Vec<Poison<usize>>) {
+    let mut ready = ReadyEvents::with_capacity(records.len());
+    let mut poison = Vec::new();
+    for (index, record) in records.iter().enumerate() {
+        match decode(record, index) {
+            Decoded::Ignore(reason) => outcomes[index] = Some(RecordOutcome::Ignored(reason)),
+            Decoded::Poison(p) => poison.push(*p),
+            Decoded::Item(item) => {
+                if let Err(p) = ready.push_item(*item, index) {
+                    poison.push(p);
+                }
+            }
+        }
+    }
+    (ready, poison)
+}
+
+/// The full stream record, as the dead letter carries it.
+pub(super) fn dead_letter_record(record: &EventRecord) -> serde_json::Value {
+    serde_json::to_value(record).unwrap_or_else(|e| {
+        serde_json::Value::String(format!("record could not be serialized: {e}"))
+    })
+}
+
+pub(super) fn string_attr<'a>(
+    image: &'a HashMap<String, AttributeValue>,
+    name: &str,
+) -> Option<&'a str> {
+    match image.get(name) {
+        Some(AttributeValue::S(s)) => Some(s),
+        _ => None,
+    }
+}
+
+/// The item's key from the record's `Keys` (or its image), when both are strings.
+fn record_key(record: &EventRecord) -> Option<ItemKey> {
+    let from = |image: &HashMap<String, AttributeValue>| {
+        Some(ItemKey {
+            pk: string_attr(image, attr::PK)?.to_owned(),
+            sk: string_attr(image, attr::SK)?.to_owned(),
+        })
+    };
+    from(&record.change.keys)
+        .or_else(|| from(&record.change.new_image))
+        .or_else(|| from(&record.change.old_image))
+}
+
+/// What a record is, before publishing.
+enum Decoded {
+    Ignore(IgnoreReason),
+    /// Boxed, like the item.
+    Poison(Box<Poison<usize>>),
+    /// Boxed: the common case moves one pointer, not the whole item.
+    Item(Box<OutboxItem>),
+}
+
+/// Whether `record` is DynamoDB's TTL deleting an item (its `userIdentity` is the TTL service).
+fn is_ttl_deletion(record: &EventRecord) -> bool {
+    record.event_name == REMOVE
+        && record.user_identity.as_ref().is_some_and(|identity| {
+            (identity.type_.as_str(), identity.principal_id.as_str()) == TTL_DELETION_IDENTITY
+        })
+}
+
+/// Decodes the record at `index` of its batch: an outbox `INSERT` (its new image), or a TTL
+/// deletion of a pending outbox item (its old image: the event was never published, and this
+/// record is the last place it exists).
+fn decode(record: &EventRecord, index: usize) -> Decoded {
+    let image = if record.event_name == INSERT {
+        &record.change.new_image
+    } else if is_ttl_deletion(record) {
+        &record.change.old_image
+    } else {
+        return Decoded::Ignore(IgnoreReason::NotInsert(record.event_name.clone()));
+    };
+    if string_attr(image, attr::ENTITY_TYPE) != Some(entity::OUTBOX_EVENT) {
+        return Decoded::Ignore(IgnoreReason::NotOutboxEvent);
+    }
+    // Decoded through a reference: the record stays whole for the dead-letter queue and the
+    // response, and nothing is cloned but the item's own fields.
+    match outbox_shared::image::from_image::<OutboxItem>(image) {
+        Ok(item) if item.status != OutboxStatus::Pending => {
+            Decoded::Ignore(IgnoreReason::NotPending(item.status))
+        }
+        Ok(item) => Decoded::Item(Box::new(item)),
+        Err(err) => Decoded::Poison(Box::new(Poison::undecodable(
+            record_key(record),
+            string_attr(image, attr::EVENT_ID).map(str::to_owned),
+            err,
+            index,
+        ))),
+    }
+}

@@ -1,0 +1,670 @@
+use super::*;
+use aws_lambda_events::dynamodb::Event;
+use std::collections::HashMap;
+
+use aws_lambda_events::dynamodb::EventRecord;
+use outbox_shared::{ItemKey, OutboxStatus};
+use relay_runtime::PublishOutcome;
+use relay_runtime::testing::{FakeDeadLetters, FakeHoldStore, FakePublisher, FakeStatusStore};
+use serde_dynamo::AttributeValue;
+use serde_json::json;
+
+const AWS_SAMPLE: &str = include_str!("../../../tests/fixtures/stream/aws-sample-event.json");
+const AWS_LAMBDA_EVENTS_SAMPLE: &str =
+    include_str!("../../../tests/fixtures/stream/aws-lambda-events-sample.json");
+const OUTBOX_BATCH: &str = include_str!("../../../tests/fixtures/stream/outbox-batch.json");
+const REMOVALS_OF_PENDING_EVENTS: &str =
+    include_str!("../../../tests/fixtures/stream/removals-of-pending-events.json");
+
+type Relay<'a> =
+    StreamRelay<&'a FakePublisher, &'a FakeStatusStore, &'a FakeDeadLetters, &'a FakeHoldStore>;
+
+struct Ports {
+    publisher: FakePublisher,
+    status: FakeStatusStore,
+    holds: FakeHoldStore,
+    dead_letters: FakeDeadLetters,
+}
+
+impl Ports {
+    fn new(publisher: FakePublisher) -> Self {
+        Self {
+            publisher,
+            status: FakeStatusStore::default(),
+            holds: FakeHoldStore::default(),
+            dead_letters: FakeDeadLetters::default(),
+        }
+    }
+
+    fn relay(&self, dead_letter_queue: bool, strict: bool) -> Relay<'_> {
+        let options = HandlerOptions {
+            stop_at_first_failure: strict,
+            strict_chunk_size: 2,
+            ..HandlerOptions::default()
+        };
+        StreamRelay::new(
+            &self.publisher,
+            &self.status,
+            &self.holds,
+            dead_letter_queue.then_some(&self.dead_letters),
+            options,
+        )
+    }
+}
+
+fn records(fixture: &str) -> Vec<EventRecord> {
+    serde_json::from_str::<Event>(fixture).unwrap().records
+}
+
+/// An outbox INSERT record with `event_id`, `payload` and sequence number `seq`.
+fn outbox_insert(seq: u32, event_id: &str, payload: &str) -> EventRecord {
+    serde_json::from_value(json!({
+        "eventID": format!("ev-{seq}"), "eventName": "INSERT", "awsRegion": "us-east-1",
+        "dynamodb": {
+            "ApproximateCreationDateTime": 1795860000,
+            "Keys": {"PK": {"S": "USER#u"}, "SK": {"S": format!("OUTBOX#{event_id}")}},
+            "NewImage": {
+                "PK": {"S": "USER#u"}, "SK": {"S": format!("OUTBOX#{event_id}")},
+                "EntityType": {"S": "OutboxEvent"}, "EventId": {"S": event_id},
+                "EventType": {"S": "OrderCreated"}, "Payload": {"S": payload},
+                "Status": {"S": "PENDING"}, "CreatedAt": {"S": "2026-11-28T08:00:00.000Z"},
+                "AggregateId": {"S": format!("o-{event_id}")},
+                "GSI1PK": {"S": "OUTBOX#PENDING#1"}, "GSI1SK": {"S": "EVENT#x"}
+            },
+            "SequenceNumber": format!("{seq:08}"), "SizeBytes": 100,
+            "StreamViewType": "NEW_AND_OLD_IMAGES"
+        }
+    }))
+    .unwrap()
+}
+
+fn key(event_id: &str) -> ItemKey {
+    ItemKey {
+        pk: "USER#u".into(),
+        sk: format!("OUTBOX#{event_id}"),
+    }
+}
+
+fn failed() -> PublishOutcome {
+    PublishOutcome::Failed {
+        code: "ThrottlingException".into(),
+        message: "slow down".into(),
+    }
+}
+
+#[tokio::test]
+async fn aws_sample_events_are_ignored() {
+    for fixture in [AWS_SAMPLE, AWS_LAMBDA_EVENTS_SAMPLE] {
+        // Given AWS's published sample stream events (no outbox items in them)
+        let ports = Ports::new(FakePublisher::default());
+        let records = records(fixture);
+        assert!(!records.is_empty());
+
+        // When the handler runs
+        let report = ports.relay(true, false).handle(&records).await;
+
+        // Then nothing is published, nothing fails
+        assert!(
+            report
+                .outcomes
+                .iter()
+                .all(|o| matches!(o, RecordOutcome::Ignored(_))),
+            "{report:?}"
+        );
+        assert!(ports.publisher.published().is_empty());
+        assert!(report.response(&records).batch_item_failures.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn only_outbox_inserts_are_published_and_marked() {
+    // Given an order INSERT, an outbox INSERT, its MODIFY, a TTL REMOVE and a minimal outbox
+    // INSERT written by another client
+    let ports = Ports::new(FakePublisher::default());
+    let records = records(OUTBOX_BATCH);
+    assert_eq!(
+        records[3]
+            .user_identity
+            .as_ref()
+            .map(|u| u.principal_id.as_str()),
+        Some("dynamodb.amazonaws.com")
+    );
+
+    // When the handler runs
+    let report = ports.relay(true, false).handle(&records).await;
+
+    // Then exactly the two outbox INSERTs are published, with the documented envelope
+    let id = "0194f7c2-8a4b-7d3e-9c1a-2b3c4d5e6f70";
+    assert_eq!(
+        report.outcomes,
+        vec![
+            RecordOutcome::Ignored(IgnoreReason::NotOutboxEvent),
+            RecordOutcome::Published {
+                event_id: id.into()
+            },
+            RecordOutcome::Ignored(IgnoreReason::NotInsert("MODIFY".into())),
+            RecordOutcome::Ignored(IgnoreReason::NotPending(OutboxStatus::Published)),
+            RecordOutcome::Published {
+                event_id: "evt-minimal-1".into()
+            },
+        ]
+    );
+    let published = ports.publisher.published();
+    let detail: serde_json::Value = serde_json::from_str(&published[0].detail).unwrap();
+    assert_eq!(detail["metadata"]["eventId"], id);
+    assert_eq!(detail["metadata"]["aggregateId"], "o-1001");
+    assert_eq!(detail["data"]["amountCents"], 2598);
+    assert_eq!(published[0].detail_type, "OrderCreated");
+    assert_eq!(published[1].detail_type, "OrderShipped");
+    // And both are marked published
+    let marked: Vec<_> = ports
+        .status
+        .marks()
+        .into_iter()
+        .map(|(k, _)| k.sk)
+        .collect();
+    assert_eq!(marked.len(), 2);
+    assert!(marked.contains(&format!("OUTBOX#{id}")));
+    assert!(report.response(&records).batch_item_failures.is_empty());
+    assert_eq!(
+        report.counts(),
+        BatchCounts {
+            published: 2,
+            ignored: 3,
+            dead_lettered: 0,
+            failed: 0,
+            held: 0
+        }
+    );
+}
+
+/// An outbox INSERT of `event_id` in aggregate `aggregate`.
+fn aggregate_insert(seq: u32, event_id: &str, aggregate: &str) -> EventRecord {
+    let mut record = outbox_insert(seq, event_id, "{}");
+    record.change.new_image.insert(
+        "AggregateId".into(),
+        AttributeValue::S(aggregate.to_owned()),
+    );
+    record
+}
+
+#[tokio::test]
+async fn a_failing_aggregate_is_left_to_the_poller_and_the_rest_is_published_at_once() {
+    // Given aggregate x whose first event keeps failing, and aggregate y healthy
+    let ports = Ports::new(FakePublisher::default().with_outcome("x1", failed()));
+    let options = HandlerOptions {
+        hold_failed_aggregates: true,
+        ..HandlerOptions::default()
+    };
+    let relay = StreamRelay::new(
+        &ports.publisher,
+        &ports.status,
+        &ports.holds,
+        Some(&ports.dead_letters),
+        options,
+    );
+
+    // When a batch holds x1, y1, x2, and the next one x3, y2
+    let first_batch = vec![
+        aggregate_insert(1, "x1", "x"),
+        aggregate_insert(2, "y1", "y"),
+        aggregate_insert(3, "x2", "x"),
+    ];
+    let first = relay.handle(&first_batch).await;
+    let second_batch = vec![
+        aggregate_insert(4, "x3", "x"),
+        aggregate_insert(5, "y2", "y"),
+    ];
+    let second = relay.handle(&second_batch).await;
+
+    // Then y's events are published at once and x's are left pending for the poller, with
+    // no record re-delivered
+    let held = |id: &str| RecordOutcome::Held {
+        event_id: id.into(),
+    };
+    let published = |id: &str| RecordOutcome::Published {
+        event_id: id.into(),
+    };
+    assert_eq!(
+        first.outcomes,
+        vec![held("x1"), published("y1"), held("x2")]
+    );
+    assert_eq!(second.outcomes, vec![held("x3"), published("y2")]);
+    assert!(first.response(&first_batch).batch_item_failures.is_empty());
+    assert!(
+        second
+            .response(&second_batch)
+            .batch_item_failures
+            .is_empty()
+    );
+    // And x is held at the partition of its failed event; none of x's events was published
+    // or marked
+    assert_eq!(
+        ports.holds.holds(),
+        HashMap::from([("x".to_owned(), "OUTBOX#PENDING#1".to_owned())])
+    );
+    let sent: Vec<String> = ports
+        .publisher
+        .published()
+        .into_iter()
+        .map(|e| e.event_id)
+        .collect();
+    assert_eq!(sent, ["y1", "y2"]);
+    assert_eq!(ports.status.marks().len(), 2);
+    assert_eq!(first.counts().held, 2);
+}
+
+#[tokio::test]
+async fn without_the_mode_a_failing_aggregate_is_the_batch_item_failure() {
+    // Given the same batch, without hold mode
+    let ports = Ports::new(FakePublisher::default().with_outcome("x1", failed()));
+    let batch = vec![
+        aggregate_insert(1, "x1", "x"),
+        aggregate_insert(2, "y1", "y"),
+        aggregate_insert(3, "x2", "x"),
+    ];
+
+    // When it is handled
+    let report = ports.relay(true, false).handle(&batch).await;
+
+    // Then x1 is the batch item failure, x2 was not sent, y1 was published
+    assert_eq!(report.first_unpublished, Some(0));
+    assert!(matches!(report.outcomes[2], RecordOutcome::NotSent { .. }));
+    assert!(ports.holds.holds().is_empty());
+}
+
+#[tokio::test]
+async fn a_ttl_deletion_of_a_pending_event_is_published_and_a_users_delete_is_not() {
+    // Given a TTL deletion of a pending outbox item and a user's delete of another one
+    let ports = Ports::new(FakePublisher::default());
+    let records = records(REMOVALS_OF_PENDING_EVENTS);
+    assert_eq!(records.len(), 2);
+
+    // When the handler runs
+    let report = ports.relay(true, false).handle(&records).await;
+
+    // Then the TTL-deleted event is published once from its old image, with its event id,
+    // and the user's delete is ignored
+    assert_eq!(
+        report.outcomes,
+        vec![
+            RecordOutcome::Published {
+                event_id: "0194b001-0000-7000-8000-000000000001".into()
+            },
+            RecordOutcome::Ignored(IgnoreReason::NotInsert("REMOVE".into())),
+        ]
+    );
+    let published = ports.publisher.published();
+    assert_eq!(published.len(), 1);
+    let detail: serde_json::Value = serde_json::from_str(&published[0].detail).unwrap();
+    assert_eq!(
+        detail["metadata"]["eventId"],
+        "0194b001-0000-7000-8000-000000000001"
+    );
+    assert_eq!(detail["data"]["orderId"], "o-91");
+    assert!(report.response(&records).batch_item_failures.is_empty());
+}
+
+#[tokio::test]
+async fn a_ttl_deletion_of_a_poison_event_is_dead_lettered_with_its_record() {
+    // Given a TTL deletion of a pending item whose payload is not JSON
+    let ports = Ports::new(FakePublisher::default());
+    let mut records = records(REMOVALS_OF_PENDING_EVENTS);
+    records.truncate(1);
+    records[0]
+        .change
+        .old_image
+        .insert("Payload".into(), AttributeValue::S("not json {".into()));
+
+    // When the handler runs
+    let report = ports.relay(true, false).handle(&records).await;
+
+    // Then it is dead-lettered with the whole record (the old image in it)
+    assert!(
+        matches!(&report.outcomes[0], RecordOutcome::DeadLettered { event_id: Some(id), .. } if id == "0194b001-0000-7000-8000-000000000001"),
+        "{report:?}"
+    );
+    let letters = ports.dead_letters.letters();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].record["eventName"], "REMOVE");
+    assert_eq!(
+        letters[0].record["dynamodb"]["OldImage"]["Payload"]["S"],
+        "not json {"
+    );
+}
+
+#[tokio::test]
+async fn poison_goes_to_the_dead_letter_queue_without_blocking() {
+    // Given a non-JSON payload, an image that does not decode, and good events around them
+    let ports = Ports::new(FakePublisher::default());
+    let mut undecodable = outbox_insert(3, "e3", "{}");
+    undecodable
+        .change
+        .new_image
+        .insert("Status".into(), AttributeValue::N("7".into()));
+    let records = vec![
+        outbox_insert(1, "e1", "{}"),
+        outbox_insert(2, "e2", "not json"),
+        undecodable,
+        outbox_insert(4, "e4", "{}"),
+    ];
+
+    // When the handler runs
+    let report = ports.relay(true, false).handle(&records).await;
+
+    // Then both poison records are dead-lettered with a reason and the full record
+    assert!(
+        matches!(&report.outcomes[1], RecordOutcome::DeadLettered { reason, .. } if reason.contains("not valid JSON"))
+    );
+    assert!(
+        matches!(&report.outcomes[2], RecordOutcome::DeadLettered { reason, .. } if reason.contains("does not decode"))
+    );
+    let letters = ports.dead_letters.letters();
+    assert_eq!(letters.len(), 2);
+    let letter = letters
+        .iter()
+        .find(|l| l.event_id.as_deref() == Some("e2"))
+        .unwrap();
+    assert_eq!(letter.origin, ORIGIN);
+    assert_eq!(letter.key, Some(key("e2")));
+    assert_eq!(
+        letter.record["dynamodb"]["NewImage"]["Payload"]["S"],
+        "not json"
+    );
+    // And marked dead-lettered, while the events around them are published
+    let marks = ports.status.marks();
+    assert!(marks.contains(&(key("e2"), OutboxStatus::DeadLettered)));
+    assert!(marks.contains(&(key("e3"), OutboxStatus::DeadLettered)));
+    assert_eq!(ports.publisher.published().len(), 2);
+    assert_eq!(report.first_unpublished, None);
+}
+
+#[tokio::test]
+async fn without_a_dead_letter_queue_poison_is_a_batch_item_failure() {
+    let ports = Ports::new(FakePublisher::default());
+    let records = vec![outbox_insert(1, "e1", "{}"), outbox_insert(2, "e2", "nope")];
+    let report = ports.relay(false, false).handle(&records).await;
+    let response = report.response(&records);
+    assert_eq!(response.batch_item_failures.len(), 1);
+    assert_eq!(
+        response.batch_item_failures[0].item_identifier.as_deref(),
+        Some("00000002")
+    );
+    assert!(
+        matches!(&report.outcomes[1], RecordOutcome::Failed { reason, .. } if reason.contains("no dead-letter queue"))
+    );
+}
+
+#[tokio::test]
+async fn a_failed_event_is_the_batch_item_failure_and_later_events_still_publish() {
+    // Given a publisher that cannot publish e2
+    let ports = Ports::new(FakePublisher::default().with_outcome("e2", failed()));
+    let records: Vec<_> = (1..=4)
+        .map(|i| outbox_insert(i, &format!("e{i}"), "{}"))
+        .collect();
+
+    // When the handler runs (default: not strict)
+    let report = ports.relay(true, false).handle(&records).await;
+
+    // Then e2's record is reported, e2 is not marked, and e3, e4 were published
+    assert_eq!(report.first_unpublished, Some(1));
+    assert_eq!(
+        report.response(&records).batch_item_failures[0]
+            .item_identifier
+            .as_deref(),
+        Some("00000002")
+    );
+    let published: Vec<_> = ports
+        .publisher
+        .published()
+        .into_iter()
+        .map(|e| e.event_id)
+        .collect();
+    assert_eq!(published, ["e1", "e3", "e4"]);
+    assert!(
+        !ports
+            .status
+            .marks()
+            .contains(&(key("e2"), OutboxStatus::Published))
+    );
+}
+
+#[tokio::test]
+async fn strict_mode_stops_at_the_first_failure() {
+    // Given a publisher that cannot publish e3, and strict order (2 events per chunk)
+    let ports = Ports::new(FakePublisher::default().with_outcome("e3", failed()));
+    let records: Vec<_> = (1..=6)
+        .map(|i| outbox_insert(i, &format!("e{i}"), "{}"))
+        .collect();
+
+    // When the handler runs
+    let report = ports.relay(true, true).handle(&records).await;
+
+    // Then the chunk holding e3 is the last one attempted
+    let published: Vec<_> = ports
+        .publisher
+        .published()
+        .into_iter()
+        .map(|e| e.event_id)
+        .collect();
+    assert_eq!(published, ["e1", "e2", "e4"]);
+    assert_eq!(report.first_unpublished, Some(2));
+    assert_eq!(
+        report.outcomes[4],
+        RecordOutcome::NotSent {
+            event_id: "e5".into()
+        }
+    );
+    assert_eq!(ports.publisher.calls(), 2);
+}
+
+#[tokio::test]
+async fn rejected_entries_are_dead_lettered() {
+    let ports = Ports::new(FakePublisher::default().with_outcome(
+        "e1",
+        PublishOutcome::Rejected {
+            code: "MalformedDetail".into(),
+            message: "bad".into(),
+        },
+    ));
+    let records = vec![outbox_insert(1, "e1", "{}"), outbox_insert(2, "e2", "{}")];
+    let report = ports.relay(true, false).handle(&records).await;
+    assert!(
+        matches!(&report.outcomes[0], RecordOutcome::DeadLettered { reason, .. } if reason.contains("MalformedDetail"))
+    );
+    assert_eq!(
+        report.outcomes[1],
+        RecordOutcome::Published {
+            event_id: "e2".into()
+        }
+    );
+    assert_eq!(report.first_unpublished, None);
+}
+
+#[tokio::test]
+async fn a_failed_mark_is_not_a_batch_failure() {
+    // Given a status store that is throttled
+    let ports = Ports {
+        status: FakeStatusStore::failing(),
+        ..Ports::new(FakePublisher::default())
+    };
+    let records = vec![outbox_insert(1, "e1", "{}")];
+    // When the event is published
+    let report = ports.relay(true, false).handle(&records).await;
+    // Then it is reported published (the poller re-publishes it later with the same id)
+    assert_eq!(
+        report.outcomes[0],
+        RecordOutcome::Published {
+            event_id: "e1".into()
+        }
+    );
+    assert!(report.response(&records).batch_item_failures.is_empty());
+}
+
+#[tokio::test]
+async fn an_unavailable_dead_letter_queue_fails_the_record() {
+    let ports = Ports {
+        dead_letters: FakeDeadLetters::unavailable(),
+        ..Ports::new(FakePublisher::default())
+    };
+    let records = vec![outbox_insert(1, "e1", "{}"), outbox_insert(2, "e2", "x")];
+    let report = ports.relay(true, false).handle(&records).await;
+    assert_eq!(report.first_unpublished, Some(1));
+}
+
+#[tokio::test]
+async fn a_record_without_sequence_number_fails_the_whole_batch() {
+    let ports = Ports::new(FakePublisher::default().with_outcome("e1", failed()));
+    let mut record = outbox_insert(1, "e1", "{}");
+    record.change.sequence_number = None;
+    let records = vec![record];
+    let report = ports.relay(true, false).handle(&records).await;
+    let response = report.response(&records);
+    assert_eq!(
+        response.batch_item_failures[0].item_identifier.as_deref(),
+        Some("")
+    );
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn attribute() -> impl Strategy<Value = AttributeValue> {
+        let leaf = prop_oneof![
+            ".{0,20}".prop_map(AttributeValue::S),
+            "-?[0-9]{1,5}(\\.[0-9]{1,3})?".prop_map(AttributeValue::N),
+            any::<bool>().prop_map(AttributeValue::Bool),
+            Just(AttributeValue::Null(true)),
+            prop::collection::vec(any::<u8>(), 0..8).prop_map(AttributeValue::B),
+        ];
+        leaf.prop_recursive(2, 8, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(AttributeValue::L),
+                prop::collection::hash_map("[a-z]{1,5}", inner, 0..4).prop_map(AttributeValue::M),
+            ]
+        })
+    }
+
+    fn payload() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("{}".to_owned()),
+            ".{0,40}",
+            "[a-z]{1,8}".prop_map(|s| format!("{{\"k\":\"{s}\"}}")),
+            // Larger than the entry limit below.
+            (2_000usize..6_000).prop_map(|n| format!("{{\"big\":\"{}\"}}", "x".repeat(n))),
+        ]
+    }
+
+    /// A value for `name`: usually well-formed, sometimes of the wrong type or missing.
+    fn field(
+        name: &'static str,
+        good: BoxedStrategy<String>,
+    ) -> impl Strategy<Value = Option<(String, AttributeValue)>> {
+        prop_oneof![
+            6 => good.prop_map(move |s| Some((name.to_owned(), AttributeValue::S(s)))),
+            1 => attribute().prop_map(move |a| Some((name.to_owned(), a))),
+            1 => Just(None),
+        ]
+    }
+
+    fn image() -> impl Strategy<Value = HashMap<String, AttributeValue>> {
+        let fields = (
+            field("PK", "USER#[a-z0-9]{1,6}".boxed()),
+            field("SK", "OUTBOX#[a-z0-9]{1,6}".boxed()),
+            field(
+                "EntityType",
+                prop_oneof![Just("OutboxEvent".to_owned()), Just("Order".to_owned())].boxed(),
+            ),
+            field("EventId", "[a-z0-9-]{0,12}".boxed()),
+            field("EventType", "[A-Za-z ]{0,12}".boxed()),
+            field("Payload", payload().boxed()),
+            field(
+                "Status",
+                prop_oneof![
+                    Just("PENDING".to_owned()),
+                    Just("PUBLISHED".to_owned()),
+                    ".{0,8}".prop_map(String::from)
+                ]
+                .boxed(),
+            ),
+            field(
+                "CreatedAt",
+                prop_oneof![
+                    Just("2026-11-28T08:00:00.000Z".to_owned()),
+                    ".{0,10}".prop_map(String::from)
+                ]
+                .boxed(),
+            ),
+            prop::option::of(attribute()),
+            prop::collection::hash_map("[A-Za-z]{1,8}", attribute(), 0..3),
+        );
+        fields.prop_map(
+            |(pk, sk, et, id, ty, payload, status, created, sequence, extra)| {
+                let mut image: HashMap<String, AttributeValue> = extra;
+                image.extend(
+                    [pk, sk, et, id, ty, payload, status, created]
+                        .into_iter()
+                        .flatten(),
+                );
+                if let Some(sequence) = sequence {
+                    image.insert("Sequence".into(), sequence);
+                }
+                image
+            },
+        )
+    }
+
+    fn record() -> impl Strategy<Value = EventRecord> {
+        (
+            prop_oneof![
+                4 => Just("INSERT".to_owned()),
+                1 => Just("MODIFY".to_owned()),
+                1 => Just("REMOVE".to_owned()),
+                1 => "[A-Z]{0,6}".prop_map(String::from),
+            ],
+            image(),
+            prop::option::of("[0-9]{1,20}"),
+        )
+            .prop_map(|(name, image, seq)| {
+                let mut record = EventRecord::default();
+                record.event_name = name;
+                record.change.new_image = image.into();
+                record.change.sequence_number = seq;
+                record
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn every_record_ends_ignored_published_or_dead_lettered(records in prop::collection::vec(record(), 0..12)) {
+            let ports = Ports::new(FakePublisher::default().with_max_entry_bytes(4_096));
+            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let report = runtime.block_on(ports.relay(true, false).handle(&records));
+
+            prop_assert_eq!(report.outcomes.len(), records.len());
+            prop_assert_eq!(report.first_unpublished, None);
+            let mut published = 0;
+            for (record, outcome) in records.iter().zip(&report.outcomes) {
+                match outcome {
+                    RecordOutcome::Ignored(_) => {}
+                    RecordOutcome::Published { .. } => {
+                        published += 1;
+                        prop_assert_eq!(record.event_name.as_str(), "INSERT");
+                    }
+                    RecordOutcome::DeadLettered { reason, .. } => prop_assert!(!reason.is_empty()),
+                    other => prop_assert!(false, "unexpected outcome {:?}", other),
+                }
+            }
+            let sent = ports.publisher.published();
+            prop_assert_eq!(sent.len(), published);
+            for event in sent {
+                let detail: serde_json::Value = serde_json::from_str(&event.detail).unwrap();
+                prop_assert_eq!(detail["metadata"]["eventId"].as_str(), Some(event.event_id.as_str()));
+            }
+            prop_assert_eq!(ports.dead_letters.letters().len() as u64, report.counts().dead_lettered);
+        }
+    }
+}
