@@ -15,7 +15,7 @@ use outbox_shared::time::{format_timestamp, parse_timestamp};
 use outbox_shared::{ItemKey, SdkFailure};
 use serde::Serialize;
 
-use crate::dead_letters::Attributes;
+use crate::table::Attributes;
 
 /// An event as `inspect` reports it.
 #[derive(Debug, Clone, PartialEq, Serialize)]

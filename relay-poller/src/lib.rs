@@ -12,7 +12,8 @@
 //!   shards (fair share, takeover on expiry, graceful hand-over).
 //! - [`status`]: backlog per shard and partition, the oldest pending event, expiring and
 //!   dead-lettered items, the dead-letter queue's depth.
-//! - [`redrive`] and [`dead_letters`]: dead-lettered events back to pending, then published.
+//! - [`redrive`]: dead-lettered events back to pending, then published (its `letters` reads the
+//!   dead-letter messages back).
 //! - [`inspect`]: what happened to one event.
 //! - [`metrics`]: metric names and the CloudWatch EMF recorder.
 //! - [`app`]: the binary's wiring (clients, signals, exit codes).
@@ -20,7 +21,6 @@
 pub mod app;
 pub mod assignment;
 pub mod config;
-pub mod dead_letters;
 pub mod index;
 pub mod inspect;
 pub mod lease;

@@ -1,10 +1,13 @@
 //! Reads of single outbox items, for the operator commands.
 
+use std::collections::HashMap;
+
 use aws_sdk_dynamodb::types::AttributeValue;
 use outbox_shared::schema::attr;
 use outbox_shared::{ItemKey, SdkFailure};
 
-use crate::dead_letters::Attributes;
+/// An item's attributes, as DynamoDB takes them.
+pub type Attributes = HashMap<String, AttributeValue>;
 
 /// The item at `key` (a strongly consistent read), if there is one.
 ///

@@ -10,15 +10,11 @@
 //! Anything else (a message someone else sent, a body that is not a dead letter, one without a
 //! key) is [`Letter::Foreign`]: it stays in the queue.
 
-use std::collections::HashMap;
-
-use aws_sdk_dynamodb::types::AttributeValue;
 use outbox_shared::ItemKey;
 use outbox_shared::schema::attr;
 use relay_runtime::DeadLetter;
 
-/// An item's attributes, as DynamoDB takes them.
-pub type Attributes = HashMap<String, AttributeValue>;
+use crate::table::Attributes;
 
 /// `origin` of the stream relay's dead letters.
 pub const STREAM_ORIGIN: &str = "relay-stream";
@@ -111,6 +107,7 @@ fn plain_item(record: &serde_json::Value) -> Option<Attributes> {
 
 #[cfg(test)]
 mod tests {
+    use aws_sdk_dynamodb::types::AttributeValue;
     use serde_json::json;
 
     use super::*;

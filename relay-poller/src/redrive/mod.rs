@@ -9,6 +9,9 @@
 //! again: a second run finds nothing to do.
 //!
 //! With `--dry-run` nothing changes: received messages are made visible again at once.
+//!
+//! [`letters`] reads the relays' dead-letter messages back (the counterpart of the relays'
+//! dead-letter sink, `relay_runtime::dead_letter`).
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -25,8 +28,10 @@ use relay_runtime::TtlPolicy;
 use relay_runtime::status_store::ttl_after;
 use serde::Serialize;
 
-use crate::dead_letters::{self, Attributes, Letter};
-use crate::table::get_item;
+pub mod letters;
+
+use self::letters::Letter;
+use crate::table::{Attributes, get_item};
 
 /// Messages received per `ReceiveMessage` call (SQS's maximum).
 const RECEIVE_BATCH: i32 = 10;
@@ -307,7 +312,7 @@ impl Redrive {
                 let Some(receipt) = message.receipt_handle else {
                     continue;
                 };
-                match dead_letters::parse(message.body.as_deref().unwrap_or_default()) {
+                match letters::parse(message.body.as_deref().unwrap_or_default()) {
                     Letter::Foreign(why) => {
                         summary.left_in_queue += 1;
                         summary.lines.push(Line {
@@ -591,38 +596,4 @@ impl Redrive {
 }
 
 #[cfg(test)]
-mod tests {
-    use chrono::TimeZone;
-
-    use super::*;
-
-    #[test]
-    fn selection_filters_by_id_type_and_time() {
-        let at = |h| Utc.with_ymd_and_hms(2026, 11, 22, h, 0, 0).unwrap();
-        let all = Selection::default();
-        assert!(all.admits(None, None, None));
-        let ids = Selection {
-            event_ids: ["a".to_owned()].into(),
-            ..Selection::default()
-        };
-        assert!(ids.admits(Some("a"), None, None));
-        assert!(!ids.admits(Some("b"), None, None));
-        assert!(!ids.admits(None, None, None));
-        let typed = Selection {
-            event_type: Some("OrderCreated".into()),
-            ..Selection::default()
-        };
-        assert!(typed.admits(None, Some("OrderCreated"), None));
-        assert!(!typed.admits(None, Some("OrderStatusChanged"), None));
-        let window = Selection {
-            since: Some(at(10)),
-            until: Some(at(12)),
-            ..Selection::default()
-        };
-        assert!(window.admits(None, None, Some("2026-11-22T10:00:00.000Z")));
-        assert!(window.admits(None, None, Some("2026-11-22T11:59:59.999Z")));
-        assert!(!window.admits(None, None, Some("2026-11-22T12:00:00.000Z")));
-        assert!(!window.admits(None, None, Some("2026-11-22T09:59:59.999Z")));
-        assert!(!window.admits(None, None, None));
-    }
-}
+mod tests;
