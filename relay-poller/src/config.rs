@@ -7,6 +7,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -131,11 +132,11 @@ pub struct RelayArgs {
     pub metrics: relay_runtime::metrics::MetricsArgs,
     /// A pending item whose `ttl` is past or less than this away gets it pushed forward
     /// (`--ttl-retention` from now), so DynamoDB's TTL never deletes an unpublished event.
-    #[arg(long, env = "OUTBOX_TTL_REFRESH_MARGIN", default_value = "1day", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "OUTBOX_TTL_REFRESH_MARGIN", default_value = default_ttl_refresh_margin(), value_parser = humantime::parse_duration)]
     pub ttl_refresh_margin: Duration,
     /// How often `run` scans the whole index for events under partitions outside
     /// `--shard-count` (a reshard, another writer) and publishes them; every `drain` pass does.
-    #[arg(long, env = "OUTBOX_SWEEP_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "OUTBOX_SWEEP_INTERVAL", default_value = default_sweep_interval(), value_parser = humantime::parse_duration)]
     pub sweep_interval: Duration,
     /// SQS queue that receives poison events with the item and the reason.
     #[arg(long, env = "DEAD_LETTER_QUEUE_URL")]
@@ -208,7 +209,7 @@ pub struct StatusArgs {
     #[arg(long, env = "DEAD_LETTER_QUEUE_URL")]
     pub dead_letter_queue_url: Option<String>,
     /// Pending items whose `ttl` is closer than this are counted as expiring.
-    #[arg(long, env = "OUTBOX_TTL_REFRESH_MARGIN", default_value = "1day", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "OUTBOX_TTL_REFRESH_MARGIN", default_value = default_ttl_refresh_margin(), value_parser = humantime::parse_duration)]
     pub ttl_refresh_margin: Duration,
     /// With a lease table: each shard's owner and lease age, and the live pollers.
     #[command(flatten)]
@@ -276,6 +277,26 @@ pub struct InspectArgs {
     /// Print JSON (one array) instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--ttl-refresh-margin`'s default as `--help` shows it and clap parses it back (`1day`): the
+/// value is written once, as [`crate::poller::DEFAULT_TTL_REFRESH_MARGIN`].
+fn default_ttl_refresh_margin() -> &'static str {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    duration_text(&TEXT, crate::poller::DEFAULT_TTL_REFRESH_MARGIN)
+}
+
+/// `--sweep-interval`'s default as `--help` shows it and clap parses it back (`5m`): the value is
+/// written once, as [`crate::poller::DEFAULT_SWEEP_INTERVAL`].
+fn default_sweep_interval() -> &'static str {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    duration_text(&TEXT, crate::poller::DEFAULT_SWEEP_INTERVAL)
+}
+
+/// A duration in the form `humantime::parse_duration` reads back. clap takes a default as a
+/// `&'static str`: `cell` formats it once, however often the command is built.
+fn duration_text(cell: &'static OnceLock<String>, duration: Duration) -> &'static str {
+    cell.get_or_init(|| humantime::format_duration(duration).to_string())
 }
 
 fn parse_time(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {

@@ -191,6 +191,24 @@ fn ttl_settings_are_checked_against_each_other() {
     assert_eq!(err.env, "OUTBOX_SWEEP_INTERVAL");
 }
 
+#[test]
+fn duration_defaults_taken_from_the_poller_show_as_an_operator_writes_them() {
+    let mut cli = Cli::command();
+    for (subcommand, defaults) in [
+        ("run", &["[default: 1day]", "[default: 5m]"][..]),
+        ("status", &["[default: 1day]"][..]),
+    ] {
+        let help = cli
+            .find_subcommand_mut(subcommand)
+            .unwrap()
+            .render_help()
+            .to_string();
+        for default in defaults {
+            assert!(help.contains(default), "{subcommand}: {help}");
+        }
+    }
+}
+
 fn run_with(extra: &[&str]) -> RunArgs {
     let args: Vec<&str> = ["run"].iter().chain(RELAY).chain(extra).copied().collect();
     match parse(&args).unwrap().command {
