@@ -9,8 +9,8 @@ use std::future::Future;
 pub struct PassShards {
     /// Shards this pass polls.
     pub poll: Vec<u16>,
-    /// Shards whose lease nobody has held for a lease duration: the sweep publishes their events.
-    pub unheld: Vec<u16>,
+    /// Shards whose lease nobody has owned for a lease duration: the sweep publishes their events.
+    pub orphaned: Vec<u16>,
     /// Reads that failed while deciding (the lease table): the pass saw only part of the index.
     pub read_errors: u64,
 }

@@ -429,7 +429,7 @@ impl LeaseArgs {
 }
 
 impl DrainArgs {
-    /// The lease table a drain leaves held shards to, `None` without `--respect-leases`.
+    /// The lease table a drain leaves owned shards to, `None` without `--respect-leases`.
     ///
     /// # Errors
     /// [`SettingError`] when `--respect-leases` is set without a lease table.
