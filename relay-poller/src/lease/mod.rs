@@ -33,9 +33,12 @@
 //!
 //! The decisions are pure functions ([`plan`]); the [`LeaseStore`] port holds the conditional
 //! writes, with a DynamoDB adapter ([`DynamoLeaseStore`]); the [`Clock`] is a port too, so tests
-//! drive rounds of several pollers with a fake clock and an in-memory store.
+//! drive rounds of several pollers with a fake clock and an in-memory store. The leases a poller
+//! owns are kept where its manager and its poll loop both see them (`owned`); the poll loop sees
+//! them as a [`crate::assignment::LeasedShards`].
 
 mod manager;
+pub(crate) mod owned;
 mod owner;
 pub mod plan;
 mod store;
@@ -43,7 +46,7 @@ mod store;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub use manager::{LeaseManager, LeasedShards, RespectLeases, RoundReport};
+pub use manager::{LeaseManager, RoundReport};
 pub use owner::{ECS_METADATA_ENV, discover_owner, fallback_owner};
 pub use store::{DynamoLeaseStore, LeaseStore, create_lease_table};
 

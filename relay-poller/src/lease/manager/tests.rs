@@ -1,9 +1,12 @@
 //! Several pollers' rounds against an in-memory lease table with the same conditional semantics
 //! as the DynamoDB adapter, on a clock moved by hand.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64};
+use std::sync::{Mutex, MutexGuard};
 
 use super::*;
+use crate::assignment::{PageStart, ShardAssignment};
 use crate::lease::{Lease, Term};
 
 const DURATION: Millis = 3_000;

@@ -1,8 +1,12 @@
-//! Which shards a pass polls: a fixed list (`--shards`), the leases a poller holds
-//! ([`crate::lease::LeasedShards`]), or every shard no other poller holds
-//! ([`crate::lease::RespectLeases`], `drain --respect-leases`).
+//! Which shards a pass polls: a fixed list (`--shards`), the leases a poller owns
+//! ([`LeasedShards`]), or every shard no other poller owns ([`RespectLeases`],
+//! `drain --respect-leases`).
+
+mod leased;
 
 use std::future::Future;
+
+pub use leased::{LeasedShards, RespectLeases};
 
 /// The shards of one pass.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
