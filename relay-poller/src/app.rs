@@ -17,14 +17,15 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::assignment::RespectLeases;
 use crate::config::{
     Cli, Command, DrainArgs, InspectArgs, RedriveArgs, RelayConfig, RunArgs, StatusArgs,
 };
 use crate::index::DynamoPendingIndex;
 use crate::inspect::Inspector;
 use crate::lease::{
-    DynamoLeaseStore, LeaseError, LeaseManager, LeaseSettings, LeaseStore, RespectLeases,
-    SystemClock, create_lease_table, discover_owner,
+    DynamoLeaseStore, LeaseError, LeaseManager, LeaseSettings, LeaseStore, SystemClock,
+    create_lease_table, discover_owner,
 };
 use crate::poller::{DrainSummary, Poller, PollerSettings};
 use crate::redrive::{Redrive, Selection, Source};

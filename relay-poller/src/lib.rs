@@ -7,7 +7,7 @@
 //!   also an env variable.
 //! - [`index`]: the pending-index port and its DynamoDB adapter.
 //! - [`poller`]: one pass over the shards ([`Poller::pass`]) and the `run` / `drain` loops.
-//! - [`assignment`]: which shards a pass polls (a fixed list, or the leases held).
+//! - [`assignment`]: which shards a pass polls (a fixed list, or the leases owned).
 //! - [`lease`]: shard leases in a lease table of their own, so a fleet of pollers shares the
 //!   shards (fair share, takeover on expiry, graceful hand-over).
 //! - [`status`]: backlog per shard and partition, the oldest pending event, expiring and

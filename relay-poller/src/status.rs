@@ -76,7 +76,7 @@ pub struct ShardLease {
 pub struct LivePoller {
     pub owner: String,
     /// Leases it holds (unexpired).
-    pub shards_held: usize,
+    pub shards_owned: usize,
     /// Seconds since its last heartbeat; `None` when it has none (it holds leases only).
     pub heartbeat_age_seconds: Option<f64>,
 }
@@ -90,7 +90,7 @@ impl LeaseReport {
     /// The leases of `shards` and the live pollers in `view`, at `now` (epoch milliseconds).
     pub fn from_view(lease_table: &str, view: &LeaseView, shards: &[u16], now: Millis) -> Self {
         let live = plan::live_at(view, now);
-        let held = plan::holdings(view, shards, now);
+        let owned = plan::holdings(view, shards, now);
         let shards = shards
             .iter()
             .map(|&shard| {
@@ -115,7 +115,7 @@ impl LeaseReport {
         let live_pollers = live
             .into_iter()
             .map(|owner| LivePoller {
-                shards_held: held.get(&owner).copied().unwrap_or_default(),
+                shards_owned: owned.get(&owner).copied().unwrap_or_default(),
                 heartbeat_age_seconds: view
                     .heartbeats
                     .get(&owner)
@@ -265,7 +265,7 @@ impl StatusReport {
                 let _ = writeln!(
                     out,
                     "  {}  {} shards, heartbeat {heartbeat}",
-                    p.owner, p.shards_held
+                    p.owner, p.shards_owned
                 );
             }
         }
@@ -481,7 +481,7 @@ mod tests {
     #[test]
     fn leases_show_owner_age_and_live_pollers() {
         use crate::lease::{Heartbeat, Lease};
-        // Given shard 0 held by a (renewed 2 s ago), shard 1 expired under b, shard 2 never taken
+        // Given shard 0 owned by a (renewed 2 s ago), shard 1 expired under b, shard 2 never taken
         let now: Millis = 1_800_000_000_000;
         let lease = |shard, owner: &str, renewed_at, expires_at| Lease {
             shard,
@@ -522,7 +522,7 @@ mod tests {
             leases.live_pollers,
             [LivePoller {
                 owner: "a".into(),
-                shards_held: 1,
+                shards_owned: 1,
                 heartbeat_age_seconds: Some(1.0)
             }]
         );
@@ -553,6 +553,6 @@ mod tests {
         );
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["leases"]["shards"][0]["owner"], "a");
-        assert_eq!(json["leases"]["live_pollers"][0]["shards_held"], 1);
+        assert_eq!(json["leases"]["live_pollers"][0]["shards_owned"], 1);
     }
 }

@@ -433,7 +433,7 @@ async fn a_poller_fleet_shares_the_shards_hands_them_over_and_takes_them_over() 
     assert_eq!(live.len(), 3, "{live:?}");
     assert!(
         live.iter()
-            .all(|p| (5..=6).contains(&p["shards_held"].as_u64().unwrap()))
+            .all(|p| (5..=6).contains(&p["shards_owned"].as_u64().unwrap()))
     );
 
     // And a drain that respects the leases leaves every held shard to its poller

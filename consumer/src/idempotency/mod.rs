@@ -14,7 +14,9 @@
 //! the same call (`ReturnValuesOnConditionCheckFailure`) and turned into the caller's outcome.
 
 mod cache;
+mod config;
 mod key;
+mod outcome;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -35,15 +37,11 @@ use tracing::{debug, info, warn};
 use crate::clock::{Clock, SystemClock};
 use crate::error::StoreError;
 use cache::{CachedCompletion, CompletedCache};
+pub use config::{
+    DEFAULT_COMPLETED_RETENTION, DEFAULT_LOCK_EXPIRY, FailurePolicy, IdempotencyConfig,
+};
 pub use key::{EventIdKey, KeyExtractor, MAX_KEY_BYTES, payload_hash};
-
-/// Default lock: long enough for a typical consumer, short enough that a crashed holder's key is
-/// free again within a minute.
-pub const DEFAULT_LOCK_EXPIRY: Duration = Duration::from_secs(60);
-
-/// Default window in which a completed key answers with its stored response: the outbox's own
-/// retention, the longest a relay can still re-deliver an event.
-pub const DEFAULT_COMPLETED_RETENTION: Duration = outbox_shared::config::DEFAULT_TTL_RETENTION;
+pub use outcome::{IdempotencyError, Outcome};
 
 /// Room kept in a record for everything but the response (key, hash, token, numbers, names).
 const RECORD_OVERHEAD_BYTES: usize = 4 * 1024;
@@ -54,174 +52,6 @@ const MAX_ERROR_CHARS: usize = 1024;
 /// Claims retried when the record that refused the claim turned out to be already expired (it
 /// expired between the put and our look at it). More than a couple means a clock problem.
 const MAX_CLAIM_ATTEMPTS: usize = 3;
-
-/// What happens to a claim when the business logic fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailurePolicy {
-    /// Delete the record: the next delivery runs the logic at once.
-    Release,
-    /// Keep the record as `FAILED` with the error and a failure count; the key can be claimed
-    /// again after `retry_after` (zero: at once). Keeps the payload check and a trace of failures.
-    MarkFailed { retry_after: Duration },
-}
-
-/// Settings of an [`IdempotencyStore`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IdempotencyConfig {
-    pub table_name: String,
-    /// How long a claim keeps others out while the logic runs; a crashed holder's key is free
-    /// after it. In a Lambda it is further bounded by the invocation's deadline.
-    pub lock_expiry: Duration,
-    /// How long a completed key answers with its stored response (and TTL keeps records).
-    pub completed_retention: Duration,
-    pub on_failure: FailurePolicy,
-    /// Completed keys remembered in memory (0: no cache).
-    pub cache_capacity: usize,
-}
-
-impl IdempotencyConfig {
-    /// Defaults: 60 s lock, 7 days retention, release on failure, no cache.
-    pub fn new(table_name: impl Into<String>) -> Self {
-        Self {
-            table_name: table_name.into(),
-            lock_expiry: DEFAULT_LOCK_EXPIRY,
-            completed_retention: DEFAULT_COMPLETED_RETENTION,
-            on_failure: FailurePolicy::Release,
-            cache_capacity: 0,
-        }
-    }
-
-    /// # Errors
-    /// [`ConfigError`] naming the setting that is empty or out of range.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.table_name.trim().is_empty() {
-            return Err(ConfigError::Empty {
-                setting: "idempotency table name",
-            });
-        }
-        if self.lock_expiry < Duration::from_millis(1) {
-            return Err(ConfigError::OutOfRange {
-                setting: "lock expiry",
-                detail: "must be at least 1 ms".into(),
-            });
-        }
-        if self.completed_retention < self.lock_expiry {
-            return Err(ConfigError::OutOfRange {
-                setting: "completed retention",
-                detail: format!(
-                    "{:?} is shorter than the lock expiry {:?}",
-                    self.completed_retention, self.lock_expiry
-                ),
-            });
-        }
-        for (setting, duration) in [
-            ("lock expiry", self.lock_expiry),
-            ("completed retention", self.completed_retention),
-        ] {
-            if chrono::Duration::from_std(duration).is_err() {
-                return Err(ConfigError::OutOfRange {
-                    setting,
-                    detail: format!("{duration:?} is too long"),
-                });
-            }
-        }
-        Ok(())
-    }
-}
-
-/// What the caller gets when the key was not refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome<R> {
-    /// The logic ran now and its response is stored.
-    Executed(R),
-    /// The key had completed before: the stored response, the logic not run.
-    AlreadyCompleted(R),
-}
-
-impl<R> Outcome<R> {
-    pub fn response(&self) -> &R {
-        match self {
-            Self::Executed(r) | Self::AlreadyCompleted(r) => r,
-        }
-    }
-
-    pub fn into_response(self) -> R {
-        match self {
-            Self::Executed(r) | Self::AlreadyCompleted(r) => r,
-        }
-    }
-
-    /// Whether this call ran the logic.
-    pub fn executed(&self) -> bool {
-        matches!(self, Self::Executed(_))
-    }
-}
-
-/// Why a key was refused or its logic could not be recorded.
-#[derive(Debug, thiserror::Error)]
-pub enum IdempotencyError<E: fmt::Display + fmt::Debug> {
-    /// Another caller holds the key. Retryable: after `expires_at` it has either completed or
-    /// its lock has expired.
-    #[error("key {key:?} is in progress elsewhere until {expires_at}")]
-    InProgress {
-        key: String,
-        expires_at: DateTime<Utc>,
-    },
-    /// The key's logic failed recently and [`FailurePolicy::MarkFailed`] holds it until `retry_at`.
-    #[error("key {key:?} failed recently; it can be retried after {retry_at}")]
-    RetryLater {
-        key: String,
-        retry_at: DateTime<Utc>,
-    },
-    /// The key was used before with a different payload: a caller bug, never retryable.
-    #[error("key {key:?} was already used with a different payload")]
-    PayloadMismatch { key: String },
-    /// The business logic failed; the claim was released or marked failed per the policy, so a
-    /// retry runs it again.
-    #[error("business logic for key {key:?} failed: {error}")]
-    Business { key: String, error: E },
-    /// The logic ran, but our lock had expired and another caller took the key over before we
-    /// could record the response. The effect may have happened twice; retrying returns the other
-    /// caller's response.
-    #[error("key {key:?}: the claim expired and was taken over before the response was stored")]
-    ClaimLost { key: String },
-    #[error("key {key:?} {reason}")]
-    InvalidKey { key: String, reason: String },
-    /// The payload or response cannot be (de)serialized as JSON.
-    #[error("key {key:?}: {what} is not serializable: {reason}")]
-    Serialization {
-        key: String,
-        what: &'static str,
-        reason: String,
-    },
-    /// The logic ran but its response cannot be stored (the item limit is 400 KB). The claim is
-    /// left to expire rather than released, so the effect is not repeated at once.
-    #[error("key {key:?}: the response is {bytes} bytes, more than the {max} a record can hold")]
-    ResponseTooLarge {
-        key: String,
-        bytes: usize,
-        max: usize,
-    },
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-impl<E: fmt::Display + fmt::Debug> IdempotencyError<E> {
-    /// Whether delivering the same event again can succeed.
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            Self::InProgress { .. }
-            | Self::RetryLater { .. }
-            | Self::Business { .. }
-            | Self::ClaimLost { .. } => true,
-            Self::Store(e) => e.is_retryable(),
-            Self::PayloadMismatch { .. }
-            | Self::InvalidKey { .. }
-            | Self::Serialization { .. }
-            | Self::ResponseTooLarge { .. } => false,
-        }
-    }
-}
 
 /// The DynamoDB idempotency store. Cheap to clone; clones share the cache.
 #[derive(Clone)]
@@ -762,105 +592,4 @@ fn to_chrono(duration: Duration) -> chrono::Duration {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn default_config_is_valid_and_errors_name_the_setting() {
-        IdempotencyConfig::new("t").validate().unwrap();
-        let err = IdempotencyConfig::new(" ").validate().unwrap_err();
-        assert_eq!(err.to_string(), "idempotency table name must not be empty");
-        let config = IdempotencyConfig {
-            lock_expiry: Duration::from_secs(120),
-            completed_retention: Duration::from_secs(60),
-            ..IdempotencyConfig::new("t")
-        };
-        assert!(
-            config
-                .validate()
-                .unwrap_err()
-                .to_string()
-                .starts_with("completed retention")
-        );
-    }
-
-    #[test]
-    fn refusals_say_whether_to_retry() {
-        let in_progress: IdempotencyError<String> = IdempotencyError::InProgress {
-            key: "k".into(),
-            expires_at: Utc::now(),
-        };
-        assert!(in_progress.is_retryable());
-        let mismatch: IdempotencyError<String> =
-            IdempotencyError::PayloadMismatch { key: "k".into() };
-        assert!(!mismatch.is_retryable());
-    }
-
-    mod mocked {
-        //! Error paths the emulator cannot produce.
-
-        use super::*;
-        use crate::test_support::{mock_client, throttled};
-        use aws_sdk_dynamodb::Client;
-        use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
-        use aws_sdk_dynamodb::operation::update_item::UpdateItemOutput;
-        use aws_sdk_dynamodb::types::error::ProvisionedThroughputExceededException;
-        use aws_smithy_mocks::mock;
-        use std::sync::atomic::{AtomicUsize, Ordering};
-
-        fn throughput_exceeded() -> ProvisionedThroughputExceededException {
-            ProvisionedThroughputExceededException::builder()
-                .message("throttled")
-                .meta(throttled())
-                .build()
-        }
-
-        #[tokio::test]
-        async fn a_throttled_claim_is_a_retryable_store_error_and_the_logic_does_not_run() {
-            let claim = mock!(Client::update_item).then_error(|| {
-                UpdateItemError::ProvisionedThroughputExceededException(throughput_exceeded())
-            });
-            let store =
-                IdempotencyStore::new(mock_client(&[&claim]), IdempotencyConfig::new("t")).unwrap();
-            let runs = AtomicUsize::new(0);
-            let result = store
-                .run("k", &"payload", None, || async {
-                    runs.fetch_add(1, Ordering::SeqCst);
-                    Ok::<_, String>(())
-                })
-                .await;
-            match result {
-                Err(IdempotencyError::Store(e)) => assert!(e.is_retryable(), "{e}"),
-                other => panic!("expected a store error, got {other:?}"),
-            }
-            assert_eq!(runs.load(Ordering::SeqCst), 0);
-        }
-
-        #[tokio::test]
-        async fn a_release_that_fails_still_reports_the_business_failure() {
-            let claim =
-                mock!(Client::update_item).then_output(|| UpdateItemOutput::builder().build());
-            let release = mock!(Client::delete_item).then_error(|| {
-                DeleteItemError::ProvisionedThroughputExceededException(throughput_exceeded())
-            });
-            let store = IdempotencyStore::new(
-                mock_client(&[&claim, &release]),
-                IdempotencyConfig::new("t"),
-            )
-            .unwrap();
-            let result = store
-                .run("k", &"payload", None, || async {
-                    Err::<(), _>("inventory down".to_owned())
-                })
-                .await;
-            match result {
-                Err(e @ IdempotencyError::Business { .. }) => {
-                    assert!(e.is_retryable());
-                    assert!(e.to_string().contains("inventory down"), "{e}");
-                }
-                other => panic!("expected the business failure, got {other:?}"),
-            }
-            assert_eq!(release.num_calls(), 1);
-        }
-    }
-}
+mod tests;

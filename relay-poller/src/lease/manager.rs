@@ -1,20 +1,22 @@
-//! The lease manager: one poller's rounds against the lease table, and the shared state through
-//! which the poll loop learns which shards it may poll ([`LeasedShards`]).
+//! The lease manager: one poller's rounds against the lease table. Its poll loop learns which
+//! shards it may poll from the leases the manager owns, through a [`LeasedShards`]
+//! ([`LeaseManager::assignment`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::future::join_all;
 use tokio_util::sync::CancellationToken;
 
+use super::owned::{OwnedLease, Shared};
 use super::plan::{acquisitions, should_hand_over};
 use super::{
     Clock, Expect, Heartbeat, LeaseError, LeaseSettings, LeaseStore, LeaseView, Millis,
     SystemClock, Term,
 };
-use crate::assignment::{PageStart, PassShards, ShardAssignment};
+use crate::assignment::LeasedShards;
 use crate::metrics;
 
 /// What one round did (for logs and tests).
@@ -38,54 +40,16 @@ pub struct RoundReport {
     pub takeovers: u64,
     /// The table could not be read, so nothing was taken.
     pub read_failed: bool,
-    /// Leases held at the end of the round.
-    pub held: usize,
-}
-
-/// One lease this poller holds.
-#[derive(Debug, Clone)]
-struct Held {
-    counter: u64,
-    /// No page of the shard starts after this.
-    poll_deadline: Millis,
-    /// Asked for by another poller: no new page starts; handed over once no page is in flight.
-    handing_over: bool,
-    /// Pages in flight.
-    busy: u32,
-    /// When the last pass over the shard finished; written with the next renewal.
-    last_pass_at: Option<Millis>,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    held: BTreeMap<u16, Held>,
-    /// The table as the last successful read saw it.
-    view: Option<LeaseView>,
-    /// Shards seen without a lease item, since when.
-    missing_since: BTreeMap<u16, Millis>,
-}
-
-#[derive(Debug, Default)]
-struct Shared {
-    state: Mutex<State>,
-    /// Signalled whenever a page ends (a hand-over waits for the shard to be idle).
-    idle: tokio::sync::Notify,
-}
-
-impl Shared {
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .expect("lease state lock is never poisoned")
-    }
+    /// Leases owned at the end of the round.
+    pub owned: usize,
 }
 
 /// One poller's leases: its rounds against the table ([`Self::run`]: renew rounds and take
 /// rounds, each every renew interval on its own, so a renewal never waits behind a read or a
 /// take) and the release of everything at shutdown ([`Self::release_all`]).
 ///
-/// Every write to a held lease (renew, hand over) is made by the renew round; the take round
-/// writes only leases this poller does not hold yet, and requests, which leave the counter alone.
+/// Every write to an owned lease (renew, hand over) is made by the renew round; the take round
+/// writes only leases this poller does not own yet, and requests, which leave the counter alone.
 #[derive(Debug)]
 pub struct LeaseManager<S, C = SystemClock> {
     store: S,
@@ -135,9 +99,9 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
         &self.owner
     }
 
-    /// The shards this poller holds now.
-    pub fn held(&self) -> BTreeSet<u16> {
-        self.shared.state().held.keys().copied().collect()
+    /// The shards this poller owns now.
+    pub fn owned(&self) -> BTreeSet<u16> {
+        self.shared.state().owned.keys().copied().collect()
     }
 
     /// Takes no more leases and asks for none (shutdown has begun); renewals go on until
@@ -148,12 +112,12 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
 
     /// The poll loop's view of these leases.
     pub fn assignment(&self) -> LeasedShards<C> {
-        LeasedShards {
-            shared: self.shared.clone(),
-            clock: self.clock.clone(),
-            shards: self.shards.clone(),
-            duration_ms: self.settings.duration_ms(),
-        }
+        LeasedShards::new(
+            self.shared.clone(),
+            self.clock.clone(),
+            self.shards.clone(),
+            self.settings.duration_ms(),
+        )
     }
 
     /// Renew rounds and take rounds, each every renew interval, until `cancel` fires.
@@ -175,7 +139,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
                 }
                 let report = self.renew_round().await?;
                 if !(report.lost.is_empty() && report.handed_over.is_empty()) {
-                    tracing::debug!(owner = %self.owner, held = report.held, lost = ?report.lost, handed_over = ?report.handed_over, "renew round");
+                    tracing::debug!(owner = %self.owner, owned = report.owned, lost = ?report.lost, handed_over = ?report.handed_over, "renew round");
                 }
             }
         };
@@ -188,7 +152,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
                 }
                 let report = self.take_round().await?;
                 if !(report.taken.is_empty() && report.adopted.is_empty()) {
-                    tracing::debug!(owner = %self.owner, held = report.held, taken = ?report.taken, adopted = ?report.adopted, "take round");
+                    tracing::debug!(owner = %self.owner, owned = report.owned, taken = ?report.taken, adopted = ?report.adopted, "take round");
                 }
             }
         };
@@ -212,11 +176,11 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
             requested: taken.requested,
             takeovers: taken.takeovers,
             read_failed: taken.read_failed,
-            held: taken.held,
+            owned: taken.owned,
         })
     }
 
-    /// Heartbeat, renew every held lease, and hand over those another poller asked for (once no
+    /// Heartbeat, renew every owned lease, and hand over those another poller asked for (once no
     /// page of the shard is in flight; judged on the table as the last take round read it).
     ///
     /// # Errors
@@ -244,8 +208,8 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
         if let Some(view) = view {
             self.answer_requests(&view, requests, &mut report).await;
         }
-        report.held = self.shared.state().held.len();
-        metrics::leases_owned(report.held);
+        report.owned = self.shared.state().owned.len();
+        metrics::leases_owned(report.owned);
         Ok(report)
     }
 
@@ -283,21 +247,21 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
 
     fn finish(&self, report: &mut RoundReport) {
         self.take_rounds.fetch_add(1, Ordering::Relaxed);
-        report.held = self.shared.state().held.len();
+        report.owned = self.shared.state().owned.len();
         metrics::lease_takeovers(report.takeovers);
     }
 
-    /// Renews every held lease; the hand-over requests found on them.
+    /// Renews every owned lease; the hand-over requests found on them.
     async fn renew_all(&self, now: Millis, report: &mut RoundReport) -> Vec<(u16, String)> {
-        let held: Vec<(u16, u64, Option<Millis>)> = self
+        let owned: Vec<(u16, u64, Option<Millis>)> = self
             .shared
             .state()
-            .held
+            .owned
             .iter()
             .map(|(&shard, h)| (shard, h.counter, h.last_pass_at))
             .collect();
         let expires_at = now + self.settings.duration_ms();
-        let results = join_all(held.iter().map(|&(shard, counter, last_pass_at)| {
+        let results = join_all(owned.iter().map(|&(shard, counter, last_pass_at)| {
             self.store.renew(
                 shard,
                 &self.owner,
@@ -312,22 +276,22 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
         .await;
         let mut requests = Vec::new();
         let mut state = self.shared.state();
-        for (&(shard, _, _), result) in held.iter().zip(results) {
+        for (&(shard, _, _), result) in owned.iter().zip(results) {
             match result {
                 Ok(Some(lease)) => {
                     report.renewed += 1;
-                    if let Some(held) = state.held.get_mut(&shard) {
-                        held.counter = lease.counter;
-                        held.poll_deadline = now + self.settings.poll_window_ms();
+                    if let Some(owned) = state.owned.get_mut(&shard) {
+                        owned.counter = lease.counter;
+                        owned.poll_deadline = now + self.settings.poll_window_ms();
                         // A request that was dropped meanwhile: poll the shard again.
-                        held.handing_over &= lease.handoff_to.is_some();
+                        owned.handing_over &= lease.handoff_to.is_some();
                     }
                     if let Some(requester) = lease.handoff_to {
                         requests.push((shard, requester));
                     }
                 }
                 Ok(None) => {
-                    state.held.remove(&shard);
+                    state.owned.remove(&shard);
                     report.lost.push(shard);
                     tracing::warn!(shard, owner = %self.owner, "lease lost to another poller; stopped polling the shard");
                 }
@@ -361,7 +325,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
         report: &mut RoundReport,
     ) {
         for (shard, requester) in requests {
-            let mine = self.shared.state().held.len();
+            let mine = self.shared.state().owned.len();
             let now = self.clock.now();
             if !should_hand_over(view, &self.owner, mine, &requester, &self.shards, now) {
                 if let Err(err) = self.store.clear_handoff(shard, &self.owner).await {
@@ -398,21 +362,21 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
             let mut state = self.shared.state();
             match written {
                 Ok(true) => {
-                    state.held.remove(&shard);
+                    state.owned.remove(&shard);
                     report.handed_over.push(shard);
                     tracing::info!(shard, owner = %self.owner, to = %requester, "lease handed over");
                 }
                 Ok(false) => {
                     // The request was withdrawn, or the lease changed: the next renewal says
                     // whether it is still this poller's.
-                    if let Some(held) = state.held.get_mut(&shard) {
-                        held.handing_over = false;
+                    if let Some(owned) = state.owned.get_mut(&shard) {
+                        owned.handing_over = false;
                     }
                     tracing::debug!(shard, owner = %self.owner, to = %requester, "hand-over not made: the request was withdrawn or the lease changed");
                 }
                 Err(err) => {
-                    if let Some(held) = state.held.get_mut(&shard) {
-                        held.handing_over = false;
+                    if let Some(owned) = state.owned.get_mut(&shard) {
+                        owned.handing_over = false;
                     }
                     tracing::warn!(shard, owner = %self.owner, error = %err, "hand-over failed; polling the shard again");
                 }
@@ -420,12 +384,12 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
         }
     }
 
-    /// Stops new pages of `shard`; its counter and last pass, if it is still held.
+    /// Stops new pages of `shard`; its counter and last pass, if it is still owned.
     fn stop_polling(&self, shard: u16) -> Option<(u64, Option<Millis>)> {
         let mut state = self.shared.state();
-        let held = state.held.get_mut(&shard)?;
-        held.handing_over = true;
-        Some((held.counter, held.last_pass_at))
+        let owned = state.owned.get_mut(&shard)?;
+        owned.handing_over = true;
+        Some((owned.counter, owned.last_pass_at))
     }
 
     /// Waits up to `timeout` for `shard` to have no page in flight.
@@ -433,7 +397,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
         let busy = || {
             self.shared
                 .state()
-                .held
+                .owned
                 .get(&shard)
                 .is_some_and(|h| h.busy > 0)
         };
@@ -454,11 +418,11 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
     /// Renews the leases another poller handed over to this one, which makes them its own.
     async fn adopt(&self, view: &LeaseView, report: &mut RoundReport) {
         let now = self.clock.now();
-        let held = self.held();
+        let owned = self.owned();
         let handed: Vec<(u16, u64)> = view
             .leases
             .values()
-            .filter(|l| self.shards.contains(&l.shard) && !held.contains(&l.shard))
+            .filter(|l| self.shards.contains(&l.shard) && !owned.contains(&l.shard))
             .filter(|l| l.holder_at(now) == Some(self.owner.as_str()))
             .map(|l| (l.shard, l.counter))
             .collect();
@@ -480,7 +444,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
                 .await
             {
                 Ok(Some(lease)) => {
-                    self.hold(shard, lease.counter, now);
+                    self.own(shard, lease.counter, now);
                     report.adopted.push(shard);
                     report.takeovers += 1;
                     tracing::info!(shard, owner = %self.owner, "lease taken over (handed over)");
@@ -493,10 +457,10 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
         }
     }
 
-    fn hold(&self, shard: u16, counter: u64, written_at: Millis) {
-        self.shared.state().held.insert(
+    fn own(&self, shard: u16, counter: u64, written_at: Millis) {
+        self.shared.state().owned.insert(
             shard,
-            Held {
+            OwnedLease {
                 counter,
                 poll_deadline: written_at + self.settings.poll_window_ms(),
                 handing_over: false,
@@ -513,7 +477,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
             view,
             &self.owner,
             &self.shards,
-            &self.held(),
+            &self.owned(),
             now,
             self.rotate,
         );
@@ -533,7 +497,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
         for (&(shard, expect), result) in plan.take.iter().zip(results) {
             match result {
                 Ok(Some(lease)) => {
-                    self.hold(shard, lease.counter, now);
+                    self.own(shard, lease.counter, now);
                     report.taken.push(shard);
                     let previous = match expect {
                         Expect::Missing => None,
@@ -577,7 +541,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
         }
     }
 
-    /// Withdraws this poller's open hand-over requests, frees every lease it holds and removes its
+    /// Withdraws this poller's open hand-over requests, frees every lease it owns and removes its
     /// heartbeat (at shutdown, once no page is in flight), so the other pollers take the shards at
     /// their next round. A lease handed over to it just before it withdrew is freed too. Returns
     /// how many were released.
@@ -595,22 +559,22 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
                 }
             }
         }
-        let mut held: Vec<(u16, u64, Option<Millis>)> =
-            std::mem::take(&mut self.shared.state().held)
+        let mut owned: Vec<(u16, u64, Option<Millis>)> =
+            std::mem::take(&mut self.shared.state().owned)
                 .into_iter()
                 .map(|(shard, h)| (shard, h.counter, h.last_pass_at))
                 .collect();
         let now = self.clock.now();
-        let mut released = self.release(&held, now).await;
+        let mut released = self.release(&owned, now).await;
         // Handed over to this poller after its last round: its own to release as well.
         if let Ok(view) = self.store.read().await {
-            held = view
+            owned = view
                 .leases
                 .values()
                 .filter(|l| l.holder_at(now) == Some(self.owner.as_str()))
                 .map(|l| (l.shard, l.counter, None))
                 .collect();
-            released += self.release(&held, now).await;
+            released += self.release(&owned, now).await;
         }
         if let Err(err) = self.store.remove_heartbeat(&self.owner).await {
             tracing::warn!(owner = %self.owner, error = %err, "could not remove the heartbeat; it expires instead");
@@ -638,158 +602,6 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
         }
         released
     }
-}
-
-/// The poll loop's side of a poller's leases: it polls the shards whose lease it holds, up to
-/// each one's poll deadline, and none being handed over.
-#[derive(Debug, Clone)]
-pub struct LeasedShards<C = SystemClock> {
-    shared: Arc<Shared>,
-    clock: C,
-    shards: Vec<u16>,
-    duration_ms: Millis,
-}
-
-impl<C: Clock> LeasedShards<C> {
-    /// Shards whose lease nobody has held for a lease duration (free or expired that long, or
-    /// never written): the sweep publishes their events. Empty before the first read.
-    fn unheld(&self, state: &State, now: Millis) -> Vec<u16> {
-        let Some(view) = &state.view else {
-            return Vec::new();
-        };
-        self.shards
-            .iter()
-            .copied()
-            // Not the shards this poller polls (a lease it holds past its poll deadline is not
-            // polled: the sweep may cover it once it has expired for a duration).
-            .filter(|shard| state.held.get(shard).is_none_or(|h| now >= h.poll_deadline))
-            .filter(|shard| match view.leases.get(shard) {
-                Some(lease) => {
-                    lease.is_takeable_at(now) && lease.expires_at + self.duration_ms <= now
-                }
-                None => state
-                    .missing_since
-                    .get(shard)
-                    .is_some_and(|since| since + self.duration_ms <= now),
-            })
-            .collect()
-    }
-}
-
-impl<C: Clock> ShardAssignment for LeasedShards<C> {
-    async fn for_pass(&self) -> PassShards {
-        let now = self.clock.now();
-        let state = self.shared.state();
-        let poll = state
-            .held
-            .iter()
-            .filter(|(_, h)| !h.handing_over && now < h.poll_deadline)
-            .map(|(&shard, _)| shard)
-            .collect();
-        PassShards {
-            poll,
-            unheld: self.unheld(&state, now),
-            read_errors: 0,
-        }
-    }
-
-    fn begin_page(&self, shard: u16) -> PageStart {
-        let now = self.clock.now();
-        let mut state = self.shared.state();
-        match state.held.get_mut(&shard) {
-            Some(held) if !held.handing_over && now < held.poll_deadline => {
-                held.busy += 1;
-                let left = u64::try_from(held.poll_deadline - now).unwrap_or_default();
-                PageStart::Go {
-                    stop_at: Some(tokio::time::Instant::now() + Duration::from_millis(left)),
-                }
-            }
-            _ => PageStart::Stop,
-        }
-    }
-
-    fn end_page(&self, shard: u16) {
-        if let Some(held) = self.shared.state().held.get_mut(&shard) {
-            held.busy = held.busy.saturating_sub(1);
-        }
-        self.shared.idle.notify_waiters();
-    }
-
-    fn shard_polled(&self, shard: u16) {
-        let now = self.clock.now();
-        if let Some(held) = self.shared.state().held.get_mut(&shard) {
-            held.last_pass_at = Some(now);
-        }
-    }
-}
-
-/// `drain --respect-leases`: every shard that no poller holds an unexpired lease on, read from
-/// the table before each pass; the drain takes no lease itself.
-#[derive(Debug)]
-pub struct RespectLeases<S, C = SystemClock> {
-    store: S,
-    clock: C,
-    shards: Vec<u16>,
-    /// The shards the last pass left to their holders.
-    skipped: Mutex<BTreeSet<u16>>,
-}
-
-impl<S: LeaseStore, C: Clock> RespectLeases<S, C> {
-    pub fn new(store: S, clock: C, shards: Vec<u16>) -> Self {
-        Self {
-            store,
-            clock,
-            shards,
-            skipped: Mutex::default(),
-        }
-    }
-
-    /// The shards the last pass left to the pollers holding them.
-    pub fn skipped(&self) -> Vec<u16> {
-        self.skipped
-            .lock()
-            .expect("never poisoned")
-            .iter()
-            .copied()
-            .collect()
-    }
-}
-
-impl<S: LeaseStore, C: Clock> ShardAssignment for RespectLeases<S, C> {
-    async fn for_pass(&self) -> PassShards {
-        match self.store.read().await {
-            Ok(view) => {
-                let now = self.clock.now();
-                let (held, poll): (Vec<u16>, Vec<u16>) =
-                    self.shards.iter().copied().partition(|shard| {
-                        view.leases
-                            .get(shard)
-                            .is_some_and(|l| l.holder_at(now).is_some())
-                    });
-                *self.skipped.lock().expect("never poisoned") = held.into_iter().collect();
-                PassShards {
-                    poll,
-                    unheld: Vec::new(),
-                    read_errors: 0,
-                }
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "could not read the lease table; this pass polls no shard");
-                PassShards {
-                    read_errors: 1,
-                    ..PassShards::default()
-                }
-            }
-        }
-    }
-
-    fn begin_page(&self, _shard: u16) -> PageStart {
-        PageStart::Go { stop_at: None }
-    }
-
-    fn end_page(&self, _shard: u16) {}
-
-    fn shard_polled(&self, _shard: u16) {}
 }
 
 #[cfg(test)]

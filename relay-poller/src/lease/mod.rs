@@ -19,7 +19,7 @@
 //!   longest page in flight) without two of them polling a shard at once.
 //! - Leases decide who polls, never what is correct: the conditional status mark stays the guard,
 //!   so a poller that lost its lease without knowing causes duplicates at most, never a loss; and
-//!   a shard whose lease nobody has held for a lease duration is published by the sweep.
+//!   a shard whose lease nobody has owned for a lease duration is published by the sweep.
 //!
 //! Why not a crate: `dynamodb-lease` 0.22 (the maintained one, on `aws-sdk-dynamodb` 1.x) is a
 //! single-key mutex: one lease per `acquire`, no owner id, no listing of leases or holders, no
@@ -33,9 +33,12 @@
 //!
 //! The decisions are pure functions ([`plan`]); the [`LeaseStore`] port holds the conditional
 //! writes, with a DynamoDB adapter ([`DynamoLeaseStore`]); the [`Clock`] is a port too, so tests
-//! drive rounds of several pollers with a fake clock and an in-memory store.
+//! drive rounds of several pollers with a fake clock and an in-memory store. The leases a poller
+//! owns are kept where its manager and its poll loop both see them (`owned`); the poll loop sees
+//! them as a [`crate::assignment::LeasedShards`].
 
 mod manager;
+pub(crate) mod owned;
 mod owner;
 pub mod plan;
 mod store;
@@ -43,7 +46,7 @@ mod store;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub use manager::{LeaseManager, LeasedShards, RespectLeases, RoundReport};
+pub use manager::{LeaseManager, RoundReport};
 pub use owner::{ECS_METADATA_ENV, discover_owner, fallback_owner};
 pub use store::{DynamoLeaseStore, LeaseStore, create_lease_table};
 
@@ -109,7 +112,7 @@ pub const DEFAULT_RENEW_INTERVAL: Duration = Duration::from_secs(10);
 /// it.
 pub const MIN_RENEWALS_PER_DURATION: u32 = 3;
 
-/// How leases are held.
+/// How leases are kept: their table, how long they last, how often they are renewed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseSettings {
     /// The lease table.

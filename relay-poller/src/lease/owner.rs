@@ -1,5 +1,5 @@
 //! A poller's owner id: unique among every poller that ever uses the lease table, so a lease
-//! held by a poller that died is never mistaken for one of a new poller's.
+//! owned by a poller that died is never mistaken for one of a new poller's.
 //!
 //! On ECS it is the task ARN, read from the task metadata endpoint (`ECS_CONTAINER_METADATA_URI_V4`,
 //! which the ECS agent sets in every container); elsewhere, or when the endpoint does not answer,

@@ -271,19 +271,19 @@ impl DynamoLeaseStore {
             .expression_attribute_names("#owner", attr::OWNER)
     }
 
-    /// An update by `held.owner` of its lease on `shard`, on the condition that it still holds
-    /// it at `held.counter` (`and_condition` adds to that): it sets `set`, `#renewed = :now` and
-    /// `#counter = :next`, records `held.last_pass_at` when given, then applies `tail` (a
+    /// An update by `owned.owner` of its lease on `shard`, on the condition that it still owns
+    /// it at `owned.counter` (`and_condition` adds to that): it sets `set`, `#renewed = :now` and
+    /// `#counter = :next`, records `owned.last_pass_at` when given, then applies `tail` (a
     /// `REMOVE` clause, or nothing). `#expires` is named for `set`.
     fn owner_update(
         &self,
         shard: u16,
-        held: Held<'_>,
+        owned: OwnedLease<'_>,
         set: &str,
         tail: &str,
         and_condition: &str,
     ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
-        let set_last_pass = if held.last_pass_at.is_some() {
+        let set_last_pass = if owned.last_pass_at.is_some() {
             ", #last = :last"
         } else {
             ""
@@ -297,11 +297,11 @@ impl DynamoLeaseStore {
             .expression_attribute_names("#expires", attr::EXPIRES_AT)
             .expression_attribute_names("#renewed", attr::RENEWED_AT)
             .expression_attribute_names("#counter", attr::COUNTER)
-            .expression_attribute_values(":me", s(held.owner))
-            .expression_attribute_values(":now", n(held.now))
-            .expression_attribute_values(":seen", n(held.counter))
-            .expression_attribute_values(":next", n(held.counter + 1));
-        if let Some(at) = held.last_pass_at {
+            .expression_attribute_values(":me", s(owned.owner))
+            .expression_attribute_values(":now", n(owned.now))
+            .expression_attribute_values(":seen", n(owned.counter))
+            .expression_attribute_values(":next", n(owned.counter + 1));
+        if let Some(at) = owned.last_pass_at {
             update = update
                 .expression_attribute_names("#last", attr::LAST_PASS_AT)
                 .expression_attribute_values(":last", n(at));
@@ -310,9 +310,9 @@ impl DynamoLeaseStore {
     }
 }
 
-/// A lease as its owner holds it, for [`DynamoLeaseStore::owner_update`].
+/// A lease as its owner knows it, for [`DynamoLeaseStore::owner_update`].
 #[derive(Debug, Clone, Copy)]
-struct Held<'a> {
+struct OwnedLease<'a> {
     owner: &'a str,
     counter: u64,
     now: Millis,
@@ -427,14 +427,14 @@ impl LeaseStore for DynamoLeaseStore {
         term: Term,
         last_pass_at: Option<Millis>,
     ) -> Result<Option<Lease>, LeaseError> {
-        let held = Held {
+        let owned = OwnedLease {
             owner,
             counter,
             now: term.at,
             last_pass_at,
         };
         let update = self
-            .owner_update(shard, held, "#expires = :expires", "", "")
+            .owner_update(shard, owned, "#expires = :expires", "", "")
             .expression_attribute_values(":expires", n(term.expires_at))
             .return_values(ReturnValue::AllNew);
         self.updated(shard, update.send().await)
@@ -467,7 +467,7 @@ impl LeaseStore for DynamoLeaseStore {
         term: Term,
         last_pass_at: Option<Millis>,
     ) -> Result<bool, LeaseError> {
-        let held = Held {
+        let owned = OwnedLease {
             owner,
             counter,
             now: term.at,
@@ -476,7 +476,7 @@ impl LeaseStore for DynamoLeaseStore {
         let result = self
             .owner_update(
                 shard,
-                held,
+                owned,
                 "#owner = :to, #expires = :expires, #taken = :now",
                 " REMOVE #handoff",
                 " AND #handoff = :to",
@@ -525,7 +525,7 @@ impl LeaseStore for DynamoLeaseStore {
         now: Millis,
         last_pass_at: Option<Millis>,
     ) -> Result<bool, LeaseError> {
-        let held = Held {
+        let owned = OwnedLease {
             owner,
             counter,
             now,
@@ -534,7 +534,7 @@ impl LeaseStore for DynamoLeaseStore {
         let result = self
             .owner_update(
                 shard,
-                held,
+                owned,
                 "#expires = :now",
                 " REMOVE #owner, #handoff",
                 "",

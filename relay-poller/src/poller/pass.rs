@@ -74,7 +74,7 @@ where
         let before = before.as_str();
         let shards = assignment.for_pass().await;
         let (sweep_stats, held_back) = if sweep {
-            self.sweep(before, &shards.unheld, cancel).await
+            self.sweep(before, &shards.orphaned, cancel).await
         } else {
             (PassStats::default(), HashSet::new())
         };

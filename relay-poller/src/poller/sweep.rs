@@ -37,20 +37,20 @@ where
     }
 
     /// Finds the partitions outside the shard count and polls each, oldest partition name first;
-    /// then the partitions of `unheld` shards (no poller has leased them for a lease
+    /// then the partitions of `orphaned` shards (no poller has owned their lease for a lease
     /// duration). Returns the aggregates it held back after a failure, which the shards then hold
     /// back too.
     pub(super) async fn sweep(
         &self,
         before: &str,
-        unheld: &[u16],
+        orphaned: &[u16],
         cancel: &CancellationToken,
     ) -> (PassStats, HashSet<String>) {
         let mut stats = PassStats::default();
         let mut held_back = HashSet::new();
         let (strays, orphans) = match self.index.partitions().await {
             Ok(all) => {
-                let orphans: PartitionCounts = unheld
+                let orphans: PartitionCounts = orphaned
                     .iter()
                     .map(|&shard| schema::pending_shard_pk(shard))
                     .filter_map(|p| all.get(&p).map(|&n| (p, n)))
@@ -78,7 +78,7 @@ where
             tracing::warn!(
                 pending = orphans.values().sum::<u64>(),
                 partitions = ?orphans.keys().collect::<Vec<_>>(),
-                "pending events under shards no poller has leased for a lease duration; publishing them"
+                "pending events under shards no poller has owned a lease on for a lease duration; publishing them"
             );
         }
         for partition in strays.keys().chain(orphans.keys()) {

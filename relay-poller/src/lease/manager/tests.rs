@@ -1,9 +1,12 @@
 //! Several pollers' rounds against an in-memory lease table with the same conditional semantics
 //! as the DynamoDB adapter, on a clock moved by hand.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64};
+use std::sync::{Mutex, MutexGuard};
 
 use super::*;
+use crate::assignment::{PageStart, ShardAssignment};
 use crate::lease::{Lease, Term};
 
 const DURATION: Millis = 3_000;
@@ -371,14 +374,14 @@ impl Fleet {
         }
     }
 
-    fn held(&self, member: usize) -> usize {
-        self.members[member].manager.held().len()
+    fn owned(&self, member: usize) -> usize {
+        self.members[member].manager.owned().len()
     }
 
     fn counts(&self) -> Vec<usize> {
         (0..self.members.len())
             .filter(|&i| self.members[i].running)
-            .map(|i| self.held(i))
+            .map(|i| self.owned(i))
             .collect()
     }
 
@@ -442,12 +445,12 @@ async fn a_killed_pollers_shards_are_taken_within_two_durations() {
     // When c stops without a word (SIGKILL: no release, no more rounds)
     fleet.members[2].running = false;
     let took = fleet
-        .run_until(2 * DURATION, |f| f.held(0) + f.held(1) == 16)
+        .run_until(2 * DURATION, |f| f.owned(0) + f.owned(1) == 16)
         .await;
 
     // Then a and b hold all 16 within two lease durations, 8 each
     assert!(took.is_some(), "{:?}", fleet.table.owners());
-    assert_eq!((fleet.held(0), fleet.held(1)), (8, 8));
+    assert_eq!((fleet.owned(0), fleet.owned(1)), (8, 8));
     let owners = fleet.table.owners();
     assert!(owners.values().all(|o| o.as_deref() != Some("c")));
 }
@@ -460,21 +463,21 @@ async fn released_leases_are_taken_at_the_next_round() {
         fleet.join(name, phase);
     }
     fleet.run_for(3 * DURATION).await;
-    let c_held = fleet.held(2);
+    let c_owned = fleet.owned(2);
 
     // When c releases everything (SIGTERM) and stops
     let released = fleet.members[2].manager.release_all().await;
     fleet.members[2].running = false;
 
     // Then its leases are free at once and the others hold all 16 within one renew interval
-    assert_eq!(released, c_held);
+    assert_eq!(released, c_owned);
     let free = fleet
         .table
         .owners()
         .values()
         .filter(|o| o.is_none())
         .count();
-    assert_eq!(free, c_held);
+    assert_eq!(free, c_owned);
     assert!(
         !fleet
             .table
@@ -485,7 +488,7 @@ async fn released_leases_are_taken_at_the_next_round() {
             .contains_key("c")
     );
     let took = fleet
-        .run_until(RENEW, |f| f.held(0) + f.held(1) == 16)
+        .run_until(RENEW, |f| f.owned(0) + f.owned(1) == 16)
         .await;
     assert!(took.is_some(), "{:?}", fleet.table.owners());
 }
@@ -506,7 +509,7 @@ async fn a_fourth_poller_gets_four_one_lease_per_round_at_most_with_no_gap() {
     let mut longest_gap = 0;
     for _ in 0..(4 * DURATION / STEP) {
         fleet.run_for(STEP).await;
-        let now = fleet.held(d);
+        let now = fleet.owned(d);
         assert!(
             now <= previous + 1,
             "d went from {previous} to {now} in one step"
@@ -539,7 +542,7 @@ async fn a_poller_that_cannot_renew_stops_polling_before_its_lease_can_be_taken(
     fleet.run_for(2 * RENEW).await;
     let b = fleet.join("b", 500);
     fleet.members[b].running = false;
-    assert_eq!(fleet.held(a), 4);
+    assert_eq!(fleet.owned(a), 4);
 
     // When a's calls start failing right after a successful round
     fleet.run_for(RENEW).await;
@@ -568,7 +571,7 @@ async fn a_poller_that_cannot_renew_stops_polling_before_its_lease_can_be_taken(
         "the gap ({} ms) is the skew allowance",
         started - stopped
     );
-    assert_eq!(fleet.held(b), 4);
+    assert_eq!(fleet.owned(b), 4);
 }
 
 #[tokio::test]
@@ -577,7 +580,7 @@ async fn a_hand_over_waits_for_the_page_in_flight() {
     let mut fleet = Fleet::new(2);
     let a = fleet.join("a", 0);
     fleet.run_for(2 * RENEW).await;
-    assert_eq!(fleet.held(a), 2);
+    assert_eq!(fleet.owned(a), 2);
     let b = fleet.join("b", 500);
     fleet.run_for(2 * RENEW).await;
     let asked = fleet
@@ -613,11 +616,11 @@ async fn a_hand_over_waits_for_the_page_in_flight() {
     fleet.run_for(2 * RENEW).await;
     assert_eq!(fleet.table.owners()[&shard].as_deref(), Some("b"));
     assert_eq!(fleet.pollers_of(shard), [b]);
-    assert_eq!((fleet.held(a), fleet.held(b)), (1, 1));
+    assert_eq!((fleet.owned(a), fleet.owned(b)), (1, 1));
 }
 
 #[tokio::test]
-async fn the_sweep_covers_only_shards_nobody_held_for_a_lease_duration() {
+async fn the_sweep_covers_only_shards_nobody_owned_for_a_lease_duration() {
     // Given a lone poller that has taken every shard
     let mut fleet = Fleet::new(4);
     let a = fleet.join("a", 0);
@@ -627,7 +630,7 @@ async fn the_sweep_covers_only_shards_nobody_held_for_a_lease_duration() {
             .assignment
             .for_pass()
             .await
-            .unheld
+            .orphaned
             .is_empty()
     );
 
@@ -637,14 +640,14 @@ async fn the_sweep_covers_only_shards_nobody_held_for_a_lease_duration() {
     let pass = fleet.members[a].assignment.for_pass().await;
     assert!(pass.poll.is_empty(), "past the poll deadline: {pass:?}");
     assert!(
-        pass.unheld.is_empty(),
+        pass.orphaned.is_empty(),
         "expired, but not yet for a duration"
     );
     fleet.run_for(DURATION).await;
 
     // Then its sweep covers them all, from the last view it read
     let pass = fleet.members[a].assignment.for_pass().await;
-    assert_eq!(pass.unheld, [0, 1, 2, 3]);
+    assert_eq!(pass.orphaned, [0, 1, 2, 3]);
 }
 
 #[tokio::test]
@@ -659,7 +662,7 @@ async fn a_lease_taken_over_counts_as_a_takeover_and_a_fresh_one_does_not() {
         fleet.clock.advance(RENEW);
         takeovers += fleet.members[b].manager.round().await.unwrap().takeovers;
     }
-    assert_eq!(fleet.held(b), 2);
+    assert_eq!(fleet.owned(b), 2);
     assert_eq!(takeovers, 2);
 }
 
@@ -717,7 +720,7 @@ async fn a_poller_that_stops_withdraws_its_request_and_releases_what_was_just_ha
     let answered = fleet.members[a].manager.renew_round().await.unwrap();
     assert_eq!(answered.handed_over.len(), 1, "{answered:?}");
     assert!(
-        fleet.members[c].manager.held().is_empty(),
+        fleet.members[c].manager.owned().is_empty(),
         "c has not adopted it"
     );
     let released = fleet.members[c].manager.release_all().await;

@@ -1,16 +1,20 @@
-//! Which shards a pass polls: a fixed list (`--shards`), the leases a poller holds
-//! ([`crate::lease::LeasedShards`]), or every shard no other poller holds
-//! ([`crate::lease::RespectLeases`], `drain --respect-leases`).
+//! Which shards a pass polls: a fixed list (`--shards`), the leases a poller owns
+//! ([`LeasedShards`]), or every shard no other poller owns ([`RespectLeases`],
+//! `drain --respect-leases`).
+
+mod leased;
 
 use std::future::Future;
+
+pub use leased::{LeasedShards, RespectLeases};
 
 /// The shards of one pass.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PassShards {
     /// Shards this pass polls.
     pub poll: Vec<u16>,
-    /// Shards whose lease nobody has held for a lease duration: the sweep publishes their events.
-    pub unheld: Vec<u16>,
+    /// Shards whose lease nobody has owned for a lease duration: the sweep publishes their events.
+    pub orphaned: Vec<u16>,
     /// Reads that failed while deciding (the lease table): the pass saw only part of the index.
     pub read_errors: u64,
 }

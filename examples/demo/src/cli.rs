@@ -1,0 +1,59 @@
+//! The demo's command line: how many orders, how fast, which binaries and which stack.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use outbox_shared::ShardCount;
+
+/// Runs the outbox relay end to end on the local emulator and prints what was delivered.
+#[derive(Debug, Parser)]
+#[command(name = "outbox-demo", version)]
+pub(crate) struct Args {
+    /// Orders written while the stream relay runs.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub(crate) orders: u64,
+    /// Orders written during the simulated stream outage (default: a fifth of --orders, at least 1).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub(crate) outage_orders: Option<u64>,
+    /// Shards of the pending-event index (writer and poller).
+    #[arg(long, default_value = "16")]
+    pub(crate) shard_count: ShardCount,
+    /// Stream records per handler invocation of the stream relay.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub(crate) batch_size: u64,
+    /// Orders written per second while the stream relay runs: a steady load, as a running service
+    /// makes, so the latencies are the relay's and not a queue in front of the emulator.
+    #[arg(long, default_value_t = DEFAULT_RATE, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub(crate) rate: u64,
+    /// Orders written concurrently at most.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub(crate) concurrency: u64,
+    /// How long to wait for the stream relay to publish the first phase's events.
+    #[arg(long, default_value = "5m")]
+    pub(crate) timeout: humantime::Duration,
+    /// Directory holding `relay-stream-local` and `relay-poller` (default: beside this binary).
+    #[arg(long)]
+    pub(crate) bin_dir: Option<PathBuf>,
+    /// Where the relays' logs and metrics are written (default: a new directory under the
+    /// system's temporary directory).
+    #[arg(long)]
+    pub(crate) log_dir: Option<PathBuf>,
+    /// Also print the summary as one JSON line on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Use an existing table instead of provisioning one (with --event-bus-name, --sink-queue-url and
+    /// --dead-letter-queue-url).
+    #[arg(long, requires_all = ["event_bus_name", "sink_queue_url", "dead_letter_queue_url"])]
+    pub(crate) table_name: Option<String>,
+    #[arg(long, requires = "table_name")]
+    pub(crate) event_bus_name: Option<String>,
+    /// A queue that receives every event on the bus.
+    #[arg(long, requires = "table_name")]
+    pub(crate) sink_queue_url: Option<String>,
+    #[arg(long, requires = "table_name")]
+    pub(crate) dead_letter_queue_url: Option<String>,
+}
+
+/// Default of `--rate`: orders per second the local emulators relay and deliver with room to
+/// spare (measured in docs/benchmarks.md), so the figures show a steady state.
+const DEFAULT_RATE: u64 = 50;

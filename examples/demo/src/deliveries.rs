@@ -1,0 +1,164 @@
+//! What reached the far end: the events the bus delivered to the sink queue (read and deleted as
+//! they arrive) and, from the outbox items, when each event was published.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
+use indicatif::ProgressBar;
+use outbox_shared::envelope::Envelope;
+use outbox_shared::schema::{attr, entity};
+use tokio::process::Child;
+use tokio::sync::watch;
+
+use crate::env::Env;
+
+/// One delivery on the sink queue: the event id and write-to-delivery latency.
+pub(crate) struct Delivery {
+    pub(crate) event_id: String,
+    pub(crate) latency_ms: Option<u64>,
+}
+
+/// Reads and deletes sink-queue messages as they arrive, until `stop` is set and the queue is empty.
+pub(crate) async fn read_deliveries(
+    env: Env,
+    stop: watch::Receiver<bool>,
+    delivered: Arc<AtomicU64>,
+) -> Result<Vec<Delivery>> {
+    let mut deliveries = Vec::new();
+    loop {
+        let received = env
+            .sqs
+            .receive_message()
+            .queue_url(&env.stack.sink_queue_url)
+            .max_number_of_messages(10)
+            .visibility_timeout(300)
+            .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp)
+            .send()
+            .await
+            .context("receiving from the sink queue")?;
+        let messages = received.messages();
+        if messages.is_empty() {
+            if *stop.borrow() && env.queue_depth(&env.stack.sink_queue_url).await? == 0 {
+                return Ok(deliveries);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        delivered.fetch_add(messages.len() as u64, Ordering::Relaxed);
+        for message in messages {
+            let body = message.body().unwrap_or_default();
+            let event: serde_json::Value =
+                serde_json::from_str(body).with_context(|| format!("sink message {body:?}"))?;
+            let envelope: Envelope<serde_json::Value> =
+                serde_json::from_value(event["detail"].clone())
+                    .with_context(|| format!("sink message detail {body:?}"))?;
+            let sent_ms = message
+                .attributes()
+                .and_then(|a| a.get(&MessageSystemAttributeName::SentTimestamp))
+                .and_then(|t| t.parse::<i64>().ok());
+            let occurred_ms = outbox_shared::time::parse_timestamp(&envelope.metadata.occurred_at)
+                .ok()
+                .map(|t| t.timestamp_millis());
+            let latency_ms = sent_ms
+                .zip(occurred_ms)
+                .and_then(|(sent, occurred)| u64::try_from(sent - occurred).ok());
+            deliveries.push(Delivery {
+                event_id: envelope.metadata.event_id,
+                latency_ms,
+            });
+        }
+        // Ten at a time: every SQS call costs moto a scan of the queue.
+        let entries = messages
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .set_receipt_handle(m.receipt_handle().map(str::to_owned))
+                    .build()
+                    .ok()
+            })
+            .collect();
+        env.sqs
+            .delete_message_batch()
+            .queue_url(&env.stack.sink_queue_url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .context("deleting from the sink queue")?;
+    }
+}
+
+/// Shows deliveries arriving until `expected` events arrived or `timeout` passed.
+pub(crate) async fn watch_deliveries(
+    delivered: &AtomicU64,
+    expected: u64,
+    timeout: Duration,
+    bar: &ProgressBar,
+    relay: &mut Child,
+) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let count = delivered.load(Ordering::Relaxed);
+        bar.set_position(count.min(expected));
+        if count >= expected {
+            return Ok(());
+        }
+        if let Some(status) = relay.try_wait()? {
+            bail!("relay-stream-local exited early with {status}");
+        }
+        if Instant::now() >= deadline {
+            bail!("{count} of {expected} events arrived within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Write to published (`PublishedAt` minus `CreatedAt`) of every published outbox item.
+pub(crate) async fn relay_lags(env: &Env) -> Result<HashMap<String, u64>> {
+    let mut lags = HashMap::new();
+    let mut pages = env
+        .dynamodb
+        .scan()
+        .table_name(&env.stack.table_name)
+        .consistent_read(true)
+        .filter_expression("#entity = :outbox AND attribute_exists(#published)")
+        .projection_expression("#id, #created, #published")
+        .expression_attribute_names("#entity", attr::ENTITY_TYPE)
+        .expression_attribute_names("#id", attr::EVENT_ID)
+        .expression_attribute_names("#created", attr::CREATED_AT)
+        .expression_attribute_names("#published", attr::PUBLISHED_AT)
+        .expression_attribute_values(
+            ":outbox",
+            AttributeValue::S(entity::OUTBOX_EVENT.to_owned()),
+        )
+        .into_paginator()
+        .items()
+        .send();
+    while let Some(item) = pages.next().await {
+        let item = item.context("reading the outbox items")?;
+        let text = |name: &str| item.get(name).and_then(|v| v.as_s().ok());
+        let (Some(id), Some(created), Some(published)) = (
+            text(attr::EVENT_ID),
+            text(attr::CREATED_AT),
+            text(attr::PUBLISHED_AT),
+        ) else {
+            continue;
+        };
+        let lag = outbox_shared::time::parse_timestamp(published)
+            .ok()
+            .zip(outbox_shared::time::parse_timestamp(created).ok())
+            .and_then(|(published, created)| {
+                u64::try_from((published - created).num_milliseconds()).ok()
+            });
+        if let Some(lag) = lag {
+            lags.insert(id.clone(), lag);
+        }
+    }
+    Ok(lags)
+}

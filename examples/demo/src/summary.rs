@@ -1,0 +1,223 @@
+//! The summary of a run: what was written, published, delivered, duplicated or missing, and the
+//! live relay's latencies, printed as a table (and with `--json` as one line).
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::deliveries::Delivery;
+use crate::relays::RelaySummary;
+
+/// What the demo observed; also printed as JSON with `--json`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Summary {
+    /// Orders (and so `OrderCreated` events) written.
+    pub(crate) written: u64,
+    /// Events the stream relay reported published.
+    pub(crate) published_by_stream: u64,
+    /// Events `relay-poller drain` reported published.
+    pub(crate) published_by_poller: u64,
+    /// Messages on the sink queue (duplicates included).
+    pub(crate) delivered: u64,
+    /// Distinct `metadata.eventId`s delivered.
+    pub(crate) unique_delivered: u64,
+    /// Deliveries beyond the first of an event id.
+    pub(crate) duplicates: u64,
+    /// Written events never delivered: must be 0.
+    pub(crate) missing: u64,
+    /// Events sent to the dead-letter queue by either relay.
+    pub(crate) dead_lettered: u64,
+    /// Orders per second written while the stream relay ran (`--rate`).
+    pub(crate) rate: u64,
+    /// Write to published (PutEvents accepted, the item marked): the relay's own latency, over
+    /// the events written while the stream relay ran.
+    pub relay_lag_p50_ms: u64,
+    pub relay_lag_p99_ms: u64,
+    /// Write to delivery on the sink queue (through the emulator's rule), over the same events.
+    pub latency_p50_ms: u64,
+    pub latency_p99_ms: u64,
+    /// PutEvents calls by both relays, retries included.
+    pub(crate) put_events_calls: u64,
+    pub(crate) seconds: f64,
+}
+
+/// The events the demo wrote: all of them, those written while the stream relay ran (whose
+/// latencies are the live relay's), and the rate those were written at.
+pub(crate) struct Written<'a> {
+    pub(crate) all: &'a [String],
+    pub(crate) live: &'a HashSet<String>,
+    pub(crate) rate: u64,
+}
+
+/// Counts the delivered events against the written ones and takes the live relay's latencies.
+pub(crate) fn summarize(
+    written: &Written<'_>,
+    deliveries: &[Delivery],
+    relay_lags: &HashMap<String, u64>,
+    stream: &RelaySummary,
+    poller: &RelaySummary,
+    dead_letters_on_queue: u64,
+    elapsed: Duration,
+) -> Summary {
+    let mut first_latency: HashMap<&str, Option<u64>> = HashMap::new();
+    for delivery in deliveries {
+        first_latency
+            .entry(delivery.event_id.as_str())
+            .or_insert(delivery.latency_ms);
+    }
+    let written_set: HashSet<&str> = written.all.iter().map(String::as_str).collect();
+    let missing = written_set
+        .iter()
+        .filter(|id| !first_latency.contains_key(*id))
+        .count();
+    let mut latencies: Vec<u64> = first_latency
+        .iter()
+        .filter(|(id, _)| written.live.contains(**id))
+        .filter_map(|(_, l)| *l)
+        .collect();
+    latencies.sort_unstable();
+    let mut lags: Vec<u64> = relay_lags
+        .iter()
+        .filter(|(id, _)| written.live.contains(*id))
+        .map(|(_, lag)| *lag)
+        .collect();
+    lags.sort_unstable();
+    let delivered = deliveries.len() as u64;
+    let unique = first_latency.len() as u64;
+    Summary {
+        written: written.all.len() as u64,
+        published_by_stream: stream.published,
+        published_by_poller: poller.published,
+        delivered,
+        unique_delivered: unique,
+        duplicates: delivered - unique,
+        missing: missing as u64,
+        dead_lettered: (stream.dead_lettered + poller.dead_lettered).max(dead_letters_on_queue),
+        rate: written.rate,
+        relay_lag_p50_ms: percentile(&lags, 50),
+        relay_lag_p99_ms: percentile(&lags, 99),
+        latency_p50_ms: percentile(&latencies, 50),
+        latency_p99_ms: percentile(&latencies, 99),
+        put_events_calls: stream.put_events_calls + poller.put_events_calls,
+        seconds: (elapsed.as_secs_f64() * 10.0).round() / 10.0,
+    }
+}
+
+/// Nearest-rank percentile of sorted values (0 when empty).
+fn percentile(sorted: &[u64], p: usize) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (p * sorted.len()).div_ceil(100).max(1);
+    sorted[rank - 1]
+}
+
+/// Prints the summary table on stdout, with what its latencies measure and where the logs are.
+pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
+    let rows: [(&str, String); 12] = [
+        ("written", s.written.to_string()),
+        (
+            "published by stream relay",
+            s.published_by_stream.to_string(),
+        ),
+        (
+            "published by poller (backfill)",
+            s.published_by_poller.to_string(),
+        ),
+        ("delivered to sink queue", s.delivered.to_string()),
+        ("duplicates", s.duplicates.to_string()),
+        ("missing", s.missing.to_string()),
+        ("dead-lettered", s.dead_lettered.to_string()),
+        ("live relay, written at", format!("{} orders/s", s.rate)),
+        (
+            "  relay lag p50 / p99",
+            format!("{} / {} ms", s.relay_lag_p50_ms, s.relay_lag_p99_ms),
+        ),
+        (
+            "  write-to-delivery p50 / p99",
+            format!("{} / {} ms", s.latency_p50_ms, s.latency_p99_ms),
+        ),
+        ("PutEvents calls", s.put_events_calls.to_string()),
+        ("elapsed", format!("{:.1} s", s.seconds)),
+    ];
+    println!();
+    println!("{:<32} {:>16}", "outbox demo summary", "");
+    println!("{}", "-".repeat(49));
+    for (label, value) in rows {
+        println!("{label:<32} {value:>16}");
+    }
+    println!(
+        "{}",
+        if s.missing == 0 {
+            "result: every written event was delivered"
+        } else {
+            "result: EVENTS MISSING"
+        }
+    );
+    println!();
+    println!("relay lag: an order's write to its event's publication (PutEvents accepted and the");
+    println!(
+        "  item marked PUBLISHED), the relay's own latency, over the orders written while the"
+    );
+    println!(
+        "  stream relay ran; write-to-delivery: to the event's arrival on the sink queue through"
+    );
+    println!("  the local emulator's EventBridge rule (moto delivers inside the PutEvents call).");
+    println!("relay logs and metrics: {}", log_dir.display());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentile_is_nearest_rank() {
+        let values: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&values, 50), 50);
+        assert_eq!(percentile(&values, 99), 99);
+        assert_eq!(percentile(&[7], 99), 7);
+        assert_eq!(percentile(&[], 50), 0);
+    }
+
+    #[test]
+    fn summary_counts_duplicates_and_missing() {
+        let written = vec![
+            "a".to_owned(),
+            "b".to_owned(),
+            "c".to_owned(),
+            "d".to_owned(),
+        ];
+        let d = |id: &str, ms| Delivery {
+            event_id: id.to_owned(),
+            latency_ms: Some(ms),
+        };
+        let deliveries = vec![d("a", 10), d("a", 50), d("b", 20), d("c", 9000)];
+        let live: HashSet<String> = ["a", "b"].map(str::to_owned).into();
+        let lags: HashMap<String, u64> = [("a", 5), ("b", 7), ("c", 8000)]
+            .map(|(id, lag)| (id.to_owned(), lag))
+            .into();
+        let s = summarize(
+            &Written {
+                all: &written,
+                live: &live,
+                rate: 50,
+            },
+            &deliveries,
+            &lags,
+            &RelaySummary::default(),
+            &RelaySummary::default(),
+            0,
+            Duration::from_secs(1),
+        );
+        assert_eq!(
+            (s.delivered, s.unique_delivered, s.duplicates, s.missing),
+            (4, 3, 1, 1)
+        );
+        // Latencies are the live relay's: the backfilled event "c" is not among them.
+        assert_eq!((s.latency_p50_ms, s.latency_p99_ms), (10, 20));
+        assert_eq!((s.relay_lag_p50_ms, s.relay_lag_p99_ms), (5, 7));
+        assert_eq!(s.rate, 50);
+    }
+}
