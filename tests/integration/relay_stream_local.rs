@@ -203,3 +203,93 @@ async fn sigterm_prints_the_summary_and_exits_zero() {
     let received: HashSet<String> = messages.iter().map(|m| m.event_id().to_owned()).collect();
     assert_eq!(received, event_ids.into_iter().collect());
 }
+
+/// Sets the `ttl` of the pending outbox items of `event_ids` to `ttl` (epoch seconds).
+async fn expire_pending_items(env: &TestEnv, event_ids: &[String], ttl: i64) -> usize {
+    let pending: Vec<_> = env
+        .outbox_items()
+        .await
+        .into_iter()
+        .filter(|item| item.status == OutboxStatus::Pending && event_ids.contains(&item.event_id))
+        .collect();
+    for item in &pending {
+        env.dynamodb
+            .update_item()
+            .table_name(&env.table_name)
+            .key(
+                "PK",
+                aws_sdk_dynamodb::types::AttributeValue::S(item.pk.clone()),
+            )
+            .key(
+                "SK",
+                aws_sdk_dynamodb::types::AttributeValue::S(item.sk.clone()),
+            )
+            .update_expression("SET #ttl = :ttl")
+            .expression_attribute_names("#ttl", outbox_shared::schema::attr::TTL)
+            .expression_attribute_values(
+                ":ttl",
+                aws_sdk_dynamodb::types::AttributeValue::N(ttl.to_string()),
+            )
+            .send()
+            .await
+            .expect("set ttl");
+    }
+    pending.len()
+}
+
+#[tokio::test]
+async fn pending_events_deleted_by_ttl_are_published_from_their_removes() {
+    // Given 12 pending events on a table provisioned from the template, whose INSERTs the relay
+    // will never see: it starts from LATEST, as it would after the stream's 24 h
+    let env = TestEnv::new().await;
+    let expiring = create_orders(&env, 12).await;
+    let child = env
+        .relay_command("relay-stream-local")
+        .args(["--from", "latest", "--exit-when-idle", "30s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("relay-stream-local starts");
+    // It reads past LATEST once an order written now arrives on the bus
+    let mut canaries = 0;
+    while env.queue_depth(&env.sink_queue_url).await == 0 {
+        assert!(canaries < 10, "relay-stream-local published no new order");
+        create_orders(&env, 1).await;
+        canaries += 1;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    // (an order written before it took its iterator is not on its stream: only those after count)
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let canaries_published = env.drain_sink().await.len() as u64;
+
+    // When DynamoDB's TTL deletes the 12 pending items for real (their ttl set in the past)
+    let yesterday = chrono::Utc::now().timestamp() - 24 * 3600;
+    assert_eq!(expire_pending_items(&env, &expiring, yesterday).await, 12);
+    let delivered = env.wait_for_sink(12, Duration::from_secs(60)).await;
+
+    // Then each was published from its REMOVE record's old image, once, with its event id
+    let received: Vec<&str> = delivered.iter().map(|m| m.event_id()).collect();
+    let mut sorted = received.clone();
+    sorted.sort_unstable();
+    let mut written: Vec<&str> = expiring.iter().map(String::as_str).collect();
+    written.sort_unstable();
+    assert_eq!(sorted, written, "delivered {received:?}");
+    // And the items are gone (TTL deleted them), and the relay counts what it published
+    assert!(
+        env.outbox_items()
+            .await
+            .iter()
+            .all(|item| !expiring.contains(&item.event_id)),
+        "a TTL-expired item is still in the table"
+    );
+    let pid = child.id().expect("running").to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let output = child.wait_with_output().await.expect("exits");
+    let summary = summary_of(&output.stdout);
+    assert_eq!(summary["published"], 12 + canaries_published, "{summary}");
+    assert_eq!(summary["failed"], 0, "{summary}");
+}

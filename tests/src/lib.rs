@@ -645,10 +645,21 @@ impl TestEnv {
 
     /// Every record on the table's stream so far, all shards, oldest first.
     pub async fn stream_records(&self) -> Vec<aws_sdk_dynamodbstreams::types::Record> {
+        self.stream_records_of(&self.stream_arn).await
+    }
+
+    /// Every record of the stream `stream_arn` (another table's), from the start of each shard.
+    ///
+    /// # Panics
+    /// When the stream can't be read.
+    pub async fn stream_records_of(
+        &self,
+        stream_arn: &str,
+    ) -> Vec<aws_sdk_dynamodbstreams::types::Record> {
         let description = self
             .streams
             .describe_stream()
-            .stream_arn(&self.stream_arn)
+            .stream_arn(stream_arn)
             .send()
             .await
             .expect("describe stream")
@@ -659,7 +670,7 @@ impl TestEnv {
             let mut iterator = self
                 .streams
                 .get_shard_iterator()
-                .stream_arn(&self.stream_arn)
+                .stream_arn(stream_arn)
                 .shard_id(shard.shard_id().expect("shard id"))
                 .shard_iterator_type(aws_sdk_dynamodbstreams::types::ShardIteratorType::TrimHorizon)
                 .send()
