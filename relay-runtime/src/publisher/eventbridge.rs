@@ -369,7 +369,7 @@ pub(crate) fn entry_results(pending: &[usize], results: &[PutEventsResultEntry])
 /// again when the failure is retryable; a call of several entries refused with a code one entry
 /// can cause (a field over a model constraint fails them all) is split to find it; otherwise
 /// every entry fails, or, alone, is poison when the code says so.
-pub(crate) fn call_failed(pending: &[usize], failure: &SdkFailure) -> Attempt {
+fn call_failed(pending: &[usize], failure: &SdkFailure) -> Attempt {
     let code = failure
         .code
         .clone()
