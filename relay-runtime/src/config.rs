@@ -80,6 +80,7 @@ impl PublisherConfig {
     pub fn validate(&self) -> Result<(), PublisherConfigError> {
         use PublisherSetting as S;
         non_empty(S::EventBusName, &self.event_bus_name)?;
+        bus_name_or_arn(&self.event_bus_name)?;
         non_empty(S::Source, &self.source)?;
         in_range(
             S::MaxEntriesPerCall,
@@ -205,6 +206,49 @@ fn non_empty(setting: PublisherSetting, value: &str) -> Result<(), PublisherConf
         return Err(PublisherConfigError {
             setting,
             detail: "must not be empty".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Longest `EventBusName` (a name or an ARN) EventBridge accepts on a `PutEvents` entry.
+const EVENT_BUS_NAME_MAX_CHARS: usize = 1600;
+
+/// Checks the bus against EventBridge's model constraint on a `PutEvents` entry's
+/// `EventBusName`: at most 1,600 characters, a name of `[/._A-Za-z0-9-]`, or the ARN of one
+/// (`arn:aws…:events:REGION:ACCOUNT:event-bus/NAME`). EventBridge refuses every call that names
+/// another bus as a whole with `ValidationException`, which the publisher would take for an
+/// entry's fault and dead-letter every event alone in its call: so it is refused at start.
+fn bus_name_or_arn(value: &str) -> Result<(), PublisherConfigError> {
+    let name_chars = |name: &str| {
+        !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c))
+    };
+    let word = |part: &str| {
+        part.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-".contains(c))
+    };
+    let valid = match value.split(':').collect::<Vec<_>>()[..] {
+        [name] => name_chars(name),
+        ["arn", partition, "events", region, account, resource] => {
+            partition.strip_prefix("aws").is_some_and(word)
+                && region.split('-').count() >= 3
+                && region.split('-').all(|p| !p.is_empty() && word(p))
+                && account.len() == 12
+                && account.chars().all(|c| c.is_ascii_digit())
+                && resource.strip_prefix("event-bus/").is_some_and(name_chars)
+        }
+        _ => false,
+    };
+    if !valid || value.chars().count() > EVENT_BUS_NAME_MAX_CHARS {
+        return Err(PublisherConfigError {
+            setting: PublisherSetting::EventBusName,
+            detail: format!(
+                "must be a bus name of letters, digits and /._- or an event bus ARN, at most \
+                 {EVENT_BUS_NAME_MAX_CHARS} characters, as EventBridge accepts"
+            ),
         });
     }
     Ok(())
@@ -423,6 +467,37 @@ mod tests {
                 .to_string()
                 .starts_with("max request bytes")
         );
+    }
+
+    #[test]
+    fn a_bus_eventbridge_would_refuse_on_every_entry_is_refused_at_start() {
+        for accepted in [
+            "orders-bus",
+            "default",
+            "aws.partner/example.com/123/orders",
+            "arn:aws:events:eu-west-1:123456789012:event-bus/orders-bus",
+            "arn:aws-cn:events:cn-north-1:123456789012:event-bus/orders",
+        ] {
+            let config = PublisherConfig::new(accepted, "orders");
+            assert_eq!(config.validate(), Ok(()), "{accepted}");
+        }
+        for refused in [
+            "orders bus",
+            "orders:bus",
+            "arn:aws:events:eu-west-1:1234:event-bus/orders",
+            "arn:aws:sqs:eu-west-1:123456789012:event-bus/orders",
+            "arn:aws:events:eu-west-1:123456789012:rule/orders",
+            &"b".repeat(1601),
+        ] {
+            let err = PublisherConfig::new(refused, "orders")
+                .validate()
+                .unwrap_err();
+            assert_eq!(err.setting, PublisherSetting::EventBusName, "{refused}");
+            assert!(
+                err.to_string().starts_with("event bus name must be"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

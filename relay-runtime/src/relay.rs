@@ -19,6 +19,7 @@ use std::fmt;
 
 use chrono::Utc;
 use futures::StreamExt;
+use outbox_shared::envelope::check_trace_header;
 use outbox_shared::time::format_timestamp;
 use outbox_shared::{ItemKey, OutboundEvent, OutboxItem};
 
@@ -97,10 +98,22 @@ impl<R> ReadyEvents<R> {
 
     /// Builds the envelope of `item` and adds it, or says why the item is poison.
     ///
+    /// A `TraceHeader` EventBridge would refuse is left off the entry with a warning, and the
+    /// event published without it: dead-lettering a business event for its tracing context is
+    /// worse than losing the trace ([`OutboundEvent::from_item`]).
+    ///
     /// # Errors
     /// [`Poison`] when the item can never become an EventBridge entry (payload not JSON, an empty
-    /// id or type, a `CreatedAt` that is not a timestamp).
+    /// id or type, a `CreatedAt` that is not a timestamp, an `EventType` longer than a
+    /// `DetailType` may be).
     pub fn push_item(&mut self, item: OutboxItem, source: R) -> Result<(), Poison<R>> {
+        if let Some(Err(error)) = item.trace_header.as_deref().map(check_trace_header) {
+            tracing::warn!(
+                event_id = %item.event_id,
+                error = %error,
+                "publishing the event without its TraceHeader, which EventBridge would refuse"
+            );
+        }
         let event = OutboundEvent::from_item(&item);
         let key = ItemKey {
             pk: item.pk,

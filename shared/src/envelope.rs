@@ -10,7 +10,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::item::OutboxItem;
-use crate::limits::PUT_EVENTS_TIME_BYTES;
+use crate::limits::{
+    PUT_EVENTS_DETAIL_TYPE_MAX_CHARS, PUT_EVENTS_TIME_BYTES, PUT_EVENTS_TRACE_HEADER_MAX_CHARS,
+};
+use crate::schema::attr;
 use crate::time::parse_timestamp;
 
 /// `metadata` of the envelope: who the event is about and when it happened.
@@ -54,6 +57,73 @@ pub enum EnvelopeError {
     },
     #[error("event {event_id}: CreatedAt {value:?} is not an RFC 3339 timestamp")]
     BadTimestamp { event_id: String, value: String },
+    /// A field EventBridge would refuse (and with it every entry of the call).
+    #[error("event {event_id}: {source}")]
+    Refused {
+        event_id: String,
+        source: EntryFieldError,
+    },
+}
+
+/// An item attribute whose `PutEvents` entry field EventBridge refuses. These are model
+/// constraints: EventBridge answers the whole call with `ValidationException`, every entry in it
+/// fails, not only this one. Names the attribute and the limit, never the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{attribute} is {chars} characters; EventBridge accepts a {entry_field} of {min} to {max}")]
+pub struct EntryFieldError {
+    /// The outbox item's attribute (`EventType`, `TraceHeader`).
+    pub attribute: &'static str,
+    /// The `PutEvents` entry field it becomes (`DetailType`, `TraceHeader`).
+    pub entry_field: &'static str,
+    pub chars: usize,
+    pub min: usize,
+    pub max: usize,
+}
+
+/// Checks an `EventType` as the entry's `DetailType`: 1 to 128 characters.
+///
+/// # Errors
+/// [`EntryFieldError`] naming `EventType` and the limit.
+pub fn check_detail_type(event_type: &str) -> Result<(), EntryFieldError> {
+    check_length(
+        attr::EVENT_TYPE,
+        "DetailType",
+        event_type,
+        PUT_EVENTS_DETAIL_TYPE_MAX_CHARS,
+    )
+}
+
+/// Checks a `TraceHeader` as the entry's `TraceHeader`: 1 to 500 characters.
+///
+/// # Errors
+/// [`EntryFieldError`] naming `TraceHeader` and the limit.
+pub fn check_trace_header(trace_header: &str) -> Result<(), EntryFieldError> {
+    check_length(
+        attr::TRACE_HEADER,
+        "TraceHeader",
+        trace_header,
+        PUT_EVENTS_TRACE_HEADER_MAX_CHARS,
+    )
+}
+
+/// Characters, as a Smithy `@length` constraint counts them (not bytes).
+fn check_length(
+    attribute: &'static str,
+    entry_field: &'static str,
+    value: &str,
+    max: usize,
+) -> Result<(), EntryFieldError> {
+    let chars = value.chars().count();
+    if (1..=max).contains(&chars) {
+        return Ok(());
+    }
+    Err(EntryFieldError {
+        attribute,
+        entry_field,
+        chars,
+        min: 1,
+        max,
+    })
 }
 
 /// The envelope's bytes besides its field values: keys, quotes, braces and a sequence number.
@@ -79,9 +149,15 @@ impl OutboundEvent {
     ///
     /// The payload is embedded as it is stored (validated, not re-serialized).
     ///
+    /// A `TraceHeader` EventBridge would refuse (outside 1 to 500 characters, which the writer
+    /// refuses but another client may write) is left off the entry, and the event published
+    /// without it: it is tracing context, not the event, and dead-lettering a business event for
+    /// its trace is worse than losing the trace; sent as it is, it would make EventBridge refuse
+    /// the whole call. The relay logs it ([`check_trace_header`] says why).
+    ///
     /// # Errors
-    /// [`EnvelopeError`] when the payload is not JSON, a required field is empty, or `CreatedAt`
-    /// is not a timestamp: the item is poison.
+    /// [`EnvelopeError`] when the payload is not JSON, a required field is empty, `CreatedAt`
+    /// is not a timestamp, or `EventType` is too long to be a `DetailType`: the item is poison.
     pub fn from_item(item: &OutboxItem) -> Result<Self, EnvelopeError> {
         let event_id = &item.event_id;
         for (field, value) in [("EventId", event_id), ("EventType", &item.event_type)] {
@@ -92,6 +168,10 @@ impl OutboundEvent {
                 });
             }
         }
+        check_detail_type(&item.event_type).map_err(|source| EnvelopeError::Refused {
+            event_id: event_id.clone(),
+            source,
+        })?;
         let data: &RawValue =
             serde_json::from_str(&item.payload).map_err(|e| EnvelopeError::PayloadNotJson {
                 event_id: event_id.clone(),
@@ -132,7 +212,10 @@ impl OutboundEvent {
             time: Some(aws_smithy_types::DateTime::from_millis(
                 occurred.timestamp_millis(),
             )),
-            trace_header: item.trace_header.clone(),
+            trace_header: item
+                .trace_header
+                .clone()
+                .filter(|header| check_trace_header(header).is_ok()),
         })
     }
 
@@ -219,6 +302,35 @@ mod tests {
             event.entry_size("orders"),
             14 + "orders".len() + "OrderCreated".len() + event.detail.len()
         );
+    }
+
+    #[test]
+    fn an_event_type_eventbridge_refuses_as_a_detail_type_is_poison_named_without_its_value() {
+        let mut long = item("{}");
+        long.event_type = "T".repeat(129);
+        let err = OutboundEvent::from_item(&long).unwrap_err();
+        assert!(matches!(err, EnvelopeError::Refused { .. }), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "event e1: EventType is 129 characters; EventBridge accepts a DetailType of 1 to 128"
+        );
+        // 128 characters of 2 bytes each are accepted: the limit counts characters
+        long.event_type = "é".repeat(128);
+        assert!(OutboundEvent::from_item(&long).is_ok());
+    }
+
+    #[test]
+    fn a_trace_header_eventbridge_refuses_is_left_off_the_entry() {
+        for refused in [String::new(), "t".repeat(501)] {
+            let mut traced = item("{}");
+            traced.trace_header = Some(refused);
+            let event = OutboundEvent::from_item(&traced).unwrap();
+            assert_eq!(event.trace_header, None);
+        }
+        let mut longest = item("{}");
+        longest.trace_header = Some("t".repeat(500));
+        let event = OutboundEvent::from_item(&longest).unwrap();
+        assert_eq!(event.trace_header.map(|h| h.len()), Some(500));
     }
 
     #[test]

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::config::OutboxConfig;
+use crate::envelope::{EntryFieldError, check_detail_type, check_trace_header};
 use crate::schema::{self, entity};
 use crate::shard::shard_for;
 use crate::time::format_timestamp;
@@ -123,6 +124,7 @@ pub struct NewOutboxEvent {
     pub sequence: Option<u64>,
     /// Any JSON document; becomes `data` in the envelope.
     pub payload: serde_json::Value,
+    /// Becomes the entry's `TraceHeader`: 1 to 500 characters.
     pub trace_header: Option<String>,
 }
 
@@ -141,6 +143,10 @@ pub enum ItemError {
     KeySeparator { field: &'static str, value: String },
     #[error("{field} contains a control character: {value:?}")]
     ControlCharacter { field: &'static str, value: String },
+    /// An attribute EventBridge would refuse on the event's `PutEvents` entry, and with it the
+    /// whole call.
+    #[error(transparent)]
+    EntryField(#[from] EntryFieldError),
 }
 
 /// Longest id accepted in a key segment. Far below DynamoDB's 2,048-byte partition key limit,
@@ -195,7 +201,9 @@ impl OutboxItem {
     /// Like [`OutboxItem::pending`] with a caller-chosen event id (deterministic replays, tests).
     ///
     /// # Errors
-    /// [`ItemError`] when an id, the event type or the aggregate type is empty or malformed.
+    /// [`ItemError`] when an id, the event type or the aggregate type is empty or malformed, or
+    /// the event type or trace header is one EventBridge would refuse
+    /// ([`ItemError::EntryField`]).
     pub fn pending_with_id(
         event: NewOutboxEvent,
         config: &OutboxConfig,
@@ -208,7 +216,12 @@ impl OutboxItem {
             });
         }
         validate_id("event id", &event_id)?;
+        // Before `validate_id`, whose longer byte limit would name the wrong bound.
+        check_detail_type(&event.event_type)?;
         validate_id("event type", &event.event_type)?;
+        if let Some(trace_header) = &event.trace_header {
+            check_trace_header(trace_header)?;
+        }
         validate_id("aggregate type", &event.aggregate_type)?;
         validate_id("aggregate id", &event.aggregate_id)?;
         let created_at = format_timestamp(now);
@@ -232,6 +245,18 @@ impl OutboxItem {
             ttl: Some(ttl),
             trace_header: event.trace_header,
         })
+    }
+
+    /// Checks the attributes that become `PutEvents` entry fields (`EventType`, `TraceHeader`)
+    /// against what EventBridge accepts: an item built or changed by hand passes through here.
+    ///
+    /// # Errors
+    /// [`EntryFieldError`] naming the attribute and the limit.
+    pub fn check_entry_fields(&self) -> Result<(), EntryFieldError> {
+        check_detail_type(&self.event_type)?;
+        self.trace_header
+            .as_deref()
+            .map_or(Ok(()), check_trace_header)
     }
 
     pub fn key(&self) -> ItemKey {
@@ -345,6 +370,37 @@ mod tests {
         assert_eq!(item.event_id, "e9");
         assert_eq!(item.aggregate_id, None);
         assert!(item.is_outbox_event());
+    }
+
+    #[test]
+    fn refuses_an_event_type_or_trace_header_eventbridge_would_refuse() {
+        let mut long_type = new_event();
+        long_type.event_type = "T".repeat(129);
+        let err = OutboxItem::pending(long_type, &config(), Utc::now()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "EventType is 129 characters; EventBridge accepts a DetailType of 1 to 128"
+        );
+        for (header, chars) in [(String::new(), 0), ("t".repeat(501), 501)] {
+            let mut traced = new_event();
+            traced.trace_header = Some(header);
+            let err = OutboxItem::pending(traced, &config(), Utc::now()).unwrap_err();
+            assert_eq!(
+                err,
+                ItemError::EntryField(EntryFieldError {
+                    attribute: "TraceHeader",
+                    entry_field: "TraceHeader",
+                    chars,
+                    min: 1,
+                    max: 500,
+                })
+            );
+        }
+        let mut longest = new_event();
+        longest.event_type = "T".repeat(128);
+        longest.trace_header = Some("t".repeat(500));
+        let item = OutboxItem::pending(longest, &config(), Utc::now()).unwrap();
+        assert_eq!(item.check_entry_fields(), Ok(()));
     }
 
     #[test]

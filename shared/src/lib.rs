@@ -29,7 +29,7 @@ pub mod shard;
 pub mod time;
 
 pub use config::{ConfigError, OutboxConfig};
-pub use envelope::{Envelope, EnvelopeError, EventMetadata, OutboundEvent};
+pub use envelope::{EntryFieldError, Envelope, EnvelopeError, EventMetadata, OutboundEvent};
 pub use error::{ErrorClass, SdkFailure, classify_sdk_error};
 pub use item::{ItemError, ItemKey, NewOutboxEvent, OutboxItem, OutboxStatus};
 pub use retry::RetryPolicy;

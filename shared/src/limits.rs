@@ -13,6 +13,14 @@ pub const PUT_EVENTS_ABSOLUTE_MAX_BYTES: usize = 1024 * 1024;
 /// EventBridge counts a set `Time` field as 14 bytes of the entry size.
 pub const PUT_EVENTS_TIME_BYTES: usize = 14;
 
+/// Longest `DetailType` (the item's `EventType`) of a `PutEvents` entry, in characters: a model
+/// constraint, so a longer one makes EventBridge refuse the whole call, every entry in it.
+pub const PUT_EVENTS_DETAIL_TYPE_MAX_CHARS: usize = 128;
+
+/// Longest `TraceHeader` of a `PutEvents` entry, in characters (at least 1): a model constraint,
+/// so one outside 1 to 500 makes EventBridge refuse the whole call.
+pub const PUT_EVENTS_TRACE_HEADER_MAX_CHARS: usize = 500;
+
 /// `TransactWriteItems` accepts at most 100 actions.
 pub const TRANSACT_MAX_ACTIONS: usize = 100;
 

@@ -16,6 +16,7 @@ mod poller_drain;
 mod poller_fleet;
 mod poller_quota;
 mod relay_faults;
+mod relay_refused_calls;
 mod relay_stream_deadline;
 mod relay_stream_faults;
 mod relay_stream_local;

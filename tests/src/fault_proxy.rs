@@ -14,6 +14,11 @@
 //!   publisher slows down on `ThrottlingException` (`relay_runtime::publish_rate`), and a bus
 //!   throttles by rate, not at random, so throttling is tested against a quota on the latency
 //!   model (`poller_quota`), where slowing down is what ends it.
+//!   Before any of that, a `PutEvents` call that EventBridge would refuse as a whole is refused
+//!   here as EventBridge refuses it (HTTP 400 `ValidationException`, nothing sent on), whatever
+//!   the rates: more than 10 entries, more than 256 KiB of entries, a `DetailType` over 128
+//!   characters, a `TraceHeader` outside 1 to 500 ([`put_events_refusal`]). moto checks none of
+//!   these, so without this a relay that sends such a call would pass here and fail on AWS.
 //! - Everything else (DynamoDB Streams, SQS, writes the test makes itself) goes through untouched.
 //!
 //! Decisions come from a seeded RNG, so a run is reproducible up to request interleaving; what
@@ -30,6 +35,10 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use outbox_shared::limits::{
+    PUT_EVENTS_DEFAULT_MAX_BYTES, PUT_EVENTS_DETAIL_TYPE_MAX_CHARS, PUT_EVENTS_MAX_ENTRIES,
+    PUT_EVENTS_TIME_BYTES, PUT_EVENTS_TRACE_HEADER_MAX_CHARS,
+};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
@@ -66,6 +75,8 @@ pub struct FaultCounts {
     pub lost_replies: u64,
     pub failed_entries: u64,
     pub passed_calls: u64,
+    /// `PutEvents` calls refused as a whole, as EventBridge refuses them ([`put_events_refusal`]).
+    pub refused_calls: u64,
 }
 
 #[derive(Debug)]
@@ -224,6 +235,13 @@ impl State {
             );
         }
         if target == PUT_EVENTS {
+            if let Some(message) = put_events_refusal(body) {
+                counts.refused_calls += 1;
+                return Plan::Fail(
+                    StatusCode::BAD_REQUEST,
+                    json!({"__type": "ValidationException", "message": message}),
+                );
+            }
             if self.percent(&mut rng, self.rates.lost_replies) {
                 counts.lost_replies += 1;
                 return Plan::LoseReply;
@@ -391,6 +409,72 @@ impl State {
     }
 }
 
+/// Why EventBridge would refuse this `PutEvents` request as a whole, where moto lets it pass; the
+/// message names the member and the constraint as EventBridge's does, without the value.
+///
+/// The request size is counted as EventBridge documents it ("Calculating PutEvents event entry
+/// size") and as `OutboundEvent::entry_size` counts it: per entry, 14 bytes for a `Time`, and the
+/// UTF-8 bytes of `Source`, `DetailType`, `Detail` and each of `Resources`; the bus name and the
+/// trace header do not count. Length constraints count characters, as Smithy's `@length` does.
+pub fn put_events_refusal(body: &[u8]) -> Option<String> {
+    let request: Value = serde_json::from_slice(body).ok()?;
+    let entries = request["Entries"].as_array()?;
+    let constraint = |member: &str, bound: &str| {
+        format!(
+            "1 validation error detected: Value at '{member}' failed to satisfy constraint: \
+             Member must have length {bound}"
+        )
+    };
+    if entries.len() > PUT_EVENTS_MAX_ENTRIES {
+        return Some(constraint(
+            "entries",
+            &format!("less than or equal to {PUT_EVENTS_MAX_ENTRIES}"),
+        ));
+    }
+    for (i, entry) in entries.iter().enumerate() {
+        let member = |name: &str| format!("entries.{}.member.{name}", i + 1);
+        let chars = |name: &str| entry[name].as_str().map(|v| v.chars().count());
+        if chars("DetailType").is_some_and(|n| n > PUT_EVENTS_DETAIL_TYPE_MAX_CHARS) {
+            return Some(constraint(
+                &member("detailType"),
+                &format!("less than or equal to {PUT_EVENTS_DETAIL_TYPE_MAX_CHARS}"),
+            ));
+        }
+        match chars("TraceHeader") {
+            Some(0) => {
+                return Some(constraint(
+                    &member("traceHeader"),
+                    "greater than or equal to 1",
+                ));
+            }
+            Some(n) if n > PUT_EVENTS_TRACE_HEADER_MAX_CHARS => {
+                return Some(constraint(
+                    &member("traceHeader"),
+                    &format!("less than or equal to {PUT_EVENTS_TRACE_HEADER_MAX_CHARS}"),
+                ));
+            }
+            _ => {}
+        }
+    }
+    let bytes: usize = entries.iter().map(put_events_entry_bytes).sum();
+    (bytes > PUT_EVENTS_DEFAULT_MAX_BYTES)
+        .then(|| "Total size of the entries in the request is over the limit.".to_owned())
+}
+
+/// One `PutEvents` entry's size as EventBridge counts it (see [`put_events_refusal`]).
+fn put_events_entry_bytes(entry: &Value) -> usize {
+    let text = |name: &str| entry[name].as_str().map_or(0, str::len);
+    let time = if entry.get("Time").is_some_and(|t| !t.is_null()) {
+        PUT_EVENTS_TIME_BYTES
+    } else {
+        0
+    };
+    let resources: usize = entry["Resources"].as_array().map_or(0, |r| {
+        r.iter().filter_map(Value::as_str).map(str::len).sum()
+    });
+    time + text("Source") + text("DetailType") + text("Detail") + resources
+}
+
 fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
     let bytes = Bytes::from(serde_json::to_vec(body).expect("JSON"));
     Response::builder()
@@ -406,4 +490,81 @@ fn text(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
         .status(status)
         .body(Full::new(Bytes::from(message.to_owned())))
         .expect("a valid response")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use outbox_shared::OutboundEvent;
+
+    fn entry(detail_type: &str, detail: &str) -> Value {
+        json!({"Source": "test.orders", "DetailType": detail_type, "Detail": detail,
+               "EventBusName": "bus", "Time": 1.7e9})
+    }
+
+    fn request(entries: Vec<Value>) -> Vec<u8> {
+        serde_json::to_vec(&json!({ "Entries": entries })).unwrap()
+    }
+
+    #[test]
+    fn an_entry_is_sized_as_the_publisher_sizes_it() {
+        let event = OutboundEvent {
+            event_id: "e1".into(),
+            ordering_key: "a".into(),
+            detail_type: "OrderCreated".into(),
+            detail: r#"{"data":"ü"}"#.into(),
+            time: Some(aws_smithy_types::DateTime::from_secs(1_700_000_000)),
+            trace_header: Some("Root=1-abc".into()),
+        };
+        let json = entry(&event.detail_type, &event.detail);
+        assert_eq!(
+            put_events_entry_bytes(&json),
+            event.entry_size("test.orders")
+        );
+    }
+
+    #[test]
+    fn refuses_what_eventbridge_refuses_as_a_whole_call() {
+        let ok = || entry("OrderCreated", "{}");
+        assert_eq!(put_events_refusal(&request(vec![ok(); 10])), None);
+        let refused = [
+            (vec![ok(); 11], "'entries'"),
+            (
+                vec![ok(), entry(&"x".repeat(129), "{}")],
+                "'entries.2.member.detailType'",
+            ),
+            (
+                vec![{
+                    let mut e = ok();
+                    e["TraceHeader"] = json!("");
+                    e
+                }],
+                "greater than or equal to 1",
+            ),
+            (
+                vec![{
+                    let mut e = ok();
+                    e["TraceHeader"] = json!("t".repeat(501));
+                    e
+                }],
+                "less than or equal to 500",
+            ),
+            (
+                vec![
+                    entry("t", &"d".repeat(200 * 1024)),
+                    entry("t", &"d".repeat(60 * 1024)),
+                ],
+                "Total size",
+            ),
+        ];
+        for (entries, says) in refused {
+            let message = put_events_refusal(&request(entries)).expect("refused");
+            assert!(message.contains(says), "{message}");
+        }
+        // 128 characters of 2 bytes each are within the limit: it counts characters
+        assert_eq!(
+            put_events_refusal(&request(vec![entry(&"é".repeat(128), "{}")])),
+            None
+        );
+    }
 }

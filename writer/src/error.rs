@@ -10,14 +10,19 @@
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use outbox_shared::error::TRANSACTION_CONFLICT_CODE;
-use outbox_shared::{ItemError, ItemKey, SdkFailure};
+use outbox_shared::{EntryFieldError, ItemError, ItemKey, SdkFailure};
 
 /// Input that can never be written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InputError {
     /// An id that becomes part of a key is empty or malformed (the error names which).
     #[error(transparent)]
-    Id(#[from] ItemError),
+    Id(ItemError),
+    /// An event's `EventType` or `TraceHeader` that EventBridge would refuse on its `PutEvents`
+    /// entry, and with it every entry of the call: no relay could publish it (the error names
+    /// the attribute and the limit).
+    #[error(transparent)]
+    EntryField(EntryFieldError),
     #[error("an order needs at least one item")]
     NoItems,
     #[error("item {index} has an empty sku")]
@@ -34,6 +39,15 @@ pub enum InputError {
     VersionOverflow { version: u64 },
     #[error("invalid trace header: {reason}")]
     TraceHeader { reason: String },
+}
+
+impl From<ItemError> for InputError {
+    fn from(err: ItemError) -> Self {
+        match err {
+            ItemError::EntryField(field) => Self::EntryField(field),
+            other => Self::Id(other),
+        }
+    }
 }
 
 /// A write over one of the AWS limits.

@@ -4,13 +4,16 @@
 
 use std::fmt;
 
+use outbox_shared::limits::PUT_EVENTS_TRACE_HEADER_MAX_CHARS;
+
 use crate::error::InputError;
 
 /// The environment variable Lambda sets to the invocation's X-Ray trace header.
 pub const LAMBDA_TRACE_ENV: &str = "_X_AMZN_TRACE_ID";
 
-/// Longest `TraceHeader` EventBridge accepts on a `PutEvents` entry.
-pub const MAX_TRACE_HEADER_LEN: usize = 500;
+/// Longest `TraceHeader` EventBridge accepts on a `PutEvents` entry (ASCII here, so characters
+/// and bytes agree).
+pub const MAX_TRACE_HEADER_LEN: usize = PUT_EVENTS_TRACE_HEADER_MAX_CHARS;
 
 /// An X-Ray trace header (`Root=1-…;Parent=…;Sampled=1`), checked against EventBridge's limits:
 /// 1 to 500 printable ASCII characters.

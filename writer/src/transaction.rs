@@ -249,9 +249,12 @@ impl OutboxTransaction {
         let mut events = Vec::with_capacity(self.events.len());
         for spec in self.events {
             let outbox = match spec {
-                EventSpec::Built(item) => item,
+                EventSpec::Built(item) => {
+                    item.check_entry_fields().map_err(InputError::EntryField)?;
+                    item
+                }
                 EventSpec::New(event) => {
-                    OutboxItem::pending(event, &config.outbox, now).map_err(InputError::Id)?
+                    OutboxItem::pending(event, &config.outbox, now).map_err(InputError::from)?
                 }
             };
             check_event_size(&outbox, config)?;
@@ -632,6 +635,53 @@ mod tests {
                 if max == PUT_EVENTS_DEFAULT_MAX_BYTES && bytes > max),
             "{err}"
         );
+    }
+
+    #[test]
+    fn an_event_eventbridge_would_refuse_is_refused_before_the_transaction() {
+        // Given events whose EventType or TraceHeader EventBridge would refuse (and with it the
+        // whole PutEvents call): new ones, and an item built and then changed by hand
+        let new = |adjust: fn(&mut NewOutboxEvent)| {
+            let mut e = event(serde_json::json!({}));
+            adjust(&mut e);
+            OutboxTransaction::new().event(e)
+        };
+        let mut built =
+            OutboxItem::pending(event(serde_json::json!({})), &config().outbox, Utc::now())
+                .unwrap();
+        built.trace_header = Some("t".repeat(501));
+        let cases = [
+            (
+                new(|e| e.event_type = "T".repeat(129)),
+                "EventType is 129 characters; EventBridge accepts a DetailType of 1 to 128",
+            ),
+            (
+                new(|e| e.trace_header = Some("t".repeat(501))),
+                "TraceHeader is 501 characters; EventBridge accepts a TraceHeader of 1 to 500",
+            ),
+            (
+                new(|e| e.trace_header = Some(String::new())),
+                "TraceHeader is 0 characters",
+            ),
+            (
+                OutboxTransaction::new().outbox_item(built),
+                "TraceHeader is 501 characters",
+            ),
+        ];
+        for (tx, says) in cases {
+            // When it is prepared
+            let err = tx.prepare(&config(), Utc::now()).unwrap_err();
+
+            // Then it is refused before any call, naming the attribute and the limit, not the
+            // value
+            assert!(
+                matches!(err, WriteError::InvalidInput(InputError::EntryField(_))),
+                "{err:?}"
+            );
+            let text = err.to_string();
+            assert!(text.contains(says), "{text}");
+            assert!(!text.contains("TT") && !text.contains("tt"), "{text}");
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The classic bus's adapter: `PutEvents` of `aws-sdk-eventbridge`, calls sent as the request
 //! builder packed them, at most `max_concurrency` in flight, every entry's result checked, the
-//! entries that failed with a retryable code sent again with backoff, at the [`PublishRate`]'s
-//! pace.
+//! entries that failed with a retryable code sent again with backoff, a call refused as a whole
+//! for what one entry can cause sent again in halves, at the [`PublishRate`]'s pace.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use super::request::{call_dependencies, pack_calls, previous_of_aggregate};
 use super::{
     ENTRY_TOO_LARGE, PublishOutcome, PublishStats, PublishStatsSnapshot, Publisher, THROTTLED,
-    past, permanent_outcome,
+    is_poison_code, past, permanent_outcome,
 };
 use crate::CallTasks;
 use crate::config::{PublisherConfig, PublisherConfigError};
@@ -114,6 +114,9 @@ impl EventBridgePublisher {
             let attempt = self.attempt(events, &pending).await;
             self.pace(slot, pending.len(), attempt.accepted, attempt.throttled);
             done.extend(attempt.done);
+            if !attempt.split.is_empty() {
+                done.extend(self.send_halves(events, attempt.split, stop_at).await);
+            }
             if attempt.retry.is_empty() {
                 break;
             }
@@ -150,6 +153,32 @@ impl EventBridgePublisher {
             pending = attempt.retry;
         }
         done
+    }
+
+    /// Sends the entries of a call EventBridge refused as a whole as two calls, each split again
+    /// if it is refused too ([`send_call`](Self::send_call)), until the entry at fault is alone.
+    /// One half after the other, in the refused call's place among the calls in flight: a call
+    /// holds one event per aggregate, so neither half waits for the other for order, and the
+    /// calls that wait for this one wait for both. Boxed: it and `send_call` call each other.
+    fn send_halves<'a>(
+        &'a self,
+        events: &'a [OutboundEvent],
+        entries: Vec<usize>,
+        stop_at: Option<Instant>,
+    ) -> BoxFuture<'a, Vec<(usize, PublishOutcome)>> {
+        async move {
+            if past(stop_at) {
+                return entries
+                    .into_iter()
+                    .map(|i| (i, PublishOutcome::NotSent))
+                    .collect();
+            }
+            let (first, second) = entries.split_at(entries.len() / 2);
+            let mut done = self.send_call(events, first, stop_at).await;
+            done.extend(self.send_call(events, second, stop_at).await);
+            done
+        }
+        .boxed()
     }
 
     /// One `PutEvents` call of the events at `pending`, and what it did to each.
@@ -288,6 +317,9 @@ pub(crate) struct Attempt {
     pub(crate) retry: Vec<usize>,
     /// The code and message of the last retryable refusal (empty when `retry` is).
     pub(crate) retry_error: (String, String),
+    /// Entries of a call refused as a whole for what one entry can cause, to send again in
+    /// halves (empty otherwise).
+    pub(crate) split: Vec<usize>,
     /// Entries EventBridge accepted.
     pub(crate) accepted: usize,
     /// Entries refused for the quota ([`THROTTLED`]).
@@ -334,7 +366,9 @@ pub(crate) fn entry_results(pending: &[usize], results: &[PutEventsResultEntry])
 }
 
 /// A `PutEvents` call that failed as a whole (after the SDK's retries): every entry is sent
-/// again when the failure is retryable, and fails otherwise.
+/// again when the failure is retryable; a call of several entries refused with a code one entry
+/// can cause (a field over a model constraint fails them all) is split to find it; otherwise
+/// every entry fails, or, alone, is poison when the code says so.
 fn call_failed(pending: &[usize], failure: &SdkFailure) -> Attempt {
     let code = failure
         .code
@@ -349,18 +383,19 @@ fn call_failed(pending: &[usize], failure: &SdkFailure) -> Attempt {
             throttled,
             ..Attempt::default()
         },
+        ErrorClass::Permanent if pending.len() > 1 && is_poison_code(&code) => {
+            tracing::info!(code = %code, entries = pending.len(), "PutEvents call rejected as a whole: sending it in halves to find the entry at fault");
+            Attempt {
+                split: pending.to_vec(),
+                ..Attempt::default()
+            }
+        }
         ErrorClass::Permanent => {
             tracing::warn!(code = %code, entries = pending.len(), "PutEvents call rejected");
             Attempt {
                 done: pending
                     .iter()
-                    .map(|&i| {
-                        let outcome = PublishOutcome::Failed {
-                            code: code.clone(),
-                            message: message.clone(),
-                        };
-                        (i, outcome)
-                    })
+                    .map(|&i| (i, permanent_outcome(code.clone(), message.clone())))
                     .collect(),
                 throttled,
                 ..Attempt::default()

@@ -15,6 +15,14 @@
 //! events of its aggregate are not sent at all ([`PublishOutcome::HeldBack`]). So one aggregate's
 //! events leave in order even under failure, and none overtakes an earlier one that failed.
 //!
+//! Refused calls: a call EventBridge refuses as a whole with a code one entry can cause (one of
+//! [`POISON_ENTRY_CODES`]: a field over a model constraint fails every entry of the call) is sent
+//! again in halves, each halved again if it is refused too, until the entry at fault is alone: it
+//! is poison ([`PublishOutcome::Rejected`]), the others are published. The halves go one after
+//! the other in the refused call's place, so ordering holds as it does for any call. Other
+//! permanent call errors (access denied, no such bus) fail every entry however the call is cut,
+//! so such a call is not split.
+//!
 //! Rate: every call, retries included, leaves at the pace of the publisher's [`PublishRate`]
 //! (no limit until the bus throttles or a ceiling is set; see that module for the adaptation).
 //!
@@ -64,6 +72,7 @@ impl PublishOutcome {
 
 /// Entry error codes that mean the event itself can never be published: poison.
 /// Any other non-retryable code (say, access denied) is a configuration problem, not the event's.
+/// A whole call refused with one of them may be one entry's fault, and is split to find it.
 pub const POISON_ENTRY_CODES: &[&str] = &[
     "MalformedDetail",
     "InvalidArgument",
@@ -161,11 +170,16 @@ pub(crate) fn past(stop_at: Option<Instant>) -> bool {
 /// The outcome of an entry refused with the non-retryable `code`: poison when the event itself
 /// can never be accepted, a failure (it stays pending) otherwise.
 pub(crate) fn permanent_outcome(code: String, message: String) -> PublishOutcome {
-    if POISON_ENTRY_CODES.contains(&code.as_str()) {
+    if is_poison_code(&code) {
         PublishOutcome::Rejected { code, message }
     } else {
         PublishOutcome::Failed { code, message }
     }
+}
+
+/// Whether `code` says the event itself can never be published ([`POISON_ENTRY_CODES`]).
+pub(crate) fn is_poison_code(code: &str) -> bool {
+    POISON_ENTRY_CODES.contains(&code)
 }
 
 #[cfg(test)]

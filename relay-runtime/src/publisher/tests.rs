@@ -28,6 +28,34 @@ fn mock_eventbridge(rules: &[&Rule]) -> Client {
     Client::from_conf(config)
 }
 
+/// An EventBridge client answered by the first of `rules` that matches each call, as often as
+/// it is called.
+fn eventbridge_answering_any(rules: &[&Rule]) -> Client {
+    let interceptor = rules.iter().fold(
+        MockResponseInterceptor::new().rule_mode(RuleMode::MatchAny),
+        |i, rule| i.with_rule(rule),
+    );
+    let config = aws_sdk_eventbridge::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "test"))
+        .http_client(create_mock_http_client())
+        .interceptor(interceptor)
+        .retry_config(RetryConfig::disabled())
+        .build();
+    Client::from_conf(config)
+}
+
+/// EventBridge's answer to a call it refuses as a whole: HTTP 400 with the error's `code`.
+fn refused_call(code: &'static str) -> aws_smithy_runtime_api::http::Response {
+    aws_smithy_runtime_api::http::Response::new(
+        aws_smithy_runtime_api::http::StatusCode::try_from(400).unwrap(),
+        aws_smithy_types::body::SdkBody::from(format!(
+            r#"{{"__type":"{code}","message":"1 validation error detected"}}"#
+        )),
+    )
+}
+
 fn quick_config() -> PublisherConfig {
     PublisherConfig {
         retry: RetryPolicy {
@@ -362,4 +390,104 @@ fn an_answer_that_cannot_be_matched_to_its_entries_publishes_nothing() {
     assert_eq!(attempt.accepted, 0);
     assert_eq!(attempt.retry, [0, 1]);
     assert_eq!(attempt.retry_error.0, "ResponseMismatch");
+}
+
+#[tokio::test]
+async fn a_call_refused_as_a_whole_is_split_until_the_entry_at_fault_is_alone() {
+    // Given EventBridge refusing, as a whole, every call that holds the entry of type "bad"
+    // (HTTP 400 ValidationException, as for a DetailType over 128 characters), and accepting
+    // any other
+    let refused = mock!(Client::put_events)
+        .match_requests(|req| req.entries().iter().any(|e| e.detail_type() == Some("bad")))
+        .then_http_response(|| refused_call("ValidationException"));
+    let accept = mock!(Client::put_events).then_compute_output(|req| accepted(req.entries().len()));
+    let publisher = EventBridgePublisher::new(
+        eventbridge_answering_any(&[&refused, &accept]),
+        quick_config(),
+    )
+    .unwrap();
+    // Six aggregates' first events share a call; the bad one is d1; d2 and a2 come later
+    let mut events: Vec<_> = ["a", "b", "c", "d", "e", "f"]
+        .iter()
+        .map(|k| event_of(k, 1))
+        .collect();
+    events[3].detail_type = "bad".into();
+    events.push(event_of("d", 2));
+    events.push(event_of("a", 2));
+
+    // When they are published
+    let outcomes = publisher.publish(&events).await;
+
+    // Then the bad entry alone is poison, and every other event is published, the later events
+    // of its aggregate and of its neighbours too
+    for (i, outcome) in outcomes.iter().enumerate() {
+        if i == 3 {
+            assert!(
+                matches!(outcome, PublishOutcome::Rejected { code, .. } if code == "ValidationException"),
+                "{outcome:?}"
+            );
+        } else {
+            assert_eq!(*outcome, PublishOutcome::Published, "event {i}");
+        }
+    }
+    // And the refused call of six went again as [a b c] and [d e f], then [d] alone and [e f],
+    // before the call of d2 and a2
+    let stats = publisher.stats();
+    assert_eq!(
+        (
+            refused.num_calls(),
+            accept.num_calls(),
+            stats.put_events_calls
+        ),
+        (3, 3, 6)
+    );
+    assert_eq!((stats.published, stats.rejected, stats.failed), (7, 1, 0));
+}
+
+#[tokio::test]
+async fn a_call_refused_for_a_reason_of_no_entry_is_not_split() {
+    // Given EventBridge refusing every call as a whole with AccessDeniedException
+    let denied =
+        mock!(Client::put_events).then_http_response(|| refused_call("AccessDeniedException"));
+    let publisher =
+        EventBridgePublisher::new(eventbridge_answering_any(&[&denied]), quick_config()).unwrap();
+
+    // When four events are published
+    let events: Vec<_> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|k| event_of(k, 1))
+        .collect();
+    let outcomes = publisher.publish(&events).await;
+
+    // Then one call was made, and every event failed and stays pending: none is poison
+    assert_eq!(denied.num_calls(), 1);
+    assert!(
+        outcomes.iter().all(
+            |o| matches!(o, PublishOutcome::Failed { code, .. } if code == "AccessDeniedException")
+        ),
+        "{outcomes:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_lone_event_refused_with_a_validation_code_is_poison() {
+    // Given EventBridge refusing every call as a whole with ValidationException
+    let refused =
+        mock!(Client::put_events).then_http_response(|| refused_call("ValidationException"));
+    let publisher =
+        EventBridgePublisher::new(eventbridge_answering_any(&[&refused]), quick_config()).unwrap();
+
+    // When two events of one aggregate are published (a call each)
+    let outcomes = publisher
+        .publish(&[event_of("a", 1), event_of("a", 2)])
+        .await;
+
+    // Then each, alone in its call, is poison: the first does not hold the second back
+    assert_eq!(refused.num_calls(), 2);
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, PublishOutcome::Rejected { .. })),
+        "{outcomes:?}"
+    );
 }
