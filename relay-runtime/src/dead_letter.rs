@@ -1,12 +1,21 @@
 //! The dead-letter port and its SQS adapter: where poison events go, with the full record and the
 //! reason, so they never block a stream shard or a poller pass and are never silently lost.
+//!
+//! A letter must fit in the queue's `MaximumMessageSize`, or SQS refuses it for good and the event
+//! would stay pending forever (an item may be 400 KB, a queue may take 256 KiB). A letter that
+//! does not fit goes without its record ([`RecordLeftOut`] says so): the item itself, marked
+//! `DEAD_LETTERED` in the table with a `ttl` past the queue's retention, holds it, and `redrive`
+//! puts it back from there.
 
 use std::future::Future;
+use std::sync::Arc;
 
-use aws_sdk_sqs::types::MessageAttributeValue;
+use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
 use outbox_shared::ItemKey;
 use outbox_shared::SdkFailure;
+use outbox_shared::limits::SQS_MESSAGE_DEFAULT_MAX_BYTES;
 use serde::{Deserialize, Serialize};
+use tokio::sync::OnceCell;
 
 /// One poison record and why it could not be published.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -22,10 +31,59 @@ pub struct DeadLetter {
     /// The item's key, when known, for redrive and inspection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<ItemKey>,
-    /// The full record as received (a stream record, or an item read from the index).
+    /// The full record as received (a stream record, or an item read from the index); `null` when
+    /// it was left out (see `record_left_out`).
+    #[serde(default)]
     pub record: serde_json::Value,
     /// When the relay gave up, ISO-8601 UTC.
     pub dead_lettered_at: String,
+    /// Set when the record was left out because the letter would not fit in the queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_left_out: Option<RecordLeftOut>,
+}
+
+/// Why a letter carries no record, and where the record is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordLeftOut {
+    /// The size the letter would have had with its record, as SQS counts a message.
+    pub letter_bytes: usize,
+    /// The queue's `MaximumMessageSize`.
+    pub max_message_bytes: usize,
+    /// For the operator: what it means and what to do.
+    pub note: String,
+}
+
+/// The note of a letter without its record, about an item the relay could mark.
+pub const RECORD_IN_THE_TABLE: &str = "The record was left out: with it the letter is larger than \
+     the dead-letter queue's MaximumMessageSize. The item itself, at `key` in the table, holds it: \
+     it is marked DEAD_LETTERED and its ttl outlives this queue's retention. `relay-poller redrive` \
+     puts it back from the table.";
+
+/// The note of a letter without its record, about a record whose item key could not be read.
+pub const RECORD_LOST: &str = "The record was left out: with it the letter is larger than the \
+     dead-letter queue's MaximumMessageSize, and the relay could not read the item's key, so \
+     nothing else holds it.";
+
+impl DeadLetter {
+    /// This letter without its record, saying why (`letter_bytes`, the size it had with it, is
+    /// over `max_message_bytes`) and where the record is.
+    pub fn without_record(&self, letter_bytes: usize, max_message_bytes: usize) -> Self {
+        let note = if self.key.is_some() {
+            RECORD_IN_THE_TABLE
+        } else {
+            RECORD_LOST
+        };
+        Self {
+            record: serde_json::Value::Null,
+            record_left_out: Some(RecordLeftOut {
+                letter_bytes,
+                max_message_bytes,
+                note: note.to_owned(),
+            }),
+            ..self.clone()
+        }
+    }
 }
 
 /// The dead-letter destination could not take a record.
@@ -54,10 +112,18 @@ pub trait DeadLetterSink: Send + Sync {
 
 /// The SQS adapter: one message per poison record, JSON body, with `reason`, `origin` and
 /// `eventId` as message attributes so an operator can filter without parsing bodies.
+///
+/// The queue's `MaximumMessageSize` is read from the queue (`GetQueueAttributes`) at the first
+/// letter and kept for the sink's life, shared by its clones: the queue is the one place the
+/// limit is set, so configuration cannot drift from it, and poison is rare, so the one call is
+/// made only by a process that meets some (never per message). When it cannot be read, SQS's
+/// default of 256 KiB is kept instead: a larger letter then goes without its record, which the
+/// item still holds.
 #[derive(Debug, Clone)]
 pub struct SqsDeadLetterSink {
     client: aws_sdk_sqs::Client,
     queue_url: String,
+    max_message_bytes: Arc<OnceCell<usize>>,
 }
 
 impl SqsDeadLetterSink {
@@ -65,11 +131,52 @@ impl SqsDeadLetterSink {
         Self {
             client,
             queue_url: queue_url.into(),
+            max_message_bytes: Arc::default(),
         }
     }
 
     pub fn queue_url(&self) -> &str {
         &self.queue_url
+    }
+
+    /// The queue's `MaximumMessageSize`: read once, then kept.
+    async fn max_message_bytes(&self) -> usize {
+        *self
+            .max_message_bytes
+            .get_or_init(|| async {
+                match self.read_max_message_bytes().await {
+                    Ok(bytes) => bytes,
+                    Err(failure) => {
+                        tracing::warn!(error = %outbox_shared::error::describe(&failure), max_message_bytes = SQS_MESSAGE_DEFAULT_MAX_BYTES, "could not read the dead-letter queue's MaximumMessageSize; larger letters go without their records");
+                        SQS_MESSAGE_DEFAULT_MAX_BYTES
+                    }
+                }
+            })
+            .await
+    }
+
+    async fn read_max_message_bytes(&self) -> Result<usize, SdkFailure> {
+        const OPERATION: &str = "GetQueueAttributes";
+        let answer = self
+            .client
+            .get_queue_attributes()
+            .queue_url(&self.queue_url)
+            .attribute_names(QueueAttributeName::MaximumMessageSize)
+            .send()
+            .await
+            .map_err(|e| SdkFailure::new(OPERATION, e))?;
+        let value = answer
+            .attributes()
+            .and_then(|a| a.get(&QueueAttributeName::MaximumMessageSize))
+            .ok_or_else(|| {
+                SdkFailure::incomplete(OPERATION, "no MaximumMessageSize in the answer")
+            })?;
+        value.parse().map_err(|_| {
+            SdkFailure::incomplete(
+                OPERATION,
+                format!("MaximumMessageSize {value:?} is not a size"),
+            )
+        })
     }
 }
 
@@ -84,30 +191,268 @@ fn string_attribute(value: &str) -> MessageAttributeValue {
         .expect("data type is set")
 }
 
+/// The message attributes of `letter`'s message.
+fn attributes(letter: &DeadLetter) -> Vec<(&'static str, MessageAttributeValue)> {
+    let reason = crate::status_store::truncate(&letter.reason, MAX_REASON_ATTRIBUTE_BYTES);
+    let mut attributes = vec![
+        (
+            "reason",
+            string_attribute(if reason.is_empty() { "-" } else { reason }),
+        ),
+        ("origin", string_attribute(&letter.origin)),
+    ];
+    if let Some(id) = letter.event_id.as_deref().filter(|id| !id.is_empty()) {
+        attributes.push(("eventId", string_attribute(id)));
+    }
+    attributes
+}
+
+/// A message's size as SQS counts it against the queue's `MaximumMessageSize`: the body's bytes
+/// and each message attribute's name, data type and value.
+fn message_size(body: &str, attributes: &[(&str, MessageAttributeValue)]) -> usize {
+    let attributes: usize = attributes
+        .iter()
+        .map(|(name, value)| {
+            name.len()
+                + value.data_type().len()
+                + value.string_value().map_or(0, str::len)
+                + value.binary_value().map_or(0, |b| b.as_ref().len())
+        })
+        .sum();
+    body.len() + attributes
+}
+
+fn encode(letter: &DeadLetter) -> Result<String, DeadLetterError> {
+    serde_json::to_string(letter).map_err(|e| DeadLetterError::Encode {
+        event_id: letter.event_id.clone(),
+        message: e.to_string(),
+    })
+}
+
+/// The body of `letter`'s message within `max_message_bytes` with `attributes`: the whole letter,
+/// or, when that is too large, the letter without its record.
+///
+/// # Errors
+/// [`DeadLetterError::Encode`] when the letter cannot be written as JSON.
+fn fitting_body(
+    letter: &DeadLetter,
+    attributes: &[(&str, MessageAttributeValue)],
+    max_message_bytes: usize,
+) -> Result<String, DeadLetterError> {
+    let body = encode(letter)?;
+    let size = message_size(&body, attributes);
+    if size <= max_message_bytes {
+        return Ok(body);
+    }
+    tracing::warn!(
+        event_id = letter.event_id.as_deref().unwrap_or("(no id)"),
+        letter_bytes = size,
+        max_message_bytes,
+        "dead letter too large for the queue; it goes without its record, which the item holds"
+    );
+    encode(&letter.without_record(size, max_message_bytes))
+}
+
 impl DeadLetterSink for SqsDeadLetterSink {
     async fn send(&self, letter: &DeadLetter) -> Result<(), DeadLetterError> {
-        let body = serde_json::to_string(letter).map_err(|e| DeadLetterError::Encode {
-            event_id: letter.event_id.clone(),
-            message: e.to_string(),
-        })?;
-        let reason = crate::status_store::truncate(&letter.reason, MAX_REASON_ATTRIBUTE_BYTES);
+        let attributes = attributes(letter);
+        let body = fitting_body(letter, &attributes, self.max_message_bytes().await)?;
         let mut request = self
             .client
             .send_message()
             .queue_url(&self.queue_url)
-            .message_body(body)
-            .message_attributes(
-                "reason",
-                string_attribute(if reason.is_empty() { "-" } else { reason }),
-            )
-            .message_attributes("origin", string_attribute(&letter.origin));
-        if let Some(id) = letter.event_id.as_deref().filter(|id| !id.is_empty()) {
-            request = request.message_attributes("eventId", string_attribute(id));
+            .message_body(body);
+        for (name, value) in attributes {
+            request = request.message_attributes(name, value);
         }
         request.send().await.map_err(|e| DeadLetterError::Send {
             event_id: letter.event_id.clone(),
             failure: SdkFailure::new("SendMessage", e),
         })?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use aws_sdk_sqs::Client;
+    use aws_sdk_sqs::config::retry::RetryConfig;
+    use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
+    use aws_sdk_sqs::operation::get_queue_attributes::{
+        GetQueueAttributesError, GetQueueAttributesOutput,
+    };
+    use aws_sdk_sqs::operation::send_message::SendMessageOutput;
+    use aws_sdk_sqs::types::error::InvalidAddress;
+    use aws_smithy_mocks::{
+        MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock,
+    };
+
+    use super::*;
+
+    /// An SQS client answered by `rules`, in order (SDK retries off).
+    fn mock_sqs(rules: &[&Rule]) -> Client {
+        let interceptor = rules.iter().fold(
+            MockResponseInterceptor::new().rule_mode(RuleMode::Sequential),
+            |i, rule| i.with_rule(rule),
+        );
+        let config = aws_sdk_sqs::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("test", "test", None, None, "test"))
+            .http_client(create_mock_http_client())
+            .interceptor(interceptor)
+            .retry_config(RetryConfig::disabled())
+            .build();
+        Client::from_conf(config)
+    }
+
+    fn queue_limit(bytes: usize) -> Rule {
+        mock!(Client::get_queue_attributes)
+            .match_requests(|req| req.attribute_names() == [QueueAttributeName::MaximumMessageSize])
+            .then_output(move || {
+                GetQueueAttributesOutput::builder()
+                    .attributes(QueueAttributeName::MaximumMessageSize, bytes.to_string())
+                    .build()
+            })
+    }
+
+    /// A `SendMessage` that is taken; its body and size as SQS counts it go to `sent`.
+    fn taken(sent: &Arc<Mutex<Vec<(String, usize)>>>) -> Rule {
+        let sent = sent.clone();
+        mock!(Client::send_message)
+            .match_requests(move |req| {
+                let attributes: Vec<(&str, MessageAttributeValue)> = req
+                    .message_attributes()
+                    .into_iter()
+                    .flatten()
+                    .map(|(name, value)| (name.as_str(), value.clone()))
+                    .collect();
+                let body = req.message_body().unwrap_or_default().to_owned();
+                let size = message_size(&body, &attributes);
+                sent.lock().unwrap().push((body, size));
+                true
+            })
+            .then_output(|| SendMessageOutput::builder().message_id("m").build())
+    }
+
+    /// A letter whose record is a payload of `payload_bytes` bytes.
+    fn letter(id: &str, key: Option<ItemKey>, payload_bytes: usize) -> DeadLetter {
+        DeadLetter {
+            reason: "EventBridge rejected the entry: EntryTooLarge: the entry is too large".into(),
+            origin: "relay-poller".into(),
+            event_id: Some(id.into()),
+            key,
+            record: serde_json::json!({"PK": "USER#u", "Payload": "x".repeat(payload_bytes)}),
+            dead_lettered_at: "2026-11-22T10:00:00.000Z".into(),
+            record_left_out: None,
+        }
+    }
+
+    fn key(id: &str) -> Option<ItemKey> {
+        Some(ItemKey {
+            pk: "USER#u".into(),
+            sk: format!("OUTBOX#{id}"),
+        })
+    }
+
+    fn parse(body: &str) -> DeadLetter {
+        serde_json::from_str(body).unwrap()
+    }
+
+    #[test]
+    fn a_message_is_measured_as_sqs_counts_it() {
+        // Body bytes (UTF-8, not characters), then each attribute's name, data type and value
+        let attributes = [
+            ("reason", string_attribute("é")),
+            ("id", string_attribute("ab")),
+        ];
+        assert_eq!(
+            message_size("€", &attributes),
+            3 + ("reason".len() + "String".len() + 2) + ("id".len() + "String".len() + 2)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_letter_too_large_for_the_queue_goes_without_its_record_and_the_limit_is_read_once() {
+        // Given a queue that takes messages of 2 KiB
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let limit = queue_limit(2048);
+        let (first, second, third) = (taken(&sent), taken(&sent), taken(&sent));
+        let sink = SqsDeadLetterSink::new(mock_sqs(&[&limit, &first, &second, &third]), "q");
+
+        // When a letter that fits, one that does not, and a keyless one that does not are sent
+        for letter in [
+            letter("small", key("small"), 100),
+            letter("large", key("large"), 4000),
+            letter("keyless", None, 4000),
+        ] {
+            sink.send(&letter).await.unwrap();
+        }
+
+        // Then the queue's limit was read once, and every message fits in it
+        assert_eq!(limit.num_calls(), 1);
+        let sent = sent.lock().unwrap().clone();
+        assert_eq!(sent.len(), 3);
+        assert!(sent.iter().all(|(_, size)| *size <= 2048), "{sent:?}");
+
+        // And the small letter is whole
+        let small = parse(&sent[0].0);
+        assert_eq!(small, letter("small", key("small"), 100));
+
+        // And the large one has everything but its record, and says where the record is
+        let large = parse(&sent[1].0);
+        let whole = letter("large", key("large"), 4000);
+        let left_out = large.record_left_out.clone().expect("record left out");
+        assert_eq!(left_out.max_message_bytes, 2048);
+        assert_eq!(
+            left_out.letter_bytes,
+            message_size(&encode(&whole).unwrap(), &attributes(&whole))
+        );
+        assert_eq!(left_out.note, RECORD_IN_THE_TABLE);
+        assert_eq!(
+            large,
+            DeadLetter {
+                record: serde_json::Value::Null,
+                record_left_out: Some(left_out),
+                ..whole
+            }
+        );
+
+        // And the keyless one says nothing else holds its record
+        let keyless = parse(&sent[2].0);
+        assert_eq!(keyless.record_left_out.unwrap().note, RECORD_LOST);
+    }
+
+    #[tokio::test]
+    async fn when_the_limit_cannot_be_read_sqs_default_is_kept() {
+        // Given a queue whose attributes cannot be read (once), and that takes messages
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let unreadable = mock!(Client::get_queue_attributes).then_error(|| {
+            GetQueueAttributesError::InvalidAddress(
+                InvalidAddress::builder().message("denied").build(),
+            )
+        });
+        let (first, second) = (taken(&sent), taken(&sent));
+        let sink = SqsDeadLetterSink::new(mock_sqs(&[&unreadable, &first, &second]), "q");
+
+        // When a letter over 256 KiB and one under it are sent
+        let over = letter("over", key("over"), SQS_MESSAGE_DEFAULT_MAX_BYTES);
+        let under = letter("under", key("under"), SQS_MESSAGE_DEFAULT_MAX_BYTES - 2048);
+        sink.send(&over).await.unwrap();
+        sink.send(&under).await.unwrap();
+
+        // Then the limit was asked for once, and 256 KiB was kept: the first goes without its
+        // record, the second whole
+        assert_eq!(unreadable.num_calls(), 1);
+        let sent = sent.lock().unwrap().clone();
+        let over_sent = parse(&sent[0].0);
+        assert_eq!(over_sent.record, serde_json::Value::Null);
+        assert_eq!(
+            over_sent.record_left_out.unwrap().max_message_bytes,
+            SQS_MESSAGE_DEFAULT_MAX_BYTES
+        );
+        assert_eq!(parse(&sent[1].0), under);
     }
 }

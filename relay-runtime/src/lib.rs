@@ -57,7 +57,9 @@ pub(crate) fn mocked_dynamodb(
 pub use config::{
     PublisherArgs, PublisherConfig, PublisherConfigError, RetentionArgs, SettingError,
 };
-pub use dead_letter::{DeadLetter, DeadLetterError, DeadLetterSink, SqsDeadLetterSink};
+pub use dead_letter::{
+    DeadLetter, DeadLetterError, DeadLetterSink, RecordLeftOut, SqsDeadLetterSink,
+};
 pub use holds::{DynamoHoldStore, Hold, HoldStore};
 pub use publisher::{EventBridgePublisher, PublishOutcome, PublishStats, Publisher};
 pub use relay::{EventRelay, Poison, ReadyEvents, Settled};

@@ -414,6 +414,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
             key: poison.key.clone(),
             record: record_of(&poison.source),
             dead_lettered_at: format_timestamp(Utc::now()),
+            record_left_out: None,
         };
         if let Err(err) = sink.send(&letter).await {
             tracing::error!(event_id = %poison.id(), error = %outbox_shared::error::describe(&err), "poison event could not be dead-lettered; it stays pending");

@@ -33,5 +33,13 @@ pub const ITEM_MAX_BYTES: usize = 400 * 1024;
 /// `ClientRequestToken` makes `TransactWriteItems` idempotent for 10 minutes; at most 36 characters.
 pub const CLIENT_REQUEST_TOKEN_MAX_LEN: usize = 36;
 
+/// SQS's `MaximumMessageSize` of a queue that sets none (256 KiB): what a dead letter is measured
+/// against when the queue's own limit cannot be read.
+pub const SQS_MESSAGE_DEFAULT_MAX_BYTES: usize = 256 * 1024;
+
+/// The largest `MaximumMessageSize` a queue can set (1 MiB): the dead-letter queue's in the template,
+/// so a letter carries the whole record of nearly any item (400 KB at most, JSON-escaped).
+pub const SQS_MESSAGE_ABSOLUTE_MAX_BYTES: usize = 1024 * 1024;
+
 /// `BatchGetItem`/`BatchWriteItem`-style fan-out and `SendMessageBatch` take at most 10 entries.
 pub const SQS_SEND_BATCH_MAX: usize = 10;

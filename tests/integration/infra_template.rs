@@ -2,7 +2,8 @@
 //! template's keys, index, stream and TTL, and the stream relay's filter pattern, evaluated by a
 //! real event-pattern engine against real stream records, passes only outbox inserts; the lease
 //! table a poller creates is the template's, and the poller service runs on leases and scales on
-//! its backlog.
+//! its backlog; the dead-letter queue local provisioning creates is the template's (1 MiB
+//! messages), and both relays may read its size limit.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -620,4 +621,84 @@ fn both_relays_take_the_publish_rate_ceiling_from_the_template_only_when_one_is_
         yaml.contains("  MaxPublishRate:\n    Type: Number\n    Default: 0\n"),
         "the parameter's default"
     );
+}
+
+/// The actions of `role`'s statements, each with its statement's resources as JSON text.
+fn role_actions(template: &Template, role: &str) -> Vec<(String, String)> {
+    let role = properties(template, role);
+    let mut found = Vec::new();
+    for policy in role["Policies"].as_array().unwrap() {
+        for statement in policy["PolicyDocument"]["Statement"].as_array().unwrap() {
+            let actions = match &statement["Action"] {
+                Value::Array(actions) => actions.clone(),
+                one => vec![one.clone()],
+            };
+            for action in actions {
+                found.push((
+                    action.as_str().unwrap().to_owned(),
+                    statement["Resource"].to_string(),
+                ));
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn the_dead_letter_queue_takes_the_largest_messages_and_both_relays_may_read_its_limit() {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    use outbox_shared::limits::SQS_MESSAGE_ABSOLUTE_MAX_BYTES;
+    let template = Template::embedded().unwrap();
+
+    // The template's dead-letter queue takes SQS's largest messages (1 MiB)
+    let declared = template.scalar_properties("DeadLetterQueue").unwrap();
+    assert_eq!(
+        declared["MaximumMessageSize"],
+        SQS_MESSAGE_ABSOLUTE_MAX_BYTES.to_string()
+    );
+
+    // And the queue local provisioning creates has the template's attributes
+    let env = TestEnv::new().await;
+    let names = [
+        QueueAttributeName::MaximumMessageSize,
+        QueueAttributeName::MessageRetentionPeriod,
+        QueueAttributeName::VisibilityTimeout,
+    ];
+    let attributes = env
+        .sqs
+        .get_queue_attributes()
+        .queue_url(&env.dead_letter_queue_url)
+        .set_attribute_names(Some(names.to_vec()))
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap();
+    for name in names {
+        assert_eq!(
+            attributes.get(&name),
+            Some(&declared[name.as_str()]),
+            "{name}"
+        );
+    }
+
+    // And both relays' roles may read the dead-letter queue's attributes (the sink reads its
+    // MaximumMessageSize once), on that queue only
+    for role in ["RelayFunctionRole", "PollerTaskRole"] {
+        let reads: Vec<String> = role_actions(&template, role)
+            .into_iter()
+            .filter(|(action, _)| action == "sqs:GetQueueAttributes")
+            .map(|(_, resource)| resource)
+            .collect();
+        assert!(
+            !reads.is_empty(),
+            "{role} may not read the queue's attributes"
+        );
+        assert!(
+            reads
+                .iter()
+                .all(|r| r.contains("DeadLetterQueue.Arn") && !r.contains("StreamFailureQueue")),
+            "{role}: {reads:?}"
+        );
+    }
 }

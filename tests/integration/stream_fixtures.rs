@@ -119,8 +119,12 @@ async fn write_the_fixtures_items(env: &TestEnv) {
 /// A table with the template's keys, stream view and TTL, and no index; its stream's ARN.
 async fn table_without_index(env: &TestEnv) -> String {
     let spec = Template::embedded().unwrap().outbox_table().unwrap();
-    let view = spec.stream_specification.expect("the template's table has a stream");
-    let ttl = spec.time_to_live_specification.expect("the template's table has TTL");
+    let view = spec
+        .stream_specification
+        .expect("the template's table has a stream");
+    let ttl = spec
+        .time_to_live_specification
+        .expect("the template's table has TTL");
     let name = format!("{}-without-index", env.table_name);
     let key = |name: &str, kind: KeyType| {
         KeySchemaElement::builder()

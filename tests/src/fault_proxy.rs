@@ -19,7 +19,14 @@
 //!   the rates: more than 10 entries, more than 256 KiB of entries, a `DetailType` over 128
 //!   characters, a `TraceHeader` outside 1 to 500 ([`put_events_refusal`]). moto checks none of
 //!   these, so without this a relay that sends such a call would pass here and fail on AWS.
-//! - Everything else (DynamoDB Streams, SQS, writes the test makes itself) goes through untouched.
+//! - `AmazonSQS.SendMessage`: a message larger than its queue's `MaximumMessageSize` as AWS counts
+//!   it (the body's UTF-8 bytes plus each message attribute's name, data type and value) is refused
+//!   as AWS refuses it (HTTP 400 `InvalidParameterValue`, "Message must be shorter than N bytes.").
+//!   moto enforces the attribute too, but counts the body's characters and no attributes: a body
+//!   of multi-byte characters, or one near the limit with attributes, passes moto and not AWS. The
+//!   queue's limit is read from the queue itself (`GetQueueAttributes`, once per queue).
+//! - Everything else (DynamoDB Streams, other SQS calls, writes the test makes itself) goes
+//!   through untouched.
 //!
 //! Decisions come from a seeded RNG, so a run is reproducible up to request interleaving; what
 //! was injected is counted ([`FaultCounts`]), so a test can check the faults really happened.
@@ -77,6 +84,8 @@ pub struct FaultCounts {
     pub passed_calls: u64,
     /// `PutEvents` calls refused as a whole, as EventBridge refuses them ([`put_events_refusal`]).
     pub refused_calls: u64,
+    /// `SendMessage` calls refused as larger than their queue's `MaximumMessageSize`.
+    pub oversized_messages: u64,
 }
 
 #[derive(Debug)]
@@ -89,6 +98,8 @@ struct State {
     /// Per `X-Amz-Target`: how many of its next calls lose their reply (see
     /// [`FaultProxy::lose_next_replies`]).
     scripted_lost_replies: Mutex<std::collections::HashMap<String, u32>>,
+    /// Per queue URL, its `MaximumMessageSize` as the emulator answered it (read once).
+    message_size_limits: Mutex<std::collections::HashMap<String, usize>>,
 }
 
 /// The running proxy; it stops when dropped.
@@ -122,6 +133,7 @@ impl FaultProxy {
             upstreams: upstreams.clone(),
             client: Client::builder(TokioExecutor::new()).build_http(),
             scripted_lost_replies: Mutex::default(),
+            message_size_limits: Mutex::default(),
         });
         let serving = state.clone();
         let task = tokio::spawn(async move {
@@ -192,6 +204,8 @@ const DYNAMODB_FAULTED: &[&str] = &[
     "DynamoDB_20120810.Scan",
 ];
 const PUT_EVENTS: &str = "AWSEvents.PutEvents";
+const SEND_MESSAGE: &str = "AmazonSQS.SendMessage";
+const GET_QUEUE_ATTRIBUTES: &str = "AmazonSQS.GetQueueAttributes";
 
 impl State {
     fn percent(&self, rng: &mut StdRng, rate: u32) -> bool {
@@ -280,6 +294,11 @@ impl State {
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_owned();
+        if target == SEND_MESSAGE
+            && let Some(refused) = self.refuse_oversized_message(&parts, &body).await
+        {
+            return refused;
+        }
         match self.plan(&target, &body) {
             Plan::Pass => self.forward(&parts, body).await,
             Plan::Fail(status, error) => json_response(status, &error),
@@ -345,6 +364,89 @@ impl State {
             }
             Err(e) => text(StatusCode::BAD_GATEWAY, &format!("upstream: {e}")),
         }
+    }
+
+    /// AWS's answer to a `SendMessage` whose message is larger than its queue's
+    /// `MaximumMessageSize`; `None` when it fits (or the queue's limit can't be read).
+    async fn refuse_oversized_message(
+        &self,
+        parts: &hyper::http::request::Parts,
+        body: &Bytes,
+    ) -> Option<Response<Full<Bytes>>> {
+        let request: Value = serde_json::from_slice(body).ok()?;
+        let queue_url = request["QueueUrl"].as_str()?;
+        let limit = self.message_size_limit(parts, queue_url).await?;
+        if sqs_message_size(&request) <= limit {
+            return None;
+        }
+        self.counts.lock().expect("counts").oversized_messages += 1;
+        let bytes = Bytes::from(
+            serde_json::to_vec(&json!({
+                "__type": "com.amazonaws.sqs#InvalidParameterValue",
+                "Message": format!("One or more parameters are invalid. Reason: Message must be shorter than {limit} bytes."),
+            }))
+            .expect("JSON"),
+        );
+        Some(
+            Response::builder()
+                .status(StatusCode::BAD_REQUEST)
+                .header(hyper::header::CONTENT_TYPE, "application/x-amz-json-1.0")
+                .header("x-amzn-query-error", "InvalidParameterValue;Sender")
+                .header(hyper::header::CONTENT_LENGTH, bytes.len())
+                .body(Full::new(bytes))
+                .expect("a valid response"),
+        )
+    }
+
+    /// The queue's `MaximumMessageSize`, asked of the emulator with the caller's own headers (the
+    /// emulator reads the account and region from them, and checks no signature) the first time.
+    async fn message_size_limit(
+        &self,
+        parts: &hyper::http::request::Parts,
+        queue_url: &str,
+    ) -> Option<usize> {
+        if let Some(limit) = self
+            .message_size_limits
+            .lock()
+            .expect("limits")
+            .get(queue_url)
+        {
+            return Some(*limit);
+        }
+        let mut ask = Request::builder()
+            .method(parts.method.clone())
+            .uri(parts.uri.clone());
+        for (name, value) in &parts.headers {
+            if name != "x-amz-target" {
+                ask = ask.header(name, value);
+            }
+        }
+        let (ask, ()) = ask
+            .header("x-amz-target", GET_QUEUE_ATTRIBUTES)
+            .body(())
+            .expect("a valid request")
+            .into_parts();
+        let question = json!({"QueueUrl": queue_url, "AttributeNames": ["MaximumMessageSize"]});
+        let answer = self
+            .forward(
+                &ask,
+                Bytes::from(serde_json::to_vec(&question).expect("JSON")),
+            )
+            .await;
+        if answer.status() != StatusCode::OK {
+            return None;
+        }
+        let bytes = answer.into_body().collect().await.ok()?.to_bytes();
+        let answer: Value = serde_json::from_slice(&bytes).ok()?;
+        let limit = answer["Attributes"]["MaximumMessageSize"]
+            .as_str()?
+            .parse()
+            .ok()?;
+        self.message_size_limits
+            .lock()
+            .expect("limits")
+            .insert(queue_url.to_owned(), limit);
+        Some(limit)
     }
 
     async fn put_events(
@@ -473,6 +575,28 @@ fn put_events_entry_bytes(entry: &Value) -> usize {
         r.iter().filter_map(Value::as_str).map(str::len).sum()
     });
     time + text("Source") + text("DetailType") + text("Detail") + resources
+}
+
+/// The size of a `SendMessage` request's message as SQS counts it against `MaximumMessageSize`:
+/// the body's UTF-8 bytes, and each message attribute's name, data type and value (a binary value
+/// decoded). Message system attributes (`AWSTraceHeader`) do not count.
+fn sqs_message_size(request: &Value) -> usize {
+    let body = request["MessageBody"].as_str().map_or(0, str::len);
+    let attributes = request["MessageAttributes"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, value)| {
+            let data_type = value["DataType"].as_str().map_or(0, str::len);
+            let string = value["StringValue"].as_str().map_or(0, str::len);
+            let binary = value["BinaryValue"]
+                .as_str()
+                .and_then(|b| aws_smithy_types::base64::decode(b).ok())
+                .map_or(0, |b| b.len());
+            name.len() + data_type + string + binary
+        })
+        .sum::<usize>();
+    body + attributes
 }
 
 fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {

@@ -7,6 +7,10 @@
 //!   `OldImage` for a TTL deletion, in DynamoDB JSON);
 //! - `relay-poller`: `record` is the item read from the index, its attributes as plain JSON.
 //!
+//! Either may come without its record (`recordLeftOut`): the letter was too large for the queue,
+//! and the item in the table (`DEAD_LETTERED`) holds the record; such a letter names the item by
+//! its `key` only.
+//!
 //! Anything else (a message someone else sent, a body that is not a dead letter, one without a
 //! key) is [`Letter::Foreign`]: it stays in the queue.
 
@@ -40,6 +44,9 @@ pub struct OutboxLetter {
     /// The item's attributes as the message carries them (`None` when the record holds no
     /// image): what a gone item is re-created from.
     pub item: Option<Attributes>,
+    /// The relay left the record out (too large for the queue): only the item in the table holds
+    /// it.
+    pub record_left_out: bool,
 }
 
 impl OutboxLetter {
@@ -82,6 +89,7 @@ pub fn parse(body: &str) -> Letter {
         origin: letter.origin,
         reason: letter.reason,
         item,
+        record_left_out: letter.record_left_out.is_some(),
     }))
 }
 
@@ -120,6 +128,7 @@ mod tests {
             key,
             record,
             dead_lettered_at: "2026-11-22T10:00:00.000Z".into(),
+            record_left_out: None,
         })
         .unwrap()
     }
@@ -173,6 +182,31 @@ mod tests {
         let item = parsed.item.unwrap();
         assert_eq!(item[attr::SEQUENCE], AttributeValue::N("3".into()));
         assert_eq!(item[attr::PK], AttributeValue::S("USER#u1".into()));
+    }
+
+    #[test]
+    fn reads_a_letter_without_its_record_by_its_key() {
+        let key = ItemKey {
+            pk: "USER#u1".into(),
+            sk: "OUTBOX#e1".into(),
+        };
+        for origin in [STREAM_ORIGIN, POLLER_ORIGIN] {
+            let whole = DeadLetter {
+                reason: "EventBridge rejected the entry: EntryTooLarge: too big".into(),
+                origin: origin.into(),
+                event_id: Some("e1".into()),
+                key: Some(key.clone()),
+                record: json!({"PK": "USER#u1"}),
+                dead_lettered_at: "2026-11-22T10:00:00.000Z".into(),
+                record_left_out: None,
+            };
+            let body = serde_json::to_string(&whole.without_record(300_000, 262_144)).unwrap();
+            let parsed = outbox(parse(&body));
+            assert_eq!(parsed.key, key);
+            assert_eq!(parsed.event_id.as_deref(), Some("e1"));
+            assert_eq!(parsed.item, None);
+            assert!(parsed.record_left_out);
+        }
     }
 
     #[test]

@@ -8,6 +8,11 @@
 //! left to do). A message that is not one of ours stays in the queue and is counted. Safe to run
 //! again: a second run finds nothing to do.
 //!
+//! A letter the relay sent without its record (too large for the queue) is read with its item from
+//! the table, which holds the record. If that item is gone too, nothing can re-create the event:
+//! the message stays in the queue, as the event's only trace, with a line (and an ERROR log) saying
+//! why; it is never deleted.
+//!
 //! With `--dry-run` nothing changes: received messages are made visible again at once.
 //!
 //! [`letters`] reads the relays' dead-letter messages back (the counterpart of the relays'
@@ -32,6 +37,13 @@ pub mod letters;
 
 use self::letters::Letter;
 use crate::table::{Attributes, get_item};
+
+/// Why a letter whose item is gone stays in the queue, when the letter carries no image.
+const UNRECOVERABLE_WITHOUT_IMAGE: &str = "the item is gone and the message carries no image";
+/// Why a letter without its record stays in the queue when its item is gone.
+const UNRECOVERABLE_WITHOUT_RECORD: &str = "the item is gone (expired or deleted) and the letter \
+     came without its record (too large for the queue), so the event cannot be re-created; the \
+     message is its only trace";
 
 /// Messages received per `ReceiveMessage` call (SQS's maximum).
 const RECEIVE_BATCH: i32 = 10;
@@ -160,6 +172,8 @@ struct Candidate {
     item: Option<Attributes>,
     /// The message to delete once done (`None` from the table).
     receipt: Option<String>,
+    /// The message is a letter without its record: only the item in the table holds it.
+    record_left_out: bool,
 }
 
 impl Candidate {
@@ -236,39 +250,50 @@ impl Redrive {
             }
             handled += 1;
             let outcome = self.put_back(&candidate, dry_run).await?;
-            let action =
-                match outcome {
-                    PutBack::Redriven => {
-                        summary.redriven += 1;
-                        put_back.push(candidate.key.clone());
-                        if dry_run { "would redrive" } else { "redriven" }.to_owned()
+            let action = match outcome {
+                PutBack::Redriven => {
+                    summary.redriven += 1;
+                    put_back.push(candidate.key.clone());
+                    if dry_run { "would redrive" } else { "redriven" }.to_owned()
+                }
+                PutBack::Recreated => {
+                    summary.redriven += 1;
+                    summary.recreated += 1;
+                    put_back.push(candidate.key.clone());
+                    if dry_run {
+                        "would re-create"
+                    } else {
+                        "re-created"
                     }
-                    PutBack::Recreated => {
-                        summary.redriven += 1;
-                        summary.recreated += 1;
-                        put_back.push(candidate.key.clone());
-                        if dry_run {
-                            "would re-create"
-                        } else {
-                            "re-created"
-                        }
-                        .to_owned()
+                    .to_owned()
+                }
+                PutBack::Skipped(why) => {
+                    summary.skipped += 1;
+                    format!("skipped: {why}")
+                }
+                PutBack::Unrecoverable => {
+                    summary.left_in_queue += 1;
+                    if let Some(receipt) = &candidate.receipt {
+                        self.release(receipt).await?;
                     }
-                    PutBack::Skipped(why) => {
-                        summary.skipped += 1;
-                        format!("skipped: {why}")
-                    }
-                    PutBack::Unrecoverable => {
-                        summary.left_in_queue += 1;
-                        if let Some(receipt) = &candidate.receipt {
-                            self.release(receipt).await?;
-                        }
-                        summary.lines.push(candidate.line(
-                            "left in queue: the item is gone and the message carries no image",
-                        ));
-                        continue;
-                    }
-                };
+                    let why = if candidate.record_left_out {
+                        UNRECOVERABLE_WITHOUT_RECORD
+                    } else {
+                        UNRECOVERABLE_WITHOUT_IMAGE
+                    };
+                    let line = candidate.line(format!("left in queue: {why}"));
+                    // The event can no longer be published: an operator decides. (No `PK` in
+                    // logs: it may name a user.)
+                    tracing::error!(
+                        event_id = line.event_id.as_deref().unwrap_or("(no id)"),
+                        sk = %candidate.key.sk,
+                        why,
+                        "dead letter left in the queue"
+                    );
+                    summary.lines.push(line);
+                    continue;
+                }
+            };
             if let Some(receipt) = &candidate.receipt {
                 if dry_run {
                     self.release(receipt).await?;
@@ -327,11 +352,22 @@ impl Redrive {
                         release.push(receipt);
                     }
                     Letter::Outbox(letter) => {
+                        // A letter without its record: the item in the table holds it (its type
+                        // and time too, for the selection and the order).
+                        let item = match letter.item {
+                            None if letter.record_left_out => {
+                                get_item(&self.dynamodb, &self.table_name, &letter.key)
+                                    .await
+                                    .map_err(RedriveError)?
+                            }
+                            item => item,
+                        };
                         let candidate = Candidate {
                             key: letter.key,
                             event_id: letter.event_id,
-                            item: letter.item,
+                            item,
                             receipt: Some(receipt),
+                            record_left_out: letter.record_left_out,
                         };
                         if selection.admits(
                             candidate.event_id.as_deref(),
@@ -388,6 +424,7 @@ impl Redrive {
                     event_id: string(attr::EVENT_ID),
                     item: Some(item),
                     receipt: None,
+                    record_left_out: false,
                 };
                 if selection.admits(
                     candidate.event_id.as_deref(),

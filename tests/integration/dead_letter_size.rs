@@ -1,0 +1,326 @@
+//! A dead letter larger than its queue's `MaximumMessageSize`: AWS refuses it, so before anything
+//! else the relays must send what fits. An item of up to 400 KB can be too large for EventBridge
+//! (poison) and its whole record too large for a queue at SQS's former default of 256 KiB; the
+//! relays then send the letter without the record (the item in the table, `DEAD_LETTERED`, holds
+//! it), mark the item, and `redrive` puts it back from the table.
+//!
+//! The queue's limit is AWS's as the fault proxy enforces it: moto checks `MaximumMessageSize` by
+//! the body's characters and no message attributes, so the payload here is multi-byte (300,000
+//! bytes in 100,000 characters): moto alone would take the whole letter, AWS does not.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_sqs::types::QueueAttributeName;
+use chrono::Utc;
+use outbox_shared::schema::attr;
+use outbox_shared::time::format_timestamp;
+use outbox_shared::{OutboxStatus, ShardCount};
+use outbox_tests::fault_proxy::{FaultProxy, FaultRates};
+use outbox_tests::{TestEnv, emulator_endpoints, minimal_outbox_item, unique_name};
+use serde_json::Value;
+
+/// SQS's default `MaximumMessageSize` before 2025 (256 KiB), the queue the letters must fit in.
+const QUEUE_LIMIT: usize = 262_144;
+
+/// Characters of the payload's one string: 3 bytes each in UTF-8 (300,000 bytes), so the item
+/// (under DynamoDB's 400 KB) is too large for an EventBridge entry of 256 KiB and its record for
+/// the queue.
+const PAYLOAD_CHARS: usize = 100_000;
+
+/// What a relay binary did: its exit code, stdout and stderr.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// The one JSON line on stdout.
+    fn summary(&self) -> Value {
+        serde_json::from_str(self.stdout.trim())
+            .unwrap_or_else(|e| panic!("summary {:?}: {e}\n{}", self.stdout, self.stderr))
+    }
+}
+
+/// Runs a relay binary with `args` and `env`'s variables, with the dead-letter queue at
+/// `dead_letter_queue_url` and its AWS calls through `proxy` (when given).
+async fn run(
+    env: &TestEnv,
+    proxy: Option<&FaultProxy>,
+    dead_letter_queue_url: &str,
+    bin: &str,
+    args: &[&str],
+) -> Run {
+    let mut command = env.relay_command(bin);
+    if let Some(proxy) = proxy {
+        command.envs(proxy.endpoint_env());
+    }
+    let output = command
+        .args(args)
+        .env("DEAD_LETTER_QUEUE_URL", dead_letter_queue_url)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(120), output)
+        .await
+        .unwrap_or_else(|_| panic!("{bin} finishes"))
+        .unwrap_or_else(|e| panic!("{bin} runs: {e}"));
+    Run {
+        code: output.status.code(),
+        stdout: String::from_utf8(output.stdout).expect("utf-8 stdout"),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// A dead-letter queue that takes messages of at most [`QUEUE_LIMIT`] bytes.
+async fn small_queue(env: &TestEnv) -> String {
+    env.sqs
+        .create_queue()
+        .queue_name(unique_name("dlq-256k"))
+        .attributes(
+            QueueAttributeName::MaximumMessageSize,
+            QUEUE_LIMIT.to_string(),
+        )
+        .send()
+        .await
+        .expect("create queue")
+        .queue_url()
+        .expect("queue url")
+        .to_owned()
+}
+
+/// Puts a pending event whose payload is [`PAYLOAD_CHARS`] three-byte characters, as another
+/// client would (the writer refuses an event too large for EventBridge).
+async fn put_large_event(env: &TestEnv, event_id: &str) {
+    let payload = serde_json::json!({"note": "€".repeat(PAYLOAD_CHARS)}).to_string();
+    let created_at = format_timestamp(Utc::now() - chrono::Duration::minutes(5));
+    let shard = outbox_shared::shard_for(event_id, ShardCount::default());
+    env.put_raw_item(minimal_outbox_item(
+        "large-payloads",
+        event_id,
+        "DocumentAttached",
+        &payload,
+        &created_at,
+        shard,
+    ))
+    .await;
+}
+
+/// The dead letters on a queue as JSON, left there (received and made visible again at once).
+async fn letters_on(env: &TestEnv, queue_url: &str) -> Vec<Value> {
+    let received = env
+        .sqs
+        .receive_message()
+        .queue_url(queue_url)
+        .max_number_of_messages(10)
+        .visibility_timeout(0)
+        .send()
+        .await
+        .expect("receive message");
+    received
+        .messages()
+        .iter()
+        .map(|m| serde_json::from_str(m.body().expect("body")).expect("a dead letter"))
+        .collect()
+}
+
+async fn status_of(env: &TestEnv, event_id: &str) -> Option<OutboxStatus> {
+    env.outbox_items()
+        .await
+        .into_iter()
+        .find(|item| item.event_id == event_id)
+        .map(|item| item.status)
+}
+
+/// Asserts `letter` is a letter without its record about `event_id`, from `origin`.
+fn assert_without_record(letter: &Value, event_id: &str, origin: &str) {
+    assert_eq!(letter["eventId"], event_id, "{letter}");
+    assert_eq!(letter["origin"], origin, "{letter}");
+    let reason = letter["reason"].as_str().expect("a reason");
+    assert!(reason.contains("EntryTooLarge"), "{reason}");
+    assert_eq!(
+        letter["key"]["sk"],
+        format!("OUTBOX#{event_id}"),
+        "{letter}"
+    );
+    assert_eq!(letter["record"], Value::Null, "the record is left out");
+    let left_out = &letter["recordLeftOut"];
+    assert_eq!(left_out["maxMessageBytes"], QUEUE_LIMIT, "{letter}");
+    let letter_bytes = left_out["letterBytes"].as_u64().expect("the letter's size");
+    assert!(letter_bytes > QUEUE_LIMIT as u64, "{letter}");
+    let note = left_out["note"].as_str().expect("a note");
+    assert!(note.contains("DEAD_LETTERED"), "{note}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drained_dead_letter_too_large_for_its_queue_goes_without_its_record_and_redrive_puts_the_item_back()
+ {
+    // Given two pending events of 300 KB each (too large for an EventBridge entry), a dead-letter
+    // queue of 256 KiB, and AWS's count of message sizes in front of the emulator
+    let env = TestEnv::new().await;
+    let queue = small_queue(&env).await;
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 1).await;
+    put_large_event(&env, "large-kept").await;
+    put_large_event(&env, "large-expired").await;
+
+    // When the poller drains the table
+    let drain = run(&env, Some(&proxy), &queue, "relay-poller", &["drain"]).await;
+
+    // Then it finishes (exit 0): both events were dead-lettered, none failed
+    let summary = drain.summary();
+    assert_eq!(drain.code, Some(0), "{summary}\n{}", drain.stderr);
+    assert_eq!(summary["dead_lettered"], 2, "{summary}");
+    assert_eq!(summary["failed"], 0, "{summary}");
+    assert_eq!(proxy.counts().oversized_messages, 0, "every letter fit");
+
+    // And the queue holds their letters without the records, each saying where the record is
+    let mut letters = letters_on(&env, &queue).await;
+    letters.sort_by_key(|l| l["eventId"].as_str().map(str::to_owned));
+    assert_eq!(letters.len(), 2, "{letters:?}");
+    assert_without_record(&letters[0], "large-expired", "relay-poller");
+    assert_without_record(&letters[1], "large-kept", "relay-poller");
+
+    // And the items hold the records: dead-lettered, out of the index, kept past the queue's
+    // retention
+    assert_eq!(env.pending_in_index().await, 0);
+    for item in env.outbox_items().await {
+        assert_eq!(item.status, OutboxStatus::DeadLettered, "{}", item.event_id);
+        assert_eq!(item.payload.chars().count(), PAYLOAD_CHARS + 11);
+        let days = (item.ttl.expect("a ttl") - Utc::now().timestamp()) as f64 / 86_400.0;
+        assert!((14.9..=15.0).contains(&days), "{days}");
+    }
+    assert_eq!(env.queue_depth(&env.sink_queue_url).await, 0);
+
+    // When one item expires, and the redrive runs once the bus takes 1 MiB entries
+    let expired = &letters[0]["key"];
+    env.dynamodb
+        .delete_item()
+        .table_name(&env.table_name)
+        .key(
+            attr::PK,
+            AttributeValue::S(expired["pk"].as_str().unwrap().to_owned()),
+        )
+        .key(
+            attr::SK,
+            AttributeValue::S(expired["sk"].as_str().unwrap().to_owned()),
+        )
+        .send()
+        .await
+        .expect("delete item");
+    let wide = [
+        "--max-entry-bytes",
+        "1048576",
+        "--max-request-bytes",
+        "1048576",
+    ];
+    let redrive = run(
+        &env,
+        None,
+        &queue,
+        "relay-poller",
+        &[&["redrive"][..], &wide].concat(),
+    )
+    .await;
+
+    // Then the kept one is put back from the table and published whole
+    let summary = redrive.summary();
+    assert_eq!(redrive.code, Some(0), "{summary}\n{}", redrive.stderr);
+    assert_eq!(summary["redriven"], 1, "{summary}");
+    assert_eq!(summary["recreated"], 0, "{summary}");
+    assert_eq!(summary["published"], 1, "{summary}");
+    assert_eq!(
+        status_of(&env, "large-kept").await,
+        Some(OutboxStatus::Published)
+    );
+    let delivered = env.wait_for_sink(1, Duration::from_secs(30)).await;
+    assert_eq!(delivered.len(), 1);
+    assert_eq!(delivered[0].event_id(), "large-kept");
+    let note = delivered[0].envelope.data["note"]
+        .as_str()
+        .expect("the payload");
+    assert_eq!(note.chars().count(), PAYLOAD_CHARS);
+
+    // And the expired one's letter stays in the queue, with a line saying why
+    assert_eq!(summary["left_in_queue"], 1, "{summary}");
+    let remaining = letters_on(&env, &queue).await;
+    assert_eq!(remaining.len(), 1, "{remaining:?}");
+    assert_eq!(remaining[0]["eventId"], "large-expired");
+    let why = redrive
+        .stderr
+        .lines()
+        .find(|line| line.contains("large-expired"))
+        .unwrap_or_else(|| panic!("no line about large-expired:\n{}", redrive.stderr));
+    assert!(why.contains("without its record"), "{why}");
+    assert!(why.contains("gone"), "{why}");
+
+    // And a second redrive still leaves it there
+    let again = run(&env, None, &queue, "relay-poller", &["redrive"]).await;
+    assert_eq!(again.summary()["left_in_queue"], 1, "{}", again.stdout);
+    assert_eq!(env.queue_depth(&queue).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_dead_letter_too_large_for_its_queue_goes_without_its_record() {
+    // Given a pending event of 300 KB on the table's stream, a dead-letter queue of 256 KiB, and
+    // AWS's count of message sizes in front of the emulator
+    let env = TestEnv::new().await;
+    let queue = small_queue(&env).await;
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 2).await;
+    put_large_event(&env, "large-streamed").await;
+
+    // When the stream relay reads the stream (one delivery, no re-delivery)
+    let relay = run(
+        &env,
+        Some(&proxy),
+        &queue,
+        "relay-stream-local",
+        &[
+            "--from",
+            "trim-horizon",
+            "--exit-when-idle",
+            "1s",
+            "--max-retries",
+            "0",
+        ],
+    )
+    .await;
+
+    // Then it dead-lettered the event without its record, and marked the item
+    let summary = relay.summary();
+    assert_eq!(relay.code, Some(0), "{summary}\n{}", relay.stderr);
+    assert_eq!(summary["dead_lettered"], 1, "{summary}");
+    assert_eq!(summary["failed"], 0, "{summary}");
+    assert_eq!(proxy.counts().oversized_messages, 0, "the letter fit");
+    let letters = letters_on(&env, &queue).await;
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_without_record(&letters[0], "large-streamed", "relay-stream");
+    assert_eq!(
+        status_of(&env, "large-streamed").await,
+        Some(OutboxStatus::DeadLettered)
+    );
+
+    // When the redrive puts it back without publishing
+    let redrive = run(
+        &env,
+        None,
+        &queue,
+        "relay-poller",
+        &["redrive", "--publish", "false"],
+    )
+    .await;
+
+    // Then the item is pending again, in the index, and its letter is done
+    let summary = redrive.summary();
+    assert_eq!(summary["redriven"], 1, "{summary}\n{}", redrive.stderr);
+    assert_eq!(summary["left_in_queue"], 0, "{summary}");
+    assert_eq!(
+        status_of(&env, "large-streamed").await,
+        Some(OutboxStatus::Pending)
+    );
+    assert_eq!(env.pending_in_index().await, 1);
+    assert_eq!(env.queue_depth(&queue).await, 0);
+}
