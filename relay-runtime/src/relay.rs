@@ -133,16 +133,16 @@ impl<R> ReadyEvents<R> {
         }
     }
 
-    /// Takes out the events whose ordering key (aggregate) `take` selects, in order, with their
-    /// item keys and sources; the rest stay.
+    /// Takes out the events that `take` selects (by the event and its source), in order, with
+    /// their item keys and sources; the rest stay.
     pub fn take_if(
         &mut self,
-        mut take: impl FnMut(&OutboundEvent) -> bool,
+        mut take: impl FnMut(&OutboundEvent, &R) -> bool,
     ) -> Vec<(ItemKey, OutboundEvent, R)> {
         let mut taken = Vec::new();
         let mut kept = ReadyEvents::with_capacity(self.events.len());
         for (event, (key, source)) in self.events.drain(..).zip(self.origins.drain(..)) {
-            if take(&event) {
+            if take(&event, &source) {
                 taken.push((key, event, source));
             } else {
                 kept.push(key, event, source);

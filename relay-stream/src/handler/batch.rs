@@ -30,9 +30,9 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
                 .unwrap_or_else(tokio::time::Instant::now)
         });
         let mut outcomes: Vec<Option<RecordOutcome>> = vec![None; records.len()];
-        let (mut ready, poison) = decode_batch(records, &mut outcomes);
+        let (mut ready, mut poison) = decode_batch(records, &mut outcomes);
         if self.options.hold_failed_aggregates {
-            self.leave_held_aggregates(records, &mut ready, &mut outcomes)
+            self.leave_held_aggregates(records, &mut ready, &mut poison, &mut outcomes)
                 .await;
         }
         let results = self.publish(ready.events(), stop_at).await;

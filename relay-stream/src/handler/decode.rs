@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use aws_lambda_events::dynamodb::EventRecord;
-use outbox_shared::schema::{attr, entity};
+use outbox_shared::schema::{self, attr, entity};
 use outbox_shared::{ItemKey, OutboxItem, OutboxStatus};
 use relay_runtime::{Poison, ReadyEvents};
 use serde_dynamo::AttributeValue;
@@ -79,8 +79,29 @@ enum Decoded {
     Item(Box<OutboxItem>),
 }
 
+/// Whether the poller can see the event of `record`: an `INSERT` of an item in the pending index
+/// under a sort key its queries reach (`EVENT#{CreatedAt}#{EventId}`; any partition, which the
+/// sweep finds). A `REMOVE`'s item is gone, and an item another client wrote outside the index, or
+/// under another sort key, is in no page the poller reads: only this relay can publish it.
+pub(super) fn poller_can_see(record: &EventRecord) -> bool {
+    let image = &record.change.new_image;
+    let field = |name| string_attr(image, name);
+    record.event_name == INSERT
+        && field(attr::GSI1PK).is_some()
+        && match (
+            field(attr::GSI1SK),
+            field(attr::CREATED_AT),
+            field(attr::EVENT_ID),
+        ) {
+            (Some(sort_key), Some(created_at), Some(event_id)) => {
+                sort_key == schema::pending_sort_key(created_at, event_id)
+            }
+            _ => false,
+        }
+}
+
 /// Whether `record` is DynamoDB's TTL deleting an item (its `userIdentity` is the TTL service).
-fn is_ttl_deletion(record: &EventRecord) -> bool {
+pub(super) fn is_ttl_deletion(record: &EventRecord) -> bool {
     record.event_name == REMOVE
         && record.user_identity.as_ref().is_some_and(|identity| {
             (identity.type_.as_str(), identity.principal_id.as_str()) == TTL_DELETION_IDENTITY

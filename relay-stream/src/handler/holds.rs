@@ -2,26 +2,36 @@
 //! Before publishing, the events of aggregates already held are left to the poller; after it,
 //! each aggregate with an event that failed is held, and its events are left to the poller too.
 //! The holds themselves are the [`relay_runtime::holds`] port's.
+//!
+//! Only an event the poller can see is ever left to it ([`poller_can_see`]). A TTL deletion's
+//! event exists only in its record: it is dead-lettered with the record instead (a redrive
+//! re-creates the item in its place in its aggregate's order). An event another client wrote
+//! outside the index is published even when its aggregate is held, and re-delivered (never held)
+//! when its publish fails.
 
 use std::collections::{HashMap, HashSet};
 
 use aws_lambda_events::dynamodb::EventRecord;
 use outbox_shared::schema::attr;
-use relay_runtime::{DeadLetterSink, HoldStore, Publisher, ReadyEvents, Settled, StatusStore};
+use relay_runtime::{
+    DeadLetterSink, HoldStore, Poison, Publisher, ReadyEvents, Settled, StatusStore,
+};
 
 use super::StreamRelay;
-use super::decode::string_attr;
+use super::decode::{dead_letter_record, is_ttl_deletion, poller_can_see, string_attr};
 use super::report::RecordOutcome;
 use crate::metrics as m;
 
 impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<P, S, D, H> {
     /// Hold mode, before publishing: the events of aggregates already held stay pending for the
-    /// poller. If the holds can't be read, nothing is published (the batch is re-delivered): an
-    /// event must not overtake a held one.
+    /// poller, and a TTL deletion's event of a held aggregate joins `poison` (dead-lettered with
+    /// its record). If the holds can't be read, nothing is published (the batch is re-delivered):
+    /// an event must not overtake a held one.
     pub(super) async fn leave_held_aggregates(
         &self,
         records: &[EventRecord],
         ready: &mut ReadyEvents<usize>,
+        poison: &mut Vec<Poison<usize>>,
         outcomes: &mut [Option<RecordOutcome>],
     ) {
         let mut keys: Vec<String> = ready
@@ -36,10 +46,14 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
         }
         let left: Vec<_> = match self.holds.held(&keys).await {
             Ok(held) if held.is_empty() => return,
-            Ok(held) => ready.take_if(|e| held.contains(&e.ordering_key)),
+            // An event outside the index stays: only this relay can publish it
+            Ok(held) => ready.take_if(|e, &index| {
+                held.contains(&e.ordering_key)
+                    && (poller_can_see(&records[index]) || is_ttl_deletion(&records[index]))
+            }),
             Err(err) => {
                 tracing::warn!(error = %outbox_shared::error::describe(&err), "could not read the aggregate holds; the batch is re-delivered");
-                for (_, event, index) in ready.take_if(|_| true) {
+                for (_, event, index) in ready.take_if(|_, _| true) {
                     outcomes[index] = Some(RecordOutcome::NotSent {
                         event_id: event.event_id,
                     });
@@ -47,7 +61,16 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
                 return;
             }
         };
-        for (_, event, index) in left {
+        for (key, event, index) in left {
+            if is_ttl_deletion(&records[index]) {
+                poison.push(gone_from_the_table(
+                    key,
+                    event.event_id,
+                    "its aggregate is held",
+                    index,
+                ));
+                continue;
+            }
             tracing::info!(event_id = %event.event_id, sequence = ?records[index].change.sequence_number, "aggregate held: left to the poller");
             outcomes[index] = Some(RecordOutcome::Held {
                 event_id: event.event_id,
@@ -58,12 +81,15 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
     /// Hold mode, after publishing: each aggregate with an event that failed (and the later ones
     /// held back behind it) is held, and those events are left to the poller. If the hold can't
     /// be written, they are failures as without the mode (the batch is re-delivered from them).
+    /// A TTL deletion's event among them is dead-lettered with its record instead, and an event
+    /// outside the index is re-delivered: neither is left to a poller that can't see it.
     pub(super) async fn hold_failed(
         &self,
         records: &[EventRecord],
         settled: Vec<Settled<usize>>,
         outcomes: &mut [Option<RecordOutcome>],
     ) -> Vec<Settled<usize>> {
+        let (settled, gone) = self.dead_letter_ttl_deletions(records, settled).await;
         let mut partitions: HashMap<String, String> = HashMap::new();
         for result in &settled {
             if let Settled::Failed {
@@ -76,6 +102,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
                 source,
                 ..
             } = result
+                && poller_can_see(&records[*source])
             {
                 let partition = string_attr(&records[*source].change.new_image, attr::GSI1PK)
                     .or_else(|| string_attr(&records[*source].change.old_image, attr::GSI1PK))
@@ -86,7 +113,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
             }
         }
         if partitions.is_empty() {
-            return settled;
+            return settled.into_iter().chain(gone).collect();
         }
         let holds = futures::future::join_all(partitions.iter().map(|(key, partition)| async move {
             let result = self.holds.hold(key, partition).await;
@@ -115,12 +142,80 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
                     event_id,
                     source,
                     ..
-                } if held.contains(&ordering_key) => {
+                } if held.contains(&ordering_key) && poller_can_see(&records[source]) => {
                     outcomes[source] = Some(RecordOutcome::Held { event_id });
                     None
                 }
                 other => Some(other),
             })
+            .chain(gone)
             .collect()
+    }
+
+    /// Dead-letters, with their records, the TTL deletions' events among `settled` that were not
+    /// published (failed, or held back behind their aggregate's failure): the rest, and what the
+    /// dead-lettering settled.
+    async fn dead_letter_ttl_deletions(
+        &self,
+        records: &[EventRecord],
+        settled: Vec<Settled<usize>>,
+    ) -> (Vec<Settled<usize>>, Vec<Settled<usize>>) {
+        let mut rest = Vec::with_capacity(settled.len());
+        let mut poison = Vec::new();
+        for result in settled {
+            match result {
+                Settled::Failed {
+                    key,
+                    event_id,
+                    source,
+                    code,
+                    ..
+                } if is_ttl_deletion(&records[source]) => {
+                    let why = format!("its publish failed ({code})");
+                    poison.push(gone_from_the_table(key, event_id, &why, source));
+                }
+                Settled::HeldBack {
+                    key,
+                    event_id,
+                    source,
+                    ..
+                } if is_ttl_deletion(&records[source]) => poison.push(gone_from_the_table(
+                    key,
+                    event_id,
+                    "an earlier event of its aggregate failed",
+                    source,
+                )),
+                other => rest.push(other),
+            }
+        }
+        if poison.is_empty() {
+            return (rest, Vec::new());
+        }
+        let gone = self
+            .relay
+            .settle(ReadyEvents::default(), Vec::new(), poison, |&index| {
+                dead_letter_record(&records[index])
+            })
+            .await;
+        (rest, gone)
+    }
+}
+
+/// The TTL deletion of a pending event that could not be published now, for the dead-letter queue:
+/// its record is the only place the event exists, so it can't be left to the poller.
+fn gone_from_the_table(
+    key: outbox_shared::ItemKey,
+    event_id: String,
+    why: &str,
+    source: usize,
+) -> Poison<usize> {
+    Poison {
+        key: Some(key),
+        event_id: Some(event_id),
+        reason: format!(
+            "not published: {why}; DynamoDB's TTL deleted the pending item, so only this record \
+             holds the event and the poller can't publish it (redrive re-creates the item)"
+        ),
+        source,
     }
 }

@@ -69,7 +69,8 @@ fn outbox_insert(seq: u32, event_id: &str, payload: &str) -> EventRecord {
                 "EventType": {"S": "OrderCreated"}, "Payload": {"S": payload},
                 "Status": {"S": "PENDING"}, "CreatedAt": {"S": "2026-11-28T08:00:00.000Z"},
                 "AggregateId": {"S": format!("o-{event_id}")},
-                "GSI1PK": {"S": "OUTBOX#PENDING#1"}, "GSI1SK": {"S": "EVENT#x"}
+                "GSI1PK": {"S": "OUTBOX#PENDING#1"},
+                    "GSI1SK": {"S": format!("EVENT#2026-11-28T08:00:00.000Z#{event_id}")}
             },
             "SequenceNumber": format!("{seq:08}"), "SizeBytes": 100,
             "StreamViewType": "NEW_AND_OLD_IMAGES"
@@ -667,4 +668,128 @@ mod properties {
             prop_assert_eq!(ports.dead_letters.letters().len() as u64, report.counts().dead_lettered);
         }
     }
+}
+
+/// Hold mode's relay over `ports`.
+fn hold_mode(ports: &Ports) -> Relay<'_> {
+    let options = HandlerOptions {
+        hold_failed_aggregates: true,
+        ..HandlerOptions::default()
+    };
+    StreamRelay::new(
+        &ports.publisher,
+        &ports.status,
+        &ports.holds,
+        Some(&ports.dead_letters),
+        options,
+    )
+}
+
+/// The recorded TTL deletion of a pending event (aggregate `o-91`), which exists nowhere else.
+fn ttl_deletion_of_a_pending_event() -> EventRecord {
+    let mut records = records(REMOVALS_OF_PENDING_EVENTS);
+    records.truncate(1);
+    records.remove(0)
+}
+
+#[tokio::test]
+async fn in_hold_mode_a_ttl_deleted_event_of_a_held_aggregate_is_dead_lettered_not_left_to_the_poller()
+ {
+    // Given aggregate o-91 held, and the TTL deletion of one of its pending events: the poller
+    // can't see it (the item is gone)
+    let ports = Ports::new(FakePublisher::default());
+    ports.holds.hold("o-91", "OUTBOX#PENDING#5").await.unwrap();
+    let records = vec![ttl_deletion_of_a_pending_event()];
+
+    // When the batch is handled in hold mode
+    let report = hold_mode(&ports).handle(&records).await;
+
+    // Then the event is dead-lettered with its record (a redrive re-creates it in its place in
+    // its aggregate's order), not left to a poller that can never publish it
+    assert!(
+        matches!(&report.outcomes[0], RecordOutcome::DeadLettered { reason, .. } if reason.contains("held")),
+        "{report:?}"
+    );
+    let letters = ports.dead_letters.letters();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].record["eventName"], "REMOVE");
+    assert_eq!(
+        letters[0].record["dynamodb"]["OldImage"]["AggregateId"]["S"],
+        "o-91"
+    );
+    assert!(ports.publisher.published().is_empty());
+    assert!(report.response(&records).batch_item_failures.is_empty());
+}
+
+#[tokio::test]
+async fn in_hold_mode_a_ttl_deleted_event_that_fails_to_publish_is_dead_lettered_not_held() {
+    // Given the TTL deletion of a pending event whose publish fails
+    let event_id = "0194b001-0000-7000-8000-000000000001";
+    let ports = Ports::new(FakePublisher::default().with_outcome(event_id, failed()));
+    let records = vec![ttl_deletion_of_a_pending_event()];
+
+    // When the batch is handled in hold mode
+    let report = hold_mode(&ports).handle(&records).await;
+
+    // Then it is dead-lettered with its record, and its aggregate is not held for a poller that
+    // can't see the event
+    assert!(
+        matches!(&report.outcomes[0], RecordOutcome::DeadLettered { event_id: Some(id), .. } if id == event_id),
+        "{report:?}"
+    );
+    assert_eq!(ports.dead_letters.letters().len(), 1);
+    assert!(ports.holds.holds().is_empty());
+}
+
+/// An outbox INSERT by another client that left the event out of the pending index.
+fn insert_outside_the_index(seq: u32, event_id: &str) -> EventRecord {
+    let mut record = outbox_insert(seq, event_id, "{}");
+    record.change.new_image.remove("GSI1PK");
+    record.change.new_image.remove("GSI1SK");
+    record
+}
+
+#[tokio::test]
+async fn in_hold_mode_an_event_outside_the_index_is_published_even_when_its_aggregate_is_held() {
+    // Given aggregate o-e1 held, and an INSERT of its event without index keys (the poller's
+    // queries never see it), and one whose sort key is not shaped EVENT#{CreatedAt}#{EventId}
+    let ports = Ports::new(FakePublisher::default());
+    ports.holds.hold("o-e1", "OUTBOX#PENDING#1").await.unwrap();
+    ports.holds.hold("o-e2", "OUTBOX#PENDING#1").await.unwrap();
+    let mut odd_sort_key = outbox_insert(2, "e2", "{}");
+    odd_sort_key
+        .change
+        .new_image
+        .insert("GSI1SK".into(), AttributeValue::S("ZZZ#e2".into()));
+    let records = vec![insert_outside_the_index(1, "e1"), odd_sort_key];
+
+    // When the batch is handled in hold mode
+    let report = hold_mode(&ports).handle(&records).await;
+
+    // Then both are published: only this relay can
+    assert_eq!(
+        report.outcomes,
+        vec![
+            RecordOutcome::Published {
+                event_id: "e1".into()
+            },
+            RecordOutcome::Published {
+                event_id: "e2".into()
+            }
+        ]
+    );
+}
+
+#[tokio::test]
+async fn in_hold_mode_an_event_outside_the_index_that_fails_is_re_delivered_not_held() {
+    // Given an INSERT without index keys whose publish fails
+    let ports = Ports::new(FakePublisher::default().with_outcome("e1", failed()));
+    let records = vec![insert_outside_the_index(1, "e1")];
+
+    // When the batch is handled in hold mode
+    let report = hold_mode(&ports).handle(&records).await;
+
+    // Then it is the batch item failure (Lambda re-delivers it), and nothing is held
+    assert_eq!(report.first_unpublished, Some(0));
+    assert!(ports.holds.holds().is_empty());
 }
