@@ -52,8 +52,10 @@ pub enum EnvelopeError {
         event_id: String,
         field: &'static str,
     },
-    #[error("event {event_id}: CreatedAt {value:?} is not an RFC 3339 timestamp")]
-    BadTimestamp { event_id: String, value: String },
+    /// `reason` is the parser's, which names what is wrong, never the text (it may hold
+    /// personal data).
+    #[error("event {event_id}: CreatedAt (a string) is not an RFC 3339 timestamp: {reason}")]
+    BadTimestamp { event_id: String, reason: String },
 }
 
 /// The envelope's bytes besides its field values: keys, quotes, braces and a sequence number.
@@ -98,9 +100,9 @@ impl OutboundEvent {
                 reason: e.to_string(),
             })?;
         let occurred =
-            parse_timestamp(&item.created_at).map_err(|_| EnvelopeError::BadTimestamp {
+            parse_timestamp(&item.created_at).map_err(|e| EnvelopeError::BadTimestamp {
                 event_id: event_id.clone(),
-                value: item.created_at.clone(),
+                reason: e.to_string(),
             })?;
         let envelope = Envelope {
             metadata: EventMetadata {
@@ -219,6 +221,21 @@ mod tests {
             event.entry_size("orders"),
             14 + "orders".len() + "OrderCreated".len() + event.detail.len()
         );
+    }
+
+    #[test]
+    fn a_created_at_that_is_not_a_timestamp_is_named_and_not_quoted() {
+        // Given an item whose CreatedAt holds personal data instead of a timestamp
+        let secret = "jane.doe@example.com";
+        let mut item = item("{}");
+        item.created_at = secret.into();
+
+        // When its envelope is built
+        let reason = OutboundEvent::from_item(&item).unwrap_err().to_string();
+
+        // Then the poison reason names the attribute, never its value
+        assert!(!reason.contains(secret), "{reason}");
+        assert!(reason.contains("CreatedAt"), "{reason}");
     }
 
     #[test]

@@ -137,10 +137,11 @@ pub enum ItemError {
         len: usize,
         max: usize,
     },
-    #[error("{field} must not contain '#' (it separates key segments): {value:?}")]
-    KeySeparator { field: &'static str, value: String },
-    #[error("{field} contains a control character: {value:?}")]
-    ControlCharacter { field: &'static str, value: String },
+    // The value is not quoted: an id may hold personal data (an e-mail address as user id).
+    #[error("{field} must not contain '#' (it separates key segments)")]
+    KeySeparator { field: &'static str },
+    #[error("{field} contains a control character")]
+    ControlCharacter { field: &'static str },
 }
 
 /// Longest id accepted in a key segment. Far below DynamoDB's 2,048-byte partition key limit,
@@ -164,16 +165,10 @@ pub fn validate_id(field: &'static str, value: &str) -> Result<(), ItemError> {
         });
     }
     if value.contains('#') {
-        return Err(ItemError::KeySeparator {
-            field,
-            value: value.to_owned(),
-        });
+        return Err(ItemError::KeySeparator { field });
     }
     if value.chars().any(char::is_control) {
-        return Err(ItemError::ControlCharacter {
-            field,
-            value: value.to_owned(),
-        });
+        return Err(ItemError::ControlCharacter { field });
     }
     Ok(())
 }
@@ -345,6 +340,26 @@ mod tests {
         assert_eq!(item.event_id, "e9");
         assert_eq!(item.aggregate_id, None);
         assert!(item.is_outbox_event());
+    }
+
+    #[test]
+    fn a_malformed_id_is_named_and_not_quoted() {
+        // Given ids that hold personal data and a key separator or a control character
+        let secret = "jane.doe@example.com";
+        for (id, what) in [
+            (format!("{secret}#1"), "'#'"),
+            (format!("{secret}\n"), "control character"),
+        ] {
+            // When they are checked
+            let reason = validate_id("user id", &id).unwrap_err().to_string();
+
+            // Then the error names the field and what is wrong, never the value
+            assert!(!reason.contains(secret), "{reason}");
+            assert!(
+                reason.contains("user id") && reason.contains(what),
+                "{reason}"
+            );
+        }
     }
 
     #[test]
