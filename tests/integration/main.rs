@@ -20,6 +20,7 @@ mod relay_stream_deadline;
 mod relay_stream_faults;
 mod relay_stream_local;
 mod relay_stream_quota;
+mod test_tools;
 mod trace_context;
 mod writer_create;
 mod writer_occ;
