@@ -269,17 +269,21 @@ impl LatencyModel {
                 let request: StatementsOnly = serde_json::from_slice(body).unwrap_or_default();
                 let mut state = self.state.lock().expect("model state");
                 let calls = state.count(operation);
-                let keys = request.statements.iter().map(|s| Some(s.key()));
-                if let Some(message) = crate::dynamodb_rules::batch_execute_statement_refusal(keys)
+                let keys: Vec<(String, String)> = request
+                    .statements
+                    .iter()
+                    .map(StatementParameters::key)
+                    .collect();
+                if let Some(message) =
+                    crate::dynamodb_rules::batch_execute_statement_refusal(keys.iter().map(Some))
                 {
                     let body = crate::dynamodb_rules::validation_exception(&message);
                     return (400, body.to_string(), calls);
                 }
-                let responses: Vec<&str> = request
-                    .statements
+                let responses: Vec<&str> = keys
                     .iter()
-                    .map(|statement| {
-                        if state.unindex(&statement.key()) {
+                    .map(|key| {
+                        if state.unindex(key) {
                             "{}"
                         } else {
                             r#"{"Error":{"Code":"ConditionalCheckFailed","Message":"The conditional request failed"}}"#
