@@ -362,6 +362,7 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
         already_marked = summary.already_marked,
         dead_lettered = summary.dead_lettered,
         failed = summary.failed,
+        not_marked = summary.not_marked,
         complete = summary.complete,
         interrupted = summary.interrupted,
         "drain finished"
@@ -463,11 +464,11 @@ async fn redrive(args: RedriveArgs) -> anyhow::Result<ExitCode> {
         let items = redrive.pending_items(&keys).await?;
         let stats = poller.publish_items(items).await;
         summary.published = stats.published + stats.already_marked;
-        if stats.failed + stats.held_back + stats.mark_errors > 0 {
+        if stats.failed + stats.held_back + stats.not_marked > 0 {
             tracing::warn!(
                 failed = stats.failed,
                 held_back = stats.held_back,
-                mark_errors = stats.mark_errors,
+                not_marked = stats.not_marked,
                 "some redriven events were not published now; they are pending and the relays publish them"
             );
         }

@@ -14,8 +14,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use outbox_shared::time::parse_timestamp;
 use relay_runtime::metrics::{
-    ALREADY_MARKED, BACKLOG, DEAD_LETTERED, LEASE_TAKEOVERS, LEASES_OWNED, OLDEST_PENDING_AGE,
-    PUBLISH_FAILED, PUBLISHED, STRAY_PENDING, TTL_EXTENDED, count, observe,
+    ALREADY_MARKED, BACKLOG, DEAD_LETTERED, LEASE_TAKEOVERS, LEASES_OWNED, NOT_MARKED,
+    OLDEST_PENDING_AGE, PUBLISH_FAILED, PUBLISHED, STRAY_PENDING, TTL_EXTENDED, count, observe,
 };
 
 use crate::poller::stats::PassStats;
@@ -30,6 +30,10 @@ pub(crate) fn already_marked(n: u64) {
 
 pub(crate) fn dead_lettered(n: u64) {
     count(DEAD_LETTERED, n);
+}
+
+pub(crate) fn not_marked(n: u64) {
+    count(NOT_MARKED, n);
 }
 
 pub(crate) fn publish_failed(n: u64) {

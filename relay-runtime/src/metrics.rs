@@ -34,8 +34,10 @@ pub const ALREADY_MARKED: &str = "AlreadyMarked";
 pub const DEAD_LETTERED: &str = "DeadLettered";
 /// Events not published after every attempt; they stay pending. Count.
 pub const PUBLISH_FAILED: &str = "PublishFailed";
-/// Events published (or dead-lettered) whose mark failed; they stay pending. Count.
-pub const MARK_FAILED: &str = "MarkFailed";
+/// Events published (or dead-lettered) whose status update failed (not a lost race: that is
+/// [`ALREADY_MARKED`]): they stay pending and are published again. The summaries' `not_marked`.
+/// Count; both relays.
+pub const NOT_MARKED: &str = "NotMarked";
 /// Entries sent again after a retryable failure. Count.
 pub const RETRIED: &str = "Retried";
 /// `PutEvents` entries EventBridge refused with `ThrottlingException` (the account's quota).
@@ -130,7 +132,10 @@ fn describe() {
         ),
         (DEAD_LETTERED, "poison events dead-lettered"),
         (PUBLISH_FAILED, "events left pending after every attempt"),
-        (MARK_FAILED, "events published whose mark failed"),
+        (
+            NOT_MARKED,
+            "events published or dead-lettered whose mark failed",
+        ),
         (RETRIED, "entries sent again after a retryable failure"),
         (
             THROTTLED,

@@ -111,8 +111,22 @@ pub struct Summary {
     pub ignored: u64,
     pub dead_lettered: u64,
     pub failed: u64,
+    /// Published or dead-lettered, but the status update failed: the item stays pending and the
+    /// poller publishes it again (a part of `published` and `dead_lettered`).
+    pub not_marked: u64,
     /// `PutEvents` calls sent, retries included (counted by the publisher, not derived).
     pub put_events_calls: u64,
+}
+
+impl Summary {
+    /// Whether events left the outbox (published or dead-lettered) and not one of them was
+    /// marked: the status store cannot mark (an endpoint without PartiQL, a policy without
+    /// `dynamodb:PartiQLUpdate`), so everything stays pending and is published again. The runner
+    /// exits non-zero on it; a few marks that failed are the poller's to finish, not an error.
+    pub fn marked_none(&self) -> bool {
+        let settled = self.published + self.dead_lettered;
+        settled > 0 && self.not_marked >= settled
+    }
 }
 
 /// Builds the clients and the relay from `args`, then reads and relays until `shutdown` or idle.
@@ -142,6 +156,7 @@ pub async fn run(args: &LocalArgs, shutdown: &CancellationToken) -> Result<Summa
         ignored: counts.ignored,
         dead_lettered: counts.dead_lettered,
         failed: counts.failed,
+        not_marked: counts.not_marked,
         put_events_calls: runner.relay().publisher().stats().put_events_calls,
     })
 }
@@ -587,4 +602,23 @@ pub async fn read_stream_records(
         }
     }
     Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Summary;
+
+    #[test]
+    fn a_run_marked_none_only_when_events_left_and_every_mark_failed() {
+        let summary = |published, dead_lettered, not_marked| Summary {
+            published,
+            dead_lettered,
+            not_marked,
+            ..Summary::default()
+        };
+        assert!(summary(3, 1, 4).marked_none());
+        assert!(!summary(3, 1, 3).marked_none(), "one was marked");
+        assert!(!summary(0, 0, 0).marked_none(), "nothing to mark");
+        assert!(!summary(100, 0, 0).marked_none());
+    }
 }

@@ -5,7 +5,7 @@
 //! invocation; elsewhere (the local runner, tests) no recorder is installed and these are no-ops.
 
 use relay_runtime::metrics::{
-    AGGREGATES_HELD, DEAD_LETTERED, IGNORED, MARK_FAILED, PUBLISH_FAILED, PUBLISHED, RELAY_LAG,
+    AGGREGATES_HELD, DEAD_LETTERED, IGNORED, NOT_MARKED, PUBLISH_FAILED, PUBLISHED, RELAY_LAG,
     count, observe,
 };
 
@@ -16,6 +16,7 @@ pub(crate) fn record_batch(counts: &BatchCounts, max_lag_ms: Option<i64>) {
     count(IGNORED, counts.ignored);
     count(DEAD_LETTERED, counts.dead_lettered);
     count(PUBLISH_FAILED, counts.failed);
+    count(NOT_MARKED, counts.not_marked);
     if let Some(lag) = max_lag_ms {
         // Precision loss is irrelevant for a latency in milliseconds.
         #[allow(clippy::cast_precision_loss)]
@@ -25,8 +26,4 @@ pub(crate) fn record_batch(counts: &BatchCounts, max_lag_ms: Option<i64>) {
 
 pub(crate) fn aggregates_held(aggregates: u64) {
     count(AGGREGATES_HELD, aggregates);
-}
-
-pub(crate) fn mark_failed() {
-    count(MARK_FAILED, 1);
 }

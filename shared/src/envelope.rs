@@ -55,8 +55,10 @@ pub enum EnvelopeError {
         event_id: String,
         field: &'static str,
     },
-    #[error("event {event_id}: CreatedAt {value:?} is not an RFC 3339 timestamp")]
-    BadTimestamp { event_id: String, value: String },
+    /// `reason` is the parser's, which names what is wrong, never the text (it may hold
+    /// personal data).
+    #[error("event {event_id}: CreatedAt (a string) is not an RFC 3339 timestamp: {reason}")]
+    BadTimestamp { event_id: String, reason: String },
     /// A field EventBridge would refuse (and with it every entry of the call).
     #[error("event {event_id}: {source}")]
     Refused {
@@ -178,9 +180,9 @@ impl OutboundEvent {
                 reason: e.to_string(),
             })?;
         let occurred =
-            parse_timestamp(&item.created_at).map_err(|_| EnvelopeError::BadTimestamp {
+            parse_timestamp(&item.created_at).map_err(|e| EnvelopeError::BadTimestamp {
                 event_id: event_id.clone(),
-                value: item.created_at.clone(),
+                reason: e.to_string(),
             })?;
         let envelope = Envelope {
             metadata: EventMetadata {
@@ -331,6 +333,21 @@ mod tests {
         longest.trace_header = Some("t".repeat(500));
         let event = OutboundEvent::from_item(&longest).unwrap();
         assert_eq!(event.trace_header.map(|h| h.len()), Some(500));
+    }
+
+    #[test]
+    fn a_created_at_that_is_not_a_timestamp_is_named_and_not_quoted() {
+        // Given an item whose CreatedAt holds personal data instead of a timestamp
+        let secret = "jane.doe@example.com";
+        let mut item = item("{}");
+        item.created_at = secret.into();
+
+        // When its envelope is built
+        let reason = OutboundEvent::from_item(&item).unwrap_err().to_string();
+
+        // Then the poison reason names the attribute, never its value
+        assert!(!reason.contains(secret), "{reason}");
+        assert!(reason.contains("CreatedAt"), "{reason}");
     }
 
     #[test]

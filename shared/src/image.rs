@@ -35,6 +35,42 @@ impl de::Error for ImageError {
             message: msg.to_string(),
         }
     }
+
+    // serde's own messages quote the value they saw; these name only its kind, since an
+    // attribute's value may hold personal data and this message becomes a poison reason.
+
+    fn invalid_type(unexpected: Unexpected<'_>, expected: &dyn de::Expected) -> Self {
+        Self::custom(format_args!(
+            "invalid type: {}, expected {expected}",
+            kind_of(&unexpected)
+        ))
+    }
+
+    fn invalid_value(unexpected: Unexpected<'_>, expected: &dyn de::Expected) -> Self {
+        Self::custom(format_args!(
+            "invalid value: {}, expected {expected}",
+            kind_of(&unexpected)
+        ))
+    }
+
+    fn unknown_variant(_variant: &str, expected: &'static [&'static str]) -> Self {
+        Self::custom(format_args!(
+            "unknown variant, expected one of {}",
+            expected.join(", ")
+        ))
+    }
+}
+
+/// What `unexpected` is, without its value.
+fn kind_of<'a>(unexpected: &'a Unexpected<'a>) -> &'a dyn fmt::Display {
+    match unexpected {
+        Unexpected::Bool(_) => &"a boolean",
+        Unexpected::Unsigned(_) | Unexpected::Signed(_) | Unexpected::Float(_) => &"a number",
+        Unexpected::Char(_) | Unexpected::Str(_) => &"a string",
+        Unexpected::Bytes(_) => &"bytes",
+        // The rest carry no value (a map, a unit, or this module's "number (N)").
+        other => other,
+    }
 }
 
 /// Decodes `image` into `T` without taking it apart.
@@ -96,6 +132,9 @@ impl<'de> MapAccess<'de> for Attributes<'de> {
     }
 }
 
+/// An `N` attribute, named without its value.
+const NUMBER: Unexpected<'static> = Unexpected::Other("number (N)");
+
 /// One attribute value.
 #[derive(Clone, Copy)]
 struct Attr<'de>(&'de AttributeValue);
@@ -103,7 +142,7 @@ struct Attr<'de>(&'de AttributeValue);
 impl<'de> Attr<'de> {
     fn unexpected(self) -> Unexpected<'de> {
         match self.0 {
-            AttributeValue::N(_) => Unexpected::Other("number (N)"),
+            AttributeValue::N(_) => NUMBER,
             // Not the value itself: a misplaced string can be a whole payload, and this message
             // ends up in a dead letter's reason.
             AttributeValue::S(_) => Unexpected::Other("string (S)"),
@@ -138,7 +177,7 @@ macro_rules! deserialize_number {
             let text = self.number(&visitor)?;
             match text.parse::<$ty>() {
                 Ok(n) => visitor.$visit(n),
-                Err(_) => Err(de::Error::invalid_value(Unexpected::Str(text), &visitor)),
+                Err(_) => Err(de::Error::invalid_value(NUMBER, &visitor)),
             }
         }
     )*};
@@ -328,7 +367,7 @@ fn visit_number<'de, V: Visitor<'de>>(text: &'de str, visitor: V) -> Result<V::V
     } else if let Ok(n) = text.parse::<f64>() {
         visitor.visit_f64(n)
     } else {
-        Err(de::Error::invalid_value(Unexpected::Str(text), &visitor))
+        Err(de::Error::invalid_value(NUMBER, &visitor))
     }
 }
 
@@ -444,7 +483,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.starts_with("attribute Status: unknown variant `SHIPPED`"),
+            err.starts_with("attribute Status: unknown variant, expected one of PENDING"),
             "{err}"
         );
 
@@ -472,7 +511,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.starts_with("attribute Sequence: invalid value: string \"-1\""),
+            err.starts_with("attribute Sequence: invalid value: number (N), expected u64"),
             "{err}"
         );
 
@@ -480,6 +519,77 @@ mod tests {
         missing.remove("Payload");
         let err = from_image::<OutboxItem>(&missing).unwrap_err().to_string();
         assert_eq!(err, "missing field `Payload`");
+    }
+
+    /// Decodes `image` with `name` set to `value`: the reason it does not decode.
+    fn reason_with(name: &str, value: AttributeValue) -> String {
+        let mut image = outbox_image();
+        image.insert(name.into(), value);
+        from_image::<OutboxItem>(&image).unwrap_err().to_string()
+    }
+
+    const SECRET: &str = "jane.doe@example.com";
+
+    #[test]
+    fn a_number_attribute_holding_a_string_is_named_and_not_quoted() {
+        // Given a Sequence whose number (N) holds personal data
+        // When the image is decoded
+        let reason = reason_with("Sequence", n(SECRET));
+
+        // Then the reason names the attribute and its type, never its value
+        assert!(!reason.contains(SECRET), "{reason}");
+        assert!(
+            reason.starts_with("attribute Sequence: invalid value: number (N)"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn a_number_out_of_range_is_named_and_not_quoted() {
+        // Given a Sequence holding a card number, too large for it
+        let card = "4111111111111111111111";
+
+        // When the image is decoded
+        let reason = reason_with("Sequence", n(card));
+
+        // Then the reason names the attribute and its type, never its value
+        assert!(!reason.contains(card), "{reason}");
+        assert!(
+            reason.starts_with("attribute Sequence: invalid value: number (N)"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn a_status_that_is_no_status_is_named_and_not_quoted() {
+        // Given a Status holding personal data instead of one of the statuses
+        // When the image is decoded
+        let reason = reason_with("Status", s(SECRET));
+
+        // Then the reason names the attribute and what it may hold, never its value
+        assert!(!reason.contains(SECRET), "{reason}");
+        assert!(
+            reason.starts_with("attribute Status: unknown variant") && reason.contains("PENDING"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_is_named_and_not_quoted() {
+        // Given attributes of the wrong type holding personal data: a string where a number
+        // belongs, a map where a string belongs
+        let map = AttributeValue::M(image(&[("email", s(SECRET))]));
+        for (name, value) in [("Sequence", s(SECRET)), ("EventType", map)] {
+            // When the image is decoded
+            let reason = reason_with(name, value);
+
+            // Then the reason names the attribute and its type, never its value
+            assert!(!reason.contains(SECRET), "{reason}");
+            assert!(
+                reason.starts_with(&format!("attribute {name}: invalid type")),
+                "{reason}"
+            );
+        }
     }
 
     #[derive(Debug, PartialEq, Deserialize)]

@@ -139,10 +139,11 @@ pub enum ItemError {
         len: usize,
         max: usize,
     },
-    #[error("{field} must not contain '#' (it separates key segments): {value:?}")]
-    KeySeparator { field: &'static str, value: String },
-    #[error("{field} contains a control character: {value:?}")]
-    ControlCharacter { field: &'static str, value: String },
+    // The value is not quoted: an id may hold personal data (an e-mail address as user id).
+    #[error("{field} must not contain '#' (it separates key segments)")]
+    KeySeparator { field: &'static str },
+    #[error("{field} contains a control character")]
+    ControlCharacter { field: &'static str },
     /// An attribute EventBridge would refuse on the event's `PutEvents` entry, and with it the
     /// whole call.
     #[error(transparent)]
@@ -170,16 +171,10 @@ pub fn validate_id(field: &'static str, value: &str) -> Result<(), ItemError> {
         });
     }
     if value.contains('#') {
-        return Err(ItemError::KeySeparator {
-            field,
-            value: value.to_owned(),
-        });
+        return Err(ItemError::KeySeparator { field });
     }
     if value.chars().any(char::is_control) {
-        return Err(ItemError::ControlCharacter {
-            field,
-            value: value.to_owned(),
-        });
+        return Err(ItemError::ControlCharacter { field });
     }
     Ok(())
 }
@@ -401,6 +396,26 @@ mod tests {
         longest.trace_header = Some("t".repeat(500));
         let item = OutboxItem::pending(longest, &config(), Utc::now()).unwrap();
         assert_eq!(item.check_entry_fields(), Ok(()));
+    }
+
+    #[test]
+    fn a_malformed_id_is_named_and_not_quoted() {
+        // Given ids that hold personal data and a key separator or a control character
+        let secret = "jane.doe@example.com";
+        for (id, what) in [
+            (format!("{secret}#1"), "'#'"),
+            (format!("{secret}\n"), "control character"),
+        ] {
+            // When they are checked
+            let reason = validate_id("user id", &id).unwrap_err().to_string();
+
+            // Then the error names the field and what is wrong, never the value
+            assert!(!reason.contains(secret), "{reason}");
+            assert!(
+                reason.contains("user id") && reason.contains(what),
+                "{reason}"
+            );
+        }
     }
 
     #[test]

@@ -23,6 +23,7 @@ mod relay_stream_faults;
 mod relay_stream_local;
 mod relay_stream_quota;
 mod stream_fixtures;
+mod test_tools;
 mod trace_context;
 mod writer_create;
 mod writer_occ;

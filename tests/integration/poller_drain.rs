@@ -13,7 +13,8 @@ use futures::StreamExt;
 use outbox_shared::schema::{self, attr};
 use outbox_shared::time::format_timestamp;
 use outbox_shared::{OutboxStatus, ShardCount};
-use outbox_tests::{TestEnv, fixtures, minimal_outbox_item};
+use outbox_tests::fault_proxy::{BATCH_EXECUTE_STATEMENT, FaultProxy, FaultRates};
+use outbox_tests::{TestEnv, emulator_endpoints, fixtures, minimal_outbox_item};
 use outbox_writer::{NewOrder, OrderLine, OrderStatus};
 use relay_poller::CancellationToken;
 use relay_poller::PassOutcome;
@@ -94,6 +95,7 @@ struct DrainSummaryLine {
     already_marked: u64,
     dead_lettered: u64,
     failed: u64,
+    not_marked: u64,
     remaining: Option<u64>,
     complete: bool,
     seconds: f64,
@@ -605,4 +607,45 @@ async fn a_drain_that_cannot_publish_exits_non_zero_and_says_how_many_remain() {
     assert_eq!(summary.published, 0);
     assert_eq!(summary.remaining, Some(30), "{summary:?}");
     assert_eq!(env.pending_in_index().await, 30);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drain_that_cannot_mark_exits_non_zero_and_counts_each_publish_not_marked() {
+    // Given 10 pending events, and a DynamoDB that refuses every BatchExecuteStatement (a policy
+    // without dynamodb:PartiQLUpdate)
+    let env = TestEnv::new().await;
+    create_orders(&env, 10).await;
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 7).await;
+    proxy.deny(BATCH_EXECUTE_STATEMENT);
+
+    // When a drain through it gives up after two passes that marked nothing
+    let child = env
+        .relay_command("relay-poller")
+        .args([
+            "drain",
+            "--max-stalled-passes",
+            "2",
+            "--idle-backoff-max",
+            "100ms",
+        ])
+        .envs(proxy.endpoint_env())
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn relay-poller");
+    let (status, summary) = finish(child).await;
+
+    // Then it exits 1: each pass published all 10 again, none counts as published, all 20
+    // publishes count as not marked, and the 10 remain pending
+    assert_eq!(status.code(), Some(1), "{summary:?}");
+    assert!(!summary.complete);
+    assert_eq!(
+        (summary.published, summary.not_marked),
+        (0, 20),
+        "{summary:?}"
+    );
+    assert_eq!(summary.remaining, Some(10), "{summary:?}");
+    assert_eq!(sink_counts(&env, 20).await.values().sum::<u64>(), 20);
+    assert_eq!(env.pending_in_index().await, 10);
 }

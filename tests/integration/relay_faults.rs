@@ -1,14 +1,16 @@
 //! Both relays' binaries against a faulty AWS, through [`outbox_tests::fault_proxy`]: DynamoDB
 //! `UpdateItem`, `BatchExecuteStatement`, `Query` and `Scan` calls fail at 20% (throttling and
 //! 500s), `PutEvents` entries at 30%, and a tenth of the 500s and of the `PutEvents` calls lose
-//! their reply after the call took effect. Nothing may go missing; duplicates are counted, and each
-//! carries its original `eventId` (a written event's).
+//! their reply after the call took effect. The marks (`BatchExecuteStatement`) are under those
+//! faults too, and the first few of them lose their reply after taking effect whatever the dice
+//! say. Nothing may go missing; duplicates are counted, and each carries its original `eventId`
+//! (a written event's).
 
 use std::collections::{HashMap, HashSet};
 use std::process::Stdio;
 use std::time::Duration;
 
-use outbox_tests::fault_proxy::{FaultProxy, FaultRates};
+use outbox_tests::fault_proxy::{BATCH_EXECUTE_STATEMENT, FaultCounts, FaultProxy, FaultRates};
 use outbox_tests::{TestEnv, emulator_endpoints};
 use serde_json::Value;
 
@@ -19,6 +21,30 @@ const RATES: FaultRates = FaultRates {
 };
 const SEED: u64 = 0x0b0c_fa17;
 const EVENTS: usize = 1000;
+/// Marks whose reply is lost after they took effect, on top of the random ones: at 20 % of ~50
+/// calls and a tenth of the 500s, a random lost reply of a mark is a matter of luck.
+const LOST_MARK_REPLIES: u32 = 3;
+
+/// A faulty AWS in front of the emulator, its first marks' replies lost.
+async fn faulty_aws() -> FaultProxy {
+    let proxy = FaultProxy::start(&emulator_endpoints(), RATES, SEED).await;
+    proxy.lose_next_replies(BATCH_EXECUTE_STATEMENT, LOST_MARK_REPLIES);
+    proxy
+}
+
+/// The marks really ran under faults: some failed (throttled or 500), some lost their reply.
+fn assert_marks_faulted(proxy: &FaultProxy) -> FaultCounts {
+    let marks = proxy.counts_for(BATCH_EXECUTE_STATEMENT);
+    assert!(
+        marks.throttled_calls + marks.failed_calls > 0 && marks.lost_replies >= 1,
+        "BatchExecuteStatement: {marks:?}"
+    );
+    assert_eq!(
+        marks.invalid_calls, 0,
+        "a mark DynamoDB would refuse: {marks:?}"
+    );
+    marks
+}
 
 /// Runs a relay binary with `args`, its AWS calls through `proxy`; its JSON summary.
 async fn run_through(env: &TestEnv, proxy: &FaultProxy, bin: &str, args: &[&str]) -> Value {
@@ -70,7 +96,7 @@ async fn drain_publishes_1000_events_through_faulty_aws_with_none_missing() {
     // Given 1,000 pending events (written directly) and a faulty AWS in front of the emulator
     let env = TestEnv::new().await;
     let written: HashSet<String> = env.create_orders(EVENTS, 32).await.into_iter().collect();
-    let proxy = FaultProxy::start(&emulator_endpoints(), RATES, SEED).await;
+    let proxy = faulty_aws().await;
 
     // When `relay-poller drain` runs through it
     let summary = run_through(
@@ -97,10 +123,11 @@ async fn drain_publishes_1000_events_through_faulty_aws_with_none_missing() {
             && faults.failed_entries > 0,
         "{faults:?}"
     );
+    let marks = assert_marks_faulted(&proxy);
     let counts = sink_counts(&env, EVENTS).await;
     let duplicates = assert_all_once_or_more(&counts, &written);
     eprintln!(
-        "relay-poller drain under faults: {duplicates} duplicates on the sink, each with its original eventId; injected {faults:?}"
+        "relay-poller drain under faults: {duplicates} duplicates on the sink, each with its original eventId; injected {faults:?}, into the marks {marks:?}; summary {summary}"
     );
     assert_eq!(env.pending_in_index().await, 0);
 }
@@ -111,7 +138,7 @@ async fn relay_stream_local_relays_1000_events_through_faulty_aws_with_none_miss
     // reads themselves are not faulted)
     let env = TestEnv::new().await;
     let written: HashSet<String> = env.create_orders(EVENTS, 32).await.into_iter().collect();
-    let proxy = FaultProxy::start(&emulator_endpoints(), RATES, SEED).await;
+    let proxy = faulty_aws().await;
 
     // When relay-stream-local relays them through it
     let summary = run_through(
@@ -133,6 +160,7 @@ async fn relay_stream_local_relays_1000_events_through_faulty_aws_with_none_miss
         faults.failed_entries > 0 && faults.lost_replies > 0,
         "{faults:?}"
     );
+    let marks = assert_marks_faulted(&proxy);
     assert!(summary["published"].as_u64().unwrap() > 0, "{summary}");
 
     // And the poller picks up what the stream relay left pending (a failed mark, a batch given
@@ -151,7 +179,7 @@ async fn relay_stream_local_relays_1000_events_through_faulty_aws_with_none_miss
     let counts = sink_counts(&env, EVENTS).await;
     let duplicates = assert_all_once_or_more(&counts, &written);
     eprintln!(
-        "relay-stream-local under faults: {duplicates} duplicates on the sink, each with its original eventId; stream summary {summary}; injected {faults:?}"
+        "relay-stream-local under faults: {duplicates} duplicates on the sink, each with its original eventId; stream summary {summary}; injected {faults:?}, into the marks {marks:?}"
     );
     assert_eq!(env.pending_in_index().await, 0);
 }

@@ -6,7 +6,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use outbox_shared::OutboxStatus;
-use outbox_tests::{TEST_SOURCE, TestEnv, minimal_outbox_item};
+use outbox_tests::fault_proxy::{BATCH_EXECUTE_STATEMENT, FaultProxy, FaultRates};
+use outbox_tests::{TEST_SOURCE, TestEnv, emulator_endpoints, minimal_outbox_item};
 use serde_json::Value;
 
 /// Runs `relay-stream-local` against `env` until the stream is idle and returns its summary.
@@ -65,6 +66,49 @@ async fn assert_all_published(env: &TestEnv, expected: usize) {
         assert_eq!(item.gsi1sk, None, "{}", item.event_id);
     }
     assert_eq!(env.pending_in_index().await, 0);
+}
+
+#[tokio::test]
+async fn a_run_that_could_mark_nothing_reports_every_event_not_marked_and_exits_non_zero() {
+    // Given 20 orders on the stream, and a DynamoDB that refuses every BatchExecuteStatement (a
+    // policy without dynamodb:PartiQLUpdate; an endpoint without PartiQL refuses it likewise)
+    let env = TestEnv::new().await;
+    let written: HashSet<String> = create_orders(&env, 20).await.into_iter().collect();
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 7).await;
+    proxy.deny(BATCH_EXECUTE_STATEMENT);
+
+    // When relay-stream-local relays them through it
+    let output = env
+        .relay_command("relay-stream-local")
+        .args(["--from", "trim-horizon", "--exit-when-idle", "1s"])
+        .envs(proxy.endpoint_env())
+        .env("RUST_LOG", "error")
+        .output()
+        .await
+        .expect("relay-stream-local runs");
+
+    // Then it published all 20, its summary counts every one of them not marked, and it exits
+    // non-zero
+    let summary = summary_of(&output.stdout);
+    assert_eq!(summary["published"], 20, "{summary}");
+    assert_eq!(summary["not_marked"], summary["published"], "{summary}");
+    assert_eq!(summary["failed"], 0, "{summary}");
+    assert!(
+        !output.status.success(),
+        "exit status {}: {summary}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(proxy.counts_for(BATCH_EXECUTE_STATEMENT).denied_calls > 0);
+    // And the events did reach the bus, and stay pending for the poller to publish again
+    let received: HashSet<String> = env
+        .wait_for_sink(20, Duration::from_secs(30))
+        .await
+        .iter()
+        .map(|m| m.event_id().to_owned())
+        .collect();
+    assert_eq!(received, written);
+    assert_eq!(env.pending_in_index().await, 20);
 }
 
 #[tokio::test]

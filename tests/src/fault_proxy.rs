@@ -28,9 +28,18 @@
 //! - Everything else (DynamoDB Streams, other SQS calls, writes the test makes itself) goes
 //!   through untouched.
 //!
+//! Before any fault, it refuses what DynamoDB refuses and DynamoDB Local lets pass
+//! ([`crate::dynamodb_rules`]): a `BatchExecuteStatement` of more than 25 statements, or naming
+//! one item twice, is answered HTTP 400 `ValidationException` and not sent on. And a test can
+//! deny one operation for good ([`FaultProxy::deny`]), as a policy without its permission or an
+//! endpoint without the operation does.
+//!
 //! Decisions come from a seeded RNG, so a run is reproducible up to request interleaving; what
-//! was injected is counted ([`FaultCounts`]), so a test can check the faults really happened.
+//! was injected is counted, in all ([`FaultProxy::counts`]) and per operation
+//! ([`FaultProxy::counts_for`]), so a test can check the faults really happened where it means
+//! them to.
 
+use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -86,20 +95,41 @@ pub struct FaultCounts {
     pub refused_calls: u64,
     /// `SendMessage` calls refused as larger than their queue's `MaximumMessageSize`.
     pub oversized_messages: u64,
+    /// Calls refused as DynamoDB refuses them ([`crate::dynamodb_rules`]), not sent on.
+    pub invalid_calls: u64,
+    /// Calls answered `AccessDeniedException` ([`FaultProxy::deny`]), not sent on.
+    pub denied_calls: u64,
+}
+
+impl std::ops::AddAssign for FaultCounts {
+    fn add_assign(&mut self, other: Self) {
+        self.throttled_calls += other.throttled_calls;
+        self.failed_calls += other.failed_calls;
+        self.lost_replies += other.lost_replies;
+        self.failed_entries += other.failed_entries;
+        self.passed_calls += other.passed_calls;
+        self.invalid_calls += other.invalid_calls;
+        self.denied_calls += other.denied_calls;
+        self.refused_calls += other.refused_calls;
+        self.oversized_messages += other.oversized_messages;
+    }
 }
 
 #[derive(Debug)]
 struct State {
     rates: FaultRates,
     rng: Mutex<StdRng>,
-    counts: Mutex<FaultCounts>,
+    /// Per `X-Amz-Target` (empty for calls without one).
+    counts: Mutex<HashMap<String, FaultCounts>>,
     upstreams: Endpoints,
     client: Client<HttpConnector, Full<Bytes>>,
     /// Per `X-Amz-Target`: how many of its next calls lose their reply (see
     /// [`FaultProxy::lose_next_replies`]).
-    scripted_lost_replies: Mutex<std::collections::HashMap<String, u32>>,
+    scripted_lost_replies: Mutex<HashMap<String, u32>>,
     /// Per queue URL, its `MaximumMessageSize` as the emulator answered it (read once).
-    message_size_limits: Mutex<std::collections::HashMap<String, usize>>,
+    message_size_limits: Mutex<HashMap<String, usize>>,
+    /// `X-Amz-Target`s answered `AccessDeniedException` (see [`FaultProxy::deny`]).
+    denied: Mutex<HashSet<String>>,
 }
 
 /// The running proxy; it stops when dropped.
@@ -134,6 +164,7 @@ impl FaultProxy {
             client: Client::builder(TokioExecutor::new()).build_http(),
             scripted_lost_replies: Mutex::default(),
             message_size_limits: Mutex::default(),
+            denied: Mutex::default(),
         });
         let serving = state.clone();
         let task = tokio::spawn(async move {
@@ -181,8 +212,36 @@ impl FaultProxy {
             .insert(target.to_owned(), calls);
     }
 
+    /// Every call of `target` (an `X-Amz-Target`, e.g.
+    /// `DynamoDB_20120810.BatchExecuteStatement`) from now on is answered HTTP 400
+    /// `AccessDeniedException` and not sent on: what an IAM policy without the operation's
+    /// permission answers (`dynamodb:PartiQLUpdate` for `BatchExecuteStatement` of `UPDATE`s).
+    pub fn deny(&self, target: &str) {
+        self.state
+            .denied
+            .lock()
+            .expect("denied targets")
+            .insert(target.to_owned());
+    }
+
+    /// What was injected so far, all operations together.
     pub fn counts(&self) -> FaultCounts {
-        *self.state.counts.lock().expect("counts")
+        let mut all = FaultCounts::default();
+        for counts in self.state.counts.lock().expect("counts").values() {
+            all += *counts;
+        }
+        all
+    }
+
+    /// What was injected so far into calls of `target` (an `X-Amz-Target`).
+    pub fn counts_for(&self, target: &str) -> FaultCounts {
+        self.state
+            .counts
+            .lock()
+            .expect("counts")
+            .get(target)
+            .copied()
+            .unwrap_or_default()
     }
 }
 
@@ -199,13 +258,15 @@ enum Plan {
 
 const DYNAMODB_FAULTED: &[&str] = &[
     "DynamoDB_20120810.UpdateItem",
-    "DynamoDB_20120810.BatchExecuteStatement",
+    BATCH_EXECUTE_STATEMENT,
     "DynamoDB_20120810.Query",
     "DynamoDB_20120810.Scan",
 ];
 const PUT_EVENTS: &str = "AWSEvents.PutEvents";
 const SEND_MESSAGE: &str = "AmazonSQS.SendMessage";
 const GET_QUEUE_ATTRIBUTES: &str = "AmazonSQS.GetQueueAttributes";
+/// The relays' batched marks.
+pub const BATCH_EXECUTE_STATEMENT: &str = "DynamoDB_20120810.BatchExecuteStatement";
 
 impl State {
     fn percent(&self, rng: &mut StdRng, rate: u32) -> bool {
@@ -215,6 +276,25 @@ impl State {
     fn plan(&self, target: &str, body: &[u8]) -> Plan {
         let mut rng = self.rng.lock().expect("rng");
         let mut counts = self.counts.lock().expect("counts");
+        let counts = counts.entry(target.to_owned()).or_default();
+        if let Some(message) = refusal(target, body) {
+            counts.invalid_calls += 1;
+            return Plan::Fail(
+                StatusCode::BAD_REQUEST,
+                crate::dynamodb_rules::validation_exception(&message),
+            );
+        }
+        if self.denied.lock().expect("denied targets").contains(target) {
+            counts.denied_calls += 1;
+            let action = target.rsplit('.').next().unwrap_or(target);
+            return Plan::Fail(
+                StatusCode::BAD_REQUEST,
+                json!({
+                    "__type": "com.amazon.coral.service#AccessDeniedException",
+                    "Message": format!("injected: not authorized to perform {action} (no identity-based policy allows it)"),
+                }),
+            );
+        }
         if let Some(left) = self
             .scripted_lost_replies
             .lock()
@@ -379,7 +459,12 @@ impl State {
         if sqs_message_size(&request) <= limit {
             return None;
         }
-        self.counts.lock().expect("counts").oversized_messages += 1;
+        self.counts
+            .lock()
+            .expect("counts")
+            .entry(SEND_MESSAGE.to_owned())
+            .or_default()
+            .oversized_messages += 1;
         let bytes = Bytes::from(
             serde_json::to_vec(&json!({
                 "__type": "com.amazonaws.sqs#InvalidParameterValue",
@@ -597,6 +682,18 @@ fn sqs_message_size(request: &Value) -> usize {
         })
         .sum::<usize>();
     body + attributes
+}
+
+/// Why DynamoDB would refuse this call ([`crate::dynamodb_rules`]), if it would.
+fn refusal(target: &str, body: &[u8]) -> Option<String> {
+    if target != BATCH_EXECUTE_STATEMENT {
+        return None;
+    }
+    let request: Value = serde_json::from_slice(body).ok()?;
+    let statements = request["Statements"].as_array()?;
+    crate::dynamodb_rules::batch_execute_statement_refusal(
+        statements.iter().map(crate::dynamodb_rules::statement_item),
+    )
 }
 
 fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {

@@ -15,7 +15,9 @@
 //!   call fails with `ConditionalCheckFailedException` as the real condition would.
 //! - `DynamoDB_20120810.BatchExecuteStatement` (the relays' batched marks): each statement does what
 //!   `UpdateItem` does to the item its last two parameters name (`PK`, `SK`), and answers
-//!   `ConditionalCheckFailed` on its own when the item was not pending.
+//!   `ConditionalCheckFailed` on its own when the item was not pending; a call of more than 25
+//!   statements, or naming one item twice, is refused whole as DynamoDB refuses it
+//!   ([`crate::dynamodb_rules`]).
 //! - `DynamoDB_20120810.PutItem` / `TransactWriteItems` / `SQS SendMessage`-style calls: accepted.
 //!
 //! Calls are counted per operation ([`LatencyModel::calls`]).
@@ -267,20 +269,21 @@ impl LatencyModel {
                 let request: StatementsOnly = serde_json::from_slice(body).unwrap_or_default();
                 let mut state = self.state.lock().expect("model state");
                 let calls = state.count(operation);
-                let responses: Vec<&str> = request
+                let keys: Vec<(String, String)> = request
                     .statements
                     .iter()
-                    .map(|statement| {
-                        let string = |from_end: usize| {
-                            statement
-                                .parameters
-                                .len()
-                                .checked_sub(from_end)
-                                .and_then(|i| statement.parameters[i]["S"].as_str())
-                                .unwrap_or_default()
-                                .to_owned()
-                        };
-                        if state.unindex(&(string(2), string(1))) {
+                    .map(StatementParameters::key)
+                    .collect();
+                if let Some(message) =
+                    crate::dynamodb_rules::batch_execute_statement_refusal(keys.iter().map(Some))
+                {
+                    let body = crate::dynamodb_rules::validation_exception(&message);
+                    return (400, body.to_string(), calls);
+                }
+                let responses: Vec<&str> = keys
+                    .iter()
+                    .map(|key| {
+                        if state.unindex(key) {
                             "{}"
                         } else {
                             r#"{"Error":{"Code":"ConditionalCheckFailed","Message":"The conditional request failed"}}"#
@@ -358,6 +361,21 @@ struct StatementsOnly {
 struct StatementParameters {
     #[serde(rename = "Parameters", default)]
     parameters: Vec<Value>,
+}
+
+impl StatementParameters {
+    /// The item a relay's mark names: its last two parameters (`PK`, `SK`).
+    fn key(&self) -> (String, String) {
+        let string = |from_end: usize| {
+            self.parameters
+                .len()
+                .checked_sub(from_end)
+                .and_then(|i| self.parameters[i]["S"].as_str())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        (string(2), string(1))
+    }
 }
 
 /// The entries of a `PutEvents` request, not read.
@@ -624,6 +642,45 @@ mod tests {
         );
         assert_eq!(model.pending(), 0);
         assert_eq!(model.calls()["BatchExecuteStatement"], 1);
+    }
+
+    #[tokio::test]
+    async fn a_batch_of_more_than_25_statements_or_naming_an_item_twice_is_refused_whole() {
+        // Given 26 pending items
+        let model = LatencyModel::new(Duration::from_millis(1));
+        let seeded = items(26);
+        model.seed_pending(&seeded);
+        let client = aws_sdk_dynamodb::Client::new(&model.sdk_config());
+        let mark = |item: &OutboxItem| {
+            aws_sdk_dynamodb::types::BatchStatementRequest::builder()
+                .statement(r#"UPDATE "t" SET "Status" = ? WHERE "PK" = ? AND "SK" = ?"#)
+                .parameters(AttributeValue::S("PUBLISHED".into()))
+                .parameters(AttributeValue::S(item.pk.clone()))
+                .parameters(AttributeValue::S(item.sk.clone()))
+                .build()
+                .unwrap()
+        };
+        let too_many: Vec<_> = seeded.iter().map(mark).collect();
+        let repeated = vec![mark(&seeded[0]), mark(&seeded[1]), mark(&seeded[0])];
+
+        for statements in [too_many, repeated] {
+            // When one call marks them
+            let err = client
+                .batch_execute_statement()
+                .set_statements(Some(statements))
+                .send()
+                .await
+                .unwrap_err();
+
+            // Then DynamoDB's ValidationException answers for the whole call, and nothing moved
+            let err = err.into_service_error();
+            assert_eq!(
+                aws_sdk_dynamodb::error::ProvideErrorMetadata::code(&err),
+                Some("ValidationException"),
+                "{err:?}"
+            );
+            assert_eq!(model.pending(), 26);
+        }
     }
 
     #[tokio::test]

@@ -6,6 +6,7 @@
 //! and starts the emulators (DynamoDB Local for DynamoDB and its streams, moto for EventBridge and
 //! SQS) and points the SDK's standard endpoint variables at them.
 
+pub mod dynamodb_rules;
 pub mod fault_proxy;
 pub mod fixtures;
 pub mod latency_model;

@@ -68,6 +68,7 @@ where
                 already_marked = stats.already_marked,
                 dead_lettered = stats.dead_lettered,
                 failed = stats.failed,
+                not_marked = stats.not_marked,
                 "drain pass done"
             );
             match stats.outcome() {
@@ -121,6 +122,7 @@ where
             published: self.totals.published.load(Ordering::Relaxed),
             already_marked: self.totals.already_marked.load(Ordering::Relaxed),
             dead_lettered: self.totals.dead_lettered.load(Ordering::Relaxed),
+            not_marked: self.totals.not_marked.load(Ordering::Relaxed),
             failed: self.totals.failing.lock().expect("not poisoned").len() as u64,
             remaining: None,
             seconds: elapsed.as_secs_f64(),

@@ -237,7 +237,7 @@ where
         held_back: &mut HashSet<String>,
         stats: &mut PassStats,
     ) {
-        let (mut marked, mut already_marked, mut dead_lettered) = (0, 0, 0);
+        let (mut marked, mut already_marked, mut dead_lettered, mut not_marked) = (0, 0, 0, 0);
         for result in settled {
             match result {
                 Settled::Published { key, mark, .. } => match mark {
@@ -250,7 +250,7 @@ where
                         self.totals.done(&key);
                     }
                     Err(_) => {
-                        stats.mark_errors += 1;
+                        not_marked += 1;
                         self.totals.failing(key);
                     }
                 },
@@ -278,7 +278,7 @@ where
                     }
                     (Some(key), Some(Ok(MarkOutcome::AlreadyMarked))) => self.totals.done(&key),
                     (Some(key), Some(Err(_))) => {
-                        stats.mark_errors += 1;
+                        not_marked += 1;
                         self.totals.failing(key);
                     }
                     (_, None) | (None, _) => {}
@@ -294,6 +294,7 @@ where
         stats.published += marked;
         stats.already_marked += already_marked;
         stats.dead_lettered += dead_lettered;
+        stats.not_marked += not_marked;
         self.totals.published.fetch_add(marked, Ordering::Relaxed);
         self.totals
             .already_marked
@@ -301,9 +302,13 @@ where
         self.totals
             .dead_lettered
             .fetch_add(dead_lettered, Ordering::Relaxed);
+        self.totals
+            .not_marked
+            .fetch_add(not_marked, Ordering::Relaxed);
         metrics::published(marked);
         metrics::already_marked(already_marked);
         metrics::dead_lettered(dead_lettered);
+        metrics::not_marked(not_marked);
     }
 
     /// Publishes `items` (pending items read from the table) now, through the same path as a

@@ -23,9 +23,9 @@ pub struct PassStats {
     /// Held back: left pending because an earlier event of the same aggregate failed in this
     /// pass.
     pub held_back: u64,
-    /// Published (or dead-lettered), but the mark failed: the item stays pending and is handled
-    /// again later.
-    pub mark_errors: u64,
+    /// Published (or dead-lettered), but the status update failed: the item stays pending and is
+    /// handled again later.
+    pub not_marked: u64,
     /// Pending items whose `ttl` was near or past and was pushed forward.
     pub ttl_extended: u64,
     /// `ttl` extensions that failed (retried on the next read of the item).
@@ -70,7 +70,7 @@ impl PassStats {
         self.dead_lettered += other.dead_lettered;
         self.failed += other.failed;
         self.held_back += other.held_back;
-        self.mark_errors += other.mark_errors;
+        self.not_marked += other.not_marked;
         self.ttl_extended += other.ttl_extended;
         self.ttl_errors += other.ttl_errors;
         self.stray_pending = match (self.stray_pending, other.stray_pending) {
@@ -95,6 +95,9 @@ pub struct DrainSummary {
     pub dead_lettered: u64,
     /// Events this drain leaves unpublished because of errors.
     pub failed: u64,
+    /// Events published (or dead-lettered) whose status update failed, over every pass: each
+    /// stayed pending and was published again by a later pass (or remains, when incomplete).
+    pub not_marked: u64,
     /// Events still pending in the index when the drain stopped (0 when complete; `None` when
     /// they could not be counted).
     pub remaining: Option<u64>,
@@ -117,6 +120,7 @@ pub(crate) struct Totals {
     pub(crate) published: AtomicU64,
     pub(crate) already_marked: AtomicU64,
     pub(crate) dead_lettered: AtomicU64,
+    pub(crate) not_marked: AtomicU64,
     /// Items whose last attempt failed and that have not left the index since.
     pub(crate) failing: Mutex<HashSet<ItemKey>>,
 }

@@ -230,6 +230,31 @@ async fn a_lost_mark_race_is_counted_not_an_error() {
 }
 
 #[tokio::test]
+async fn a_drain_whose_marks_all_fail_is_incomplete_and_counts_them_not_marked() {
+    // Given 3 pending events and a status store that cannot mark
+    let table = Table::default();
+    for (i, agg) in ["a", "b", "c"].iter().enumerate() {
+        table.insert(event(agg, 1, i64::try_from(i).unwrap()));
+    }
+    table
+        .marks_fail
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+
+    // When a drain runs until it gives up after 2 stalled passes
+    let summary = poller(&table, 10)
+        .drain(Duration::ZERO, 2, &CancellationToken::new())
+        .await;
+
+    // Then it is incomplete (the binary exits non-zero), nothing counts as published, and each
+    // pass's 3 publishes count as not marked; the events are still pending
+    assert!(!summary.complete, "{summary:?}");
+    assert_eq!(summary.passes, 2);
+    assert_eq!((summary.published, summary.not_marked), (0, 6));
+    assert_eq!(summary.remaining, Some(3));
+    assert_eq!(table.published.lock().unwrap().len(), 6);
+}
+
+#[tokio::test]
 async fn a_cancelled_poller_takes_no_work() {
     // Given pending events and a cancelled token
     let table = Table::default();

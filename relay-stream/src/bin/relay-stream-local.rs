@@ -1,7 +1,9 @@
 //! `relay-stream-local`: runs the stream relay locally against a table's DynamoDB Stream and prints
-//! a one-line JSON summary on exit (idle timeout, SIGTERM or ctrl-c).
+//! a one-line JSON summary on exit (idle timeout, SIGTERM or ctrl-c). It exits 1 when it published
+//! (or dead-lettered) events and marked none of them ([`relay_stream::local::Summary::marked_none`]).
 
 use std::io::Write;
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
@@ -9,7 +11,7 @@ use relay_stream::LocalArgs;
 use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> anyhow::Result<ExitCode> {
     relay_runtime::telemetry::init_tracing();
     let args = LocalArgs::parse();
     let shutdown = CancellationToken::new();
@@ -17,7 +19,16 @@ async fn main() -> anyhow::Result<()> {
     let summary = relay_stream::local::run(&args, &shutdown).await?;
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{}", serde_json::to_string(&summary)?).context("writing the summary")?;
-    Ok(())
+    if summary.marked_none() {
+        tracing::error!(
+            published = summary.published,
+            dead_lettered = summary.dead_lettered,
+            not_marked = summary.not_marked,
+            "no event was marked: every status update failed (does the endpoint serve PartiQL, does the policy allow dynamodb:PartiQLUpdate?); they stay pending and are published again"
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn cancel_on_signal(shutdown: CancellationToken) {

@@ -92,7 +92,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
 }
 
 /// What a settled event means for its record (the record's index, and its outcome). A failed
-/// mark is not a batch failure (see the module docs of [`super`]); it is counted.
+/// mark is not a batch failure (see the module docs of [`super`]); it is counted `not_marked`.
 fn record_outcome(result: Settled<usize>) -> (usize, RecordOutcome) {
     match result {
         Settled::Published {
@@ -100,12 +100,13 @@ fn record_outcome(result: Settled<usize>) -> (usize, RecordOutcome) {
             source,
             mark,
             ..
-        } => {
-            if mark.is_err() {
-                m::mark_failed();
-            }
-            (source, RecordOutcome::Published { event_id })
-        }
+        } => (
+            source,
+            RecordOutcome::Published {
+                event_id,
+                marked: mark.is_ok(),
+            },
+        ),
         Settled::Failed {
             event_id,
             code,
@@ -125,18 +126,14 @@ fn record_outcome(result: Settled<usize>) -> (usize, RecordOutcome) {
         | Settled::HeldBack {
             event_id, source, ..
         } => (source, RecordOutcome::NotSent { event_id }),
-        Settled::DeadLettered { poison, mark } => {
-            if matches!(mark, Some(Err(_))) {
-                m::mark_failed();
-            }
-            (
-                poison.source,
-                RecordOutcome::DeadLettered {
-                    event_id: poison.event_id,
-                    reason: poison.reason,
-                },
-            )
-        }
+        Settled::DeadLettered { poison, mark } => (
+            poison.source,
+            RecordOutcome::DeadLettered {
+                event_id: poison.event_id,
+                reason: poison.reason,
+                marked: !matches!(mark, Some(Err(_))),
+            },
+        ),
         Settled::NotDeadLettered { poison, error } => {
             let reason = match error {
                 None => format!(
@@ -179,6 +176,7 @@ fn report(
         ignored = counts.ignored,
         dead_lettered = counts.dead_lettered,
         failed = counts.failed,
+        not_marked = counts.not_marked,
         "batch handled"
     );
     report

@@ -10,7 +10,8 @@
 //! event *was* published, so the record is not reported as a failure: re-delivering it would only
 //! publish a duplicate. The item stays in the pending index, and the poller re-publishes it with
 //! the same `eventId` after its grace period; consumers de-duplicate on that id. One rare duplicate
-//! is the price of never re-driving a whole shard for a bookkeeping write.
+//! is the price of never re-driving a whole shard for a bookkeeping write. Such a record is
+//! published and not marked (`marked: false`), counted `not_marked` (metric `NotMarked`).
 //!
 //! The per-event part (an item becomes an event or a poison case; dead-letter then mark; mark
 //! concurrently) is `relay_runtime::relay`, shared with the poller; this module is the batch

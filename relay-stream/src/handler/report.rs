@@ -23,11 +23,17 @@ pub enum RecordOutcome {
     /// Published to EventBridge.
     Published {
         event_id: String,
+        /// Whether the item is out of the pending index: marked now, or already. `false` when the
+        /// status update failed: it stays pending and the poller publishes it again (counted
+        /// `not_marked`).
+        marked: bool,
     },
     /// Poison: sent to the dead-letter queue with `reason`.
     DeadLettered {
         event_id: Option<String>,
         reason: String,
+        /// As for [`Self::Published`]; `true` for a record without an item key (nothing to mark).
+        marked: bool,
     },
     /// Not published; the record is (or is after) the batch item failure.
     Failed {
@@ -61,6 +67,9 @@ pub struct BatchCounts {
     pub failed: u64,
     /// Left pending for the poller (`hold_failed_aggregates`).
     pub held: u64,
+    /// Published or dead-lettered, but the status update failed: the item stays pending and the
+    /// poller publishes it again (a part of `published` and `dead_lettered`, not more).
+    pub not_marked: u64,
 }
 
 impl std::ops::AddAssign for BatchCounts {
@@ -70,6 +79,7 @@ impl std::ops::AddAssign for BatchCounts {
         self.dead_lettered += other.dead_lettered;
         self.failed += other.failed;
         self.held += other.held;
+        self.not_marked += other.not_marked;
     }
 }
 
@@ -87,8 +97,14 @@ impl BatchReport {
         for outcome in &self.outcomes {
             match outcome {
                 RecordOutcome::Ignored(_) => counts.ignored += 1,
-                RecordOutcome::Published { .. } => counts.published += 1,
-                RecordOutcome::DeadLettered { .. } => counts.dead_lettered += 1,
+                RecordOutcome::Published { marked, .. } => {
+                    counts.published += 1;
+                    counts.not_marked += u64::from(!marked);
+                }
+                RecordOutcome::DeadLettered { marked, .. } => {
+                    counts.dead_lettered += 1;
+                    counts.not_marked += u64::from(!marked);
+                }
                 RecordOutcome::Failed { .. } | RecordOutcome::NotSent { .. } => {
                     counts.failed += 1;
                 }

@@ -141,12 +141,14 @@ async fn only_outbox_inserts_are_published_and_marked() {
         vec![
             RecordOutcome::Ignored(IgnoreReason::NotOutboxEvent),
             RecordOutcome::Published {
-                event_id: id.into()
+                event_id: id.into(),
+                marked: true,
             },
             RecordOutcome::Ignored(IgnoreReason::NotInsert("MODIFY".into())),
             RecordOutcome::Ignored(IgnoreReason::NotPending(OutboxStatus::Published)),
             RecordOutcome::Published {
-                event_id: "evt-minimal-1".into()
+                event_id: "evt-minimal-1".into(),
+                marked: true,
             },
         ]
     );
@@ -174,7 +176,8 @@ async fn only_outbox_inserts_are_published_and_marked() {
             ignored: 3,
             dead_lettered: 0,
             failed: 0,
-            held: 0
+            held: 0,
+            not_marked: 0,
         }
     );
 }
@@ -225,6 +228,7 @@ async fn a_failing_aggregate_is_left_to_the_poller_and_the_rest_is_published_at_
     };
     let published = |id: &str| RecordOutcome::Published {
         event_id: id.into(),
+        marked: true,
     };
     assert_eq!(
         first.outcomes,
@@ -290,7 +294,8 @@ async fn a_ttl_deletion_of_a_pending_event_is_published_and_a_users_delete_is_no
         report.outcomes,
         vec![
             RecordOutcome::Published {
-                event_id: "0194b001-0000-7000-8000-000000000001".into()
+                event_id: "0194b001-0000-7000-8000-000000000001".into(),
+                marked: true,
             },
             RecordOutcome::Ignored(IgnoreReason::NotInsert("REMOVE".into())),
         ]
@@ -476,30 +481,42 @@ async fn rejected_entries_are_dead_lettered() {
     assert_eq!(
         report.outcomes[1],
         RecordOutcome::Published {
-            event_id: "e2".into()
+            event_id: "e2".into(),
+            marked: true,
         }
     );
     assert_eq!(report.first_unpublished, None);
 }
 
 #[tokio::test]
-async fn a_failed_mark_is_not_a_batch_failure() {
-    // Given a status store that is throttled
+async fn a_failed_mark_is_not_a_batch_failure_and_is_counted_not_marked() {
+    // Given a status store that is throttled, an event and a poison record
     let ports = Ports {
         status: FakeStatusStore::failing(),
         ..Ports::new(FakePublisher::default())
     };
-    let records = vec![outbox_insert(1, "e1", "{}")];
-    // When the event is published
+    let records = vec![outbox_insert(1, "e1", "{}"), outbox_insert(2, "e2", "x")];
+    // When the batch is handled
     let report = ports.relay(true, false).handle(&records).await;
-    // Then it is reported published (the poller re-publishes it later with the same id)
+    // Then the event is reported published and the poison dead-lettered, both not marked (the
+    // poller handles them again later, with the same id), and no record is re-delivered
     assert_eq!(
         report.outcomes[0],
         RecordOutcome::Published {
-            event_id: "e1".into()
+            event_id: "e1".into(),
+            marked: false,
         }
     );
+    assert!(matches!(
+        report.outcomes[1],
+        RecordOutcome::DeadLettered { marked: false, .. }
+    ));
     assert!(report.response(&records).batch_item_failures.is_empty());
+    let counts = report.counts();
+    assert_eq!(
+        (counts.published, counts.dead_lettered, counts.not_marked),
+        (1, 1, 2)
+    );
 }
 
 #[tokio::test]
@@ -771,10 +788,12 @@ async fn in_hold_mode_an_event_outside_the_index_is_published_even_when_its_aggr
         report.outcomes,
         vec![
             RecordOutcome::Published {
-                event_id: "e1".into()
+                event_id: "e1".into(),
+                marked: true,
             },
             RecordOutcome::Published {
-                event_id: "e2".into()
+                event_id: "e2".into(),
+                marked: true,
             }
         ]
     );

@@ -32,6 +32,8 @@ pub(super) struct Table {
     pub(super) dead_letters: Mutex<Vec<DeadLetter>>,
     /// Keys whose mark "another relay" wins: the item leaves the index without our mark.
     pub(super) stolen: Mutex<HashSet<ItemKey>>,
+    /// Every mark fails: a status store that cannot mark (no PartiQL, no permission).
+    pub(super) marks_fail: std::sync::atomic::AtomicBool,
 }
 
 pub(super) fn key_of(raw: &RawItem) -> ItemKey {
@@ -65,7 +67,18 @@ impl Table {
         self.statuses.lock().unwrap()[key].clone()
     }
 
-    fn mark(&self, key: &ItemKey, status: &str) -> MarkOutcome {
+    fn mark(&self, key: &ItemKey, status: &str) -> Result<MarkOutcome, StatusError> {
+        if self.marks_fail.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(StatusError {
+                key: key.clone(),
+                status: outbox_shared::OutboxStatus::Published,
+                failure: Box::new(relay_runtime::testing::throttled_update()),
+            });
+        }
+        Ok(self.mark_pending(key, status))
+    }
+
+    fn mark_pending(&self, key: &ItemKey, status: &str) -> MarkOutcome {
         if self.stolen.lock().unwrap().remove(key) {
             self.remove(key);
             return MarkOutcome::AlreadyMarked;
@@ -175,7 +188,7 @@ impl Publisher for &Table {
 
 impl StatusStore for &Table {
     async fn mark_published(&self, key: &ItemKey) -> Result<MarkOutcome, StatusError> {
-        Ok(self.mark(key, "PUBLISHED"))
+        self.mark(key, "PUBLISHED")
     }
 
     async fn mark_dead_lettered(
@@ -183,7 +196,7 @@ impl StatusStore for &Table {
         key: &ItemKey,
         _reason: &str,
     ) -> Result<MarkOutcome, StatusError> {
-        Ok(self.mark(key, "DEAD_LETTERED"))
+        self.mark(key, "DEAD_LETTERED")
     }
 
     async fn extend_ttl(&self, key: &ItemKey) -> Result<TtlOutcome, StatusError> {
