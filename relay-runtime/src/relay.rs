@@ -287,8 +287,24 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
         &self,
         ready: ReadyEvents<R>,
         outcomes: Vec<PublishOutcome>,
+        poison: Vec<Poison<R>>,
+        record_of: impl Fn(&R) -> serde_json::Value + Sync,
+    ) -> Vec<Settled<R>> {
+        self.settle_until(ready, outcomes, poison, record_of, None)
+            .await
+    }
+
+    /// [`Self::settle`], every status update and dead letter bounded by `finish_by` (a Lambda's
+    /// deadline): a mark not answered by then is a failed mark (the event was published; it stays
+    /// pending and is published again), a dead letter not taken by then is not dead-lettered (it
+    /// stays pending, or is re-delivered).
+    pub async fn settle_until<R: Send>(
+        &self,
+        ready: ReadyEvents<R>,
+        outcomes: Vec<PublishOutcome>,
         mut poison: Vec<Poison<R>>,
         record_of: impl Fn(&R) -> serde_json::Value + Sync,
+        finish_by: Option<tokio::time::Instant>,
     ) -> Vec<Settled<R>> {
         debug_assert_eq!(ready.len(), outcomes.len());
         let mut settled = Vec::with_capacity(ready.len() + poison.len());
@@ -334,9 +350,9 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
         }
         let record_of = &record_of;
         let (marked, dead_lettered) = futures::join!(
-            self.mark_published(to_mark),
+            self.mark_published(to_mark, finish_by),
             futures::stream::iter(poison)
-                .map(|p| self.dead_letter(p, record_of))
+                .map(|p| self.dead_letter(p, record_of, finish_by))
                 .buffer_unordered(self.mark_concurrency)
                 .collect::<Vec<_>>()
         );
@@ -346,7 +362,11 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
     }
 
     /// Marks every published event, [`MARK_BATCH_MAX`] per call, the calls concurrently.
-    async fn mark_published<R>(&self, events: Vec<(ItemKey, String, R)>) -> Vec<Settled<R>> {
+    async fn mark_published<R>(
+        &self,
+        events: Vec<(ItemKey, String, R)>,
+        finish_by: Option<tokio::time::Instant>,
+    ) -> Vec<Settled<R>> {
         let mut events = events.into_iter().peekable();
         let mut batches = Vec::new();
         while events.peek().is_some() {
@@ -355,7 +375,11 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
         futures::stream::iter(batches)
             .map(|batch| async move {
                 let keys: Vec<ItemKey> = batch.iter().map(|(key, _, _)| key.clone()).collect();
-                let mut marks = self.status.mark_all_published(&keys).await;
+                let (mut marks, why_unanswered) =
+                    match within(finish_by, self.status.mark_all_published(&keys)).await {
+                        Some(marks) => (marks, "the status store answered"),
+                        None => (Vec::new(), "the deadline came first: answered"),
+                    };
                 // A store that answered for fewer keys left the rest unmarked: each still gets
                 // its outcome, an error (it stays pending and is published again).
                 let answered = marks.len();
@@ -365,7 +389,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
                         status: outbox_shared::OutboxStatus::Published,
                         failure: Box::new(outbox_shared::SdkFailure::incomplete(
                             crate::status_store::BATCH_EXECUTE_STATEMENT,
-                            format!("the status store answered {answered} of {} marks", keys.len()),
+                            format!("{why_unanswered} {answered} of {} marks", keys.len()),
                         )),
                     })
                 }));
@@ -399,6 +423,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
         &self,
         poison: Poison<R>,
         record_of: &(impl Fn(&R) -> serde_json::Value + Sync),
+        finish_by: Option<tokio::time::Instant>,
     ) -> Settled<R> {
         let Some(sink) = &self.dead_letters else {
             tracing::warn!(event_id = %poison.id(), reason = %poison.reason, "poison event and no dead-letter queue configured");
@@ -416,7 +441,18 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
             dead_lettered_at: format_timestamp(Utc::now()),
             record_left_out: None,
         };
-        if let Err(err) = sink.send(&letter).await {
+        let sent = within(finish_by, sink.send(&letter))
+            .await
+            .unwrap_or_else(|| {
+                Err(DeadLetterError::Send {
+                    event_id: poison.event_id.clone(),
+                    failure: outbox_shared::SdkFailure::incomplete(
+                        "SendMessage",
+                        "the deadline came before the dead-letter queue answered",
+                    ),
+                })
+            });
+        if let Err(err) = sent {
             tracing::error!(event_id = %poison.id(), error = %outbox_shared::error::describe(&err), "poison event could not be dead-lettered; it stays pending");
             return Settled::NotDeadLettered {
                 poison,
@@ -424,7 +460,23 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
             };
         }
         let mark = match &poison.key {
-            Some(key) => Some(self.status.mark_dead_lettered(key, &poison.reason).await),
+            Some(key) => Some(
+                within(
+                    finish_by,
+                    self.status.mark_dead_lettered(key, &poison.reason),
+                )
+                .await
+                .unwrap_or_else(|| {
+                    Err(StatusError {
+                        key: key.clone(),
+                        status: outbox_shared::OutboxStatus::DeadLettered,
+                        failure: Box::new(outbox_shared::SdkFailure::incomplete(
+                            "UpdateItem",
+                            "the deadline came before the mark was answered",
+                        )),
+                    })
+                }),
+            ),
             None => None,
         };
         match &mark {
@@ -438,6 +490,18 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
             }
         }
         Settled::DeadLettered { poison, mark }
+    }
+}
+
+/// `call`'s output, or `None` when `finish_by` comes first (the call is dropped: a request
+/// already sent may still take effect, which a later attempt finds already done).
+pub async fn within<F: std::future::Future>(
+    finish_by: Option<tokio::time::Instant>,
+    call: F,
+) -> Option<F::Output> {
+    match finish_by {
+        Some(at) => tokio::time::timeout_at(at, call).await.ok(),
+        None => Some(call.await),
     }
 }
 

@@ -6,9 +6,9 @@ use chrono::Utc;
 use outbox_shared::OutboundEvent;
 use relay_runtime::{DeadLetterSink, HoldStore, PublishOutcome, Publisher, Settled, StatusStore};
 
-use super::StreamRelay;
 use super::decode::{dead_letter_record, decode_batch};
 use super::report::{BatchReport, RecordOutcome};
+use super::{RESPONSE_RESERVE, StreamRelay};
 use crate::metrics as m;
 
 impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<P, S, D, H> {
@@ -25,26 +25,35 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
         records: &[EventRecord],
         deadline: Option<tokio::time::Instant>,
     ) -> BatchReport {
-        let stop_at = deadline.map(|d| {
-            d.checked_sub(self.options.deadline_margin)
+        let before = |d: tokio::time::Instant, margin| {
+            d.checked_sub(margin)
                 .unwrap_or_else(tokio::time::Instant::now)
-        });
+        };
+        let stop_at = deadline.map(|d| before(d, self.options.deadline_margin));
+        // What runs after the last publish (marks, dead letters, holds) ends by then
+        let finish_by = deadline.map(|d| before(d, RESPONSE_RESERVE));
         let mut outcomes: Vec<Option<RecordOutcome>> = vec![None; records.len()];
         let (mut ready, mut poison) = decode_batch(records, &mut outcomes);
         if self.options.hold_failed_aggregates {
-            self.leave_held_aggregates(records, &mut ready, &mut poison, &mut outcomes)
+            self.leave_held_aggregates(records, &mut ready, &mut poison, &mut outcomes, finish_by)
                 .await;
         }
         let results = self.publish(ready.events(), stop_at).await;
         let published_at = Utc::now();
         let mut settled = self
             .relay
-            .settle(ready, results, poison, |&index| {
-                dead_letter_record(&records[index])
-            })
+            .settle_until(
+                ready,
+                results,
+                poison,
+                |&index| dead_letter_record(&records[index]),
+                finish_by,
+            )
             .await;
         if self.options.hold_failed_aggregates {
-            settled = self.hold_failed(records, settled, &mut outcomes).await;
+            settled = self
+                .hold_failed(records, settled, &mut outcomes, finish_by)
+                .await;
         }
         let mut max_lag_ms: Option<i64> = None;
         for result in settled {

@@ -12,10 +12,13 @@
 use std::collections::{HashMap, HashSet};
 
 use aws_lambda_events::dynamodb::EventRecord;
+use outbox_shared::SdkFailure;
 use outbox_shared::schema::attr;
+use relay_runtime::relay::within;
 use relay_runtime::{
     DeadLetterSink, HoldStore, Poison, Publisher, ReadyEvents, Settled, StatusStore,
 };
+use tokio::time::Instant;
 
 use super::StreamRelay;
 use super::decode::{dead_letter_record, is_ttl_deletion, poller_can_see, string_attr};
@@ -33,6 +36,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
         ready: &mut ReadyEvents<usize>,
         poison: &mut Vec<Poison<usize>>,
         outcomes: &mut [Option<RecordOutcome>],
+        finish_by: Option<Instant>,
     ) {
         let mut keys: Vec<String> = ready
             .events()
@@ -44,7 +48,10 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
         if keys.is_empty() {
             return;
         }
-        let left: Vec<_> = match self.holds.held(&keys).await {
+        let held = within(finish_by, self.holds.held(&keys))
+            .await
+            .unwrap_or_else(|| Err(too_late("BatchGetItem")));
+        let left: Vec<_> = match held {
             Ok(held) if held.is_empty() => return,
             // An event outside the index stays: only this relay can publish it
             Ok(held) => ready.take_if(|e, &index| {
@@ -88,8 +95,11 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
         records: &[EventRecord],
         settled: Vec<Settled<usize>>,
         outcomes: &mut [Option<RecordOutcome>],
+        finish_by: Option<Instant>,
     ) -> Vec<Settled<usize>> {
-        let (settled, gone) = self.dead_letter_ttl_deletions(records, settled).await;
+        let (settled, gone) = self
+            .dead_letter_ttl_deletions(records, settled, finish_by)
+            .await;
         let mut partitions: HashMap<String, String> = HashMap::new();
         for result in &settled {
             if let Settled::Failed {
@@ -116,7 +126,9 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
             return settled.into_iter().chain(gone).collect();
         }
         let holds = futures::future::join_all(partitions.iter().map(|(key, partition)| async move {
-            let result = self.holds.hold(key, partition).await;
+            let result = within(finish_by, self.holds.hold(key, partition))
+                .await
+                .unwrap_or_else(|| Err(too_late("PutItem")));
             if let Err(err) = &result {
                 tracing::warn!(ordering_key = %key, error = %outbox_shared::error::describe(&err), "could not hold the aggregate; its events are re-delivered");
             }
@@ -159,6 +171,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
         &self,
         records: &[EventRecord],
         settled: Vec<Settled<usize>>,
+        finish_by: Option<Instant>,
     ) -> (Vec<Settled<usize>>, Vec<Settled<usize>>) {
         let mut rest = Vec::with_capacity(settled.len());
         let mut poison = Vec::new();
@@ -193,9 +206,13 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
         }
         let gone = self
             .relay
-            .settle(ReadyEvents::default(), Vec::new(), poison, |&index| {
-                dead_letter_record(&records[index])
-            })
+            .settle_until(
+                ReadyEvents::default(),
+                Vec::new(),
+                poison,
+                |&index| dead_letter_record(&records[index]),
+                finish_by,
+            )
             .await;
         (rest, gone)
     }
@@ -218,4 +235,12 @@ fn gone_from_the_table(
         ),
         source,
     }
+}
+
+/// A hold read or write the invocation's deadline cut short: it failed, as a failed call does.
+fn too_late(operation: &'static str) -> SdkFailure {
+    SdkFailure::incomplete(
+        operation,
+        "the invocation's deadline came before the call was answered",
+    )
 }

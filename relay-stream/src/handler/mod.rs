@@ -42,6 +42,11 @@ pub const DEFAULT_MARK_CONCURRENCY: usize = 100;
 /// `relay_runtime::SDK_OPERATION_TIMEOUT`) and the marks after it.
 pub const DEFAULT_DEADLINE_MARGIN: std::time::Duration = std::time::Duration::from_secs(12);
 
+/// What the handler keeps of the invocation's time to return its response: the marks, dead letters
+/// and hold writes after the last publish end by the deadline minus this, whatever the SDK's own
+/// timeouts allow them.
+pub const RESPONSE_RESERVE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// How the handler publishes. Where and as whom is the publisher's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandlerOptions {

@@ -812,3 +812,92 @@ async fn in_hold_mode_an_event_outside_the_index_that_fails_is_re_delivered_not_
     assert_eq!(report.first_unpublished, Some(0));
     assert!(ports.holds.holds().is_empty());
 }
+
+/// A status store whose every answer takes `delay` (a throttled or slow DynamoDB).
+struct SlowStatus {
+    delay: std::time::Duration,
+    inner: FakeStatusStore,
+}
+
+impl relay_runtime::StatusStore for SlowStatus {
+    async fn mark_published(
+        &self,
+        key: &ItemKey,
+    ) -> Result<relay_runtime::MarkOutcome, relay_runtime::StatusError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.mark_published(key).await
+    }
+
+    async fn mark_dead_lettered(
+        &self,
+        key: &ItemKey,
+        reason: &str,
+    ) -> Result<relay_runtime::MarkOutcome, relay_runtime::StatusError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.mark_dead_lettered(key, reason).await
+    }
+
+    async fn extend_ttl(
+        &self,
+        key: &ItemKey,
+    ) -> Result<relay_runtime::TtlOutcome, relay_runtime::StatusError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.extend_ttl(key).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn what_runs_after_the_last_publish_ends_before_the_invocations_deadline() {
+    // Given a status store that answers after 30 s, and an invocation with 15 s left
+    let (publisher, letters, holds) = (
+        FakePublisher::default(),
+        FakeDeadLetters::default(),
+        FakeHoldStore::default(),
+    );
+    let status = SlowStatus {
+        delay: std::time::Duration::from_secs(30),
+        inner: FakeStatusStore::default(),
+    };
+    let relay = StreamRelay::new(
+        &publisher,
+        status,
+        &holds,
+        Some(&letters),
+        HandlerOptions::default(),
+    );
+    let records = vec![
+        outbox_insert(1, "e1", "{}"),
+        outbox_insert(2, "e2", "not json"),
+    ];
+    let started = tokio::time::Instant::now();
+    let deadline = started + std::time::Duration::from_secs(15);
+
+    // When the batch is handled
+    let report = relay.handle_until(&records, Some(deadline)).await;
+
+    // Then the handler answered before the deadline, with the reserve to return its response
+    let took = started.elapsed();
+    assert!(
+        took <= std::time::Duration::from_secs(15) - RESPONSE_RESERVE,
+        "{took:?}"
+    );
+    // And the published event is reported published (not marked: the poller publishes it again),
+    // the poison one dead-lettered (its mark cut short), nothing re-delivered
+    assert_eq!(
+        report.outcomes[0],
+        RecordOutcome::Published {
+            event_id: "e1".into(),
+            marked: false,
+        }
+    );
+    assert!(
+        matches!(
+            &report.outcomes[1],
+            RecordOutcome::DeadLettered { marked: false, .. }
+        ),
+        "{report:?}"
+    );
+    assert_eq!(report.first_unpublished, None);
+    assert_eq!(publisher.published().len(), 1);
+    assert_eq!(letters.letters().len(), 1);
+}
