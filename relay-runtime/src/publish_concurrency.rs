@@ -186,7 +186,8 @@ impl Permit<'_> {
     }
 
     /// The call got no answer in time: the limit halves, once per episode (a call sent before the
-    /// last decrease left at the old limit). Returns the new limit when it dropped.
+    /// last decrease left at the old limit), down to [`MIN_LIMIT`]. Returns the new limit when it
+    /// dropped.
     pub fn timed_out(self) -> Option<usize> {
         let now = Instant::now();
         let mut state = self.owner.lock();
@@ -203,6 +204,10 @@ impl Permit<'_> {
         // What was in flight congested the bus, however far the limit had grown above it.
         let before = state.whole_limit().min(state.in_flight);
         let limit = (before / 2).max(MIN_LIMIT);
+        if limit >= state.whole_limit() {
+            // At its floor already.
+            return None;
+        }
         state.limit = limit as f64;
         state.lowered_at = Some(now);
         state.decreases += 1;
@@ -307,6 +312,9 @@ mod tests {
             tokio::time::advance(Duration::from_millis(1)).await;
         }
         assert_eq!(concurrency.limit(), MIN_LIMIT);
+        // (4 to 1 at the first, halved from its one call in flight; a timeout at the floor
+        // lowers nothing)
+        assert_eq!(concurrency.decreases(), 1);
     }
 
     #[tokio::test(start_paused = true)]
