@@ -6,6 +6,8 @@
 //!   concurrency, per-entry retries with full jitter; it stamps the bus and `Source`).
 //! - [`publish_rate`]: the publisher's pace under the bus's `PutEvents` quota (additive increase,
 //!   multiplicative decrease on throttling, an optional ceiling).
+//! - [`publish_concurrency`]: the publisher's calls in flight, lowered when calls time out (a
+//!   slow bus) and probed back up.
 //! - [`status_store`]: the status-store port and its DynamoDB adapter (the conditional mark, the
 //!   `ttl` of marked items, the TTL refresh of pending ones).
 //! - [`holds`]: the aggregate-hold port and its DynamoDB adapter (the stream relay holds an
@@ -24,6 +26,7 @@ pub mod config;
 pub mod dead_letter;
 pub mod holds;
 pub mod metrics;
+pub mod publish_concurrency;
 pub mod publish_rate;
 pub mod publisher;
 pub mod relay;

@@ -47,6 +47,10 @@ pub const THROTTLED: &str = "Throttled";
 /// the Minimum over a period shows how far the relay slowed down for the bus. Entries per
 /// second; both relays.
 pub const PUBLISH_RATE_LIMIT: &str = "PublishRateLimit";
+/// The limit of `PutEvents` calls in flight each time a timed-out call lowered it
+/// (`relay_runtime::publish_concurrency`): the Minimum over a period shows how far the relay
+/// slowed down for a slow bus. Count; both relays.
+pub const PUBLISH_CONCURRENCY_LIMIT: &str = "PublishConcurrencyLimit";
 /// AWS calls that failed after the SDK's own retries, per [`OPERATION_DIMENSION`]. Count.
 pub const FAILED_CALLS: &str = "FailedCalls";
 /// Aggregates the stream relay left to the poller after one of their events failed
@@ -167,6 +171,11 @@ fn describe() {
         PUBLISH_RATE_LIMIT,
         Unit::CountPerSecond,
         "the publish rate's limit, each time throttling lowered it"
+    );
+    metrics::describe_histogram!(
+        PUBLISH_CONCURRENCY_LIMIT,
+        Unit::Count,
+        "the limit of PutEvents calls in flight, each time a timeout lowered it"
     );
     metrics::describe_histogram!(
         BACKLOG,

@@ -234,6 +234,17 @@ where
     }
 }
 
+/// Whether `err` is a call that got no answer in time: the SDK's attempt or operation timeout
+/// (`TimeoutError`), or a connection that could not be opened in time. Retryable, and like a
+/// throttle a sign that the service, or the network to it, has more than it can take.
+pub fn is_timeout<E, R>(err: &SdkError<E, R>) -> bool {
+    match err {
+        SdkError::TimeoutError(_) => true,
+        SdkError::DispatchFailure(failure) => failure.is_timeout(),
+        _ => false,
+    }
+}
+
 /// The service error code of an SDK error, if the service answered with one.
 pub fn error_code<E, R>(err: &SdkError<E, R>) -> Option<&str>
 where
@@ -334,9 +345,20 @@ mod tests {
     fn timeouts_retry_and_construction_failures_do_not() {
         let timeout: SdkError<ErrorMetadata, HttpResponse> = SdkError::timeout_error("slow");
         assert_eq!(classify_sdk_error(&timeout), ErrorClass::Retryable);
+        assert!(is_timeout(&timeout));
         let construction: SdkError<ErrorMetadata, HttpResponse> =
             SdkError::construction_failure("bad input");
         assert_eq!(classify_sdk_error(&construction), ErrorClass::Permanent);
+        assert!(!is_timeout(&construction));
+    }
+
+    #[test]
+    fn a_call_with_no_answer_in_time_is_timed_out_and_a_refusal_is_not() {
+        use aws_smithy_runtime_api::client::result::ConnectorError;
+        let connect: SdkError<ErrorMetadata, HttpResponse> =
+            SdkError::dispatch_failure(ConnectorError::timeout("connect timed out".into()));
+        assert!(is_timeout(&connect));
+        assert!(!is_timeout(&service_error("ThrottlingException", 400)));
     }
 
     #[test]

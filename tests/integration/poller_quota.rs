@@ -1,6 +1,8 @@
-//! The poller at the bus's quota, on the latency model (no emulator): a drain against a
-//! `PutEvents` quota that throttles above 500 entries/s. It runs on tokio's paused clock, so the
-//! quota, the model's 10 ms per call and the publisher's pacing all count virtual time: the
+//! The poller at the bus's limits, on the latency model (no emulator): a drain against a
+//! `PutEvents` quota that throttles above 500 entries/s, against a slow bus that serves calls one
+//! at a time (its latency grows with the calls queued) under the relays' default SDK timeouts,
+//! and against a bus that answers nothing. It runs on tokio's paused clock, so the quota, the
+//! model's delays, the SDK's timeouts and the publisher's pacing all count virtual time: the
 //! figures are the pacing's, whatever the machine's load.
 
 use std::time::Duration;
@@ -123,4 +125,107 @@ async fn a_ceiling_at_the_quota_keeps_the_drain_from_being_throttled() {
         "{:.0} events/s against a ceiling of {QUOTA}/s",
         run.events_per_second
     );
+}
+
+/// A slow bus: stock moto's EventBridge delivering through a rule to SQS serves a few dozen
+/// entries per second (42 measured, docs/benchmarks.md), one call at a time.
+const SLOW_BUS_CAPACITY: u32 = 30;
+/// A drain of this many takes the slow bus about 33 s at its capacity.
+const SLOW_BUS_EVENTS: usize = 1000;
+
+/// The relays' SDK timeouts at their defaults (not read from the environment): 4 s an attempt,
+/// 10 s a call.
+fn default_sdk_timeouts() -> aws_config::timeout::TimeoutConfig {
+    aws_config::timeout::TimeoutConfig::builder()
+        .connect_timeout(relay_runtime::SDK_CONNECT_TIMEOUT)
+        .operation_attempt_timeout(relay_runtime::SDK_ATTEMPT_TIMEOUT)
+        .operation_timeout(relay_runtime::SDK_OPERATION_TIMEOUT)
+        .build()
+}
+
+/// A poller with its defaults and the default SDK timeouts on `model`, with `events` pending.
+fn poller_on(model: &LatencyModel, events: usize) -> relay_poller::app::AwsPoller {
+    model.seed_pending(&fixtures::pending_items(
+        "quota-table",
+        events,
+        Utc::now() - chrono::Duration::minutes(1),
+    ));
+    let sdk = model
+        .sdk_config()
+        .into_builder()
+        .timeout_config(default_sdk_timeouts())
+        .build();
+    aws_poller(
+        AwsClients::new(&sdk),
+        &default_args().validate().expect("valid arguments"),
+    )
+    .expect("poller")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_against_a_slow_bus_slows_down_to_its_pace_and_loses_nothing() {
+    // Given 1,000 pending events, a bus that serves 30 entries/s one call at a time (so a call
+    // waits for every call queued ahead of it: 16 shards x 16 calls of 10 entries in flight
+    // would wait 85 s, far past the 4 s attempt timeout), and a poller with its defaults and the
+    // default SDK timeouts
+    let model = LatencyModel::new(Duration::from_millis(10));
+    model.serve_put_events(SLOW_BUS_CAPACITY);
+    let poller = poller_on(&model, SLOW_BUS_EVENTS);
+
+    // When it drains, as `relay-poller drain` does (3 stalled passes at most)
+    let started = tokio::time::Instant::now();
+    let summary = poller
+        .drain(Duration::ZERO, 3, &CancellationToken::new())
+        .await;
+    let elapsed = started.elapsed().as_secs_f64();
+
+    // Then the drain completed with every event published and marked, near the bus's pace
+    let (sent, _) = model.put_events_entries();
+    let stats = poller.publisher().stats();
+    let events_per_second = summary.published as f64 / elapsed;
+    eprintln!(
+        "drain against a bus of {SLOW_BUS_CAPACITY} entries/s: {} of {SLOW_BUS_EVENTS} published, complete {}, {elapsed:.1} s of virtual time ({events_per_second:.1} events/s), {} passes, {sent} entries sent, {} calls, {} timed out",
+        summary.published,
+        summary.complete,
+        summary.passes,
+        stats.put_events_calls,
+        stats.timed_out,
+    );
+    assert!(summary.complete, "{summary:?}");
+    assert_eq!(model.pending(), 0, "every event published and marked");
+    let capacity = f64::from(SLOW_BUS_CAPACITY);
+    assert!(
+        events_per_second >= 0.7 * capacity,
+        "{events_per_second:.1} events/s on a bus of {SLOW_BUS_CAPACITY} entries/s"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_against_a_bus_that_answers_nothing_gives_up_in_minutes() {
+    // Given 200 pending events and a bus that answers no call within the SDK's timeouts
+    let model = LatencyModel::new(Duration::from_millis(10));
+    model.turn_slow("PutEvents", 0, Duration::from_secs(3600));
+    let poller = poller_on(&model, 200);
+
+    // When it drains
+    let started = tokio::time::Instant::now();
+    let summary = poller
+        .drain(Duration::ZERO, 3, &CancellationToken::new())
+        .await;
+    let elapsed = started.elapsed();
+
+    // Then it gives up after its 3 stalled passes, every event still pending, in about the time
+    // the calls' attempts take side by side (68 s before the calls in flight adapted): a slow
+    // bus's calls take turns, a silent one's do not queue for timeout after timeout
+    let stats = poller.publisher().stats();
+    eprintln!(
+        "drain against a bus that answers nothing: gave up after {:.1} s of virtual time, {} passes, {} calls, {} timed out",
+        elapsed.as_secs_f64(),
+        summary.passes,
+        stats.put_events_calls,
+        stats.timed_out
+    );
+    assert!(!summary.complete, "{summary:?}");
+    assert_eq!(model.pending(), 200);
+    assert!(elapsed < Duration::from_secs(120), "{elapsed:?}");
 }

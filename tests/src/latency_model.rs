@@ -7,7 +7,9 @@
 //!
 //! It models just what the relays call:
 //! - `AWSEvents.PutEvents`: every entry accepted, or, under a quota ([`LatencyModel::limit_put_events`]),
-//!   the entries beyond it refused with `ThrottlingException` as EventBridge does.
+//!   the entries beyond it refused with `ThrottlingException` as EventBridge does. A bus of fixed
+//!   capacity ([`LatencyModel::serve_put_events`]) answers each call after the work queued ahead of
+//!   it, so its latency grows with the calls in flight, as a slow bus's does.
 //! - `DynamoDB_20120810.Query` on the pending index: the first `:`-value that is a pending-shard key
 //!   (`OUTBOX#PENDING#n`) selects the shard; a value with the sort-key prefix (`EVENT#`) is an exclusive upper bound
 //!   on `GSI1SK` (the grace-period cutoff); `Limit` and `ExclusiveStartKey` paginate, oldest first.
@@ -57,6 +59,8 @@ struct State {
     entries: u64,
     throttled: u64,
     quota: Option<Quota>,
+    /// `PutEvents` served at a fixed capacity.
+    server: Option<Server>,
     /// `EventId`s handed out.
     event_ids: u64,
 }
@@ -82,6 +86,26 @@ impl Quota {
         } else {
             false
         }
+    }
+}
+
+/// A bus that serves `PutEvents` calls one at a time, in the order they arrive, each for its
+/// entries / `per_second`: a single server with a deterministic service time (M/D/1-like), so a
+/// call waits for the work queued ahead of it and latency grows with the calls in flight.
+#[derive(Debug)]
+struct Server {
+    per_second: f64,
+    /// When the work queued so far is done.
+    free_at: tokio::time::Instant,
+}
+
+impl Server {
+    /// Queues a call of `entries` arriving now: how long until it is served.
+    fn queue(&mut self, entries: usize) -> Duration {
+        let now = tokio::time::Instant::now();
+        let start = self.free_at.max(now);
+        self.free_at = start + Duration::from_secs_f64(entries as f64 / self.per_second);
+        self.free_at - now
     }
 }
 
@@ -181,6 +205,19 @@ impl LatencyModel {
         });
     }
 
+    /// Makes `PutEvents` a bus of fixed capacity: it serves `entries_per_second` entries, one call
+    /// at a time in arrival order, so a call is answered once the calls queued ahead of it and its
+    /// own entries are served (plus the model's delay). A call takes effect when it arrives, and
+    /// one the client stops waiting for (a timeout) stays queued, as a request the bus has
+    /// received does: its entries are published and its work delays the calls behind it. Time is
+    /// tokio's, so a test on a paused clock sees the queue in virtual time.
+    pub fn serve_put_events(&self, entries_per_second: u32) {
+        self.state.lock().expect("model state").server = Some(Server {
+            per_second: f64::from(entries_per_second),
+            free_at: tokio::time::Instant::now(),
+        });
+    }
+
     /// `PutEvents` entries received so far, and how many of them were throttled.
     pub fn put_events_entries(&self) -> (u64, u64) {
         let state = self.state.lock().expect("model state");
@@ -232,10 +269,11 @@ impl LatencyModel {
         self.state.lock().expect("model state").calls.clone()
     }
 
-    /// The status and body of the answer to one call, and the calls of its operation so far.
+    /// The status and body of the answer to one call, the calls of its operation so far, and how
+    /// long the call waits for a server of fixed capacity ([`Self::serve_put_events`]).
     /// The hot calls (`UpdateItem`, `BatchExecuteStatement`, `PutEvents`) read only the fields they need and answer with
     /// text built directly: the model's own CPU is counted in every benchmark that uses it.
-    fn answer(&self, operation: &str, body: &[u8]) -> (u16, String, u64) {
+    fn answer(&self, operation: &str, body: &[u8]) -> (u16, String, u64, Duration) {
         match operation {
             "UpdateItem" => {
                 let request: KeyOnly = serde_json::from_slice(body).unwrap_or_default();
@@ -254,13 +292,14 @@ impl LatencyModel {
                 let mut state = self.state.lock().expect("model state");
                 let calls = state.count(operation);
                 if state.unindex(&key) {
-                    (200, "{}".to_owned(), calls)
+                    (200, "{}".to_owned(), calls, Duration::ZERO)
                 } else {
                     (
                         400,
                         r#"{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException","message":"The conditional request failed"}"#
                             .to_owned(),
                         calls,
+                        Duration::ZERO,
                     )
                 }
             }
@@ -278,7 +317,7 @@ impl LatencyModel {
                     crate::dynamodb_rules::batch_execute_statement_refusal(keys.iter().map(Some))
                 {
                     let body = crate::dynamodb_rules::validation_exception(&message);
-                    return (400, body.to_string(), calls);
+                    return (400, body.to_string(), calls, Duration::ZERO);
                 }
                 let responses: Vec<&str> = keys
                     .iter()
@@ -294,6 +333,7 @@ impl LatencyModel {
                     200,
                     format!(r#"{{"Responses":[{}]}}"#, responses.join(",")),
                     calls,
+                    Duration::ZERO,
                 )
             }
             "PutEvents" => {
@@ -316,11 +356,12 @@ impl LatencyModel {
                     }
                 }
                 state.throttled += failed;
+                let queued = state.server.as_mut().map_or(Duration::ZERO, |s| s.queue(n));
                 let body = format!(
                     r#"{{"FailedEntryCount":{failed},"Entries":[{}]}}"#,
                     entries.join(",")
                 );
-                (200, body, calls)
+                (200, body, calls, queued)
             }
             _ => {
                 let request: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
@@ -331,7 +372,7 @@ impl LatencyModel {
                     "SendMessage" => json!({"MessageId": uuid::Uuid::now_v7().to_string()}),
                     _ => json!({}),
                 };
-                (200, body.to_string(), calls)
+                (200, body.to_string(), calls, Duration::ZERO)
             }
         }
     }
@@ -497,12 +538,12 @@ impl HttpConnector for LatencyModel {
             .unwrap_or_default()
             .to_owned();
         let operation = target.rsplit('.').next().unwrap_or(&target);
-        let (status, body, calls) =
+        let (status, body, calls, queued) =
             self.answer(operation, request.body().bytes().unwrap_or_default());
         let delay = match &*self.slowdown.lock().expect("model slowdown") {
             Some(slow) if slow.operation == operation && calls > slow.after_calls => slow.delay,
             _ => self.delay,
-        };
+        } + queued;
         let clock = self.clock;
         HttpConnectorFuture::new(async move {
             wait(clock, delay).await;
@@ -699,6 +740,47 @@ mod tests {
             assert!(started.elapsed() >= Duration::from_millis(10));
         }
         assert_eq!(model.calls()["SendMessage"], 5);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_bus_of_fixed_capacity_answers_each_call_after_the_calls_queued_ahead() {
+        // Given a bus that serves 100 entries/s, one call at a time, with 10 ms of network
+        let model = LatencyModel::new(Duration::from_millis(10));
+        model.serve_put_events(100);
+        let client = aws_sdk_eventbridge::Client::new(&model.sdk_config());
+        let call = |entries: usize| {
+            let client = client.clone();
+            async move {
+                let started = tokio::time::Instant::now();
+                client
+                    .put_events()
+                    .set_entries(Some(
+                        (0..entries)
+                            .map(|_| {
+                                aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+                                    .detail("{}")
+                                    .build()
+                            })
+                            .collect(),
+                    ))
+                    .send()
+                    .await
+                    .unwrap();
+                started.elapsed()
+            }
+        };
+
+        // When three calls of 10 entries arrive at once
+        let latencies = futures::future::join_all([call(10), call(10), call(10)]).await;
+
+        // Then each waits for the ones ahead of it: 100, 200 and 300 ms of service, plus the
+        // network (tokio's timer rounds up to the millisecond)
+        let millis: Vec<u128> = latencies.iter().map(Duration::as_millis).collect();
+        assert_eq!(millis, [110, 210, 310]);
+        // And a call after the queue has drained waits only for itself
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(call(5).await.as_millis(), 60);
+        assert_eq!(model.put_events_entries(), (35, 0));
     }
 
     #[tokio::test]

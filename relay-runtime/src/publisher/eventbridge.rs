@@ -1,13 +1,17 @@
 //! The classic bus's adapter: `PutEvents` of `aws-sdk-eventbridge`, calls sent as the request
-//! builder packed them, at most `max_concurrency` in flight, every entry's result checked, the
-//! entries that failed with a retryable code sent again with backoff, a call refused as a whole
-//! for what one entry can cause sent again in halves, at the [`PublishRate`]'s pace.
+//! builder packed them, at most `max_concurrency` in flight per publish and no more than the
+//! [`PublishConcurrency`] lets the whole process have, every entry's result checked, the entries
+//! that failed with a retryable code sent again with backoff, a call refused as a whole for what
+//! one entry can cause sent again in halves, at the [`PublishRate`]'s pace. A throttle lowers
+//! the rate; a call that times out lowers the calls in flight.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use aws_sdk_eventbridge::types::{PutEventsRequestEntry, PutEventsResultEntry};
+use aws_smithy_runtime_api::client::interceptors::context::InterceptorContext;
+use aws_smithy_runtime_api::client::retries::classifiers::{ClassifyRetry, RetryAction};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared, join_all};
 use outbox_shared::OutboundEvent;
@@ -22,6 +26,7 @@ use super::{
 };
 use crate::CallTasks;
 use crate::config::{PublisherConfig, PublisherConfigError};
+use crate::publish_concurrency::{Permit, PublishConcurrency};
 use crate::publish_rate::{PublishRate, Slot};
 
 /// The EventBridge adapter.
@@ -31,10 +36,14 @@ pub struct EventBridgePublisher {
     config: PublisherConfig,
     stats: Arc<PublishStats>,
     rate: Arc<PublishRate>,
+    concurrency: Arc<PublishConcurrency>,
     call_tasks: CallTasks,
 }
 
 impl EventBridgePublisher {
+    /// `client` keeps its settings, except that a call that times out is not retried by the SDK:
+    /// the publisher retries it, after lowering its calls in flight.
+    ///
     /// # Errors
     /// [`PublisherConfigError`] when the configuration is out of range.
     pub fn new(
@@ -42,9 +51,17 @@ impl EventBridgePublisher {
         config: PublisherConfig,
     ) -> Result<Self, PublisherConfigError> {
         config.validate()?;
+        let client = aws_sdk_eventbridge::Client::from_conf(
+            client
+                .config()
+                .to_builder()
+                .retry_classifier(TimeoutsToThePublisher)
+                .build(),
+        );
         Ok(Self {
             client,
             rate: Arc::new(PublishRate::new(config.max_publish_rate)),
+            concurrency: Arc::new(PublishConcurrency::new(config.max_concurrency)),
             config,
             stats: Arc::default(),
             call_tasks: CallTasks::Inline,
@@ -72,6 +89,12 @@ impl EventBridgePublisher {
         self.rate.limit()
     }
 
+    /// The `PutEvents` calls it lets be in flight at once, all publishes together (each also
+    /// keeps to `max_concurrency`), shared by its clones.
+    pub fn publish_concurrency(&self) -> usize {
+        self.concurrency.limit()
+    }
+
     /// The `PutEvents` entry of `event`, on the configured bus with the configured source.
     fn entry(&self, event: &OutboundEvent) -> PutEventsRequestEntry {
         PutEventsRequestEntry::builder()
@@ -97,8 +120,8 @@ impl EventBridgePublisher {
         let mut last_error: Option<(String, String)> = None;
         let mut backoff = self.config.retry.delays();
         loop {
-            let Some(slot) = self.rate.acquire(pending.len(), stop_at).await else {
-                // The publish rate would send it after the deadline: it stays pending.
+            let Some((slot, in_flight)) = self.turn(pending.len(), stop_at).await else {
+                // Its turn would come after the deadline: it stays pending.
                 done.extend(pending.iter().map(|&i| {
                     let outcome = match &last_error {
                         None => PublishOutcome::NotSent,
@@ -111,8 +134,8 @@ impl EventBridgePublisher {
                 }));
                 break;
             };
-            let attempt = self.attempt(events, &pending).await;
-            self.pace(slot, pending.len(), attempt.accepted, attempt.throttled);
+            let attempt = self.attempt(events, &pending, in_flight).await;
+            self.pace(slot, pending.len(), &attempt);
             done.extend(attempt.done);
             if !attempt.split.is_empty() {
                 done.extend(self.send_halves(events, attempt.split, stop_at).await);
@@ -181,20 +204,66 @@ impl EventBridgePublisher {
         .boxed()
     }
 
-    /// One `PutEvents` call of the events at `pending`, and what it did to each.
-    async fn attempt(&self, events: &[OutboundEvent], pending: &[usize]) -> Attempt {
+    /// The turn of a call of `entries` entries: its slot at the publish rate, then its place
+    /// among the process's calls in flight; `None` when either would come at or after `stop_at`,
+    /// or when the bus answers nothing and the one place is taken.
+    async fn turn(&self, entries: usize, stop_at: Option<Instant>) -> Option<(Slot, Permit<'_>)> {
+        let slot = self.rate.acquire(entries, stop_at).await?;
+        let in_flight = self.concurrency.acquire(stop_at).await?;
+        Some((slot, in_flight))
+    }
+
+    /// One `PutEvents` call of the events at `pending`, in its place `in_flight`, and what it did
+    /// to each.
+    async fn attempt(
+        &self,
+        events: &[OutboundEvent],
+        pending: &[usize],
+        in_flight: Permit<'_>,
+    ) -> Attempt {
         let entries = pending.iter().map(|&i| self.entry(&events[i])).collect();
         self.stats.put_events_calls.fetch_add(1, Ordering::Relaxed);
         let call = self.client.put_events().set_entries(Some(entries)).send();
-        match self.call_tasks.run(call).await {
+        let answer = self.call_tasks.run(call).await;
+        let timed_out = answer.as_ref().is_err_and(outbox_shared::error::is_timeout);
+        self.in_flight_ended(in_flight, timed_out);
+        let attempt = match answer {
             Ok(output) => entry_results(pending, output.entries()),
             Err(err) => call_failed(pending, &SdkFailure::new("PutEvents", err)),
+        };
+        Attempt {
+            timed_out,
+            ..attempt
         }
     }
 
-    /// Adapts the publish rate to a call of `sent` entries in `slot`: `accepted` of them
-    /// accepted, `throttled` refused for the quota.
-    fn pace(&self, slot: Slot, sent: usize, accepted: usize, throttled: usize) {
+    /// Adapts the calls in flight to a call that ended: answered in time, or `timed_out`.
+    fn in_flight_ended(&self, permit: Permit<'_>, timed_out: bool) {
+        if !timed_out {
+            permit.answered();
+            return;
+        }
+        self.stats.timed_out.fetch_add(1, Ordering::Relaxed);
+        if let Some(limit) = permit.timed_out() {
+            crate::metrics::observe(crate::metrics::PUBLISH_CONCURRENCY_LIMIT, limit as f64);
+            tracing::info!(
+                calls = limit,
+                "PutEvents timed out: calls in flight lowered"
+            );
+        }
+    }
+
+    /// Adapts the publish rate to a call of `sent` entries in `slot`: `attempt.accepted` of them
+    /// accepted, `attempt.throttled` refused for the quota.
+    fn pace(&self, slot: Slot, sent: usize, attempt: &Attempt) {
+        if attempt.timed_out {
+            // No answer says nothing of the quota: the rate neither grows nor drops, and the calls
+            // in flight, already lowered, pace a slow bus. Lowered here too, the rate fell to
+            // 1 entry/s against a bus that answered nothing, and every later call waited its
+            // 10 entries' turn: a drain of 200 events took 1,099 s to give up, not 78.
+            return;
+        }
+        let (accepted, throttled) = (attempt.accepted, attempt.throttled);
         if throttled == 0 {
             self.rate.accepted(sent, accepted);
             return;
@@ -324,6 +393,8 @@ pub(crate) struct Attempt {
     pub(crate) accepted: usize,
     /// Entries refused for the quota ([`THROTTLED`]).
     pub(crate) throttled: usize,
+    /// The call got no answer in time (the SDK's timeout): the bus is congested.
+    pub(crate) timed_out: bool,
 }
 
 /// Reads a `PutEvents` answer entry by entry: it answers HTTP 200 even when entries failed, so
@@ -401,5 +472,32 @@ fn call_failed(pending: &[usize], failure: &SdkFailure) -> Attempt {
                 ..Attempt::default()
             }
         }
+    }
+}
+
+/// Keeps the SDK from retrying a `PutEvents` that timed out: the publisher sees the timeout at
+/// once and, the bus being congested, lowers its calls in flight before it sends the entries
+/// again (with its own backoff). Retried by the SDK, the call went straight back into the
+/// bus's queue, behind the calls it had just waited for, and the publisher learnt of the timeout
+/// only at the operation timeout (10 s, not 4). Other failures keep the SDK's retries.
+#[derive(Debug)]
+struct TimeoutsToThePublisher;
+
+impl ClassifyRetry for TimeoutsToThePublisher {
+    fn classify_retry(&self, ctx: &InterceptorContext) -> RetryAction {
+        let timed_out = ctx.output_or_error().is_some_and(|answer| {
+            answer.is_err_and(|err| {
+                err.is_timeout_error() || err.as_connector_error().is_some_and(|c| c.is_timeout())
+            })
+        });
+        if timed_out {
+            RetryAction::RetryForbidden
+        } else {
+            RetryAction::NoActionIndicated
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "TimeoutsToThePublisher"
     }
 }

@@ -24,7 +24,9 @@
 //! so such a call is not split.
 //!
 //! Rate: every call, retries included, leaves at the pace of the publisher's [`PublishRate`]
-//! (no limit until the bus throttles or a ceiling is set; see that module for the adaptation).
+//! (no limit until the bus throttles or a ceiling is set; see that module for the adaptation),
+//! and only while the process has fewer calls in flight than its [`PublishConcurrency`] allows
+//! (lowered when a call times out: a slow bus; see that module).
 //!
 //! Deadline: [`Publisher::publish_until`] starts no call, and no retry, after `stop_at`; the
 //! events not sent are [`PublishOutcome::NotSent`]. A call already sent is bounded by the SDK
@@ -39,6 +41,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use outbox_shared::OutboundEvent;
 use tokio::time::Instant;
+
+#[cfg(doc)]
+use crate::{publish_concurrency::PublishConcurrency, publish_rate::PublishRate};
 
 pub mod eventbridge;
 pub mod request;
@@ -60,7 +65,8 @@ pub enum PublishOutcome {
     /// Not sent: an earlier event of its aggregate was not published, and this one must not
     /// overtake it. It stays pending.
     HeldBack,
-    /// Not sent: the deadline came first. It stays pending.
+    /// Not sent: the deadline came first, or the bus answered nothing even one call at a time
+    /// and the one call it was let have was out. It stays pending.
     NotSent,
 }
 
@@ -93,6 +99,7 @@ pub struct PublishStats {
     published: AtomicU64,
     retried: AtomicU64,
     throttled: AtomicU64,
+    timed_out: AtomicU64,
     rejected: AtomicU64,
     failed: AtomicU64,
     held_back: AtomicU64,
@@ -109,11 +116,14 @@ pub struct PublishStatsSnapshot {
     pub retried: u64,
     /// Entries refused with `ThrottlingException` (one per entry per attempt).
     pub throttled: u64,
+    /// `PutEvents` calls that got no answer in time (the SDK's timeout).
+    pub timed_out: u64,
     pub rejected: u64,
     pub failed: u64,
     /// Not sent because an earlier event of their aggregate was not published.
     pub held_back: u64,
-    /// Not sent because the deadline came first.
+    /// Not sent because the deadline came first (or the bus answered nothing; see
+    /// [`PublishOutcome::NotSent`]).
     pub not_sent: u64,
 }
 
@@ -124,6 +134,7 @@ impl PublishStats {
             published: self.published.load(Ordering::Relaxed),
             retried: self.retried.load(Ordering::Relaxed),
             throttled: self.throttled.load(Ordering::Relaxed),
+            timed_out: self.timed_out.load(Ordering::Relaxed),
             rejected: self.rejected.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
             held_back: self.held_back.load(Ordering::Relaxed),

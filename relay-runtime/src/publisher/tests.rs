@@ -9,6 +9,7 @@ use aws_sdk_eventbridge::operation::put_events::PutEventsOutput;
 use aws_sdk_eventbridge::types::PutEventsResultEntry;
 use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock};
 use outbox_shared::RetryPolicy;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// An EventBridge client answered by `rules` (SDK retries off: the publisher's own count).
@@ -490,4 +491,244 @@ async fn a_lone_event_refused_with_a_validation_code_is_poison() {
             .all(|o| matches!(o, PublishOutcome::Rejected { .. })),
         "{outcomes:?}"
     );
+}
+
+/// A connection to a mocked bus whose first `unanswered` requests get no answer at all (the SDK's
+/// attempt timeout ends them) and whose later requests are answered after `latency`; it notes how
+/// many requests were in flight when each arrived. The answers themselves are the mocks' (every
+/// entry accepted).
+#[derive(Debug, Clone)]
+struct SlowConnection {
+    inner: aws_smithy_runtime_api::client::http::SharedHttpClient,
+    unanswered: usize,
+    latency: Duration,
+    seen: Arc<Mutex<Seen>>,
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    requests: usize,
+    in_flight: usize,
+    /// When each request arrived, and the requests in flight then (itself included).
+    arrivals: Vec<(Instant, usize)>,
+}
+
+/// A request in flight until dropped (answered, or abandoned by the SDK's timeout).
+struct InFlight(Arc<Mutex<Seen>>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.lock().unwrap().in_flight -= 1;
+    }
+}
+
+impl SlowConnection {
+    fn new(unanswered: usize, latency: Duration) -> Self {
+        Self {
+            inner: create_mock_http_client(),
+            unanswered,
+            latency,
+            seen: Arc::default(),
+        }
+    }
+
+    fn requests(&self) -> usize {
+        self.seen.lock().unwrap().requests
+    }
+
+    fn arrivals(&self) -> Vec<(Instant, usize)> {
+        self.seen.lock().unwrap().arrivals.clone()
+    }
+}
+
+#[derive(Debug)]
+struct SlowConnector {
+    connection: SlowConnection,
+    inner: aws_smithy_runtime_api::client::http::SharedHttpConnector,
+}
+
+impl aws_smithy_runtime_api::client::http::HttpConnector for SlowConnector {
+    fn call(
+        &self,
+        request: aws_smithy_runtime_api::client::orchestrator::HttpRequest,
+    ) -> aws_smithy_runtime_api::client::http::HttpConnectorFuture {
+        let (request_number, in_flight) = {
+            let mut seen = self.connection.seen.lock().unwrap();
+            seen.requests += 1;
+            seen.in_flight += 1;
+            let arrival = (Instant::now(), seen.in_flight);
+            seen.arrivals.push(arrival);
+            (seen.requests, InFlight(Arc::clone(&self.connection.seen)))
+        };
+        let answered = request_number > self.connection.unanswered;
+        let latency = self.connection.latency;
+        let answer = self.inner.call(request);
+        aws_smithy_runtime_api::client::http::HttpConnectorFuture::new(async move {
+            let _in_flight = in_flight;
+            if !answered {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(latency).await;
+            answer.await
+        })
+    }
+}
+
+impl aws_smithy_runtime_api::client::http::HttpClient for SlowConnection {
+    fn http_connector(
+        &self,
+        settings: &aws_smithy_runtime_api::client::http::HttpConnectorSettings,
+        components: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+    ) -> aws_smithy_runtime_api::client::http::SharedHttpConnector {
+        aws_smithy_runtime_api::client::http::SharedHttpConnector::new(SlowConnector {
+            connection: self.clone(),
+            inner: self.inner.http_connector(settings, components),
+        })
+    }
+}
+
+/// The SDK's attempt timeout in these tests.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// An EventBridge client over `connection`, every call answered by the mocks with its one entry
+/// accepted, with `retry` for the SDK's own retries and a 1 s attempt timeout.
+fn eventbridge_over(connection: &SlowConnection, retry: RetryConfig) -> Client {
+    let one_accepted = mock!(Client::put_events)
+        .sequence()
+        .http_status(
+            200,
+            Some(r#"{"FailedEntryCount":0,"Entries":[{"EventId":"eb"}]}"#.to_owned()),
+        )
+        .repeatedly()
+        .build();
+    let config = aws_sdk_eventbridge::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "test"))
+        .http_client(connection.clone())
+        .interceptor(
+            MockResponseInterceptor::new()
+                .rule_mode(RuleMode::MatchAny)
+                .with_rule(&one_accepted),
+        )
+        .retry_config(retry)
+        .timeout_config(
+            aws_sdk_eventbridge::config::timeout::TimeoutConfig::builder()
+                .operation_attempt_timeout(ATTEMPT_TIMEOUT)
+                .build(),
+        )
+        .build();
+    Client::from_conf(config)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timed_out_call_lowers_the_calls_in_flight() {
+    // Given a bus that answers none of the first 4 calls before the 1 s attempt timeout and
+    // every later call after 100 ms, and a publisher of one entry per call with 4 calls in
+    // flight
+    let connection = SlowConnection::new(4, Duration::from_millis(100));
+    let config = PublisherConfig {
+        max_entries_per_call: 1,
+        max_concurrency: 4,
+        ..quick_config()
+    };
+    let publisher = EventBridgePublisher::new(
+        eventbridge_over(&connection, RetryConfig::disabled()),
+        config,
+    )
+    .unwrap();
+    let events: Vec<_> = (0..12).map(|i| event(&format!("a{i}"), 5)).collect();
+
+    // When 12 events are published
+    let started = Instant::now();
+    let outcomes = publisher.publish(&events).await;
+
+    // Then all are published, the 4 calls of the first wave after their timeout
+    assert_eq!(outcomes, vec![PublishOutcome::Published; 12]);
+    assert_eq!(publisher.stats().timed_out, 4);
+    // And the bus saw 4 calls in flight at once before the timeouts, and at most 2 in the
+    // 100 ms after them, before any answer came back: the publisher halved what it sends at once
+    let arrivals = connection.arrivals();
+    let in_flight_at = |from: Duration, to: Duration| -> Vec<usize> {
+        arrivals
+            .iter()
+            .filter(|(at, _)| (from..to).contains(&at.duration_since(started)))
+            .map(|&(_, in_flight)| in_flight)
+            .collect()
+    };
+    assert_eq!(in_flight_at(Duration::ZERO, ATTEMPT_TIMEOUT), [1, 2, 3, 4]);
+    let after = in_flight_at(
+        ATTEMPT_TIMEOUT,
+        ATTEMPT_TIMEOUT + Duration::from_millis(100),
+    );
+    assert_eq!(after, [1, 2], "{arrivals:?}");
+    // And the limit grows back while calls are answered in time; the publish rate, which
+    // answers the quota's throttles, was left unlimited
+    assert!(publisher.publish_concurrency() >= 2);
+    assert_eq!(publisher.publish_rate(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_sdk_does_not_retry_a_timed_out_put_events_the_publisher_does() {
+    // Given a bus that never answers, an EventBridge client with the SDK's standard retries (3
+    // attempts), and a publisher that tries each entry twice
+    let connection = SlowConnection::new(usize::MAX, Duration::ZERO);
+    let config = PublisherConfig {
+        retry: RetryPolicy {
+            max_retries: 1,
+            ..quick_config().retry
+        },
+        ..quick_config()
+    };
+    let publisher = EventBridgePublisher::new(
+        eventbridge_over(&connection, RetryConfig::standard().with_max_attempts(3)),
+        config,
+    )
+    .unwrap();
+
+    // When one event is published
+    let outcomes = publisher.publish(&[event("a", 5)]).await;
+
+    // Then it failed after two requests, one per attempt of the publisher: each timeout came
+    // back to the publisher (which lowered its rate and calls in flight) instead of the SDK
+    // sending the call again into the same queue
+    assert!(
+        matches!(outcomes[..], [PublishOutcome::Failed { .. }]),
+        "{outcomes:?}"
+    );
+    assert_eq!(connection.requests(), 2);
+    assert_eq!(publisher.stats().timed_out, 2);
+    assert_eq!(publisher.publish_concurrency(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_waiting_for_its_place_in_flight_is_not_sent_after_the_deadline() {
+    // Given a publisher allowed one call in flight, that call out to a bus that does not answer
+    let connection = SlowConnection::new(usize::MAX, Duration::ZERO);
+    let config = PublisherConfig {
+        max_concurrency: 1,
+        ..quick_config()
+    };
+    let publisher = EventBridgePublisher::new(
+        eventbridge_over(&connection, RetryConfig::disabled()),
+        config,
+    )
+    .unwrap();
+    let unanswered = [event("a", 5)];
+    let first = publisher.publish(&unanswered);
+
+    // When another publish (another shard's page) must be done within 500 ms
+    let stop_at = Instant::now() + Duration::from_millis(500);
+    let waiting = [event("b", 5)];
+    let second = async {
+        tokio::task::yield_now().await;
+        publisher.publish_until(&waiting, Some(stop_at)).await
+    };
+    let (_, second) = tokio::join!(first, second);
+
+    // Then its call, which had no place in flight before the deadline, was not sent: the bus saw
+    // only the first publish's three attempts
+    assert_eq!(second, [PublishOutcome::NotSent]);
+    assert_eq!(connection.requests(), 3);
+    assert_eq!(publisher.stats().put_events_calls, 3);
 }
