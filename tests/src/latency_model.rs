@@ -14,7 +14,10 @@
 //!   (`OUTBOX#PENDING#n`) selects the shard; a value with the sort-key prefix (`EVENT#`) is an exclusive upper bound
 //!   on `GSI1SK` (the grace-period cutoff); `Limit` and `ExclusiveStartKey` paginate, oldest first.
 //! - `DynamoDB_20120810.UpdateItem`: removes the item from the pending index; if it was not there, the
-//!   call fails with `ConditionalCheckFailedException` as the real condition would.
+//!   call fails with `ConditionalCheckFailedException` as the real condition would. With an index
+//!   lag ([`LatencyModel::lag_index`]) the table changes at once (a second mark fails its condition)
+//!   while queries of the index keep returning the marked item for the lag, as a global secondary
+//!   index, eventually consistent, does on AWS (DynamoDB Local updates its indexes synchronously).
 //! - `DynamoDB_20120810.BatchExecuteStatement` (the relays' batched marks): each statement does what
 //!   `UpdateItem` does to the item its last two parameters name (`PK`, `SK`), and answers
 //!   `ConditionalCheckFailed` on its own when the item was not pending; a call of more than 25
@@ -61,6 +64,11 @@ struct State {
     quota: Option<Quota>,
     /// `PutEvents` served at a fixed capacity.
     server: Option<Server>,
+    /// How long a marked item stays in query results ([`LatencyModel::lag_index`]).
+    index_lag: Duration,
+    /// Marked items still in the index until their time: (when, `GSI1PK`, `GSI1SK`), in mark
+    /// order.
+    leaving: std::collections::VecDeque<(tokio::time::Instant, String, String)>,
     /// `EventId`s handed out.
     event_ids: u64,
 }
@@ -211,6 +219,12 @@ impl LatencyModel {
     /// one the client stops waiting for (a timeout) stays queued, as a request the bus has
     /// received does: its entries are published and its work delays the calls behind it. Time is
     /// tokio's, so a test on a paused clock sees the queue in virtual time.
+    /// Makes the pending index lag the table by `lag`: a marked item is out of the table's pending
+    /// set at once (its condition fails for a second mark) and still in query results for `lag`.
+    pub fn lag_index(&self, lag: Duration) {
+        self.state.lock().expect("model state").index_lag = lag;
+    }
+
     pub fn serve_put_events(&self, entries_per_second: u32) {
         self.state.lock().expect("model state").server = Some(Server {
             per_second: f64::from(entries_per_second),
@@ -368,7 +382,10 @@ impl LatencyModel {
                 let mut state = self.state.lock().expect("model state");
                 let calls = state.count(operation);
                 let body = match operation {
-                    "Query" => query(&state, &request),
+                    "Query" => {
+                        state.catch_up_index();
+                        query(&state, &request)
+                    }
                     "SendMessage" => json!({"MessageId": uuid::Uuid::now_v7().to_string()}),
                     _ => json!({}),
                 };
@@ -432,10 +449,26 @@ impl State {
         let Some((gsi1pk, gsi1sk)) = self.keys.remove(key) else {
             return false;
         };
-        if let Some(shard) = self.index.get_mut(&gsi1pk) {
-            shard.remove(&gsi1sk);
+        if self.index_lag.is_zero() {
+            if let Some(shard) = self.index.get_mut(&gsi1pk) {
+                shard.remove(&gsi1sk);
+            }
+        } else {
+            let at = tokio::time::Instant::now() + self.index_lag;
+            self.leaving.push_back((at, gsi1pk, gsi1sk));
         }
         true
+    }
+
+    /// Takes out of the index the marked items whose lag is over.
+    fn catch_up_index(&mut self) {
+        let now = tokio::time::Instant::now();
+        while self.leaving.front().is_some_and(|(at, ..)| *at <= now) {
+            let (_, gsi1pk, gsi1sk) = self.leaving.pop_front().expect("a front");
+            if let Some(shard) = self.index.get_mut(&gsi1pk) {
+                shard.remove(&gsi1sk);
+            }
+        }
     }
 
     /// Counts a call of `operation`; the calls of it so far.
@@ -607,6 +640,52 @@ mod tests {
                 OutboxItem::pending(event, &config, chrono::Utc::now()).unwrap()
             })
             .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lagging_index_serves_a_marked_item_for_the_lag_while_the_table_has_it_marked() {
+        // Given a model whose index lags the table by 2 s, and 3 pending items
+        let model = LatencyModel::new(Duration::from_millis(10));
+        model.lag_index(Duration::from_secs(2));
+        let seeded = items(3);
+        model.seed_pending(&seeded);
+        let client = aws_sdk_dynamodb::Client::new(&model.sdk_config());
+        let shard = seeded[0].gsi1pk.clone().unwrap();
+        let query = || {
+            client
+                .query()
+                .table_name("t")
+                .index_name(schema::DEFAULT_INDEX_NAME)
+                .key_condition_expression(format!("{} = :p", attr::GSI1PK))
+                .expression_attribute_values(":p", AttributeValue::S(shard.clone()))
+                .send()
+        };
+        let store = relay_runtime::DynamoStatusStore::new(
+            client.clone(),
+            "t",
+            relay_runtime::TtlPolicy::default(),
+        );
+        use relay_runtime::StatusStore;
+
+        // When the first is marked
+        let key = seeded[0].key();
+        assert_eq!(
+            store.mark_published(&key).await.unwrap(),
+            relay_runtime::MarkOutcome::Marked
+        );
+
+        // Then the table has it marked at once (a second mark finds it already marked)...
+        assert_eq!(
+            store.mark_published(&key).await.unwrap(),
+            relay_runtime::MarkOutcome::AlreadyMarked
+        );
+        assert_eq!(model.pending(), 2);
+        // ...while the index still serves it, until the lag is over
+        assert_eq!(query().await.unwrap().items().len(), 3);
+        tokio::time::sleep(Duration::from_millis(1900)).await;
+        assert_eq!(query().await.unwrap().items().len(), 3);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(query().await.unwrap().items().len(), 2);
     }
 
     #[tokio::test]
