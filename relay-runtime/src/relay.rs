@@ -19,7 +19,7 @@ use std::fmt;
 
 use chrono::Utc;
 use futures::StreamExt;
-use outbox_shared::envelope::check_trace_header;
+use outbox_shared::entry_field::check_trace_header;
 use outbox_shared::time::format_timestamp;
 use outbox_shared::{ItemKey, OutboundEvent, OutboxItem};
 

@@ -9,11 +9,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use crate::entry_field::{EntryFieldError, check_detail_type, check_trace_header};
 use crate::item::OutboxItem;
-use crate::limits::{
-    PUT_EVENTS_DETAIL_TYPE_MAX_CHARS, PUT_EVENTS_TIME_BYTES, PUT_EVENTS_TRACE_HEADER_MAX_CHARS,
-};
-use crate::schema::attr;
+use crate::limits::PUT_EVENTS_TIME_BYTES;
 use crate::time::parse_timestamp;
 
 /// `metadata` of the envelope: who the event is about and when it happened.
@@ -65,67 +63,6 @@ pub enum EnvelopeError {
         event_id: String,
         source: EntryFieldError,
     },
-}
-
-/// An item attribute whose `PutEvents` entry field EventBridge refuses. These are model
-/// constraints: EventBridge answers the whole call with `ValidationException`, every entry in it
-/// fails, not only this one. Names the attribute and the limit, never the value.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{attribute} is {chars} characters; EventBridge accepts a {entry_field} of {min} to {max}")]
-pub struct EntryFieldError {
-    /// The outbox item's attribute (`EventType`, `TraceHeader`).
-    pub attribute: &'static str,
-    /// The `PutEvents` entry field it becomes (`DetailType`, `TraceHeader`).
-    pub entry_field: &'static str,
-    pub chars: usize,
-    pub min: usize,
-    pub max: usize,
-}
-
-/// Checks an `EventType` as the entry's `DetailType`: 1 to 128 characters.
-///
-/// # Errors
-/// [`EntryFieldError`] naming `EventType` and the limit.
-pub fn check_detail_type(event_type: &str) -> Result<(), EntryFieldError> {
-    check_length(
-        attr::EVENT_TYPE,
-        "DetailType",
-        event_type,
-        PUT_EVENTS_DETAIL_TYPE_MAX_CHARS,
-    )
-}
-
-/// Checks a `TraceHeader` as the entry's `TraceHeader`: 1 to 500 characters.
-///
-/// # Errors
-/// [`EntryFieldError`] naming `TraceHeader` and the limit.
-pub fn check_trace_header(trace_header: &str) -> Result<(), EntryFieldError> {
-    check_length(
-        attr::TRACE_HEADER,
-        "TraceHeader",
-        trace_header,
-        PUT_EVENTS_TRACE_HEADER_MAX_CHARS,
-    )
-}
-
-/// Characters, as a Smithy `@length` constraint counts them (not bytes).
-fn check_length(
-    attribute: &'static str,
-    entry_field: &'static str,
-    value: &str,
-    max: usize,
-) -> Result<(), EntryFieldError> {
-    let chars = value.chars().count();
-    if (1..=max).contains(&chars) {
-        return Ok(());
-    }
-    Err(EntryFieldError {
-        attribute,
-        entry_field,
-        chars,
-        min: 1,
-        max,
-    })
 }
 
 /// The envelope's bytes besides its field values: keys, quotes, braces and a sequence number.

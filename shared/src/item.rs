@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::config::OutboxConfig;
-use crate::envelope::{EntryFieldError, check_detail_type, check_trace_header};
+use crate::entry_field::{EntryFieldError, check_detail_type, check_trace_header};
 use crate::schema::{self, entity};
 use crate::shard::shard_for;
 use crate::time::format_timestamp;

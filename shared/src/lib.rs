@@ -9,6 +9,7 @@
 //! - [`shard`]: the stable shard function that spreads pending events over the `GSI1` shards.
 //! - [`item`]: [`OutboxItem`], the one serde struct for an outbox event item, both directions.
 //! - [`image`]: decoding a borrowed item image (a stream record's `NewImage`) without cloning it.
+//! - [`entry_field`]: the `PutEvents` entry fields EventBridge limits (`DetailType`, `TraceHeader`).
 //! - [`envelope`]: the EventBridge envelope (`Detail = {"metadata": …, "data": <Payload>}`).
 //! - [`config`]: where outbox items live (table, index, shard count, retention), shared by the writer
 //!   and the relays.
@@ -18,6 +19,7 @@
 //! - [`time`]: the fixed-width timestamp format of `CreatedAt` and `GSI1SK`.
 
 pub mod config;
+pub mod entry_field;
 pub mod envelope;
 pub mod error;
 pub mod image;
@@ -29,7 +31,8 @@ pub mod shard;
 pub mod time;
 
 pub use config::{ConfigError, OutboxConfig};
-pub use envelope::{EntryFieldError, Envelope, EnvelopeError, EventMetadata, OutboundEvent};
+pub use entry_field::EntryFieldError;
+pub use envelope::{Envelope, EnvelopeError, EventMetadata, OutboundEvent};
 pub use error::{ErrorClass, SdkFailure, classify_sdk_error};
 pub use item::{ItemError, ItemKey, NewOutboxEvent, OutboxItem, OutboxStatus};
 pub use retry::RetryPolicy;
