@@ -28,14 +28,18 @@ async fn a_slow_endpoint_mid_batch_does_not_run_the_invocation_past_its_deadline
         .into_builder()
         .timeout_config(
             TimeoutConfig::builder()
-                .operation_attempt_timeout(Duration::from_millis(800))
+                // One attempt per call: the SDK no longer re-sends a timed-out PutEvents (the
+                // publisher retries it), so each of the publisher's attempts takes the 1 s
+                .operation_attempt_timeout(Duration::from_secs(1))
                 .operation_timeout(Duration::from_secs(1))
                 .build(),
         )
         .build();
     let args = RelayArgs {
         mark_concurrency: 100,
-        deadline_margin: Duration::from_millis(1500),
+        // The cut (2 s in) falls inside the slow call's second attempt (1 s to 2 s and more), so
+        // no retry of it and no later call can start before the cut, however the jitter falls
+        deadline_margin: Duration::from_secs(2),
         ..fixtures::stream_relay_args(
             "deadline-table",
             PublisherArgs {
