@@ -464,3 +464,34 @@ fn cutoff_never_underflows() {
     );
     assert_eq!(cutoff(t0(), Duration::MAX), DateTime::<Utc>::MIN_UTC);
 }
+
+#[tokio::test]
+async fn the_ttl_refresh_metric_counts_each_extension_once() {
+    // Given 3 pending events of one aggregate whose ttl is past, read a page of 1 at a time
+    let table = Table::default();
+    for seq in 1..=3 {
+        table.insert(event("a", seq, i64::try_from(seq).unwrap()));
+    }
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    // When a pass refreshes them, page by page
+    let stats = poller(&table, 1)
+        .pass(later(), &CancellationToken::new())
+        .await;
+
+    // Then the pass and the metric both count 3 extensions
+    assert_eq!(stats.ttl_extended, 3);
+    let counted: u64 = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| key.key().name() == relay_runtime::metrics::TTL_EXTENDED)
+        .map(|(.., value)| match value {
+            metrics_util::debugging::DebugValue::Counter(n) => n,
+            other => panic!("TtlExtended is {other:?}"),
+        })
+        .sum();
+    assert_eq!(counted, 3);
+}

@@ -31,9 +31,10 @@ where
             .buffer_unordered(self.settings.mark_concurrency)
             .collect()
             .await;
+        let mut extended = 0;
         for (event_id, result) in results {
             match result {
-                Ok(TtlOutcome::Extended) => stats.ttl_extended += 1,
+                Ok(TtlOutcome::Extended) => extended += 1,
                 Ok(TtlOutcome::NotPending) => {}
                 Err(err) => {
                     tracing::warn!(event_id = %event_id, error = %err.failure, "could not extend the ttl of a pending event");
@@ -41,6 +42,7 @@ where
                 }
             }
         }
-        metrics::ttl_extended(stats.ttl_extended);
+        stats.ttl_extended += extended;
+        metrics::ttl_extended(extended);
     }
 }
