@@ -196,17 +196,7 @@ fn aggregate_insert(seq: u32, event_id: &str, aggregate: &str) -> EventRecord {
 async fn a_failing_aggregate_is_left_to_the_poller_and_the_rest_is_published_at_once() {
     // Given aggregate x whose first event keeps failing, and aggregate y healthy
     let ports = Ports::new(FakePublisher::default().with_outcome("x1", failed()));
-    let options = HandlerOptions {
-        hold_failed_aggregates: true,
-        ..HandlerOptions::default()
-    };
-    let relay = StreamRelay::new(
-        &ports.publisher,
-        &ports.status,
-        &ports.holds,
-        Some(&ports.dead_letters),
-        options,
-    );
+    let relay = hold_mode(&ports);
 
     // When a batch holds x1, y1, x2, and the next one x3, y2
     let first_batch = vec![
