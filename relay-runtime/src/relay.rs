@@ -446,10 +446,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
             .unwrap_or_else(|| {
                 Err(DeadLetterError::Send {
                     event_id: poison.event_id.clone(),
-                    failure: outbox_shared::SdkFailure::incomplete(
-                        "SendMessage",
-                        "the deadline came before the dead-letter queue answered",
-                    ),
+                    failure: cut_by_deadline("SendMessage"),
                 })
             });
         if let Err(err) = sent {
@@ -470,10 +467,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
                     Err(StatusError {
                         key: key.clone(),
                         status: outbox_shared::OutboxStatus::DeadLettered,
-                        failure: Box::new(outbox_shared::SdkFailure::incomplete(
-                            "UpdateItem",
-                            "the deadline came before the mark was answered",
-                        )),
+                        failure: Box::new(cut_by_deadline("UpdateItem")),
                     })
                 }),
             ),
@@ -491,6 +485,15 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
         }
         Settled::DeadLettered { poison, mark }
     }
+}
+
+/// A call of `operation` that [`within`]'s deadline cut short: it failed, as a call that got no
+/// answer does (retryable: a later attempt may find it done).
+pub fn cut_by_deadline(operation: &'static str) -> outbox_shared::SdkFailure {
+    outbox_shared::SdkFailure::incomplete(
+        operation,
+        "the deadline came before the call was answered",
+    )
 }
 
 /// `call`'s output, or `None` when `finish_by` comes first (the call is dropped: a request

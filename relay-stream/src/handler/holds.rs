@@ -12,9 +12,8 @@
 use std::collections::{HashMap, HashSet};
 
 use aws_lambda_events::dynamodb::EventRecord;
-use outbox_shared::SdkFailure;
 use outbox_shared::schema::attr;
-use relay_runtime::relay::within;
+use relay_runtime::relay::{cut_by_deadline, within};
 use relay_runtime::{
     DeadLetterSink, HoldStore, Poison, Publisher, ReadyEvents, Settled, StatusStore,
 };
@@ -50,7 +49,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
         }
         let held = within(finish_by, self.holds.held(&keys))
             .await
-            .unwrap_or_else(|| Err(too_late("BatchGetItem")));
+            .unwrap_or_else(|| Err(cut_by_deadline("BatchGetItem")));
         let left: Vec<_> = match held {
             Ok(held) if held.is_empty() => return,
             // An event outside the index stays: only this relay can publish it
@@ -128,7 +127,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
         let holds = futures::future::join_all(partitions.iter().map(|(key, partition)| async move {
             let result = within(finish_by, self.holds.hold(key, partition))
                 .await
-                .unwrap_or_else(|| Err(too_late("PutItem")));
+                .unwrap_or_else(|| Err(cut_by_deadline("PutItem")));
             if let Err(err) = &result {
                 tracing::warn!(ordering_key = %key, error = %outbox_shared::error::describe(&err), "could not hold the aggregate; its events are re-delivered");
             }
@@ -235,12 +234,4 @@ fn gone_from_the_table(
         ),
         source,
     }
-}
-
-/// A hold read or write the invocation's deadline cut short: it failed, as a failed call does.
-fn too_late(operation: &'static str) -> SdkFailure {
-    SdkFailure::incomplete(
-        operation,
-        "the invocation's deadline came before the call was answered",
-    )
 }
