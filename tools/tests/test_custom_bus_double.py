@@ -7,6 +7,7 @@ Run: scripts/emulator.sh run -- .venv/bin/python -m pytest tools/tests (make tes
 import datetime
 import json
 import os
+import random
 import re
 import time
 import urllib.error
@@ -258,6 +259,21 @@ def test_unknown_operation(bus_endpoint):
 # --- delivery
 
 
+def interleaved(groups, per_group, seed=7):
+    """(group, n) for n in 0..per_group of each group, the groups merged in a seeded random order, so
+    a group's events are sometimes adjacent and sometimes far apart."""
+    rng = random.Random(seed)
+    next_n = {f"order-{g}": 0 for g in range(groups)}
+    out = []
+    while next_n:
+        group = rng.choice(sorted(next_n))
+        out.append((group, next_n[group]))
+        next_n[group] += 1
+        if next_n[group] == per_group:
+            del next_n[group]
+    return out
+
+
 def test_fifo_subscriber_delivers_each_group_in_publish_order_under_many_interleaved_groups(
         eb, bus, make_queue, subscribe):
     # Given a FIFO subscriber into a FIFO queue, the group as MessageGroupId
@@ -265,8 +281,8 @@ def test_fifo_subscriber_delivers_each_group_in_publish_order_under_many_interle
     subscribe(bus, queue, "FIFO",
               invoke={"SqsParameters": {"MessageGroupId": "{% $events.SystemMetadata.EventGroupId %}"}})
     groups, per_group = 25, 12
-    published = [(f"order-{g}", n) for n in range(per_group) for g in range(groups)]
-    # When events of 25 groups are published interleaved, 100 per call
+    published = interleaved(groups, per_group)
+    # When events of 25 groups are published interleaved at random, 100 per call
     for start in range(0, len(published), 100):
         reply = eb.put_events(EventBusArn=bus, Entries=[
             entry(n, group=g, dedup=f"{g}/{n}") for g, n in published[start:start + 100]])
