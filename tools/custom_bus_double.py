@@ -83,6 +83,7 @@ Usage: python custom_bus_double.py -H 127.0.0.1 -p PORT
 """
 
 import argparse
+import collections
 import datetime
 import hashlib
 import json
@@ -321,7 +322,7 @@ class Subscriber:
         self.dlq_arn = (request.get("OnFailureConfiguration") or {}).get("Arn")
         retry = request.get("RetryPolicy") or {}
         self.max_attempts = retry.get("MaxRetryAttempts", DEFAULT_RETRY_ATTEMPTS)
-        self.pending = []  # Events in publish order, not yet delivered
+        self.pending = collections.deque()  # Events in publish order, not yet delivered
         self.cond = threading.Condition()
         self.stopped = False
         self.random = random.Random(double.unordered_seed)
@@ -384,7 +385,7 @@ class Subscriber:
                         batch = []
                         while self.pending and len(batch) < SQS_BATCH_MAX and \
                                 self.pending[0].accepted + delay <= now_ts():
-                            batch.append(self.pending.pop(0))
+                            batch.append(self.pending.popleft())
                         return batch
                     self.cond.wait(wait)
                 else:
@@ -690,9 +691,11 @@ class Double:
             bus = self.bus(bus_arn)
             for entry in checked:
                 results.append(self.ingest(bus, entry, content_based, received, accepted))
-            subscribers = list(bus.subscribers.values())
-        for subscriber in subscribers:
-            subscriber.offer(accepted)
+            # Offered under the lock, so two concurrent calls reach each subscriber in the order
+            # of their sequence numbers (a subscriber's own lock is never held while taking this one).
+            if accepted:
+                for subscriber in bus.subscribers.values():
+                    subscriber.offer(accepted)
         return {"FailedEntryCount": 0, "Entries": results}
 
     def check_entry(self, index, entry):
