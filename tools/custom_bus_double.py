@@ -799,6 +799,10 @@ class Double:
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: the SDKs reuse connections
+    # Headers and body go out in two writes; with Nagle's algorithm the body waits for the client's
+    # delayed ACK of the headers, 40 ms per call on a kept-alive connection (measured: 45 ms per
+    # PutEvents of 100 entries, against 2 ms of work).
+    disable_nagle_algorithm = True
     server_version = "custom-bus-double"
     double: Double
 
