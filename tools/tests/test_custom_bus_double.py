@@ -377,3 +377,20 @@ def test_undeliverable_events_become_failure_records_on_the_dead_letter_queue(
     assert record["errorCode"]
     assert [(m["eventId"], m["eventGroupId"], m["deduplicationId"]) for m in record["failedMessages"]] == \
         [(result["EventId"], "g-1", "d-1")]
+
+
+def test_delivery_waits_for_the_configured_delay(private_double, make_queue):
+    # Given a double whose subscribers deliver 800 ms after an event is accepted
+    eb = private_double(CUSTOM_BUS_DELIVERY_DELAY_MS="800")
+    bus = eb.create_event_bus(Name=unique("delayed"))["EventBusArn"]
+    queue = make_queue(fifo=False)
+    eb.create_subscriber(Name=unique("sub"), EventBusArn=bus, Type="UNORDERED",
+                         InvokeConfiguration={"RoleArn": ROLE_ARN, "TargetArn": queue.arn})
+    # When an event is published
+    accepted = time.monotonic()
+    eb.put_events(EventBusArn=bus, Entries=[entry(1)])
+    # Then the queue has nothing before the delay, and the event after it
+    assert queue.receive(1, timeout=0.3) == []
+    [message] = queue.receive(1, timeout=5)
+    assert time.monotonic() - accepted >= 0.8
+    assert json.loads(message["Body"])["detail"] == {"n": 1}
