@@ -21,7 +21,9 @@ answers 404 UnknownOperationException (the Smithy RPC v2 rule).
 What it models:
   - Buses: `arn:aws:events:<region>:<account>:event-busv2/<name>/<25 chars [a-z0-9]>`, ACTIVE at once,
     a name unique per account (ResourceAlreadyExistsException), deletion refused while subscribers
-    exist (ResourceInUseException).
+    exist (ResourceInUseException). A create repeated with its ClientToken (the SDKs fill one in and
+    resend it on a retry) answers the first one's resource; the token with other parameters is an
+    IdempotentParameterMismatchException.
   - PutEvents validation, as the model and the API reference say: 1 to 100 entries; Source 1-256
     characters and not starting with the reserved `aws.`; DetailType 1-128; Detail a JSON object;
     Resources 0-100 strings of at most 2048; Time a timestamp; EventGroupId 1-128; DeduplicationId
@@ -63,8 +65,8 @@ targets other than SQS, PutRawEvents and schema registries, event sources, resou
 and UpdateEventBus/UpdateSubscriber, KMS and encryption, IAM/SigV4 (the Authorization header is not
 checked; RoleArn is stored only), quotas and throttling (no ThrottlingException, no bus count limit,
 no per-group ingestion rate, no byte limit on an entry or a request: the docs give none), the bus
-states CREATING/DELETING (everything is ACTIVE at once, so no InvalidStateException), client tokens,
-several publishing accounts, RetryPolicy.MaxEventAgeInSeconds, and per-group blocking on a FIFO
+states CREATING/DELETING (everything is ACTIVE at once, so no InvalidStateException), several
+publishing accounts, RetryPolicy.MaxEventAgeInSeconds, and per-group blocking on a FIFO
 subscriber's retries (a failed call holds back the whole subscriber, not only the groups in it).
 
 Where the docs left it to decide (and what the double does):
@@ -153,6 +155,7 @@ class ApiError(Exception):
     STATUS = {
         "AccessDeniedException": 403,
         "ConcurrentModificationException": 409,
+        "IdempotentParameterMismatchException": 409,
         "InternalException": 500,
         "InvalidInputException": 400,
         "InvalidStateException": 409,
@@ -267,6 +270,8 @@ class Bus:
         self.encryption = encryption
         self.created = created
         self.subscribers = {}  # arn -> Subscriber
+        self.client_token = None
+        self.request = None
         self.sequence = 0
         # (scope, key) -> (accepted_at, event_id, sequence_number); scope = EventGroupId or None.
         self.dedup = {}
@@ -308,6 +313,7 @@ class Subscriber:
         self.name = name
         self.bus = bus
         self.request = request
+        self.client_token = request.get("ClientToken")
         self.created = created
         self.kind = request.get("Type") or "UNORDERED"
         invoke = request["InvokeConfiguration"]
@@ -560,15 +566,33 @@ class Double:
         storage = want_map(params.get("StorageConfiguration") or {}, "StorageConfiguration")
         want_int(storage, "RetentionPeriodInDays", "StorageConfiguration.", low=1, high=365)
         encryption = params.get("EncryptionConfiguration")
+        token = want_string(params, "ClientToken", "", max_len=64)
         with self.lock:
-            if any(b.name == name for b in self.buses.values()):
-                raise ApiError("ResourceAlreadyExistsException", f"Event bus {name} already exists.")
-            arn = f"arn:aws:events:{self.region}:{self.account}:event-busv2/{name}/{resource_id()}"
-            bus = Bus(arn, name, description, storage, encryption, now_ts())
-            self.buses[arn] = bus
+            bus = self.replayed(token, params, self.buses.values())
+            if bus is None:
+                if any(b.name == name for b in self.buses.values()):
+                    raise ApiError("ResourceAlreadyExistsException", f"Event bus {name} already exists.")
+                arn = f"arn:aws:events:{self.region}:{self.account}:event-busv2/{name}/{resource_id()}"
+                bus = Bus(arn, name, description, storage, encryption, now_ts())
+                bus.client_token, bus.request = token, params
+                self.buses[arn] = bus
             out = bus.describe()
         out.pop("LastModifiedTime")
         return out
+
+    @staticmethod
+    def replayed(token, params, resources):
+        """The resource an earlier create with this ClientToken made (the SDKs fill the token and
+        resend it on a retry), or None; the same token with other parameters is a mismatch."""
+        if token is None:
+            return None
+        for resource in resources:
+            if resource.client_token == token:
+                if resource.request != params:
+                    raise ApiError("IdempotentParameterMismatchException",
+                                   "ClientToken was used before with other parameters.")
+                return resource
+        return None
 
     def describe_event_bus(self, params):
         arn = want_string(params, "EventBusArn", "", required=True, pattern=BUS_ARN_RE)
@@ -631,15 +655,18 @@ class Double:
         want_int(retry, "MaxEventAgeInSeconds", "RetryPolicy.", low=60, high=86400)
         on_failure = want_map(params.get("OnFailureConfiguration") or {}, "OnFailureConfiguration")
         want_string(on_failure, "Arn", "OnFailureConfiguration.", max_len=1600, pattern=SQS_ARN_RE)
+        token = want_string(params, "ClientToken", "", max_len=64)
         with self.lock:
             bus = self.bus(bus_arn)
-            if any(s.name == name for s in bus.subscribers.values()):
-                raise ApiError("ResourceAlreadyExistsException", f"Subscriber {name} already exists.")
-            arn = f"arn:aws:events:{self.region}:{self.account}:subscriber/{name}/{resource_id()}"
-            subscriber = Subscriber(self, arn, name, bus, params, now_ts())
-            bus.subscribers[arn] = subscriber
-            self.subscribers[arn] = subscriber
-            subscriber.thread.start()
+            subscriber = self.replayed(token, params, bus.subscribers.values())
+            if subscriber is None:
+                if any(s.name == name for s in bus.subscribers.values()):
+                    raise ApiError("ResourceAlreadyExistsException", f"Subscriber {name} already exists.")
+                arn = f"arn:aws:events:{self.region}:{self.account}:subscriber/{name}/{resource_id()}"
+                subscriber = Subscriber(self, arn, name, bus, params, now_ts())
+                bus.subscribers[arn] = subscriber
+                self.subscribers[arn] = subscriber
+                subscriber.thread.start()
             out = subscriber.describe()
         return {k: out[k] for k in ("SubscriberArn", "Name", "EventBusArn", "Type", "StartingPosition",
                                     "State", "CreationTime")}

@@ -69,6 +69,17 @@ def test_create_and_describe_bus(eb):
     assert error_of(lambda: eb.describe_event_bus(EventBusArn=unknown)) == ("ResourceNotFoundException", 404)
 
 
+def test_a_create_resent_with_its_client_token_answers_the_first_bus(eb):
+    # Given a bus created with a ClientToken (the SDKs fill one in and resend it on a retry)
+    name, token = unique("retried"), unique("token")
+    first = eb.create_event_bus(Name=name, ClientToken=token)["EventBusArn"]
+    # When the same create is sent again, Then it answers the same bus; other parameters are a mismatch
+    assert eb.create_event_bus(Name=name, ClientToken=token)["EventBusArn"] == first
+    assert error_of(lambda: eb.create_event_bus(Name=unique("other"), ClientToken=token)) == \
+        ("IdempotentParameterMismatchException", 409)
+    assert [b["EventBusArn"] for b in eb.list_event_buses(NamePrefix=name)["EventBuses"]] == [first]
+
+
 def test_subscribers_are_described_and_deleted_before_their_bus(eb, bus, make_queue, subscribe):
     # Given a bus with a FIFO subscriber into a FIFO queue
     queue = make_queue(fifo=True)
