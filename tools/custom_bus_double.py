@@ -780,6 +780,7 @@ class Double:
         )
         if key is not None:
             self.forget_expired(bus, received)
+            bus.dedup.pop(scope_key, None)  # a key seen again after its window goes to the end
             bus.dedup[scope_key] = (received, event.event_id, event.sequence)
         accepted.append(event)
         return {"EventId": event.event_id, "SequenceNumber": event.sequence, "SuccessCode": "PUBLISHED"}
