@@ -22,6 +22,13 @@ HOW_TO_RUN = ("run the tests under the project's emulators: scripts/emulator.sh 
 ROLE_ARN = "arn:aws:iam::123456789012:role/custom-bus-double-tests"
 
 
+def pytest_sessionstart(session):
+    """Fails the run at once, saying how to run it, when the emulators are not there (never skips)."""
+    missing = [v for v in ("AWS_ENDPOINT_URL_EVENTBRIDGEV2", "AWS_ENDPOINT_URL") if not os.environ.get(v)]
+    if missing:
+        pytest.exit(f"{', '.join(missing)} not set: {HOW_TO_RUN}", returncode=1)
+
+
 def endpoint(variable):
     value = os.environ.get(variable)
     if not value:
