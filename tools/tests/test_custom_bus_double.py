@@ -4,6 +4,7 @@ CBOR serializer and parser), with subscribers delivering into moto's SQS.
 
 Run: scripts/emulator.sh run -- .venv/bin/python -m pytest tools/tests (make test does)."""
 
+import concurrent.futures
 import datetime
 import json
 import os
@@ -405,3 +406,24 @@ def test_delivery_waits_for_the_configured_delay(private_double, make_queue):
     [message] = queue.receive(1, timeout=5)
     assert time.monotonic() - accepted >= 0.8
     assert json.loads(message["Body"])["detail"] == {"n": 1}
+
+
+def test_concurrent_publishers_of_one_group_are_delivered_in_sequence_number_order(
+        eb, bus, make_queue, subscribe):
+    # Given a FIFO subscriber into a FIFO queue
+    queue = make_queue(fifo=True)
+    subscribe(bus, queue, "FIFO")
+    # When 8 publishers race, each sending 10 calls of 5 events of one group
+    def publish(worker):
+        out = []
+        for call in range(10):
+            reply = eb.put_events(EventBusArn=bus, Entries=[
+                entry(worker * 1000 + call * 10 + i, group="order-1") for i in range(5)])
+            out += [(int(e["SequenceNumber"]), worker * 1000 + call * 10 + i)
+                    for i, e in enumerate(reply["Entries"])]
+        return out
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        accepted = sorted(sum(pool.map(publish, range(8)), []))
+    # Then the group arrives in the order the bus accepted it (its sequence numbers)
+    received = [json.loads(m["Body"])["detail"]["n"] for m in queue.receive(len(accepted), timeout=20)]
+    assert received == [n for _, n in accepted]
