@@ -49,9 +49,10 @@ What it models:
     or else the event's group, and MessageDeduplicationId is SqsParameters.MessageDeduplicationId or
     else the EventId (per message, as AWS's SQS FIFO pattern does). An event without an EventGroupId
     gets a generated one (`aws:` + its EventId), as the service does.
-  - Asynchronous delivery, after the PutEvents reply, by one thread per subscriber, each event no
-    earlier than CUSTOM_BUS_DELIVERY_DELAY_MS (default 0) after it was accepted. A FIFO subscriber
-    sends in publish order. An UNORDERED one shuffles each batch it sends with a random generator
+  - Asynchronous delivery by one thread per subscriber, each event no earlier than
+    CUSTOM_BUS_DELIVERY_DELAY_MS (default 0) after it was accepted (with 0 it may reach the queue
+    before the PutEvents reply reaches the publisher). A FIFO subscriber sends in ingestion
+    (SequenceNumber) order, also across concurrent calls. An UNORDERED one shuffles each batch it sends with a random generator
     seeded by CUSTOM_BUS_UNORDERED_SEED (default 1), so tests see what UNORDERED allows.
   - Delivery failures: a failed SendMessageBatch call is retried (RetryPolicy.MaxRetryAttempts,
     default 5, backoff from CUSTOM_BUS_RETRY_BASE_MS, default 200, doubling) and then, like an entry
@@ -61,7 +62,8 @@ What it models:
 What it does not model: retention and replay (StorageConfiguration is stored and echoed only;
 StartingPosition POINT_IN_TIME, State STOPPED, ResumePosition), filters (FilterConfiguration is
 refused), JSONATA transformers, BatchConfiguration (batches are up to 10, sent as soon as ready),
-targets other than SQS, PutRawEvents and schema registries, event sources, resource policies, tags
+targets other than SQS, PutRawEvents and schema registries, event sources, resource policies, tags, SqsParameters
+DelaySeconds/MessageAttributes (refused)
 and UpdateEventBus/UpdateSubscriber, KMS and encryption, IAM/SigV4 (the Authorization header is not
 checked; RoleArn is stored only), quotas and throttling (no ThrottlingException, no bus count limit,
 no per-group ingestion rate, no byte limit on an entry or a request: the docs give none), the bus
@@ -80,6 +82,11 @@ Where the docs left it to decide (and what the double does):
   - The envelope's `id` is the EventId returned to the publisher.
   - A request without `smithy-protocol: rpc-v2-cbor` answers 400, one with another Content-Type 415
     (so a client that does not speak the protocol fails loudly).
+  - A subscriber without `Type` is UNORDERED; a FIFO queue without SqsParameters.MessageGroupId gets
+    the event's group, and without MessageDeduplicationId the EventId; an ungrouped event's
+    generated group is `aws:` + its EventId (one group per event).
+  - A failure record's errorCode: INTERNAL_SERVER_ERROR for a failed SendMessageBatch call,
+    CUSTOMER_VALIDATION for an entry SQS refused.
 
 Usage: python custom_bus_double.py -H 127.0.0.1 -p PORT
 """
