@@ -62,10 +62,9 @@ What it models:
 What it does not model: retention and replay (StorageConfiguration is stored and echoed only;
 StartingPosition POINT_IN_TIME, State STOPPED, ResumePosition), filters (FilterConfiguration is
 refused), JSONATA transformers, BatchConfiguration (batches are up to 10, sent as soon as ready),
-targets other than SQS, PutRawEvents and schema registries, event sources, resource policies, tags, SqsParameters
-DelaySeconds/MessageAttributes (refused)
-and UpdateEventBus/UpdateSubscriber, KMS and encryption, IAM/SigV4 (the Authorization header is not
-checked; RoleArn is stored only), quotas and throttling (no ThrottlingException, no bus count limit,
+targets other than SQS, SqsParameters DelaySeconds/MessageAttributes (refused), PutRawEvents and
+schema registries, event sources, resource policies, tags and UpdateEventBus/UpdateSubscriber, KMS
+and encryption, IAM/SigV4 (the Authorization header is not checked; RoleArn is stored only), quotas and throttling (no ThrottlingException, no bus count limit,
 no per-group ingestion rate, no byte limit on an entry or a request: the docs give none), the bus
 states CREATING/DELETING (everything is ACTIVE at once, so no InvalidStateException), several
 publishing accounts, RetryPolicy.MaxEventAgeInSeconds, and per-group blocking on a FIFO
