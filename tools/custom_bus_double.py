@@ -64,11 +64,13 @@ StartingPosition POINT_IN_TIME, State STOPPED, ResumePosition), filters (FilterC
 refused), JSONATA transformers, BatchConfiguration (batches are up to 10, sent as soon as ready),
 targets other than SQS, SqsParameters DelaySeconds/MessageAttributes (refused), PutRawEvents and
 schema registries, event sources, resource policies, tags and UpdateEventBus/UpdateSubscriber, KMS
-and encryption, IAM/SigV4 (the Authorization header is not checked; RoleArn is stored only), quotas and throttling (no ThrottlingException, no bus count limit,
-no per-group ingestion rate, no byte limit on an entry or a request: the docs give none), the bus
-states CREATING/DELETING (everything is ACTIVE at once, so no InvalidStateException), several
-publishing accounts, RetryPolicy.MaxEventAgeInSeconds, and per-group blocking on a FIFO
-subscriber's retries (a failed call holds back the whole subscriber, not only the groups in it).
+and encryption, IAM/SigV4 (the Authorization header is not checked; RoleArn is stored only), quotas
+and throttling (no ThrottlingException, no bus count limit, no per-group ingestion rate, no byte
+limit on an entry or a request: the docs give none), the bus states CREATING/DELETING (everything
+is ACTIVE at once, so no InvalidStateException), several publishing accounts,
+RetryPolicy.MaxEventAgeInSeconds, per-group blocking on a FIFO subscriber's retries (a failed call
+holds back the whole subscriber, not only the groups in it), and chunked request bodies (the SDKs
+send Content-Length).
 
 Where the docs left it to decide (and what the double does):
   - Whole request or per entry: every validation failure above is a whole-request
