@@ -69,8 +69,7 @@ and throttling (no ThrottlingException, no bus count limit, no per-group ingesti
 limit on an entry or a request: the docs give none), the bus states CREATING/DELETING (everything
 is ACTIVE at once, so no InvalidStateException), several publishing accounts,
 RetryPolicy.MaxEventAgeInSeconds, per-group blocking on a FIFO subscriber's retries (a failed call
-holds back the whole subscriber, not only the groups in it), and chunked request bodies (the SDKs
-send Content-Length).
+holds back the whole subscriber, not only the groups in it).
 
 Where the docs left it to decide (and what the double does):
   - Whole request or per entry: every validation failure above is a whole-request
@@ -869,9 +868,23 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
-    def do_POST(self):
+    def read_body(self):
+        """The request body, with a Content-Length (as the SDKs send it) or chunked (as a proxy may)."""
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()  # the CRLF after each chunk
         length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
+        return self.rfile.read(length) if length else b""
+
+    def do_POST(self):
+        body = self.read_body()
         try:
             if not self.path.startswith(SERVICE_PATH_PREFIX):
                 raise ApiError("UnknownOperationException", f"No operation at {self.path}")

@@ -427,3 +427,13 @@ def test_concurrent_publishers_of_one_group_are_delivered_in_sequence_number_ord
     # Then the group arrives in the order the bus accepted it (its sequence numbers)
     received = [json.loads(m["Body"])["detail"]["n"] for m in queue.receive(len(accepted), timeout=20)]
     assert received == [n for _, n in accepted]
+
+
+def test_a_chunked_request_body_is_read(bus_endpoint, bus):
+    # A proxy in front of the double (the project's fault proxy) may forward a body chunked.
+    body = cbor2.dumps({"EventBusArn": bus, "Entries": [entry(1)]})
+    chunks = iter([body[:7], body[7:]])
+    status, _, payload = post(f"{bus_endpoint}/service/AWSEventsV2/operation/PutEvents", chunks,
+                              {**CBOR_HEADERS, "Transfer-Encoding": "chunked"})
+    assert status == 200, cbor2.loads(payload)
+    assert cbor2.loads(payload)["Entries"][0]["SuccessCode"] == "PUBLISHED"
