@@ -191,12 +191,23 @@ impl StatusStore for FakeStatusStore {
     }
 }
 
-/// Keeps holds in memory; fails every write when built with [`FakeHoldStore::failing`].
+/// Keeps holds in memory, with the same conditions as the DynamoDB adapter; fails every write
+/// when built with [`FakeHoldStore::failing`].
 #[derive(Debug, Default)]
 pub struct FakeHoldStore {
     fail: bool,
-    /// Held aggregates, with the partition of the event that was held.
-    holds: Mutex<HashMap<String, String>>,
+    /// Held aggregates by ordering key.
+    holds: Mutex<HashMap<String, FakeHold>>,
+    /// Bumped by every hold set: each hold's `held_since`.
+    sets: Mutex<u64>,
+}
+
+/// One hold as [`FakeHoldStore`] keeps it.
+#[derive(Debug, Clone, Default)]
+struct FakeHold {
+    partition: String,
+    held_since: String,
+    left: Vec<ItemKey>,
 }
 
 impl FakeHoldStore {
@@ -210,20 +221,68 @@ impl FakeHoldStore {
 
     /// Held aggregates and the partition of their held event.
     pub fn holds(&self) -> HashMap<String, String> {
-        self.holds.lock().expect("not poisoned").clone()
+        self.holds
+            .lock()
+            .expect("not poisoned")
+            .iter()
+            .map(|(k, h)| (k.clone(), h.partition.clone()))
+            .collect()
+    }
+
+    /// The events recorded as left under the hold of `ordering_key`.
+    pub fn left(&self, ordering_key: &str) -> Vec<ItemKey> {
+        self.holds
+            .lock()
+            .expect("not poisoned")
+            .get(ordering_key)
+            .map(|h| h.left.clone())
+            .unwrap_or_default()
+    }
+}
+
+fn add_left(record: &mut Vec<ItemKey>, left: &[ItemKey]) {
+    for key in left {
+        if !record.contains(key) {
+            record.push(key.clone());
+        }
     }
 }
 
 impl HoldStore for FakeHoldStore {
-    async fn hold(&self, ordering_key: &str, partition: &str) -> Result<(), SdkFailure> {
+    async fn hold(
+        &self,
+        ordering_key: &str,
+        partition: &str,
+        left: &[ItemKey],
+    ) -> Result<(), SdkFailure> {
         if self.fail {
             return Err(throttled_update());
         }
-        self.holds
-            .lock()
-            .expect("not poisoned")
-            .insert(ordering_key.to_owned(), partition.to_owned());
+        let since = {
+            let mut sets = self.sets.lock().expect("not poisoned");
+            *sets += 1;
+            sets.to_string()
+        };
+        let mut holds = self.holds.lock().expect("not poisoned");
+        let hold = holds.entry(ordering_key.to_owned()).or_default();
+        hold.partition = partition.to_owned();
+        hold.held_since = since;
+        add_left(&mut hold.left, left);
         Ok(())
+    }
+
+    async fn leave(&self, ordering_key: &str, left: &[ItemKey]) -> Result<bool, SdkFailure> {
+        if self.fail {
+            return Err(throttled_update());
+        }
+        let mut holds = self.holds.lock().expect("not poisoned");
+        Ok(match holds.get_mut(ordering_key) {
+            Some(hold) => {
+                add_left(&mut hold.left, left);
+                true
+            }
+            None => false,
+        })
     }
 
     async fn held(
@@ -244,21 +303,33 @@ impl HoldStore for FakeHoldStore {
             .lock()
             .expect("not poisoned")
             .iter()
-            .map(|(ordering_key, partition)| Hold {
+            .map(|(ordering_key, hold)| Hold {
                 ordering_key: ordering_key.clone(),
-                partition: partition.clone(),
-                held_since: String::new(),
+                partition: hold.partition.clone(),
+                held_since: hold.held_since.clone(),
+                left: hold.left.clone(),
+                ttl: None,
             })
             .collect())
     }
 
     async fn release(&self, hold: &Hold) -> Result<bool, SdkFailure> {
+        let mut holds = self.holds.lock().expect("not poisoned");
+        let unchanged = holds.get(&hold.ordering_key).is_some_and(|h| {
+            h.held_since == hold.held_since && h.left.len() == hold.left.len()
+        });
+        if unchanged {
+            holds.remove(&hold.ordering_key);
+        }
+        Ok(unchanged)
+    }
+
+    async fn extend(&self, hold: &Hold) -> Result<bool, SdkFailure> {
         Ok(self
             .holds
             .lock()
             .expect("not poisoned")
-            .remove(&hold.ordering_key)
-            .is_some())
+            .contains_key(&hold.ordering_key))
     }
 }
 
@@ -328,8 +399,17 @@ impl StatusStore for &FakeStatusStore {
 }
 
 impl HoldStore for &FakeHoldStore {
-    async fn hold(&self, ordering_key: &str, partition: &str) -> Result<(), SdkFailure> {
-        (*self).hold(ordering_key, partition).await
+    async fn hold(
+        &self,
+        ordering_key: &str,
+        partition: &str,
+        left: &[ItemKey],
+    ) -> Result<(), SdkFailure> {
+        (*self).hold(ordering_key, partition, left).await
+    }
+
+    async fn leave(&self, ordering_key: &str, left: &[ItemKey]) -> Result<bool, SdkFailure> {
+        (*self).leave(ordering_key, left).await
     }
 
     async fn held(
@@ -345,6 +425,10 @@ impl HoldStore for &FakeHoldStore {
 
     async fn release(&self, hold: &Hold) -> Result<bool, SdkFailure> {
         (*self).release(hold).await
+    }
+
+    async fn extend(&self, hold: &Hold) -> Result<bool, SdkFailure> {
+        (*self).extend(hold).await
     }
 }
 

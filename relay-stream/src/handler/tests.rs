@@ -705,7 +705,11 @@ async fn in_hold_mode_a_ttl_deleted_event_of_a_held_aggregate_is_dead_lettered_n
     // Given aggregate o-91 held, and the TTL deletion of one of its pending events: the poller
     // can't see it (the item is gone)
     let ports = Ports::new(FakePublisher::default());
-    ports.holds.hold("o-91", "OUTBOX#PENDING#5").await.unwrap();
+    ports
+        .holds
+        .hold("o-91", "OUTBOX#PENDING#5", &[])
+        .await
+        .unwrap();
     let records = vec![ttl_deletion_of_a_pending_event()];
 
     // When the batch is handled in hold mode
@@ -761,8 +765,16 @@ async fn in_hold_mode_an_event_outside_the_index_is_published_even_when_its_aggr
     // Given aggregate o-e1 held, and an INSERT of its event without index keys (the poller's
     // queries never see it), and one whose sort key is not shaped EVENT#{CreatedAt}#{EventId}
     let ports = Ports::new(FakePublisher::default());
-    ports.holds.hold("o-e1", "OUTBOX#PENDING#1").await.unwrap();
-    ports.holds.hold("o-e2", "OUTBOX#PENDING#1").await.unwrap();
+    ports
+        .holds
+        .hold("o-e1", "OUTBOX#PENDING#1", &[])
+        .await
+        .unwrap();
+    ports
+        .holds
+        .hold("o-e2", "OUTBOX#PENDING#1", &[])
+        .await
+        .unwrap();
     let mut odd_sort_key = outbox_insert(2, "e2", "{}");
     odd_sort_key
         .change
