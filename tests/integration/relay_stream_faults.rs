@@ -913,3 +913,73 @@ mod hold_release {
         assert!(holds.holds().is_empty(), "{:?}", holds.holds());
     }
 }
+
+#[tokio::test]
+async fn a_hold_is_released_only_when_nothing_was_left_under_it_since_it_was_read_and_nothing_it_recorded_is_pending()
+ {
+    use relay_poller::PendingIndex;
+    use relay_runtime::{DynamoHoldStore, HoldStore, StatusStore};
+
+    // Given order-7's E1 held under shard partition P, and E2 pending under another partition (a
+    // reshard) whose insertion the stream relay left under the hold after the poller read it
+    let env = TestEnv::new().await;
+    let mut items = fixtures::pending_items(&env.table_name, 2, chrono::Utc::now());
+    for (i, item) in items.iter_mut().enumerate() {
+        item.aggregate_id = Some("order-7".into());
+        item.sequence = Some(i as u64 + 1);
+    }
+    items[1].gsi1pk = Some(outbox_shared::schema::pending_shard_pk(63));
+    for item in &items {
+        env.put_raw_item(serde_dynamo::to_item(item).unwrap()).await;
+    }
+    let (e1, e2) = (&items[0], &items[1]);
+    let holds = DynamoHoldStore::new(
+        env.dynamodb.clone(),
+        &env.table_name,
+        Duration::from_secs(7 * 24 * 3600),
+    );
+    let partition = e1.gsi1pk.clone().unwrap();
+    holds.hold("order-7", &partition, &[e1.key()]).await.unwrap();
+    let read = holds.list().await.unwrap();
+    assert_eq!(read.len(), 1);
+    assert_eq!(read[0].left, [e1.key()]);
+    assert!(read[0].ttl.is_some());
+    assert!(holds.leave("order-7", &[e2.key()]).await.unwrap());
+    let status = relay_runtime::DynamoStatusStore::new(
+        env.dynamodb.clone(),
+        &env.table_name,
+        relay_runtime::TtlPolicy::new(Duration::from_secs(3600)),
+    );
+    status.mark_published(&e1.key()).await.unwrap();
+
+    // When the poller releases the hold as it read it
+    let released = holds.release(&read[0]).await.unwrap();
+
+    // Then the hold stays: E2 was left under it since
+    assert!(!released);
+    let hold = holds.list().await.unwrap().remove(0);
+    let mut left = hold.left.clone();
+    left.sort_by(|a, b| a.sk.cmp(&b.sk));
+    let mut expected = vec![e1.key(), e2.key()];
+    expected.sort_by(|a, b| a.sk.cmp(&b.sk));
+    assert_eq!(left, expected);
+
+    // And the index adapter finds E2 pending, though not under the hold's partition
+    let index = relay_poller::DynamoPendingIndex::new(
+        env.dynamodb.clone(),
+        &env.table_name,
+        outbox_shared::schema::DEFAULT_INDEX_NAME,
+    );
+    assert!(index.has_pending(&hold).await.unwrap());
+
+    // When E2 is published too
+    status.mark_published(&e2.key()).await.unwrap();
+
+    // Then nothing the hold covers is pending, its release goes through, and the stream relay's
+    // next leave finds it gone (the events are the stream relay's to publish again)
+    assert!(!index.has_pending(&hold).await.unwrap());
+    assert!(holds.release(&hold).await.unwrap());
+    assert!(holds.list().await.unwrap().is_empty());
+    assert!(!holds.leave("order-7", &[e2.key()]).await.unwrap());
+    assert!(!holds.extend(&hold).await.unwrap());
+}
