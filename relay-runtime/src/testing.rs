@@ -208,6 +208,7 @@ struct FakeHold {
     partition: String,
     held_since: String,
     left: Vec<ItemKey>,
+    ttl: Option<i64>,
 }
 
 impl FakeHoldStore {
@@ -227,6 +228,22 @@ impl FakeHoldStore {
             .iter()
             .map(|(k, h)| (k.clone(), h.partition.clone()))
             .collect()
+    }
+
+    /// Sets the `ttl` (epoch seconds) of the hold of `ordering_key`, if it exists.
+    pub fn set_ttl(&self, ordering_key: &str, ttl: i64) {
+        if let Some(hold) = self.holds.lock().expect("not poisoned").get_mut(ordering_key) {
+            hold.ttl = Some(ttl);
+        }
+    }
+
+    /// The `ttl` of the hold of `ordering_key`.
+    pub fn ttl(&self, ordering_key: &str) -> Option<i64> {
+        self.holds
+            .lock()
+            .expect("not poisoned")
+            .get(ordering_key)
+            .and_then(|h| h.ttl)
     }
 
     /// The events recorded as left under the hold of `ordering_key`.
@@ -308,7 +325,7 @@ impl HoldStore for FakeHoldStore {
                 partition: hold.partition.clone(),
                 held_since: hold.held_since.clone(),
                 left: hold.left.clone(),
-                ttl: None,
+                ttl: hold.ttl,
             })
             .collect())
     }
@@ -324,12 +341,23 @@ impl HoldStore for FakeHoldStore {
         Ok(unchanged)
     }
 
+    /// Pushes the `ttl` out a week from now, as the adapter's retention does.
     async fn extend(&self, hold: &Hold) -> Result<bool, SdkFailure> {
-        Ok(self
-            .holds
-            .lock()
-            .expect("not poisoned")
-            .contains_key(&hold.ordering_key))
+        let week = chrono::Duration::days(7);
+        Ok(
+            match self
+                .holds
+                .lock()
+                .expect("not poisoned")
+                .get_mut(&hold.ordering_key)
+            {
+                Some(held) => {
+                    held.ttl = Some((chrono::Utc::now() + week).timestamp());
+                    true
+                }
+                None => false,
+            },
+        )
     }
 }
 
