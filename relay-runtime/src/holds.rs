@@ -31,12 +31,12 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use chrono::Utc;
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use outbox_shared::schema::{self, attr};
-use outbox_shared::{ItemKey, SdkFailure};
 use outbox_shared::time::format_timestamp;
+use outbox_shared::{ItemKey, SdkFailure};
 
 use crate::status_store::ttl_after;
 
@@ -347,8 +347,10 @@ impl HoldStore for DynamoHoldStore {
             .expression_attribute_names("#left", attr::LEFT_EVENTS)
             .expression_attribute_values(":since", AttributeValue::S(hold.held_since.clone()));
         if !hold.left.is_empty() {
-            request = request
-                .expression_attribute_values(":left", AttributeValue::N(hold.left.len().to_string()));
+            request = request.expression_attribute_values(
+                ":left",
+                AttributeValue::N(hold.left.len().to_string()),
+            );
         }
         match request.send().await {
             Ok(_) => Ok(true),

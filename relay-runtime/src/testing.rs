@@ -232,7 +232,12 @@ impl FakeHoldStore {
 
     /// Sets the `ttl` (epoch seconds) of the hold of `ordering_key`, if it exists.
     pub fn set_ttl(&self, ordering_key: &str, ttl: i64) {
-        if let Some(hold) = self.holds.lock().expect("not poisoned").get_mut(ordering_key) {
+        if let Some(hold) = self
+            .holds
+            .lock()
+            .expect("not poisoned")
+            .get_mut(ordering_key)
+        {
             hold.ttl = Some(ttl);
         }
     }
@@ -332,9 +337,9 @@ impl HoldStore for FakeHoldStore {
 
     async fn release(&self, hold: &Hold) -> Result<bool, SdkFailure> {
         let mut holds = self.holds.lock().expect("not poisoned");
-        let unchanged = holds.get(&hold.ordering_key).is_some_and(|h| {
-            h.held_since == hold.held_since && h.left.len() == hold.left.len()
-        });
+        let unchanged = holds
+            .get(&hold.ordering_key)
+            .is_some_and(|h| h.held_since == hold.held_since && h.left.len() == hold.left.len());
         if unchanged {
             holds.remove(&hold.ordering_key);
         }

@@ -939,7 +939,10 @@ async fn a_hold_is_released_only_when_nothing_was_left_under_it_since_it_was_rea
         Duration::from_secs(7 * 24 * 3600),
     );
     let partition = e1.gsi1pk.clone().unwrap();
-    holds.hold("order-7", &partition, &[e1.key()]).await.unwrap();
+    holds
+        .hold("order-7", &partition, &[e1.key()])
+        .await
+        .unwrap();
     let read = holds.list().await.unwrap();
     assert_eq!(read.len(), 1);
     assert_eq!(read[0].left, [e1.key()]);

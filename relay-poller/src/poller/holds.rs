@@ -53,10 +53,11 @@ where
                     false
                 }
             };
-            if !released && self.hold_expires_soon(&hold) {
-                if let Err(err) = self.holds.extend(&hold).await {
-                    tracing::warn!(error = %outbox_shared::error::describe(&err), "could not push out the ttl of an aggregate hold");
-                }
+            if !released
+                && self.hold_expires_soon(&hold)
+                && let Err(err) = self.holds.extend(&hold).await
+            {
+                tracing::warn!(error = %outbox_shared::error::describe(&err), "could not push out the ttl of an aggregate hold");
             }
         }
     }

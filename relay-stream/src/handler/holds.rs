@@ -161,8 +161,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
             .dead_letter_ttl_deletions(records, settled, finish_by)
             .await;
         // Per aggregate: the partition of its first event left, and every event left.
-        let mut partitions: HashMap<String, (String, Vec<outbox_shared::ItemKey>)> =
-            HashMap::new();
+        let mut partitions: HashMap<String, (String, Vec<outbox_shared::ItemKey>)> = HashMap::new();
         for result in &settled {
             if let Settled::Failed {
                 ordering_key,

@@ -990,7 +990,7 @@ async fn handled_with_a_hold_that(
 
 #[tokio::test]
 async fn in_hold_mode_a_hold_released_between_its_read_and_the_record_leaves_nothing_to_the_poller()
- {
+{
     // Given o-x read as held, whose hold the poller released before this relay recorded x1 and
     // x2 on it (the poller published everything recorded before)
     // When the batch is handled

@@ -777,7 +777,11 @@ async fn a_hand_over_whose_reply_was_lost(reply: LostReply) {
             f.members[a].hand_over_reply.lock().unwrap().is_none()
         })
         .await;
-    assert!(handed.is_some(), "a never handed over: {:?}", fleet.table.owners());
+    assert!(
+        handed.is_some(),
+        "a never handed over: {:?}",
+        fleet.table.owners()
+    );
 
     // Then b adopts it at its next round while a polls it no more (run_for checks at every
     // step that no shard may be polled by two pollers), and a's next renewal finds it lost
