@@ -681,11 +681,8 @@ async fn a_hand_over_whose_reply_was_lost_leaves_the_holder_stopped_while_the_re
     };
     let (renewed, ()) = tokio::join!(a.renew_round(), async {
         // a's renewals are made once it stops new pages of the shard it is asked for
-        loop {
-            match a_polls.begin_page(asked) {
-                PageStart::Go { .. } => a_polls.end_page(asked),
-                PageStart::Stop => break,
-            }
+        while let PageStart::Go { .. } = a_polls.begin_page(asked) {
+            a_polls.end_page(asked);
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         proxy.lose_next_replies(UPDATE_ITEM, 1);
