@@ -11,10 +11,11 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::query::QueryError;
 use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
-use aws_sdk_dynamodb::types::{AttributeValue, Select};
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Select};
 use outbox_shared::SdkFailure;
 use outbox_shared::schema::{self, attr};
 use relay_runtime::Hold;
+use relay_runtime::holds::{BATCH_GET_MAX_KEYS, BATCH_GET_MAX_ROUNDS};
 
 /// A raw item as the index returns it (the index projects all attributes).
 pub type RawItem = HashMap<String, AttributeValue>;
@@ -71,7 +72,10 @@ pub trait PendingIndex: Send + Sync {
     /// index is sparse, so it holds only pending events and is small when the relays keep up).
     fn partitions(&self) -> impl Future<Output = Result<PartitionCounts, IndexError>> + Send;
 
-    /// Whether `hold`'s aggregate still has a pending event under its partition.
+    /// Whether `hold`'s aggregate still has a pending event: one of the events recorded as left
+    /// under it (read from the table, strongly consistent: the index may not show an event left
+    /// a moment ago, and a reshard puts newer events under another partition), or one under its
+    /// partition in the index (a hold set before holds recorded what they cover).
     fn has_pending(&self, hold: &Hold) -> impl Future<Output = Result<bool, IndexError>> + Send;
 }
 
@@ -104,6 +108,69 @@ impl DynamoPendingIndex {
             .expression_attribute_names("#pk", attr::GSI1PK)
             .expression_attribute_values(":pk", AttributeValue::S(partition.to_owned()))
             .scan_index_forward(true)
+    }
+}
+
+impl DynamoPendingIndex {
+    /// Whether an event recorded as left under `hold` is still pending on the table (a strongly
+    /// consistent read: still in the index's partition, `GSI1PK` set).
+    async fn any_left_pending(&self, hold: &Hold) -> Result<bool, IndexError> {
+        let failed = |failure| IndexError {
+            target: format!("events left under the hold of {}", hold.ordering_key),
+            failure,
+        };
+        for chunk in hold.left.chunks(BATCH_GET_MAX_KEYS) {
+            let keys = chunk
+                .iter()
+                .map(|key| {
+                    HashMap::from([
+                        (attr::PK.to_owned(), AttributeValue::S(key.pk.clone())),
+                        (attr::SK.to_owned(), AttributeValue::S(key.sk.clone())),
+                    ])
+                })
+                .collect();
+            let mut request = Some(
+                KeysAndAttributes::builder()
+                    .set_keys(Some(keys))
+                    .consistent_read(true)
+                    .projection_expression("#gsi1pk")
+                    .expression_attribute_names("#gsi1pk", attr::GSI1PK)
+                    .build()
+                    .expect("keys are set"),
+            );
+            let mut rounds = 0;
+            while let Some(keys) = request.take() {
+                rounds += 1;
+                let output = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table_name, keys)
+                    .send()
+                    .await
+                    .map_err(|e| failed(SdkFailure::new("BatchGetItem", e)))?;
+                let pending = output
+                    .responses
+                    .as_ref()
+                    .and_then(|r| r.get(&self.table_name))
+                    .into_iter()
+                    .flatten()
+                    .any(|item| item.contains_key(attr::GSI1PK));
+                if pending {
+                    return Ok(true);
+                }
+                request = output
+                    .unprocessed_keys
+                    .and_then(|mut u| u.remove(&self.table_name))
+                    .filter(|k| !k.keys().is_empty());
+                if request.is_some() && rounds >= BATCH_GET_MAX_ROUNDS {
+                    return Err(failed(SdkFailure::incomplete(
+                        "BatchGetItem",
+                        "keys of events left under a hold still unprocessed after retries",
+                    )));
+                }
+            }
+        }
+        Ok(false)
     }
 }
 
@@ -213,6 +280,9 @@ impl PendingIndex for DynamoPendingIndex {
     }
 
     async fn has_pending(&self, hold: &Hold) -> Result<bool, IndexError> {
+        if self.any_left_pending(hold).await? {
+            return Ok(true);
+        }
         let mut start = None;
         loop {
             let page = self

@@ -10,6 +10,19 @@
 //!
 //! Each hold is also in the outbox index under its own partition ([`schema::HOLD_PARTITION`]), so
 //! the poller lists every hold with one query.
+//!
+//! The hold records every event left to the poller under it (`LeftEvents`, their item keys):
+//! the stream relay leaves an event only by recording it on a hold that still exists
+//! ([`HoldStore::leave`], a conditional write), and the poller releases a hold only if nothing
+//! was recorded since it read it ([`HoldStore::release`], a condition on the record's size) and
+//! none of what was recorded is still pending. The index the poller lists holds and pending
+//! events through is eventually consistent: an event the stream relay left a moment ago may not
+//! be in it yet, and an event under another partition (a reshard) is not where the hold points;
+//! the record is read and conditioned on the table itself, so a release cannot miss either.
+//!
+//! A hold's `ttl` only cleans up a hold no poller ever released: the poller pushes it out while
+//! it keeps a hold ([`HoldStore::extend`]), and until DynamoDB's TTL actually deletes an expired
+//! hold (lazily, up to days later) the relays read it as live, as DynamoDB returns it.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -18,11 +31,12 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use chrono::Utc;
-use outbox_shared::SdkFailure;
 use outbox_shared::schema::{self, attr};
 use outbox_shared::time::format_timestamp;
+use outbox_shared::{ItemKey, SdkFailure};
 
 use crate::status_store::ttl_after;
 
@@ -35,18 +49,35 @@ pub struct Hold {
     pub partition: String,
     /// When the hold was set; it is released only if unchanged.
     pub held_since: String,
+    /// The events left to the poller under this hold, as read; it is released only if nothing
+    /// was recorded since.
+    pub left: Vec<ItemKey>,
+    /// The hold item's `ttl` (epoch seconds), if it has one.
+    pub ttl: Option<i64>,
 }
 
 /// Port: where the relays keep aggregate holds.
 pub trait HoldStore: Send + Sync {
-    /// Holds the aggregate `ordering_key`: until the poller has published its pending events
-    /// (under `partition`, the held event's `GSI1PK`) and released the hold, the stream relay
-    /// publishes none of its events. Holding an aggregate again renews its hold.
+    /// Holds the aggregate `ordering_key` and records `left` (the keys of the events this relay
+    /// leaves to the poller) on it: until the poller has published its pending events (under
+    /// `partition`, the held event's `GSI1PK`, and every event recorded) and released the hold,
+    /// the stream relay publishes none of its events. Holding an aggregate again renews its hold
+    /// and adds to its record.
     fn hold(
         &self,
         ordering_key: &str,
         partition: &str,
+        left: &[ItemKey],
     ) -> impl Future<Output = Result<(), SdkFailure>> + Send;
+
+    /// Records `left` on the hold of `ordering_key` if it still exists: whether it did (the
+    /// events are the poller's now). `false`: the hold was released meanwhile, so the poller has
+    /// published everything recorded on it and these events are the stream relay's to publish.
+    fn leave(
+        &self,
+        ordering_key: &str,
+        left: &[ItemKey],
+    ) -> impl Future<Output = Result<bool, SdkFailure>> + Send;
 
     /// The aggregates among `ordering_keys` that are held (a strongly consistent read).
     fn held(
@@ -57,14 +88,31 @@ pub trait HoldStore: Send + Sync {
     /// Every hold.
     fn list(&self) -> impl Future<Output = Result<Vec<Hold>, SdkFailure>> + Send;
 
-    /// Deletes `hold` if it was not set again since it was read; whether it was deleted.
+    /// Deletes `hold` if it was not set again and nothing was left under it since it was read;
+    /// whether it was deleted.
     fn release(&self, hold: &Hold) -> impl Future<Output = Result<bool, SdkFailure>> + Send;
+
+    /// Pushes out the `ttl` of `hold` (the poller keeps it: what it covers is not all published
+    /// yet), if it still exists; whether it did.
+    fn extend(&self, hold: &Hold) -> impl Future<Output = Result<bool, SdkFailure>> + Send;
+}
+
+/// An event's key as an element of a hold's `LeftEvents`: the JSON array `[PK, SK]` (keys are any
+/// strings, so no separator would do).
+pub fn left_element(key: &ItemKey) -> String {
+    serde_json::to_string(&[&key.pk, &key.sk]).expect("two strings serialize")
+}
+
+/// An element of a hold's `LeftEvents` read back as a key; `None` if malformed.
+pub fn parse_left_element(element: &str) -> Option<ItemKey> {
+    let [pk, sk]: [String; 2] = serde_json::from_str(element).ok()?;
+    Some(ItemKey { pk, sk })
 }
 
 /// Keys one `BatchGetItem` may ask for.
-const BATCH_GET_MAX_KEYS: usize = 100;
+pub const BATCH_GET_MAX_KEYS: usize = 100;
 /// `BatchGetItem` rounds for unprocessed keys before giving up.
-const BATCH_GET_MAX_ROUNDS: u32 = 5;
+pub const BATCH_GET_MAX_ROUNDS: u32 = 5;
 
 /// The DynamoDB adapter: hold items in the outbox table.
 #[derive(Debug, Clone)]
@@ -113,33 +161,72 @@ impl DynamoHoldStore {
 }
 
 impl HoldStore for DynamoHoldStore {
-    async fn hold(&self, ordering_key: &str, partition: &str) -> Result<(), SdkFailure> {
+    async fn hold(
+        &self,
+        ordering_key: &str,
+        partition: &str,
+        left: &[ItemKey],
+    ) -> Result<(), SdkFailure> {
         let now = Utc::now();
         let s = |v: &str| AttributeValue::S(v.to_owned());
-        let mut item = Self::key(ordering_key);
-        item.extend([
-            (
-                attr::ENTITY_TYPE.to_owned(),
-                s(schema::entity::AGGREGATE_HOLD),
-            ),
-            (attr::ORDERING_KEY.to_owned(), s(ordering_key)),
-            (attr::HELD_PARTITION.to_owned(), s(partition)),
-            (attr::HELD_SINCE.to_owned(), s(&format_timestamp(now))),
-            (attr::GSI1PK.to_owned(), s(schema::HOLD_PARTITION)),
-            (attr::GSI1SK.to_owned(), s(&schema::hold_pk(ordering_key))),
-            (
-                attr::TTL.to_owned(),
-                AttributeValue::N(ttl_after(now, self.retention).to_string()),
-            ),
-        ]);
-        self.client
-            .put_item()
+        // An update, not a put: a hold set again keeps what was left under it before, which
+        // the poller must still see published before it releases the hold.
+        let mut update = "SET #entity = :entity, #okey = :okey, #partition = :partition, \
+                          #since = :since, #gsi1pk = :gsi1pk, #gsi1sk = :gsi1sk, #ttl = :ttl"
+            .to_owned();
+        let mut request = self
+            .client
+            .update_item()
             .table_name(&self.table_name)
-            .set_item(Some(item))
+            .set_key(Some(Self::key(ordering_key)))
+            .expression_attribute_names("#entity", attr::ENTITY_TYPE)
+            .expression_attribute_names("#okey", attr::ORDERING_KEY)
+            .expression_attribute_names("#partition", attr::HELD_PARTITION)
+            .expression_attribute_names("#since", attr::HELD_SINCE)
+            .expression_attribute_names("#gsi1pk", attr::GSI1PK)
+            .expression_attribute_names("#gsi1sk", attr::GSI1SK)
+            .expression_attribute_names("#ttl", attr::TTL)
+            .expression_attribute_values(":entity", s(schema::entity::AGGREGATE_HOLD))
+            .expression_attribute_values(":okey", s(ordering_key))
+            .expression_attribute_values(":partition", s(partition))
+            .expression_attribute_values(":since", s(&format_timestamp(now)))
+            .expression_attribute_values(":gsi1pk", s(schema::HOLD_PARTITION))
+            .expression_attribute_values(":gsi1sk", s(&schema::hold_pk(ordering_key)))
+            .expression_attribute_values(
+                ":ttl",
+                AttributeValue::N(ttl_after(now, self.retention).to_string()),
+            );
+        if !left.is_empty() {
+            update.push_str(" ADD #left :left");
+            request = request
+                .expression_attribute_names("#left", attr::LEFT_EVENTS)
+                .expression_attribute_values(":left", left_set(left));
+        }
+        request
+            .update_expression(update)
             .send()
             .await
-            .map_err(|e| SdkFailure::new("PutItem", e))?;
+            .map_err(|e| SdkFailure::new("UpdateItem", e))?;
         Ok(())
+    }
+
+    async fn leave(&self, ordering_key: &str, left: &[ItemKey]) -> Result<bool, SdkFailure> {
+        if left.is_empty() {
+            return Ok(true);
+        }
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table_name)
+            .set_key(Some(Self::key(ordering_key)))
+            .update_expression("ADD #left :left")
+            .condition_expression("attribute_exists(#pk)")
+            .expression_attribute_names("#left", attr::LEFT_EVENTS)
+            .expression_attribute_names("#pk", attr::PK)
+            .expression_attribute_values(":left", left_set(left))
+            .send()
+            .await;
+        updated(result)
     }
 
     async fn held(&self, ordering_keys: &[String]) -> Result<HashSet<String>, SdkFailure> {
@@ -215,10 +302,23 @@ impl HoldStore for DynamoHoldStore {
                     string(attr::HELD_PARTITION),
                     string(attr::HELD_SINCE),
                 ) {
+                    let left = item
+                        .get(attr::LEFT_EVENTS)
+                        .and_then(|v| v.as_ss().ok())
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|e| parse_left_element(e))
+                        .collect();
+                    let ttl = item
+                        .get(attr::TTL)
+                        .and_then(|v| v.as_n().ok())
+                        .and_then(|n| n.parse().ok());
                     holds.push(Hold {
                         ordering_key,
                         partition,
                         held_since,
+                        left,
+                        ttl,
                     });
                 }
             }
@@ -230,17 +330,29 @@ impl HoldStore for DynamoHoldStore {
     }
 
     async fn release(&self, hold: &Hold) -> Result<bool, SdkFailure> {
-        let result = self
+        // Nothing left since the poller read the hold: the record only grows while the hold
+        // exists, so an unchanged size is an unchanged record (an empty set is no attribute).
+        let left = if hold.left.is_empty() {
+            "attribute_not_exists(#left)"
+        } else {
+            "size(#left) = :left"
+        };
+        let mut request = self
             .client
             .delete_item()
             .table_name(&self.table_name)
             .set_key(Some(Self::key(&hold.ordering_key)))
-            .condition_expression("#since = :since")
+            .condition_expression(format!("#since = :since AND {left}"))
             .expression_attribute_names("#since", attr::HELD_SINCE)
-            .expression_attribute_values(":since", AttributeValue::S(hold.held_since.clone()))
-            .send()
-            .await;
-        match result {
+            .expression_attribute_names("#left", attr::LEFT_EVENTS)
+            .expression_attribute_values(":since", AttributeValue::S(hold.held_since.clone()));
+        if !hold.left.is_empty() {
+            request = request.expression_attribute_values(
+                ":left",
+                AttributeValue::N(hold.left.len().to_string()),
+            );
+        }
+        match request.send().await {
             Ok(_) => Ok(true),
             Err(SdkError::ServiceError(ctx))
                 if matches!(
@@ -252,5 +364,48 @@ impl HoldStore for DynamoHoldStore {
             }
             Err(e) => Err(SdkFailure::new("DeleteItem", e)),
         }
+    }
+
+    async fn extend(&self, hold: &Hold) -> Result<bool, SdkFailure> {
+        let ttl = ttl_after(Utc::now(), self.retention);
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table_name)
+            .set_key(Some(Self::key(&hold.ordering_key)))
+            .update_expression("SET #ttl = :ttl")
+            .condition_expression("attribute_exists(#pk)")
+            .expression_attribute_names("#ttl", attr::TTL)
+            .expression_attribute_names("#pk", attr::PK)
+            .expression_attribute_values(":ttl", AttributeValue::N(ttl.to_string()))
+            .send()
+            .await;
+        updated(result)
+    }
+}
+
+/// `left` as a `LeftEvents` string set.
+fn left_set(left: &[ItemKey]) -> AttributeValue {
+    let mut elements: Vec<String> = left.iter().map(left_element).collect();
+    elements.sort_unstable();
+    elements.dedup();
+    AttributeValue::Ss(elements)
+}
+
+/// A conditional update's answer: made, or its condition failed (the hold is gone).
+fn updated<O>(
+    result: Result<O, SdkError<UpdateItemError, aws_sdk_dynamodb::config::http::HttpResponse>>,
+) -> Result<bool, SdkFailure> {
+    match result {
+        Ok(_) => Ok(true),
+        Err(SdkError::ServiceError(ctx))
+            if matches!(
+                ctx.err(),
+                UpdateItemError::ConditionalCheckFailedException(_)
+            ) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(SdkFailure::new("UpdateItem", e)),
     }
 }

@@ -191,12 +191,24 @@ impl StatusStore for FakeStatusStore {
     }
 }
 
-/// Keeps holds in memory; fails every write when built with [`FakeHoldStore::failing`].
+/// Keeps holds in memory, with the same conditions as the DynamoDB adapter; fails every write
+/// when built with [`FakeHoldStore::failing`].
 #[derive(Debug, Default)]
 pub struct FakeHoldStore {
     fail: bool,
-    /// Held aggregates, with the partition of the event that was held.
-    holds: Mutex<HashMap<String, String>>,
+    /// Held aggregates by ordering key.
+    holds: Mutex<HashMap<String, FakeHold>>,
+    /// Bumped by every hold set: each hold's `held_since`.
+    sets: Mutex<u64>,
+}
+
+/// One hold as [`FakeHoldStore`] keeps it.
+#[derive(Debug, Clone, Default)]
+struct FakeHold {
+    partition: String,
+    held_since: String,
+    left: Vec<ItemKey>,
+    ttl: Option<i64>,
 }
 
 impl FakeHoldStore {
@@ -210,20 +222,89 @@ impl FakeHoldStore {
 
     /// Held aggregates and the partition of their held event.
     pub fn holds(&self) -> HashMap<String, String> {
-        self.holds.lock().expect("not poisoned").clone()
+        self.holds
+            .lock()
+            .expect("not poisoned")
+            .iter()
+            .map(|(k, h)| (k.clone(), h.partition.clone()))
+            .collect()
+    }
+
+    /// Sets the `ttl` (epoch seconds) of the hold of `ordering_key`, if it exists.
+    pub fn set_ttl(&self, ordering_key: &str, ttl: i64) {
+        if let Some(hold) = self
+            .holds
+            .lock()
+            .expect("not poisoned")
+            .get_mut(ordering_key)
+        {
+            hold.ttl = Some(ttl);
+        }
+    }
+
+    /// The `ttl` of the hold of `ordering_key`.
+    pub fn ttl(&self, ordering_key: &str) -> Option<i64> {
+        self.holds
+            .lock()
+            .expect("not poisoned")
+            .get(ordering_key)
+            .and_then(|h| h.ttl)
+    }
+
+    /// The events recorded as left under the hold of `ordering_key`.
+    pub fn left(&self, ordering_key: &str) -> Vec<ItemKey> {
+        self.holds
+            .lock()
+            .expect("not poisoned")
+            .get(ordering_key)
+            .map(|h| h.left.clone())
+            .unwrap_or_default()
+    }
+}
+
+fn add_left(record: &mut Vec<ItemKey>, left: &[ItemKey]) {
+    for key in left {
+        if !record.contains(key) {
+            record.push(key.clone());
+        }
     }
 }
 
 impl HoldStore for FakeHoldStore {
-    async fn hold(&self, ordering_key: &str, partition: &str) -> Result<(), SdkFailure> {
+    async fn hold(
+        &self,
+        ordering_key: &str,
+        partition: &str,
+        left: &[ItemKey],
+    ) -> Result<(), SdkFailure> {
         if self.fail {
             return Err(throttled_update());
         }
-        self.holds
-            .lock()
-            .expect("not poisoned")
-            .insert(ordering_key.to_owned(), partition.to_owned());
+        let since = {
+            let mut sets = self.sets.lock().expect("not poisoned");
+            *sets += 1;
+            sets.to_string()
+        };
+        let mut holds = self.holds.lock().expect("not poisoned");
+        let hold = holds.entry(ordering_key.to_owned()).or_default();
+        hold.partition = partition.to_owned();
+        hold.held_since = since;
+        add_left(&mut hold.left, left);
         Ok(())
+    }
+
+    async fn leave(&self, ordering_key: &str, left: &[ItemKey]) -> Result<bool, SdkFailure> {
+        if self.fail {
+            return Err(throttled_update());
+        }
+        let mut holds = self.holds.lock().expect("not poisoned");
+        Ok(match holds.get_mut(ordering_key) {
+            Some(hold) => {
+                add_left(&mut hold.left, left);
+                true
+            }
+            None => false,
+        })
     }
 
     async fn held(
@@ -244,21 +325,44 @@ impl HoldStore for FakeHoldStore {
             .lock()
             .expect("not poisoned")
             .iter()
-            .map(|(ordering_key, partition)| Hold {
+            .map(|(ordering_key, hold)| Hold {
                 ordering_key: ordering_key.clone(),
-                partition: partition.clone(),
-                held_since: String::new(),
+                partition: hold.partition.clone(),
+                held_since: hold.held_since.clone(),
+                left: hold.left.clone(),
+                ttl: hold.ttl,
             })
             .collect())
     }
 
     async fn release(&self, hold: &Hold) -> Result<bool, SdkFailure> {
-        Ok(self
-            .holds
-            .lock()
-            .expect("not poisoned")
-            .remove(&hold.ordering_key)
-            .is_some())
+        let mut holds = self.holds.lock().expect("not poisoned");
+        let unchanged = holds
+            .get(&hold.ordering_key)
+            .is_some_and(|h| h.held_since == hold.held_since && h.left.len() == hold.left.len());
+        if unchanged {
+            holds.remove(&hold.ordering_key);
+        }
+        Ok(unchanged)
+    }
+
+    /// Pushes the `ttl` out a week from now, as the adapter's retention does.
+    async fn extend(&self, hold: &Hold) -> Result<bool, SdkFailure> {
+        let week = chrono::Duration::days(7);
+        Ok(
+            match self
+                .holds
+                .lock()
+                .expect("not poisoned")
+                .get_mut(&hold.ordering_key)
+            {
+                Some(held) => {
+                    held.ttl = Some((chrono::Utc::now() + week).timestamp());
+                    true
+                }
+                None => false,
+            },
+        )
     }
 }
 
@@ -328,8 +432,17 @@ impl StatusStore for &FakeStatusStore {
 }
 
 impl HoldStore for &FakeHoldStore {
-    async fn hold(&self, ordering_key: &str, partition: &str) -> Result<(), SdkFailure> {
-        (*self).hold(ordering_key, partition).await
+    async fn hold(
+        &self,
+        ordering_key: &str,
+        partition: &str,
+        left: &[ItemKey],
+    ) -> Result<(), SdkFailure> {
+        (*self).hold(ordering_key, partition, left).await
+    }
+
+    async fn leave(&self, ordering_key: &str, left: &[ItemKey]) -> Result<bool, SdkFailure> {
+        (*self).leave(ordering_key, left).await
     }
 
     async fn held(
@@ -345,6 +458,10 @@ impl HoldStore for &FakeHoldStore {
 
     async fn release(&self, hold: &Hold) -> Result<bool, SdkFailure> {
         (*self).release(hold).await
+    }
+
+    async fn extend(&self, hold: &Hold) -> Result<bool, SdkFailure> {
+        (*self).extend(hold).await
     }
 }
 

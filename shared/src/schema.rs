@@ -50,6 +50,10 @@ pub mod attr {
     pub const HELD_PARTITION: &str = "HeldPartition";
     /// Aggregate hold: when it was last set, ISO-8601 UTC.
     pub const HELD_SINCE: &str = "HeldSince";
+    /// Aggregate hold: the events the stream relay left to the poller under it, a string set of
+    /// their item keys (each a JSON array `[PK, SK]`). Only ever added to while the hold exists,
+    /// so its size says whether anything was left since the poller read it.
+    pub const LEFT_EVENTS: &str = "LeftEvents";
 
     /// Idempotency record written by an idempotent create (see the writer).
     pub const IDEMPOTENCY_KEY: &str = "IdempotencyKey";

@@ -626,3 +626,84 @@ async fn run_without_its_lease_table_exits_non_zero_naming_it() {
     assert!(stderr.contains(&missing), "{stderr}");
     assert!(stderr.contains("--create-lease-table"), "{stderr}");
 }
+
+#[tokio::test]
+async fn a_hand_over_whose_reply_was_lost_leaves_the_holder_stopped_while_the_requester_adopts_it()
+{
+    use outbox_tests::fault_proxy::{FaultProxy, FaultRates};
+    use relay_poller::ShardAssignment;
+    use relay_poller::assignment::PageStart;
+    use relay_poller::lease::{
+        DynamoLeaseStore, LeaseManager, LeaseSettings, SystemClock, create_lease_table,
+    };
+
+    const UPDATE_ITEM: &str = "DynamoDB_20120810.UpdateItem";
+
+    // Given a holds both shards of two, through a proxy that can lose its replies, and b has asked
+    // it for one
+    let env = TestEnv::new().await;
+    let table = unique_name("leases");
+    create_lease_table(&env.dynamodb, &table).await.unwrap();
+    let proxy = FaultProxy::start(&outbox_tests::emulator_endpoints(), FaultRates::NONE, 7).await;
+    let through_proxy = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&env.sdk_config)
+            .endpoint_url(proxy.url())
+            .build(),
+    );
+    let settings = LeaseSettings {
+        table_name: table.clone(),
+        duration: LEASE_DURATION,
+        renew_interval: RENEW_INTERVAL,
+        create_table: false,
+    };
+    let manager = |client, owner: &str| {
+        LeaseManager::new(
+            DynamoLeaseStore::new(client, &table),
+            SystemClock,
+            owner,
+            vec![0, 1],
+            settings.clone(),
+        )
+    };
+    let a = manager(through_proxy, "a");
+    let b = manager(env.dynamodb.clone(), "b");
+    let (a_polls, b_polls) = (a.assignment(), b.assignment());
+    a.round().await.unwrap();
+    a.round().await.unwrap();
+    assert_eq!(a.owned().len(), 2);
+    b.round().await.unwrap();
+    let asked = b.round().await.unwrap().requested.expect("b asks for one");
+
+    // When a hands it over once its page in flight ends, and the reply to that write is lost
+    // after it took effect (the SDK retries it and DynamoDB answers ConditionalCheckFailed)
+    let PageStart::Go { .. } = a_polls.begin_page(asked) else {
+        panic!("a polls shard {asked}");
+    };
+    let (renewed, ()) = tokio::join!(a.renew_round(), async {
+        // a's renewals are made once it stops new pages of the shard it is asked for
+        while let PageStart::Go { .. } = a_polls.begin_page(asked) {
+            a_polls.end_page(asked);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        proxy.lose_next_replies(UPDATE_ITEM, 1);
+        a_polls.end_page(asked);
+    });
+    let renewed = renewed.unwrap();
+    assert_eq!(proxy.counts_for(UPDATE_ITEM).lost_replies, 1);
+    assert!(renewed.handed_over.is_empty(), "{renewed:?}");
+
+    // Then b adopts it at its next round, and a does not poll it beside b
+    let adopted = b.round().await.unwrap();
+    assert_eq!(adopted.adopted, [asked], "{adopted:?}");
+    assert!(matches!(b_polls.begin_page(asked), PageStart::Go { .. }));
+    assert_eq!(
+        a_polls.begin_page(asked),
+        PageStart::Stop,
+        "a polls shard {asked} beside b"
+    );
+
+    // And a's next renewal finds it lost, while it keeps the other
+    let next = a.renew_round().await.unwrap();
+    assert_eq!(next.lost, [asked], "{next:?}");
+    assert_eq!(a.owned().len(), 1);
+}

@@ -652,3 +652,337 @@ fn poller_config(env: &TestEnv) -> relay_poller::RelayConfig {
     };
     drain.relay.validate().unwrap()
 }
+
+/// The table, its index lagging behind it, and the bus in one, in memory: the stream relay and the
+/// poller interleaved around a hold's release, step by step. (The same ports as the emulator's,
+/// faked, because the interleaving is a matter of milliseconds there.)
+mod hold_release {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use chrono::Utc;
+    use outbox_shared::{ItemKey, NewOutboxEvent, OutboundEvent, OutboxConfig, OutboxItem};
+    use outbox_tests::fixtures;
+    use relay_poller::index::{
+        Cursor, IndexError, PartitionCounts, PendingIndex, PendingPage, RawItem, ShardBacklog,
+    };
+    use relay_poller::poller::{Poller, PollerSettings};
+    use relay_runtime::testing::{FakeDeadLetters, FakeHoldStore};
+    use relay_runtime::{
+        Hold, MarkOutcome, PublishOutcome, Publisher, StatusError, StatusStore, TtlOutcome,
+    };
+    use relay_stream::{HandlerOptions, StreamRelay};
+    use tokio::sync::Notify;
+
+    const ORDER: &str = "order-7";
+
+    #[derive(Debug, Default)]
+    struct World {
+        /// Pending items, each with whether the index shows it yet.
+        pending: Mutex<Vec<(OutboxItem, bool)>>,
+        /// Event ids in the order the bus accepted them.
+        published: Mutex<Vec<String>>,
+        /// Event ids whose next publish fails.
+        fail_once: Mutex<HashSet<String>>,
+        /// The next `has_pending` waits, once it has said it is asking, for `answer`.
+        interleave: AtomicBool,
+        asking: Notify,
+        answer: Notify,
+    }
+
+    impl World {
+        fn write(&self, item: &OutboxItem, in_index: bool) {
+            self.pending.lock().unwrap().push((item.clone(), in_index));
+        }
+
+        fn index_catches_up(&self) {
+            for (_, in_index) in self.pending.lock().unwrap().iter_mut() {
+                *in_index = true;
+            }
+        }
+
+        /// What the bus got, each event named by its `Sequence` (`E1`, ...).
+        fn published(&self, items: &[&OutboxItem]) -> Vec<String> {
+            self.published
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|id| match items.iter().find(|item| item.event_id == *id) {
+                    Some(item) => format!("E{}", item.sequence.unwrap()),
+                    None => id.clone(),
+                })
+                .collect()
+        }
+
+        fn mark(&self, key: &ItemKey) -> MarkOutcome {
+            let mut pending = self.pending.lock().unwrap();
+            let before = pending.len();
+            pending.retain(|(item, _)| item.key() != *key);
+            if pending.len() < before {
+                MarkOutcome::Marked
+            } else {
+                MarkOutcome::AlreadyMarked
+            }
+        }
+    }
+
+    impl Publisher for &World {
+        async fn publish_until(
+            &self,
+            events: &[OutboundEvent],
+            _stop_at: Option<tokio::time::Instant>,
+        ) -> Vec<PublishOutcome> {
+            events
+                .iter()
+                .map(|e| {
+                    if self.fail_once.lock().unwrap().remove(&e.event_id) {
+                        PublishOutcome::Failed {
+                            code: "ThrottlingException".into(),
+                            message: "slow down".into(),
+                        }
+                    } else {
+                        self.published.lock().unwrap().push(e.event_id.clone());
+                        PublishOutcome::Published
+                    }
+                })
+                .collect()
+        }
+    }
+
+    impl StatusStore for &World {
+        async fn mark_published(&self, key: &ItemKey) -> Result<MarkOutcome, StatusError> {
+            Ok(self.mark(key))
+        }
+
+        async fn mark_dead_lettered(
+            &self,
+            key: &ItemKey,
+            _reason: &str,
+        ) -> Result<MarkOutcome, StatusError> {
+            Ok(self.mark(key))
+        }
+
+        async fn extend_ttl(&self, _key: &ItemKey) -> Result<TtlOutcome, StatusError> {
+            Ok(TtlOutcome::Extended)
+        }
+    }
+
+    impl PendingIndex for &World {
+        async fn query_page(
+            &self,
+            partition: &str,
+            before: &str,
+            limit: i32,
+            _start: Option<Cursor>,
+        ) -> Result<PendingPage, IndexError> {
+            let mut items: Vec<&OutboxItem> = Vec::new();
+            let pending = self.pending.lock().unwrap();
+            for (item, in_index) in pending.iter() {
+                if *in_index
+                    && item.gsi1pk.as_deref() == Some(partition)
+                    && item.gsi1sk.as_deref().is_some_and(|sk| sk < before)
+                {
+                    items.push(item);
+                }
+            }
+            items.sort_by_key(|item| item.gsi1sk.clone());
+            items.truncate(usize::try_from(limit).unwrap());
+            Ok(PendingPage {
+                items: items
+                    .into_iter()
+                    .map(|item| serde_dynamo::to_item::<_, RawItem>(item).unwrap())
+                    .collect(),
+                next: None,
+            })
+        }
+
+        async fn backlog(&self, _shard: u16) -> Result<ShardBacklog, IndexError> {
+            unreachable!("a pass does not count the backlog")
+        }
+
+        async fn partitions(&self) -> Result<PartitionCounts, IndexError> {
+            let mut counts = PartitionCounts::new();
+            for (item, in_index) in self.pending.lock().unwrap().iter() {
+                if let (true, Some(partition)) = (*in_index, &item.gsi1pk) {
+                    *counts.entry(partition.clone()).or_default() += 1;
+                }
+            }
+            Ok(counts)
+        }
+
+        async fn has_pending(&self, hold: &Hold) -> Result<bool, IndexError> {
+            if self.interleave.swap(false, Ordering::SeqCst) {
+                self.asking.notify_one();
+                self.answer.notified().await;
+            }
+            Ok(self.pending.lock().unwrap().iter().any(|(item, in_index)| {
+                *in_index
+                    && item.gsi1pk.as_deref() == Some(hold.partition.as_str())
+                    && item.ordering_key() == hold.ordering_key
+            }))
+        }
+    }
+
+    /// Event `sequence` of [`ORDER`], written ten minutes ago (past any grace period).
+    fn event(config: &OutboxConfig, sequence: u64) -> OutboxItem {
+        let event = NewOutboxEvent {
+            partition_key: outbox_shared::schema::user_pk("user-7"),
+            event_type: "OrderUpdated".into(),
+            aggregate_type: "Order".into(),
+            aggregate_id: ORDER.into(),
+            sequence: Some(sequence),
+            payload: serde_json::json!({"orderId": ORDER, "version": sequence}),
+            trace_header: None,
+        };
+        let at = Utc::now() - chrono::Duration::minutes(10)
+            + chrono::Duration::milliseconds(i64::try_from(sequence).unwrap());
+        OutboxItem::pending(event, config, at).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_hold_released_while_the_stream_relay_leaves_an_event_lets_no_later_event_overtake_it()
+     {
+        // Given order-7's first event E1 failed in the stream relay (hold mode): the order is held
+        // and E1 left to the poller, which has published it since
+        let config = OutboxConfig::new("orders");
+        let (e1, e2, e3) = (event(&config, 1), event(&config, 2), event(&config, 3));
+        let world = World::default();
+        let (holds, dead_letters) = (FakeHoldStore::default(), FakeDeadLetters::default());
+        let stream = StreamRelay::new(
+            &world,
+            &world,
+            &holds,
+            Some(&dead_letters),
+            HandlerOptions {
+                hold_failed_aggregates: true,
+                ..HandlerOptions::default()
+            },
+        );
+        let poller = Poller::new(
+            &world,
+            &world,
+            &world,
+            &dead_letters,
+            &holds,
+            PollerSettings {
+                shards: config.shard_count.shards().collect(),
+                shard_count: config.shard_count,
+                page_size: 25,
+                shard_concurrency: 4,
+                mark_concurrency: 4,
+                idle_backoff_max: Duration::from_millis(100),
+                ttl_refresh_margin: Duration::from_secs(24 * 60 * 60),
+                sweep_interval: Duration::from_secs(300),
+            },
+        );
+        let cancel = relay_poller::CancellationToken::new();
+        world.write(&e1, true);
+        world.fail_once.lock().unwrap().insert(e1.event_id.clone());
+        stream.handle(&[fixtures::insert_record(&e1, 1)]).await;
+        assert!(holds.holds().contains_key(ORDER), "E1 failed: order held");
+        poller.pass(Utc::now(), &cancel).await;
+        let all = [&e1, &e2, &e3];
+        assert_eq!(world.published(&all), ["E1"]);
+
+        // When E2 is written (the index does not show it yet), and the poller's release asks the
+        // index whether the order has anything pending while the stream relay sees the hold and
+        // leaves E2 to the poller
+        world.write(&e2, false);
+        world.interleave.store(true, Ordering::SeqCst);
+        let ((), e2_report) = tokio::join!(poller.release_holds(), async {
+            world.asking.notified().await;
+            let report = stream.handle(&[fixtures::insert_record(&e2, 2)]).await;
+            world.answer.notify_one();
+            report
+        });
+        assert_eq!(e2_report.counts().held, 1, "E2 left to the poller");
+
+        // And E3 comes through the stream, and the poller runs its next passes
+        world.index_catches_up();
+        world.write(&e3, true);
+        stream.handle(&[fixtures::insert_record(&e3, 3)]).await;
+        for _ in 0..3 {
+            poller.pass(Utc::now(), &cancel).await;
+            poller.release_holds().await;
+        }
+
+        // Then the bus got order-7's events in order, and the hold is released once they are out
+        assert_eq!(world.published(&all), ["E1", "E2", "E3"]);
+        assert!(holds.holds().is_empty(), "{:?}", holds.holds());
+    }
+}
+
+#[tokio::test]
+async fn a_hold_is_released_only_when_nothing_was_left_under_it_since_it_was_read_and_nothing_it_recorded_is_pending()
+ {
+    use relay_poller::PendingIndex;
+    use relay_runtime::{DynamoHoldStore, HoldStore, StatusStore};
+
+    // Given order-7's E1 held under shard partition P, and E2 pending under another partition (a
+    // reshard) whose insertion the stream relay left under the hold after the poller read it
+    let env = TestEnv::new().await;
+    let mut items = fixtures::pending_items(&env.table_name, 2, chrono::Utc::now());
+    for (i, item) in items.iter_mut().enumerate() {
+        item.aggregate_id = Some("order-7".into());
+        item.sequence = Some(i as u64 + 1);
+    }
+    items[1].gsi1pk = Some(outbox_shared::schema::pending_shard_pk(63));
+    for item in &items {
+        env.put_raw_item(serde_dynamo::to_item(item).unwrap()).await;
+    }
+    let (e1, e2) = (&items[0], &items[1]);
+    let holds = DynamoHoldStore::new(
+        env.dynamodb.clone(),
+        &env.table_name,
+        Duration::from_secs(7 * 24 * 3600),
+    );
+    let partition = e1.gsi1pk.clone().unwrap();
+    holds
+        .hold("order-7", &partition, &[e1.key()])
+        .await
+        .unwrap();
+    let read = holds.list().await.unwrap();
+    assert_eq!(read.len(), 1);
+    assert_eq!(read[0].left, [e1.key()]);
+    assert!(read[0].ttl.is_some());
+    assert!(holds.leave("order-7", &[e2.key()]).await.unwrap());
+    let status = relay_runtime::DynamoStatusStore::new(
+        env.dynamodb.clone(),
+        &env.table_name,
+        relay_runtime::TtlPolicy::new(Duration::from_secs(3600)),
+    );
+    status.mark_published(&e1.key()).await.unwrap();
+
+    // When the poller releases the hold as it read it
+    let released = holds.release(&read[0]).await.unwrap();
+
+    // Then the hold stays: E2 was left under it since
+    assert!(!released);
+    let hold = holds.list().await.unwrap().remove(0);
+    let mut left = hold.left.clone();
+    left.sort_by(|a, b| a.sk.cmp(&b.sk));
+    let mut expected = vec![e1.key(), e2.key()];
+    expected.sort_by(|a, b| a.sk.cmp(&b.sk));
+    assert_eq!(left, expected);
+
+    // And the index adapter finds E2 pending, though not under the hold's partition
+    let index = relay_poller::DynamoPendingIndex::new(
+        env.dynamodb.clone(),
+        &env.table_name,
+        outbox_shared::schema::DEFAULT_INDEX_NAME,
+    );
+    assert!(index.has_pending(&hold).await.unwrap());
+
+    // When E2 is published too
+    status.mark_published(&e2.key()).await.unwrap();
+
+    // Then nothing the hold covers is pending, its release goes through, and the stream relay's
+    // next leave finds it gone (the events are the stream relay's to publish again)
+    assert!(!index.has_pending(&hold).await.unwrap());
+    assert!(holds.release(&hold).await.unwrap());
+    assert!(holds.list().await.unwrap().is_empty());
+    assert!(!holds.leave("order-7", &[e2.key()]).await.unwrap());
+    assert!(!holds.extend(&hold).await.unwrap());
+}

@@ -331,6 +331,11 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
                 if let Err(err) = self.store.clear_handoff(shard, &self.owner).await {
                     tracing::warn!(shard, owner = %self.owner, error = %err, "could not clear a hand-over request");
                 }
+                // This round's renewal confirmed the lease is this poller's: a shard stopped by a
+                // hand-over that went unanswered polls again.
+                if let Some(owned) = self.shared.state().owned.get_mut(&shard) {
+                    owned.handing_over = false;
+                }
                 continue;
             }
             let Some((counter, last_pass_at)) = self.stop_polling(shard) else {
@@ -359,26 +364,24 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
                     last_pass_at,
                 )
                 .await;
-            let mut state = self.shared.state();
             match written {
                 Ok(true) => {
-                    state.owned.remove(&shard);
+                    self.shared.state().owned.remove(&shard);
                     report.handed_over.push(shard);
                     tracing::info!(shard, owner = %self.owner, to = %requester, "lease handed over");
                 }
+                // The shard stays stopped (`handing_over`) until a renewal says whose the lease
+                // is: "not mine" may be the SDK's retry of a hand-over that was written (DynamoDB
+                // answers the retried conditional write ConditionalCheckFailed), and a failed call
+                // may have been written too; either way the requester adopts the lease at its next
+                // round, and a holder that polled again would poll the shard beside it for up to a
+                // renew interval. The next renewal fails if the lease is the requester's (lost), or
+                // brings the request back (answered again) or finds it withdrawn (polled again).
                 Ok(false) => {
-                    // The request was withdrawn, or the lease changed: the next renewal says
-                    // whether it is still this poller's.
-                    if let Some(owned) = state.owned.get_mut(&shard) {
-                        owned.handing_over = false;
-                    }
-                    tracing::debug!(shard, owner = %self.owner, to = %requester, "hand-over not made: the request was withdrawn or the lease changed");
+                    tracing::debug!(shard, owner = %self.owner, to = %requester, "hand-over not confirmed: the request was withdrawn, the lease changed, or a retried write was refused; the shard stays stopped until the next renewal");
                 }
                 Err(err) => {
-                    if let Some(owned) = state.owned.get_mut(&shard) {
-                        owned.handing_over = false;
-                    }
-                    tracing::warn!(shard, owner = %self.owner, error = %err, "hand-over failed; polling the shard again");
+                    tracing::warn!(shard, owner = %self.owner, error = %err, "hand-over failed; the shard stays stopped until the next renewal");
                 }
             }
         }

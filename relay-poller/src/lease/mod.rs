@@ -12,7 +12,9 @@
 //!   and nothing is free, ask the poller holding the most for one lease (at most one per round).
 //! - A hand-over is graceful: the holder stops taking pages of the shard, waits for the page in
 //!   flight, and only then writes the lease over to the poller that asked, so two pollers never
-//!   poll a shard at once while their clocks agree.
+//!   poll a shard at once while their clocks agree. A hand-over not confirmed (the call failed,
+//!   or answered "not mine", as a retried write that was applied the first time does) leaves the
+//!   shard stopped until the holder's next renewal says whether the lease is still its own.
 //! - A poller stops taking pages of a shard at its *poll deadline*, one renew interval before the
 //!   lease it last renewed expires; another poller takes the lease only after that expiry by its
 //!   own clock. Pollers' clocks may therefore differ by up to one renew interval (less the

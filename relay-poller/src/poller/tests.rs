@@ -495,3 +495,35 @@ async fn the_ttl_refresh_metric_counts_each_extension_once() {
         .sum();
     assert_eq!(counted, 3);
 }
+
+#[tokio::test]
+async fn a_hold_kept_while_its_events_are_pending_gets_its_ttl_pushed_out_and_is_released_once_they_are_out()
+ {
+    // Given aggregate a held with its event left to the poller and still pending, and the hold's
+    // ttl an hour away (the poller has kept failing to publish it)
+    let table = Table::default();
+    let raw = event("a", 1, 0);
+    let partition = raw[attr::GSI1PK].as_s().unwrap().clone();
+    table.insert(raw.clone());
+    let holds = FakeHoldStore::default();
+    holds.hold("a", &partition, &[key_of(&raw)]).await.unwrap();
+    let soon = Utc::now().timestamp() + 3600;
+    holds.set_ttl("a", soon);
+    let settings = poller(&table, 10).settings().clone();
+    let poller = Poller::new(&table, &table, &table, &table, &holds, settings);
+
+    // When the poller's release runs
+    poller.release_holds().await;
+
+    // Then the hold stays, its ttl pushed out past the refresh margin, so DynamoDB's TTL does not
+    // delete it while its event is unpublished
+    assert!(holds.holds().contains_key("a"));
+    let ttl = holds.ttl("a").unwrap();
+    assert!(ttl > soon + 24 * 3600, "ttl {ttl}, was {soon}");
+
+    // And once the event is published, the next release deletes the hold
+    poller.pass(later(), &CancellationToken::new()).await;
+    assert_eq!(table.status(&key_of(&raw)), "PUBLISHED");
+    poller.release_holds().await;
+    assert!(holds.holds().is_empty());
+}

@@ -50,7 +50,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
         let held = within(finish_by, self.holds.held(&keys))
             .await
             .unwrap_or_else(|| Err(cut_by_deadline("BatchGetItem")));
-        let left: Vec<_> = match held {
+        let candidates: Vec<_> = match held {
             Ok(held) if held.is_empty() => return,
             // An event outside the index stays: only this relay can publish it
             Ok(held) => ready.take_if(|e, &index| {
@@ -67,7 +67,24 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
                 return;
             }
         };
-        for (key, event, index) in left {
+        let recorded = self.record_left(records, &candidates, finish_by).await;
+        let mut released = Vec::new();
+        for (key, event, index) in candidates {
+            match recorded.get(&event.ordering_key) {
+                Some(Recorded::Left) => {}
+                // Released since it was read: the poller published everything left under it,
+                // so the aggregate's events are this relay's again.
+                Some(Recorded::Released) | None => {
+                    released.push((key, event, index));
+                    continue;
+                }
+                Some(Recorded::Failed) => {
+                    outcomes[index] = Some(RecordOutcome::NotSent {
+                        event_id: event.event_id,
+                    });
+                    continue;
+                }
+            }
             if is_ttl_deletion(&records[index]) {
                 poison.push(gone_from_the_table(
                     key,
@@ -82,6 +99,50 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
                 event_id: event.event_id,
             });
         }
+        if !released.is_empty() {
+            // Back in the batch's order, which the publisher keeps per aggregate.
+            let mut back = ready.take_if(|_, _| true);
+            back.extend(released);
+            back.sort_by_key(|&(_, _, index)| index);
+            for (key, event, index) in back {
+                ready.push(key, event, index);
+            }
+        }
+    }
+
+    /// Records on each held aggregate's hold the events among `candidates` the poller can see
+    /// (the ones this relay leaves to it), one conditional write per aggregate: what each
+    /// answered. A hold released since it was read takes nothing.
+    async fn record_left(
+        &self,
+        records: &[EventRecord],
+        candidates: &[(outbox_shared::ItemKey, outbox_shared::OutboundEvent, usize)],
+        finish_by: Option<Instant>,
+    ) -> HashMap<String, Recorded> {
+        let mut left: HashMap<&str, Vec<outbox_shared::ItemKey>> = HashMap::new();
+        for (key, event, index) in candidates {
+            let keys = left.entry(event.ordering_key.as_str()).or_default();
+            if poller_can_see(&records[*index]) {
+                keys.push(key.clone());
+            }
+        }
+        futures::future::join_all(left.into_iter().map(|(ordering_key, keys)| async move {
+            let result = within(finish_by, self.holds.leave(ordering_key, &keys))
+                .await
+                .unwrap_or_else(|| Err(cut_by_deadline("UpdateItem")));
+            let recorded = match result {
+                Ok(true) => Recorded::Left,
+                Ok(false) => Recorded::Released,
+                Err(err) => {
+                    tracing::warn!(ordering_key, error = %outbox_shared::error::describe(&err), "could not record the events left under an aggregate hold; they are re-delivered");
+                    Recorded::Failed
+                }
+            };
+            (ordering_key.to_owned(), recorded)
+        }))
+        .await
+        .into_iter()
+        .collect()
     }
 
     /// Hold mode, after publishing: each aggregate with an event that failed (and the later ones
@@ -99,15 +160,18 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
         let (settled, gone) = self
             .dead_letter_ttl_deletions(records, settled, finish_by)
             .await;
-        let mut partitions: HashMap<String, String> = HashMap::new();
+        // Per aggregate: the partition of its first event left, and every event left.
+        let mut partitions: HashMap<String, (String, Vec<outbox_shared::ItemKey>)> = HashMap::new();
         for result in &settled {
             if let Settled::Failed {
                 ordering_key,
+                key,
                 source,
                 ..
             }
             | Settled::HeldBack {
                 ordering_key,
+                key,
                 source,
                 ..
             } = result
@@ -118,16 +182,18 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
                     .unwrap_or_default();
                 partitions
                     .entry(ordering_key.clone())
-                    .or_insert_with(|| partition.to_owned());
+                    .or_insert_with(|| (partition.to_owned(), Vec::new()))
+                    .1
+                    .push(key.clone());
             }
         }
         if partitions.is_empty() {
             return settled.into_iter().chain(gone).collect();
         }
-        let holds = futures::future::join_all(partitions.iter().map(|(key, partition)| async move {
-            let result = within(finish_by, self.holds.hold(key, partition))
+        let holds = futures::future::join_all(partitions.iter().map(|(key, (partition, left))| async move {
+            let result = within(finish_by, self.holds.hold(key, partition, left))
                 .await
-                .unwrap_or_else(|| Err(cut_by_deadline("PutItem")));
+                .unwrap_or_else(|| Err(cut_by_deadline("UpdateItem")));
             if let Err(err) = &result {
                 tracing::warn!(ordering_key = %key, error = %outbox_shared::error::describe(&err), "could not hold the aggregate; its events are re-delivered");
             }
@@ -234,4 +300,15 @@ fn gone_from_the_table(
         ),
         source,
     }
+}
+
+/// What recording the events left under a hold answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recorded {
+    /// Recorded: the events are the poller's.
+    Left,
+    /// The hold was released since it was read: the events are this relay's to publish.
+    Released,
+    /// The write failed: the events are re-delivered.
+    Failed,
 }

@@ -705,7 +705,11 @@ async fn in_hold_mode_a_ttl_deleted_event_of_a_held_aggregate_is_dead_lettered_n
     // Given aggregate o-91 held, and the TTL deletion of one of its pending events: the poller
     // can't see it (the item is gone)
     let ports = Ports::new(FakePublisher::default());
-    ports.holds.hold("o-91", "OUTBOX#PENDING#5").await.unwrap();
+    ports
+        .holds
+        .hold("o-91", "OUTBOX#PENDING#5", &[])
+        .await
+        .unwrap();
     let records = vec![ttl_deletion_of_a_pending_event()];
 
     // When the batch is handled in hold mode
@@ -761,8 +765,16 @@ async fn in_hold_mode_an_event_outside_the_index_is_published_even_when_its_aggr
     // Given aggregate o-e1 held, and an INSERT of its event without index keys (the poller's
     // queries never see it), and one whose sort key is not shaped EVENT#{CreatedAt}#{EventId}
     let ports = Ports::new(FakePublisher::default());
-    ports.holds.hold("o-e1", "OUTBOX#PENDING#1").await.unwrap();
-    ports.holds.hold("o-e2", "OUTBOX#PENDING#1").await.unwrap();
+    ports
+        .holds
+        .hold("o-e1", "OUTBOX#PENDING#1", &[])
+        .await
+        .unwrap();
+    ports
+        .holds
+        .hold("o-e2", "OUTBOX#PENDING#1", &[])
+        .await
+        .unwrap();
     let mut odd_sort_key = outbox_insert(2, "e2", "{}");
     odd_sort_key
         .change
@@ -890,4 +902,116 @@ async fn what_runs_after_the_last_publish_ends_before_the_invocations_deadline()
     assert_eq!(report.first_unpublished, None);
     assert_eq!(publisher.published().len(), 1);
     assert_eq!(letters.letters().len(), 1);
+}
+
+/// Holds read as held, whose record of what is left answers as set: `Ok(false)` for a hold the
+/// poller released between this relay's read and its record, an error for a write that failed.
+struct ReleasedMeanwhile {
+    held: Vec<String>,
+    leave: Result<bool, ()>,
+}
+
+impl relay_runtime::HoldStore for ReleasedMeanwhile {
+    async fn hold(&self, _: &str, _: &str, _: &[ItemKey]) -> Result<(), outbox_shared::SdkFailure> {
+        Ok(())
+    }
+
+    async fn leave(&self, _: &str, _: &[ItemKey]) -> Result<bool, outbox_shared::SdkFailure> {
+        self.leave
+            .map_err(|()| relay_runtime::testing::throttled_update())
+    }
+
+    async fn held(
+        &self,
+        keys: &[String],
+    ) -> Result<std::collections::HashSet<String>, outbox_shared::SdkFailure> {
+        Ok(keys
+            .iter()
+            .filter(|k| self.held.contains(k))
+            .cloned()
+            .collect())
+    }
+
+    async fn list(&self) -> Result<Vec<relay_runtime::Hold>, outbox_shared::SdkFailure> {
+        unreachable!("the stream relay does not list holds")
+    }
+
+    async fn release(&self, _: &relay_runtime::Hold) -> Result<bool, outbox_shared::SdkFailure> {
+        unreachable!("the stream relay does not release holds")
+    }
+
+    async fn extend(&self, _: &relay_runtime::Hold) -> Result<bool, outbox_shared::SdkFailure> {
+        unreachable!("the stream relay does not extend holds")
+    }
+}
+
+/// `record` as an event of aggregate `aggregate`.
+fn of_aggregate(mut record: EventRecord, aggregate: &str) -> EventRecord {
+    record
+        .change
+        .new_image
+        .insert("AggregateId".into(), AttributeValue::S(aggregate.into()));
+    record
+}
+
+/// A batch of o-x's x1, o-y's y1 and o-x's x2, o-x read as held, handled in hold mode.
+async fn handled_with_a_hold_that(
+    leave: Result<bool, ()>,
+) -> (BatchReport, Vec<String>, Vec<EventRecord>) {
+    let ports = Ports::new(FakePublisher::default());
+    let holds = ReleasedMeanwhile {
+        held: vec!["o-x".into()],
+        leave,
+    };
+    let relay = StreamRelay::new(
+        &ports.publisher,
+        &ports.status,
+        holds,
+        Some(&ports.dead_letters),
+        HandlerOptions {
+            hold_failed_aggregates: true,
+            ..HandlerOptions::default()
+        },
+    );
+    let records = vec![
+        of_aggregate(outbox_insert(1, "x1", "{}"), "o-x"),
+        outbox_insert(2, "y1", "{}"),
+        of_aggregate(outbox_insert(3, "x2", "{}"), "o-x"),
+    ];
+    let report = relay.handle(&records).await;
+    let published = ports
+        .publisher
+        .published()
+        .iter()
+        .map(|e| e.event_id.clone())
+        .collect();
+    (report, published, records)
+}
+
+#[tokio::test]
+async fn in_hold_mode_a_hold_released_between_its_read_and_the_record_leaves_nothing_to_the_poller()
+{
+    // Given o-x read as held, whose hold the poller released before this relay recorded x1 and
+    // x2 on it (the poller published everything recorded before)
+    // When the batch is handled
+    let (report, published, _) = handled_with_a_hold_that(Ok(false)).await;
+
+    // Then x1 and x2 are published by this relay, in order, with y1: nobody else would
+    assert_eq!(report.counts().held, 0, "{report:?}");
+    assert_eq!(published, ["x1", "y1", "x2"]);
+}
+
+#[tokio::test]
+async fn in_hold_mode_events_that_could_not_be_recorded_on_their_hold_are_re_delivered() {
+    // Given o-x read as held, and the write recording x1 and x2 on its hold failing
+    // When the batch is handled
+    let (report, published, records) = handled_with_a_hold_that(Err(())).await;
+
+    // Then neither is published nor left to the poller: the batch is re-delivered from x1, and
+    // y1 is published
+    assert_eq!(published, ["y1"]);
+    assert_eq!(report.counts().held, 0, "{report:?}");
+    let failures = report.response(&records).batch_item_failures;
+    assert_eq!(failures.len(), 1);
+    assert_eq!(failures[0].item_identifier.as_deref(), Some("00000001"));
 }

@@ -39,11 +39,24 @@ struct Table {
     heartbeats: BTreeMap<String, Heartbeat>,
 }
 
-/// One poller's connection to the shared table; `down` makes every call of this poller fail.
+/// How a hand-over write that took effect answers (a fault of the poller's connection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LostReply {
+    /// The reply was lost and the SDK's retries ran out: an error.
+    Fails,
+    /// The reply was lost and the SDK retried the write, which the condition then refused (the
+    /// lease is no longer the holder's): "not mine", as DynamoDB answers a retried conditional
+    /// write that was applied the first time.
+    NotMine,
+}
+
+/// One poller's connection to the shared table; `down` makes every call of this poller fail;
+/// `hand_over_reply` makes its next hand-over take effect and answer as set.
 #[derive(Debug, Clone, Default)]
 struct MemoryStore {
     table: Arc<Mutex<Table>>,
     down: Arc<AtomicBool>,
+    hand_over_reply: Arc<Mutex<Option<LostReply>>>,
 }
 
 impl MemoryStore {
@@ -52,6 +65,7 @@ impl MemoryStore {
         Self {
             table: self.table.clone(),
             down: Arc::default(),
+            hand_over_reply: Arc::default(),
         }
     }
 
@@ -202,7 +216,14 @@ impl LeaseStore for MemoryStore {
                 if last_pass_at.is_some() {
                     l.last_pass_at = last_pass_at;
                 }
-                Ok(true)
+                match self.hand_over_reply.lock().unwrap().take() {
+                    None => Ok(true),
+                    Some(LostReply::NotMine) => Ok(false),
+                    Some(LostReply::Fails) => Err(LeaseError::Call {
+                        table: "leases".into(),
+                        failure: outbox_shared::SdkFailure::incomplete("UpdateItem", "injected"),
+                    }),
+                }
             }
             _ => Ok(false),
         }
@@ -269,6 +290,7 @@ struct Member {
     manager: LeaseManager<MemoryStore, FakeClock>,
     assignment: LeasedShards<FakeClock>,
     down: Arc<AtomicBool>,
+    hand_over_reply: Arc<Mutex<Option<LostReply>>>,
     /// When its rounds run within each renew interval.
     phase: Millis,
     running: bool,
@@ -299,6 +321,7 @@ impl Fleet {
     fn join(&mut self, name: &str, phase: Millis) -> usize {
         let store = self.table.connect();
         let down = store.down.clone();
+        let hand_over_reply = store.hand_over_reply.clone();
         let manager = LeaseManager::new(
             store,
             self.clock.clone(),
@@ -311,6 +334,7 @@ impl Fleet {
             manager,
             assignment,
             down,
+            hand_over_reply,
             phase: (self.elapsed + phase) % RENEW,
             running: true,
         });
@@ -734,4 +758,46 @@ async fn a_poller_that_stops_withdraws_its_request_and_releases_what_was_just_ha
         "{:?}",
         fleet.table.owners()
     );
+}
+
+/// A hand-over whose write took effect but whose answer did not say so: `a` must not poll the
+/// shard again, since `b` adopts it at its next round.
+async fn a_hand_over_whose_reply_was_lost(reply: LostReply) {
+    // Given a holds both shards, and the reply to its next hand-over will be lost (`reply`)
+    let mut fleet = Fleet::new(2);
+    let a = fleet.join("a", 0);
+    fleet.run_for(2 * RENEW).await;
+    assert_eq!(fleet.owned(a), 2);
+    *fleet.members[a].hand_over_reply.lock().unwrap() = Some(reply);
+
+    // When b joins and asks for one, and a hands it over at its next round
+    let b = fleet.join("b", 500);
+    let handed = fleet
+        .run_until(4 * RENEW, |f| {
+            f.members[a].hand_over_reply.lock().unwrap().is_none()
+        })
+        .await;
+    assert!(
+        handed.is_some(),
+        "a never handed over: {:?}",
+        fleet.table.owners()
+    );
+
+    // Then b adopts it at its next round while a polls it no more (run_for checks at every
+    // step that no shard may be polled by two pollers), and a's next renewal finds it lost
+    fleet.run_for(2 * RENEW).await;
+    assert_eq!((fleet.owned(a), fleet.owned(b)), (1, 1));
+    for shard in fleet.members[b].manager.owned() {
+        assert_eq!(fleet.pollers_of(shard), [b]);
+    }
+}
+
+#[tokio::test]
+async fn a_hand_over_written_but_failed_leaves_the_holder_stopped_until_a_renewal_says() {
+    a_hand_over_whose_reply_was_lost(LostReply::Fails).await;
+}
+
+#[tokio::test]
+async fn a_hand_over_written_then_retried_into_not_mine_leaves_the_holder_stopped() {
+    a_hand_over_whose_reply_was_lost(LostReply::NotMine).await;
 }

@@ -140,8 +140,24 @@ impl PendingIndex for &Table {
         unreachable!("not used by the poller")
     }
 
-    async fn has_pending(&self, _hold: &relay_runtime::Hold) -> Result<bool, IndexError> {
-        unreachable!("no holds")
+    async fn has_pending(&self, hold: &relay_runtime::Hold) -> Result<bool, IndexError> {
+        let statuses = self.statuses.lock().unwrap();
+        let recorded = hold
+            .left
+            .iter()
+            .any(|key| statuses.get(key).is_some_and(|s| s == "PENDING"));
+        let in_partition = self
+            .index
+            .lock()
+            .unwrap()
+            .get(&hold.partition)
+            .is_some_and(|items| {
+                items.values().any(|raw| {
+                    string_attr(raw, attr::AGGREGATE_ID).as_deref()
+                        == Some(hold.ordering_key.as_str())
+                })
+            });
+        Ok(recorded || in_partition)
     }
 
     async fn partitions(&self) -> Result<PartitionCounts, IndexError> {
