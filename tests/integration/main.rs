@@ -15,6 +15,7 @@ mod infra_template;
 mod operator_commands;
 mod poller_drain;
 mod poller_fleet;
+mod poller_metrics;
 mod poller_quota;
 mod relay_faults;
 mod relay_refused_calls;

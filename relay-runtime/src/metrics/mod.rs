@@ -18,6 +18,10 @@ use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::ConfigBag;
 use metrics::Unit;
 
+pub mod emf;
+#[cfg(any(test, feature = "testing"))]
+pub mod spec;
+
 /// Default of `METRICS_NAMESPACE`, and the template's `MetricsNamespace` default.
 pub const DEFAULT_NAMESPACE: &str = "OutboxRelay";
 /// The dimension naming the relay that emitted a metric.
