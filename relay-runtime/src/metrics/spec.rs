@@ -72,9 +72,9 @@ pub fn violations(line: &str) -> Vec<String> {
         found.push("no _aws object".into());
         return found;
     };
-    if !aws
+    if aws
         .get("Timestamp")
-        .is_some_and(|t| t.as_u64().is_some_and(|t| t > 0))
+        .is_none_or(|t| t.as_u64().is_none_or(|t| t == 0))
     {
         found.push("_aws.Timestamp is not epoch milliseconds".into());
     }
@@ -158,7 +158,9 @@ pub fn violations(line: &str) -> Vec<String> {
                         found.push(format!("{name} has a value that is not a number"));
                     }
                 }
-                other => found.push(format!("{name} has no numeric value at the root: {other:?}")),
+                other => found.push(format!(
+                    "{name} has no numeric value at the root: {other:?}"
+                )),
             }
         }
     }
