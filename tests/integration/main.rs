@@ -8,6 +8,7 @@
 mod bootstrap;
 mod consumer_example;
 mod consumer_helpers;
+mod costs;
 mod dead_letter_size;
 mod demo;
 mod harness;
