@@ -9,8 +9,8 @@
 //! rest (the latest backlog, the one scaling and alarms need) and logged hundreds of ERROR lines.
 //! It also wrote each document in many small writes to an unlocked stderr, where a log line could
 //! land inside it. Its gauges are written at every flush, set or not, so a poller whose reads fail
-//! would repeat its last backlog instead of reporting nothing. No crate writes EMF for the
-//! `metrics` facade otherwise; this is one file.
+//! would repeat its last backlog instead of reporting nothing. It has no setting for any of
+//! this, and no other maintained EMF recorder for the `metrics` facade was found; this is one file.
 //!
 //! What one flush writes, per label set (one dimension set: [`super::RELAY_DIMENSION`] and the
 //! labels, e.g. [`super::OPERATION_DIMENSION`]):
