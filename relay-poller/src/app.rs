@@ -151,23 +151,26 @@ fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
 
 async fn start(
     config: &RelayConfig,
-) -> anyhow::Result<(
-    Arc<AwsPoller>,
-    &'static metrics_cloudwatch_embedded::Collector,
-    AwsClients,
-)> {
-    // Flushed to stderr: stdout carries the commands' results, and CloudWatch Logs extracts EMF
-    // documents from either stream.
-    let collector = relay_runtime::metrics::install_emf(
+) -> anyhow::Result<(Arc<AwsPoller>, relay_runtime::metrics::Emf, AwsClients)> {
+    // Flushed to stderr, through the logs' own writer: stdout carries the commands' results, and
+    // CloudWatch Logs extracts EMF documents from either stream.
+    let metrics = relay_runtime::metrics::install_emf(
         &config.metrics_namespace,
         crate::poller::ORIGIN,
         Some(METRICS_FLUSH_INTERVAL),
     )
-    .map_err(|e| anyhow::anyhow!("installing the metrics recorder: {e}"))?;
+    .context("installing the metrics recorder")?;
     let sdk = relay_runtime::load_aws_config().await?;
     let clients = AwsClients::new(&sdk);
     let poller = aws_poller(clients.clone(), config).map_err(SettingError::from)?;
-    Ok((Arc::new(poller), collector, clients))
+    Ok((Arc::new(poller), metrics, clients))
+}
+
+/// The last flush before the process exits.
+fn flush_metrics(metrics: &relay_runtime::metrics::Emf) {
+    if let Err(err) = metrics.flush() {
+        tracing::warn!(error = %err, "could not write metrics");
+    }
 }
 
 /// The poller's leases on AWS.
@@ -202,7 +205,7 @@ async fn run_continuously(args: RunArgs) -> anyhow::Result<ExitCode> {
     let config = args.relay.validate()?;
     let leases = args.leases.settings(args.relay.table.shards.is_some())?;
     let shutdown = shutdown_signal()?;
-    let (poller, collector, clients) = start(&config).await?;
+    let (poller, metrics, clients) = start(&config).await?;
     let manager = match &leases {
         Some(settings) => Some(Arc::new(
             lease_manager(&clients.dynamodb, &config, settings).await?,
@@ -284,7 +287,7 @@ async fn run_continuously(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(manager) = &manager {
         manager.release_all().await;
     }
-    let _ = collector.flush(std::io::stderr());
+    flush_metrics(&metrics);
     tracing::info!("poller stopped");
     match failure.flatten() {
         Some(err) => Err(err).context("holding shard leases"),
@@ -296,7 +299,7 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
     let config = args.relay.validate()?;
     let respected = args.respected_lease_table()?.map(str::to_owned);
     let shutdown = shutdown_signal()?;
-    let (poller, collector, clients) = start(&config).await?;
+    let (poller, metrics, clients) = start(&config).await?;
     let respect = respected.map(|table| {
         Arc::new(RespectLeases::new(
             DynamoLeaseStore::new(clients.dynamodb.clone(), table),
@@ -354,7 +357,7 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
         put_events_calls: poller.publisher().stats().put_events_calls,
         ..summary
     };
-    let _ = collector.flush(std::io::stderr());
+    flush_metrics(&metrics);
     let line = serde_json::to_string(&summary).context("serializing the summary")?;
     writeln!(std::io::stdout(), "{line}").context("writing the summary")?;
     tracing::info!(

@@ -1,11 +1,11 @@
 //! The glue between `lambda_runtime` and the handler: one invocation is one batch; the response
 //! carries `batchItemFailures`; metrics are flushed in CloudWatch Embedded Metric Format after
-//! every invocation.
+//! every invocation, to stderr through the logs' own writer (`relay_runtime::telemetry::Lines`).
 
 use aws_lambda_events::dynamodb::Event;
 use aws_lambda_events::streams::DynamoDbEventResponse;
 use lambda_runtime::LambdaEvent;
-use metrics_cloudwatch_embedded::Collector;
+use relay_runtime::metrics::{Emf, RecorderInstalled};
 
 use crate::AwsStreamRelay;
 
@@ -14,9 +14,7 @@ use crate::AwsStreamRelay;
 ///
 /// # Errors
 /// When a global metrics recorder is already installed.
-pub fn init_metrics(
-    namespace: &str,
-) -> Result<&'static Collector, metrics_cloudwatch_embedded::Error> {
+pub fn init_metrics(namespace: &str) -> Result<Emf, RecorderInstalled> {
     relay_runtime::metrics::install_emf(namespace, crate::handler::ORIGIN, None)
 }
 
@@ -40,7 +38,7 @@ fn now_ms() -> u64 {
 /// The Lambda function: the relay plus its metrics collector.
 pub struct LambdaRelay {
     relay: AwsStreamRelay,
-    metrics: Option<&'static Collector>,
+    metrics: Option<Emf>,
 }
 
 impl std::fmt::Debug for LambdaRelay {
@@ -53,7 +51,7 @@ impl std::fmt::Debug for LambdaRelay {
 }
 
 impl LambdaRelay {
-    pub fn new(relay: AwsStreamRelay, metrics: Option<&'static Collector>) -> Self {
+    pub fn new(relay: AwsStreamRelay, metrics: Option<Emf>) -> Self {
         Self { relay, metrics }
     }
 
@@ -74,10 +72,10 @@ impl LambdaRelay {
             );
         }
         let report = self.relay.handle_until(records, deadline).await;
-        if let Some(metrics) = self.metrics {
+        if let Some(metrics) = &self.metrics {
             let flushed = metrics
                 .set_property("requestId", event.context.request_id.clone())
-                .flush(std::io::stdout().lock());
+                .flush();
             if let Err(err) = flushed {
                 tracing::warn!(error = %err, "could not write metrics");
             }

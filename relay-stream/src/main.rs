@@ -23,7 +23,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         .context("reading the configuration from the environment")?;
     let sdk_config = relay_runtime::load_aws_config().await?;
     let relay = relay_stream::build_relay(&env.relay, &sdk_config)?;
-    let metrics = init_metrics(&env.metrics.metrics_namespace).map_err(|e| anyhow::anyhow!(e))?;
+    let metrics = init_metrics(&env.metrics.metrics_namespace)?;
     let function = LambdaRelay::new(relay, Some(metrics));
     let function = &function;
     lambda_runtime::run(lambda_runtime::service_fn(move |event| {

@@ -121,7 +121,7 @@ async fn bootstrap_relays_a_stream_batch_through_the_runtime_api() {
         .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
         .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
         .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
-        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .expect("bootstrap starts");
@@ -164,18 +164,23 @@ async fn bootstrap_relays_a_stream_batch_through_the_runtime_api() {
             .all(|i| i.status == OutboxStatus::Published && i.gsi1pk.is_none())
     );
 
-    // And it wrote its metrics in CloudWatch Embedded Metric Format on stdout
+    // And it wrote its metrics in CloudWatch Embedded Metric Format on stderr, between its log
+    // lines and never inside one: every line is one JSON object, and the document is valid EMF
     function.start_kill().unwrap();
     let output = function.wait_with_output().await.unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let emf: Value = stdout
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<Value> = stderr
         .lines()
-        .find_map(|l| {
-            serde_json::from_str::<Value>(l)
-                .ok()
-                .filter(|v| v.get("_aws").is_some())
-        })
-        .unwrap_or_else(|| panic!("no EMF document on stdout: {stdout}"));
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not one JSON line ({e}): {l}")))
+        .collect();
+    let emf = lines
+        .iter()
+        .find(|v| relay_runtime::metrics::spec::is_emf(v))
+        .unwrap_or_else(|| panic!("no EMF document on stderr: {stderr}"));
+    assert_eq!(
+        relay_runtime::metrics::spec::violations(&emf.to_string()),
+        Vec::<String>::new()
+    );
     assert_eq!(emf["Published"], 8, "{emf}");
     drop(watch);
 }

@@ -8,6 +8,7 @@
 mod bootstrap;
 mod consumer_example;
 mod consumer_helpers;
+mod costs;
 mod dead_letter_size;
 mod demo;
 mod harness;
@@ -15,6 +16,7 @@ mod infra_template;
 mod operator_commands;
 mod poller_drain;
 mod poller_fleet;
+mod poller_metrics;
 mod poller_quota;
 mod relay_faults;
 mod relay_refused_calls;

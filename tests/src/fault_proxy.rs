@@ -233,6 +233,18 @@ impl FaultProxy {
         all
     }
 
+    /// What was counted so far, per `X-Amz-Target` (calls passed on included): what a run cost
+    /// (`costs::calls_per_path_for_docs_costs`, docs/costs.md).
+    pub fn counts_by_target(&self) -> std::collections::BTreeMap<String, FaultCounts> {
+        self.state
+            .counts
+            .lock()
+            .expect("counts")
+            .iter()
+            .map(|(target, counts)| (target.clone(), *counts))
+            .collect()
+    }
+
     /// What was injected so far into calls of `target` (an `X-Amz-Target`).
     pub fn counts_for(&self, target: &str) -> FaultCounts {
         self.state

@@ -46,6 +46,7 @@ where
                 ?outcome,
                 taken = stats.taken,
                 published = stats.published,
+                read_errors = stats.read_errors,
                 "pass done"
             );
             if outcome == PassOutcome::Progress {

@@ -6,7 +6,9 @@
 //! [`OPERATION_DIMENSION`]. docs/operations.md has the table (metric, unit, dimensions, emitted by,
 //! alarm); the template's alarms use these names.
 //!
-//! Without a recorder installed (library use, tests) recording is a no-op.
+//! Without a recorder installed (library use, tests) recording is a no-op. The recorder and the
+//! documents it writes, within the format's limits, are [`emf`]'s; [`spec`] checks a document as
+//! CloudWatch does.
 
 use std::time::Duration;
 
@@ -17,6 +19,12 @@ use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::ConfigBag;
 use metrics::Unit;
+
+pub mod emf;
+#[cfg(any(test, feature = "testing"))]
+pub mod spec;
+
+pub use emf::Emf;
 
 /// Default of `METRICS_NAMESPACE`, and the template's `MetricsNamespace` default.
 pub const DEFAULT_NAMESPACE: &str = "OutboxRelay";
@@ -106,8 +114,14 @@ impl Default for MetricsArgs {
     }
 }
 
-/// Installs the EMF recorder for `relay` in `namespace`: flushed every `interval` to stderr when
-/// given (a long-running process), or by the caller (the Lambda, after each invocation).
+/// A global metrics recorder was already installed.
+#[derive(Debug, thiserror::Error)]
+#[error("a global metrics recorder is already installed")]
+pub struct RecorderInstalled;
+
+/// Installs the EMF recorder for `relay` in `namespace`, writing to stderr through the process's
+/// one output ([`crate::telemetry::Lines`]): flushed every `interval` when given (a long-running
+/// process), or by the caller (the Lambda, after each invocation).
 ///
 /// # Errors
 /// When a global metrics recorder is already installed.
@@ -115,16 +129,19 @@ pub fn install_emf(
     namespace: &str,
     relay: &'static str,
     interval: Option<Duration>,
-) -> Result<&'static metrics_cloudwatch_embedded::Collector, metrics_cloudwatch_embedded::Error> {
-    let mut builder = metrics_cloudwatch_embedded::Builder::new()
-        .cloudwatch_namespace(namespace.to_owned())
-        .with_dimension(RELAY_DIMENSION, relay);
+) -> Result<Emf, RecorderInstalled> {
+    let emf = Emf::new(
+        namespace,
+        RELAY_DIMENSION,
+        relay,
+        crate::telemetry::Lines::stderr(),
+    );
+    metrics::set_global_recorder(emf.recorder()).map_err(|_| RecorderInstalled)?;
     if let Some(interval) = interval {
-        builder = builder.with_auto_flush_writer(interval, std::io::stderr);
+        emf.flush_every(interval);
     }
-    let collector = builder.init()?;
     describe();
-    Ok(collector)
+    Ok(emf)
 }
 
 fn describe() {
