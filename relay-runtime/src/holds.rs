@@ -11,6 +11,7 @@
 //! Each hold is also in the outbox index under its own partition ([`schema::HOLD_PARTITION`]), so
 //! the poller lists every hold with one query.
 
+use crate::permissions::{Call, Target};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::time::Duration;
@@ -65,6 +66,20 @@ pub trait HoldStore: Send + Sync {
 const BATCH_GET_MAX_KEYS: usize = 100;
 /// `BatchGetItem` rounds for unprocessed keys before giving up.
 const BATCH_GET_MAX_ROUNDS: u32 = 5;
+
+/// The calls that hold aggregates and read their holds (the stream relay's hold mode):
+/// [`DynamoHoldStore::hold`] and [`DynamoHoldStore::held`], on hold items only.
+pub const HOLD_CALLS: &[Call] = &[
+    Call::new("dynamodb:PutItem", Target::HoldItems),
+    Call::new("dynamodb:BatchGetItem", Target::HoldItems),
+];
+
+/// The calls that list and release holds (the poller): [`DynamoHoldStore::list`] (a `Query` of the
+/// index's hold partition) and [`DynamoHoldStore::release`].
+pub const RELEASE_CALLS: &[Call] = &[
+    Call::new("dynamodb:Query", Target::OutboxIndex),
+    Call::new("dynamodb:DeleteItem", Target::HoldItems),
+];
 
 /// The DynamoDB adapter: hold items in the outbox table.
 #[derive(Debug, Clone)]
