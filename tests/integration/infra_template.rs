@@ -1375,3 +1375,59 @@ fn the_dashboard_shows_what_the_on_call_engineer_needs_from_metrics_the_relays_e
         "the failed-calls widget"
     );
 }
+
+#[test]
+fn the_artefacts_are_built_for_the_templates_architectures_and_the_deploy_asks_nothing() {
+    let template = Template::embedded().unwrap();
+    let root = outbox_tests::workspace_root();
+    let makefile = std::fs::read_to_string(root.join("Makefile")).unwrap();
+
+    // The Lambda zip is built for the function's architecture, the image for the tasks'
+    let function = properties(&template, "RelayFunction");
+    assert_eq!(function["Architectures"], json!(["arm64"]));
+    assert!(
+        makefile.contains("LAMBDA_TARGET := aarch64-unknown-linux-gnu"),
+        "make lambda-zip builds for arm64"
+    );
+    assert!(
+        function["CodeUri"]
+            .as_str()
+            .is_some_and(|uri| uri.ends_with("/lambda/relay-stream/bootstrap.zip")),
+        "{function}"
+    );
+    assert!(makefile.contains("LAMBDA_DIR := $(TARGET_DIR)/lambda"));
+    for task in ["PollerTaskDefinition", "OperatorTaskDefinition"] {
+        assert_eq!(
+            properties(&template, task)["RuntimePlatform"]["CpuArchitecture"],
+            "ARM64",
+            "{task}"
+        );
+    }
+    assert!(makefile.contains("docker buildx build --platform linux/arm64"));
+    // And the image's tag has no default: a deploy names the tag it pushed
+    assert!(
+        template
+            .parameter("PollerImageTag")
+            .unwrap()
+            .default
+            .is_none()
+    );
+
+    // And docs/operations.md's deploy section runs without a prompt: no `sam build` (its
+    // cargo-lambda method is a preview feature that asks), no guided deploy, no changeset to confirm
+    let docs = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
+    let deploy = &docs[docs.find("## Deploy").unwrap()..docs.find("## Parameters").unwrap()];
+    let commands: Vec<&str> = deploy
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .collect();
+    assert!(
+        !commands.iter().any(|l| l.starts_with("sam build")),
+        "{deploy}"
+    );
+    assert!(!commands.iter().any(|l| l.contains("--guided")), "{deploy}");
+    assert!(deploy.contains("make lambda-zip"));
+    assert!(deploy.contains("make poller-image"));
+    assert!(deploy.contains("--no-confirm-changeset"));
+}
