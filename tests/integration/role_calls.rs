@@ -206,3 +206,48 @@ async fn each_job_calls_only_what_its_role_grants() {
         ],
     );
 }
+
+#[tokio::test]
+async fn the_writer_calls_only_what_the_order_services_policy_grants() {
+    use outbox_writer::{NewOrder, OrderLine, OrderStatus, OutboxWriter, WriterConfig};
+    // Given a writer whose DynamoDB calls go through the proxy
+    let env = TestEnv::new().await;
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 4).await;
+    let dynamodb = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&env.sdk_config)
+            .endpoint_url(proxy.url())
+            .build(),
+    );
+    let writer = OutboxWriter::new(
+        dynamodb,
+        WriterConfig::new(env.outbox_config(), outbox_tests::TEST_SOURCE),
+    )
+    .unwrap();
+
+    // When it creates an order idempotently, creates it again (a replay) and changes its status
+    let order = || NewOrder::new(vec![OrderLine::new("sku-1", 1, 100)]).with_idempotency_key("k");
+    let created = writer
+        .create_order_with_outbox("u-1", order())
+        .await
+        .unwrap();
+    writer
+        .create_order_with_outbox("u-1", order())
+        .await
+        .unwrap();
+    writer
+        .update_order_status_with_outbox("u-1", &created.order_id, OrderStatus::Paid)
+        .await
+        .unwrap();
+
+    // Then it called TransactWriteItems and GetItem only (IAM authorizes a transaction by each
+    // action inside it: the Puts, the Update and any ConditionCheck, which
+    // outbox_writer::TABLE_ACTIONS lists with GetItem; the proxy sees the operation, not them)
+    assert_eq!(
+        proxy.targets(),
+        BTreeSet::from([
+            "DynamoDB_20120810.GetItem".to_owned(),
+            "DynamoDB_20120810.TransactWriteItems".to_owned(),
+        ])
+    );
+    assert!(outbox_writer::TABLE_ACTIONS.contains(&"dynamodb:GetItem"));
+}
