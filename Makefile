@@ -53,7 +53,8 @@ POLLER_IMAGE ?= relay-poller:$(POLLER_IMAGE_TAG)
 
 ## The stream relay's Lambda package: $(LAMBDA_DIR)/relay-stream/bootstrap.zip, cross-compiled by
 ## the project's pinned cargo-lambda (in .venv, with its pinned zig) for the template's arm64.
-lambda-zip: setup
+lambda-zip:
+	bash -c 'source scripts/pinned-venv.sh && install_pinned_venv lambda-zip "$(CURDIR)/.venv" tools/requirements-emulator.txt cargo-lambda'
 	rustup target add $(LAMBDA_TARGET)
 	PATH="$(CURDIR)/.venv/bin:$$PATH" $(CURDIR)/.venv/bin/cargo-lambda lambda build --release --locked \
 	  --target $(LAMBDA_TARGET) --package relay-stream --bin relay-stream \
