@@ -5,7 +5,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 # Options for the demo, e.g. make demo DEMO_ARGS="--orders 5000 --shard-count 32 --batch-size 500"
 DEMO_ARGS ?=
 
-.PHONY: demo test test-custom-bus-double check fmt clippy lint-infra setup emulator-start emulator-stop ci
+.PHONY: demo test test-custom-bus-double check fmt clippy lint-infra setup emulator-start emulator-stop ci lambda-zip poller-image
 
 ## The main job end to end on a private local emulator (installs the pinned tools on first run):
 ## orders through the stream relay, a simulated stream outage, a backfill by the poller, a summary.
@@ -46,3 +46,28 @@ emulator-stop:
 	$(EMULATOR) stop
 
 ci: check test
+
+## The deployable artefacts, built without a prompt (docs/operations.md, "Deploy").
+# The Lambda's architecture is the template's (`Architectures: [arm64]`), the poller's its task's
+# (`CpuArchitecture: ARM64`); both are checked by a test of outbox-tests (infra_template).
+LAMBDA_TARGET := aarch64-unknown-linux-gnu
+LAMBDA_DIR := $(TARGET_DIR)/lambda
+# The poller image's tag: the commit, never `latest` (PollerImageTag has no default).
+POLLER_IMAGE_TAG ?= $(shell git rev-parse --short=12 HEAD)
+POLLER_IMAGE ?= relay-poller:$(POLLER_IMAGE_TAG)
+
+## The stream relay's Lambda package: $(LAMBDA_DIR)/relay-stream/bootstrap.zip, cross-compiled by
+## the project's pinned cargo-lambda (in .venv, with its pinned zig) for the template's arm64.
+lambda-zip:
+	bash -c 'source scripts/pinned-venv.sh && install_pinned_venv lambda-zip "$(CURDIR)/.venv" tools/requirements-emulator.txt cargo-lambda'
+	rustup target add $(LAMBDA_TARGET)
+	PATH="$(CURDIR)/.venv/bin:$$PATH" $(CURDIR)/.venv/bin/cargo-lambda lambda build --release --locked \
+	  --target $(LAMBDA_TARGET) --package relay-stream --bin relay-stream \
+	  --output-format zip --lambda-dir $(LAMBDA_DIR)
+	@echo "lambda-zip: $(LAMBDA_DIR)/relay-stream/bootstrap.zip"
+
+## The poller's image for arm64 (needs Docker with buildx), tagged $(POLLER_IMAGE); push it with
+## `docker push` after an ECR login (docs/operations.md).
+poller-image:
+	docker buildx build --platform linux/arm64 -f infra/Dockerfile -t $(POLLER_IMAGE) --load .
+	@echo "poller-image: $(POLLER_IMAGE)"

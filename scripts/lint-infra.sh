@@ -2,6 +2,8 @@
 # Lints the deployable template and the poller's Dockerfile with pinned tools:
 #   cfn-lint  infra/template.yaml      no errors and no warnings
 #   checkov   infra/ (CloudFormation + Dockerfile), offline; skips carry reasons in the template
+#   aws-sam-translator: the template transformed as CloudFormation will (scripts/sam-transform.sh),
+#             and cfn-lint on the transformed template too; the infra tests of outbox-tests check it
 # The IAM wildcard rule is a unit test of outbox-infra (`cargo test -p outbox-infra`).
 #
 # The linters live in their own virtualenv (.venv-lint) from tools/requirements-lint.txt, installed
@@ -28,3 +30,6 @@ echo "lint-infra.sh: checkov -d infra" >&2
 # --skip-download: offline, no platform calls; findings are judged by the pinned policies only.
 "$VENV/bin/checkov" --directory infra --framework cloudformation dockerfile \
   --skip-download --quiet --compact
+echo "lint-infra.sh: aws-sam-translator, then cfn-lint on its output" >&2
+TRANSFORMED=$("$ROOT/scripts/sam-transform.sh")
+"$VENV/bin/cfn-lint" "$TRANSFORMED"

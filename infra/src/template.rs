@@ -28,6 +28,8 @@ pub mod logical_id {
     /// The poller fleet's shard leases (`relay-poller run --create-lease-table` creates the same
     /// table locally).
     pub const LEASE_TABLE: &str = "LeaseTable";
+    /// A consumer's idempotency table (optional, `CreateConsumerIdempotencyTable`).
+    pub const CONSUMER_IDEMPOTENCY_TABLE: &str = "ConsumerIdempotencyTable";
 }
 
 /// The template could not be read as the resources local provisioning expects.
@@ -61,11 +63,20 @@ pub struct Resource {
     pub properties: Value,
 }
 
+/// A parameter's declaration: what CloudFormation accepts for it.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "PascalCase")]
-struct Parameter {
+pub struct Parameter {
+    /// `String`, `Number`, `List<…>`, …
+    #[serde(rename = "Type")]
+    pub parameter_type: String,
     #[serde(default)]
-    default: Option<Value>,
+    pub default: Option<Value>,
+    /// A Java regular expression the whole value must match (String parameters).
+    #[serde(default)]
+    pub allowed_pattern: Option<String>,
+    #[serde(default)]
+    pub allowed_values: Option<Vec<Value>>,
 }
 
 /// The parsed template.
@@ -174,6 +185,16 @@ impl Template {
         serde_norway::from_str(yaml).map_err(TemplateError::Parse)
     }
 
+    /// The parameter with this name.
+    ///
+    /// # Errors
+    /// [`TemplateError::Invalid`] when there is none.
+    pub fn parameter(&self, name: &str) -> Result<&Parameter, TemplateError> {
+        self.parameters
+            .get(name)
+            .ok_or_else(|| invalid(name, "is not a parameter"))
+    }
+
     /// The resource with this logical id.
     ///
     /// # Errors
@@ -198,6 +219,14 @@ impl Template {
     /// [`TemplateError`] when the resource is missing or not shaped like a table.
     pub fn lease_table(&self) -> Result<TableSpec, TemplateError> {
         self.typed_properties(logical_id::LEASE_TABLE)
+    }
+
+    /// A consumer's idempotency table: key and TTL.
+    ///
+    /// # Errors
+    /// [`TemplateError`] when the resource is missing or not shaped like a table.
+    pub fn consumer_idempotency_table(&self) -> Result<TableSpec, TemplateError> {
+        self.typed_properties(logical_id::CONSUMER_IDEMPOTENCY_TABLE)
     }
 
     /// The event patterns of the stream relay's `FilterCriteria`, as JSON text.

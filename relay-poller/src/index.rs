@@ -79,6 +79,19 @@ pub trait PendingIndex: Send + Sync {
     fn has_pending(&self, hold: &Hold) -> impl Future<Output = Result<bool, IndexError>> + Send;
 }
 
+/// The calls of [`DynamoPendingIndex`]: a shard's pages and backlog (`Query`), the sweep's and
+/// `status`'s partitions (`Scan`), on the index only.
+pub const CALLS: &[relay_runtime::permissions::Call] = &[
+    relay_runtime::permissions::Call::new(
+        "dynamodb:Query",
+        relay_runtime::permissions::Target::OutboxIndex,
+    ),
+    relay_runtime::permissions::Call::new(
+        "dynamodb:Scan",
+        relay_runtime::permissions::Target::OutboxIndex,
+    ),
+];
+
 /// The DynamoDB adapter.
 #[derive(Debug, Clone)]
 pub struct DynamoPendingIndex {

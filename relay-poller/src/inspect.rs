@@ -153,6 +153,18 @@ impl Inspection {
     }
 }
 
+/// The calls of [`Inspector`]: an item by key, a scan of the table by event id.
+pub const CALLS: &[relay_runtime::permissions::Call] = &[
+    relay_runtime::permissions::Call::new(
+        "dynamodb:GetItem",
+        relay_runtime::permissions::Target::OutboxTable,
+    ),
+    relay_runtime::permissions::Call::new(
+        "dynamodb:Scan",
+        relay_runtime::permissions::Target::OutboxTable,
+    ),
+];
+
 /// Looks up outbox items.
 #[derive(Debug, Clone)]
 pub struct Inspector {

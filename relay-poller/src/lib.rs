@@ -25,6 +25,7 @@ pub mod index;
 pub mod inspect;
 pub mod lease;
 pub mod metrics;
+pub mod permissions;
 pub mod poller;
 pub mod redrive;
 pub mod status;

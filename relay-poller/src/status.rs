@@ -140,6 +140,20 @@ pub struct PartitionBacklog {
     pub stray: bool,
 }
 
+/// The calls of `status` besides the index's and the leases' (`crate::index::CALLS`,
+/// `crate::lease::store::VIEW_CALLS`): the scan for dead-lettered and expiring items, the queue's
+/// depth.
+pub const CALLS: &[relay_runtime::permissions::Call] = &[
+    relay_runtime::permissions::Call::new(
+        "dynamodb:Scan",
+        relay_runtime::permissions::Target::OutboxTable,
+    ),
+    relay_runtime::permissions::Call::new(
+        "sqs:GetQueueAttributes",
+        relay_runtime::permissions::Target::DeadLetterQueue,
+    ),
+];
+
 /// Counts every shard in `shards`.
 ///
 /// # Errors

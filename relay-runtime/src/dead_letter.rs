@@ -110,8 +110,23 @@ pub trait DeadLetterSink: Send + Sync {
     -> impl Future<Output = Result<(), DeadLetterError>> + Send;
 }
 
+/// The calls of [`SqsDeadLetterSink`]: a letter per poison event, and the queue's
+/// `MaximumMessageSize` read once.
+pub const CALLS: &[crate::permissions::Call] = &[
+    crate::permissions::Call::new(
+        "sqs:SendMessage",
+        crate::permissions::Target::DeadLetterQueue,
+    ),
+    crate::permissions::Call::new(
+        "sqs:GetQueueAttributes",
+        crate::permissions::Target::DeadLetterQueue,
+    ),
+];
+
 /// The SQS adapter: one message per poison record, JSON body, with `reason`, `origin` and
 /// `eventId` as message attributes so an operator can filter without parsing bodies.
+///
+/// Its calls: [`CALLS`].
 ///
 /// The queue's `MaximumMessageSize` is read from the queue (`GetQueueAttributes`) at the first
 /// letter and kept for the sink's life, shared by its clones: the queue is the one place the

@@ -24,6 +24,7 @@
 //! it keeps a hold ([`HoldStore::extend`]), and until DynamoDB's TTL actually deletes an expired
 //! hold (lazily, up to days later) the relays read it as live, as DynamoDB returns it.
 
+use crate::permissions::{Call, Target};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::time::Duration;
@@ -113,6 +114,20 @@ pub fn parse_left_element(element: &str) -> Option<ItemKey> {
 pub const BATCH_GET_MAX_KEYS: usize = 100;
 /// `BatchGetItem` rounds for unprocessed keys before giving up.
 pub const BATCH_GET_MAX_ROUNDS: u32 = 5;
+
+/// The calls that hold aggregates and read their holds (the stream relay's hold mode):
+/// [`DynamoHoldStore::hold`] and [`DynamoHoldStore::held`], on hold items only.
+pub const HOLD_CALLS: &[Call] = &[
+    Call::new("dynamodb:PutItem", Target::HoldItems),
+    Call::new("dynamodb:BatchGetItem", Target::HoldItems),
+];
+
+/// The calls that list and release holds (the poller): [`DynamoHoldStore::list`] (a `Query` of the
+/// index's hold partition) and [`DynamoHoldStore::release`].
+pub const RELEASE_CALLS: &[Call] = &[
+    Call::new("dynamodb:Query", Target::OutboxIndex),
+    Call::new("dynamodb:DeleteItem", Target::HoldItems),
+];
 
 /// The DynamoDB adapter: hold items in the outbox table.
 #[derive(Debug, Clone)]

@@ -26,6 +26,7 @@ pub mod config;
 pub mod dead_letter;
 pub mod holds;
 pub mod metrics;
+pub mod permissions;
 pub mod publish_concurrency;
 pub mod publish_rate;
 pub mod publisher;

@@ -148,6 +148,19 @@ pub trait StatusStore: Send + Sync {
     ) -> impl Future<Output = Result<TtlOutcome, StatusError>> + Send;
 }
 
+/// The calls of [`DynamoStatusStore`]: marks one at a time and PartiQL `UPDATE`s in a
+/// `BatchExecuteStatement`, TTL refreshes, each naming only [`crate::permissions::STATUS_ATTRIBUTES`].
+pub const CALLS: &[crate::permissions::Call] = &[
+    crate::permissions::Call::new(
+        "dynamodb:UpdateItem",
+        crate::permissions::Target::OutboxStatus,
+    ),
+    crate::permissions::Call::new(
+        "dynamodb:PartiQLUpdate",
+        crate::permissions::Target::OutboxStatus,
+    ),
+];
+
 /// Statements one `BatchExecuteStatement` takes: the most marks one call makes.
 pub const MARK_BATCH_MAX: usize = 25;
 

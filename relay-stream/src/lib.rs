@@ -16,6 +16,7 @@ pub mod handler;
 pub mod lambda;
 pub mod local;
 pub mod metrics;
+pub mod permissions;
 pub mod records;
 
 pub use aws_lambda_events;

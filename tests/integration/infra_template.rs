@@ -5,7 +5,7 @@
 //! its backlog; the dead-letter queue local provisioning creates is the template's (1 MiB
 //! messages), and both relays may read its size limit.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_eventbridge::types::{PutEventsRequestEntry, Target};
@@ -352,9 +352,7 @@ fn is_ref_to(value: &Value, parameter: &str) -> bool {
 
 #[test]
 fn both_relays_emit_metrics_in_the_templates_namespace_and_the_alarms_watch_what_they_emit() {
-    use relay_runtime::metrics::{
-        COUNTED_OPERATIONS, FAILED_CALLS, OLDEST_PENDING_AGE, OPERATION_DIMENSION, RELAY_DIMENSION,
-    };
+    use relay_runtime::metrics::{OLDEST_PENDING_AGE, RELAY_DIMENSION};
     let template = Template::embedded().unwrap();
 
     // The Lambda and the poller task read METRICS_NAMESPACE from the MetricsNamespace parameter
@@ -382,53 +380,29 @@ fn both_relays_emit_metrics_in_the_templates_namespace_and_the_alarms_watch_what
     );
     assert_eq!(oldest["TreatMissingData"], "breaching");
 
-    // The failed-calls alarm sums FailedCalls of every operation each relay makes
+    // The failed-calls alarm sums FailedCalls over every operation of both relays: one Metrics
+    // Insights query over the dimensions every FailedCalls carries (Relay, Operation), no list of
+    // operations to fall behind the code
     let failed = properties(&template, "FailedCallsAlarm");
-    let mut watched: Vec<(String, String)> = Vec::new();
-    for metric in failed["Metrics"].as_array().unwrap() {
-        let Some(stat) = metric.get("MetricStat") else {
-            continue;
-        };
-        let metric = &stat["Metric"];
-        assert!(is_ref_to(&metric["Namespace"], "MetricsNamespace"));
-        assert_eq!(metric["MetricName"], FAILED_CALLS);
-        let dims = metric["Dimensions"].as_array().unwrap();
-        assert_eq!(dims[0]["Name"], RELAY_DIMENSION);
-        assert_eq!(dims[1]["Name"], OPERATION_DIMENSION);
-        watched.push((
-            dims[0]["Value"].as_str().unwrap().to_owned(),
-            dims[1]["Value"].as_str().unwrap().to_owned(),
-        ));
-    }
-    for operation in COUNTED_OPERATIONS {
-        assert!(
-            watched.contains(&(
-                relay_poller::poller::ORIGIN.to_owned(),
-                (*operation).to_owned()
-            )),
-            "the poller's {operation} is not watched: {watched:?}"
-        );
-    }
-    for operation in [
-        "UpdateItem",
-        "BatchExecuteStatement",
-        "PutEvents",
-        "SendMessage",
-    ] {
-        assert!(
-            watched.contains(&(
-                relay_stream::handler::ORIGIN.to_owned(),
-                operation.to_owned()
-            )),
-            "the stream relay's {operation} is not watched: {watched:?}"
-        );
-    }
-    // CloudWatch's hard limit for an alarm on a metric math expression
-    assert!(
-        watched.len() <= 10,
-        "{} metrics: {watched:?}",
-        watched.len()
+    let metrics = failed["Metrics"].as_array().unwrap();
+    assert_eq!(metrics.len(), 1, "{metrics:?}");
+    assert!(metrics[0].get("MetricStat").is_none());
+    assert_eq!(metrics[0]["ReturnData"], true);
+    assert_eq!(metrics[0]["Period"], 300);
+    assert_eq!(
+        metrics[0]["Expression"]["!Sub"],
+        failed_calls_query(""),
+        "{metrics:?}"
     );
+}
+
+/// The Metrics Insights query of FailedCalls summed over every operation of both relays, in the
+/// template's namespace, with `group_by` after it.
+fn failed_calls_query(group_by: &str) -> String {
+    use relay_runtime::metrics::{FAILED_CALLS, OPERATION_DIMENSION, RELAY_DIMENSION};
+    format!(
+        "SELECT SUM({FAILED_CALLS}) FROM SCHEMA(\"${{MetricsNamespace}}\", {OPERATION_DIMENSION}, {RELAY_DIMENSION}){group_by}"
+    )
 }
 
 #[tokio::test]
@@ -614,11 +588,17 @@ fn both_relays_take_the_publish_rate_ceiling_from_the_template_only_when_one_is_
     // And the condition is "the parameter is not 0", 0 being its default
     let yaml = outbox_infra::TEMPLATE_YAML;
     assert!(
-        yaml.contains("HasMaxPublishRate: !Not [!Equals [!Ref MaxPublishRate, 0]]"),
+        yaml.contains("HasMaxPublishRate: !Not [!Equals [!Ref MaxPublishRate, \"0\"]]"),
         "the condition"
     );
     assert!(
-        yaml.contains("  MaxPublishRate:\n    Type: Number\n    Default: 0\n"),
+        template
+            .parameter("MaxPublishRate")
+            .unwrap()
+            .default
+            .as_ref()
+            .and_then(|d| d.as_str())
+            == Some("0"),
         "the parameter's default"
     );
 }
@@ -701,4 +681,753 @@ async fn the_dead_letter_queue_takes_the_largest_messages_and_both_relays_may_re
             "{role}: {reads:?}"
         );
     }
+}
+
+/// The template as CloudFormation sees it after the `AWS::Serverless` transform, by the pinned
+/// aws-sam-translator (`scripts/sam-transform.sh`, which installs it on first use), once per run.
+fn transformed() -> &'static Template {
+    static TRANSFORMED: std::sync::OnceLock<Template> = std::sync::OnceLock::new();
+    TRANSFORMED.get_or_init(|| {
+        let script = outbox_tests::workspace_root().join("scripts/sam-transform.sh");
+        let out = std::process::Command::new(&script)
+            .output()
+            .expect("scripts/sam-transform.sh runs");
+        assert!(
+            out.status.success(),
+            "sam-transform.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = String::from_utf8(out.stdout).unwrap();
+        Template::parse(&std::fs::read_to_string(path.trim()).unwrap()).unwrap()
+    })
+}
+
+/// The template as written and as transformed, with a name for messages.
+fn both_forms() -> [(&'static str, Template); 2] {
+    [
+        ("template", Template::embedded().unwrap()),
+        ("transformed", transformed().clone()),
+    ]
+}
+
+/// A permission a role grants: a call of its job (in the code's terms), or one Lambda or ECS
+/// makes with the role (the stream mapping's reads, logs, traces), by action and resource.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Granted {
+    Job(String, relay_runtime::permissions::Target),
+    Platform(String, &'static str),
+}
+
+/// Every action `holder` (a role or a managed policy) grants, on what, read from its statements in
+/// either form of the template (`!GetAtt X.Arn` or `{"Fn::GetAtt": ["X", "Arn"]}`).
+fn granted(template: &Template, holder: &str) -> BTreeSet<Granted> {
+    use relay_runtime::permissions::{STATUS_ATTRIBUTES, Target};
+    let props = properties(template, holder);
+    let documents: Vec<Value> = match props.get("Policies") {
+        Some(policies) => policies
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["PolicyDocument"].clone())
+            .collect(),
+        None => vec![props["PolicyDocument"].clone()],
+    };
+    let mut found = BTreeSet::new();
+    for document in documents {
+        for statement in document["Statement"].as_array().unwrap() {
+            assert_eq!(statement["Effect"], "Allow", "{statement}");
+            let list = |v: &Value| match v {
+                Value::Array(items) => items.clone(),
+                one => vec![one.clone()],
+            };
+            let condition = statement.get("Condition").map(Value::to_string);
+            let holds_only = condition
+                .as_deref()
+                .is_some_and(|c| c.contains("dynamodb:LeadingKeys") && c.contains(r#"["HOLD#*"]"#));
+            let status_only = statement
+                .pointer("/Condition/ForAllValues:StringEquals/dynamodb:Attributes")
+                .map(|attrs| {
+                    assert_eq!(attrs, &json!(STATUS_ATTRIBUTES), "{holder}: {statement}");
+                    assert_eq!(
+                        statement.pointer("/Condition/StringEqualsIfExists/dynamodb:ReturnValues"),
+                        Some(&json!(["NONE"])),
+                        "{holder}: a status update returns no attributes: {statement}"
+                    );
+                })
+                .is_some();
+            for resource in list(&statement["Resource"]) {
+                let text = resource.to_string();
+                let on = if text.contains("/index/GSI1") {
+                    Ok(Target::OutboxIndex)
+                } else if text.contains("/stream/") {
+                    Err("the table's stream")
+                } else if text.contains("OutboxTable") {
+                    Ok(match (holds_only, status_only) {
+                        (true, false) => Target::HoldItems,
+                        (false, true) => Target::OutboxStatus,
+                        (false, false) => Target::OutboxTable,
+                        (true, true) => panic!("{holder}: two conditions: {statement}"),
+                    })
+                } else if text.contains("LeaseTable") {
+                    Ok(Target::LeaseTable)
+                } else if text.contains("EventBus") {
+                    Ok(Target::EventBus)
+                } else if text.contains("DeadLetterQueue") {
+                    Ok(Target::DeadLetterQueue)
+                } else if text.contains("StreamFailureQueue") {
+                    Err("the stream failure queue")
+                } else if text.contains("LogGroup") {
+                    Err("its log group")
+                } else if text == r#""*""# {
+                    Err("*")
+                } else {
+                    panic!("{holder}: a resource the test does not know: {text}")
+                };
+                for action in list(&statement["Action"]) {
+                    let action = action.as_str().unwrap();
+                    found.insert(match on {
+                        Ok(target) => Granted::Job(action.to_owned(), target),
+                        Err(platform) => Granted::Platform(action.to_owned(), platform),
+                    });
+                }
+            }
+        }
+    }
+    found
+}
+
+fn jobs(calls: Vec<relay_runtime::permissions::Call>) -> BTreeSet<Granted> {
+    calls
+        .into_iter()
+        .map(|c| Granted::Job(c.action.to_owned(), c.on))
+        .collect()
+}
+
+fn platform(grants: &[(&str, &'static str)]) -> BTreeSet<Granted> {
+    grants
+        .iter()
+        .map(|(action, on)| Granted::Platform((*action).to_owned(), on))
+        .collect()
+}
+
+#[test]
+fn each_role_grants_exactly_the_calls_its_job_makes_as_written_and_as_transformed() {
+    for (form, template) in both_forms() {
+        // The stream relay's role: its calls, and what Lambda does with the role (the mapping's
+        // stream reads and on-failure messages, logs, traces)
+        let mut expected = jobs(relay_stream::permissions::calls());
+        expected.extend(platform(&[
+            ("logs:CreateLogStream", "its log group"),
+            ("logs:PutLogEvents", "its log group"),
+            ("dynamodb:DescribeStream", "the table's stream"),
+            ("dynamodb:GetRecords", "the table's stream"),
+            ("dynamodb:GetShardIterator", "the table's stream"),
+            ("dynamodb:ListStreams", "the table's stream"),
+            ("sqs:SendMessage", "the stream failure queue"),
+            ("xray:PutTraceSegments", "*"),
+            ("xray:PutTelemetryRecords", "*"),
+        ]));
+        assert_eq!(
+            granted(&template, "RelayFunctionRole"),
+            expected,
+            "{form}: RelayFunctionRole"
+        );
+
+        // The always-on poller service: what `run` (and a `drain` on its task definition) calls
+        assert_eq!(
+            granted(&template, "PollerTaskRole"),
+            jobs(relay_poller::permissions::service()),
+            "{form}: PollerTaskRole"
+        );
+        // And nothing an operator command alone needs: no reads, puts or scans of the table, no
+        // receiving or deleting dead letters
+        let service = granted(&template, "PollerTaskRole");
+        for action in [
+            "dynamodb:GetItem",
+            "dynamodb:PutItem",
+            "sqs:ReceiveMessage",
+            "sqs:DeleteMessage",
+        ] {
+            assert!(
+                !service.iter().any(|g| matches!(g, Granted::Job(a, on)
+                    if a == action && *on != relay_runtime::permissions::Target::LeaseTable)),
+                "{form}: the service may {action}"
+            );
+        }
+
+        // The operator commands' role, on a task definition of their own
+        assert_eq!(
+            granted(&template, "OperatorTaskRole"),
+            jobs(relay_poller::permissions::operator()),
+            "{form}: OperatorTaskRole"
+        );
+        let task = properties(&template, "OperatorTaskDefinition");
+        assert!(task["TaskRoleArn"].to_string().contains("OperatorTaskRole"));
+        let service_task = properties(&template, "PollerTaskDefinition");
+        assert!(
+            service_task["TaskRoleArn"]
+                .to_string()
+                .contains("PollerTaskRole")
+        );
+        assert_eq!(
+            task["ContainerDefinitions"][0]["Image"],
+            service_task["ContainerDefinitions"][0]["Image"]
+        );
+    }
+}
+
+#[test]
+fn the_order_services_policy_grants_what_the_writer_calls_on_the_table_and_is_exported() {
+    use relay_runtime::permissions::Target;
+    let template = Template::embedded().unwrap();
+
+    // The managed policy grants the writer's actions on the outbox table, nothing more
+    let expected: BTreeSet<Granted> = outbox_writer::TABLE_ACTIONS
+        .iter()
+        .map(|action| Granted::Job((*action).to_owned(), Target::OutboxTable))
+        .collect();
+    assert_eq!(granted(&template, "OrderServiceWriterPolicy"), expected);
+    assert_eq!(
+        template
+            .resource("OrderServiceWriterPolicy")
+            .unwrap()
+            .resource_type,
+        "AWS::IAM::ManagedPolicy"
+    );
+
+    // And its ARN is a stack output, exported for the order service's stack
+    let yaml = outbox_infra::TEMPLATE_YAML;
+    let output = &yaml[yaml
+        .find("  OrderServiceWriterPolicyArn:")
+        .expect("the output")..];
+    let output = &output[..output.find("\n  ConsumerIdempotencyTableName:").unwrap()];
+    assert!(
+        output.contains("Value: !Ref OrderServiceWriterPolicy"),
+        "{output}"
+    );
+    assert!(
+        output.contains(r#"Name: !Sub "${AWS::StackName}-OrderServiceWriterPolicyArn""#),
+        "{output}"
+    );
+}
+
+#[tokio::test]
+async fn the_consumers_idempotency_table_is_optional_and_the_one_the_consumer_crate_creates() {
+    use outbox_consumer::tables::idempotency::attr as idem;
+    let template = Template::embedded().unwrap();
+
+    // Given the template's idempotency table, created only when asked for
+    let spec = template.consumer_idempotency_table().unwrap();
+    let yaml = outbox_infra::TEMPLATE_YAML;
+    let declared = &yaml[yaml.find("  ConsumerIdempotencyTable:\n").unwrap()..];
+    assert!(
+        declared
+            .lines()
+            .take(3)
+            .any(|l| l.trim() == "Condition: CreatesConsumerIdempotencyTable"),
+        "{declared}"
+    );
+    assert!(yaml.contains(
+        "CreatesConsumerIdempotencyTable: !Equals [!Ref CreateConsumerIdempotencyTable, \"true\"]"
+    ));
+    let parameter = template
+        .parameter("CreateConsumerIdempotencyTable")
+        .unwrap();
+    assert_eq!(
+        parameter.default.as_ref().and_then(|d| d.as_str()),
+        Some("false")
+    );
+
+    // And one the consumer crate creates on the emulator
+    let env = TestEnv::new().await;
+    let name = unique_name("idempotency");
+    outbox_consumer::tables::create_idempotency_table(&env.dynamodb, &name)
+        .await
+        .unwrap();
+
+    // When the emulator describes it
+    let table = env
+        .dynamodb
+        .describe_table()
+        .table_name(&name)
+        .send()
+        .await
+        .unwrap()
+        .table
+        .unwrap();
+    let ttl = env
+        .dynamodb
+        .describe_time_to_live()
+        .table_name(&name)
+        .send()
+        .await
+        .unwrap()
+        .time_to_live_description
+        .unwrap();
+
+    // Then keys, attribute types, billing and TTL are the template's, named as the crate names them
+    let keys: Vec<(String, String)> = table
+        .key_schema()
+        .iter()
+        .map(|k| {
+            (
+                k.attribute_name().to_owned(),
+                k.key_type().as_str().to_owned(),
+            )
+        })
+        .collect();
+    let template_keys: Vec<(String, String)> = spec
+        .key_schema
+        .iter()
+        .map(|k| (k.attribute_name.clone(), k.key_type.clone()))
+        .collect();
+    assert_eq!(keys, template_keys);
+    assert_eq!(keys, pairs([(idem::PK, "HASH")]));
+    let described_attrs: BTreeMap<_, _> = table
+        .attribute_definitions()
+        .iter()
+        .map(|a| (a.attribute_name(), a.attribute_type().as_str()))
+        .collect();
+    let declared_attrs: BTreeMap<_, _> = spec
+        .attribute_definitions
+        .iter()
+        .map(|a| (a.attribute_name.as_str(), a.attribute_type.as_str()))
+        .collect();
+    assert_eq!(described_attrs, declared_attrs);
+    assert_eq!(spec.billing_mode, "PAY_PER_REQUEST");
+    assert_eq!(
+        table
+            .billing_mode_summary()
+            .and_then(|b| b.billing_mode())
+            .map(|b| b.as_str()),
+        Some("PAY_PER_REQUEST")
+    );
+    let template_ttl = spec.time_to_live_specification.unwrap();
+    assert!(template_ttl.enabled);
+    assert_eq!(template_ttl.attribute_name, idem::TTL);
+    assert_eq!(ttl.attribute_name(), Some(idem::TTL));
+    assert!(spec.stream_specification.is_none());
+}
+
+#[test]
+fn the_stream_mapping_reaches_lambda_as_written_after_the_transform() {
+    // Given the template as CloudFormation sees it after the SAM transform
+    let written = Template::embedded().unwrap();
+    let transformed = transformed();
+
+    // Then the function is a plain Lambda function on the template's runtime and architecture
+    let function = properties(transformed, "RelayFunction");
+    assert_eq!(
+        transformed.resource("RelayFunction").unwrap().resource_type,
+        "AWS::Lambda::Function"
+    );
+    assert_eq!(function["Runtime"], "provided.al2023");
+    assert_eq!(function["Architectures"], json!(["arm64"]));
+    assert_eq!(function["Handler"], "bootstrap");
+    assert_eq!(
+        function["Environment"]["Variables"]["HOLD_FAILED_AGGREGATES"],
+        "true"
+    );
+
+    // And the mapping Lambda receives has the template's filter, batch settings and destination
+    assert_eq!(
+        transformed.stream_filter_patterns().unwrap(),
+        written.stream_filter_patterns().unwrap()
+    );
+    let mapping = properties(transformed, "RelayEventSourceMapping");
+    assert_eq!(
+        transformed
+            .resource("RelayEventSourceMapping")
+            .unwrap()
+            .resource_type,
+        "AWS::Lambda::EventSourceMapping"
+    );
+    assert_eq!(mapping["FunctionName"], json!({"Ref": "RelayFunction"}));
+    assert_eq!(
+        mapping["EventSourceArn"],
+        json!({"Fn::GetAtt": ["OutboxTable", "StreamArn"]})
+    );
+    assert_eq!(mapping["BatchSize"], json!({"Ref": "StreamBatchSize"}));
+    assert_eq!(mapping["MaximumBatchingWindowInSeconds"], 1);
+    assert_eq!(
+        mapping["FunctionResponseTypes"],
+        json!(["ReportBatchItemFailures"])
+    );
+    assert_eq!(mapping["BisectBatchOnFunctionError"], true);
+    assert_eq!(mapping["StartingPosition"], "TRIM_HORIZON");
+    assert_eq!(
+        mapping["MaximumRetryAttempts"],
+        json!({"Ref": "StreamMaxRetryAttempts"})
+    );
+    assert_eq!(
+        mapping["MaximumRecordAgeInSeconds"],
+        json!({"Ref": "StreamMaxRecordAgeSeconds"})
+    );
+    assert_eq!(
+        mapping["DestinationConfig"]["OnFailure"]["Destination"],
+        json!({"Fn::GetAtt": ["StreamFailureQueue", "Arn"]})
+    );
+}
+
+/// The template's parameters that reach a relay, each with the relays' flag that reads it.
+const RELAY_PARAMETERS: &[(&str, &str)] = &[
+    ("EventBusName", "--event-bus-name"),
+    ("EventSource", "--source"),
+    ("ShardCount", "--shard-count"),
+    ("TtlRetention", "--ttl-retention"),
+    ("GracePeriod", "--grace-period"),
+    ("MaxPublishRate", "--max-publish-rate"),
+    ("MetricsNamespace", "--metrics-namespace"),
+];
+
+/// The relays' flags for `values` (parameter to value), as the template sets their variables:
+/// `MAX_PUBLISH_RATE` only when `MaxPublishRate` is not 0.
+fn relay_flags(values: &BTreeMap<&str, String>, only: &[&str]) -> Vec<String> {
+    let mut flags = Vec::new();
+    for (parameter, flag) in RELAY_PARAMETERS {
+        if !only.contains(parameter) {
+            continue;
+        }
+        let value = &values[parameter];
+        if *parameter == "MaxPublishRate" && value == "0" {
+            continue;
+        }
+        flags.extend([(*flag).to_owned(), value.clone()]);
+    }
+    flags
+}
+
+/// Whether the poller's `run` (its own parser and validation) takes `values`.
+fn poller_takes(values: &BTreeMap<&str, String>) -> Result<(), String> {
+    use clap::Parser;
+    let mut args: Vec<String> = [
+        "relay-poller",
+        "run",
+        "--table-name",
+        "outbox",
+        "--dead-letter-queue-url",
+        "https://sqs.eu-west-1.amazonaws.com/123456789012/dlq",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    args.extend(relay_flags(
+        values,
+        &[
+            "EventBusName",
+            "EventSource",
+            "ShardCount",
+            "TtlRetention",
+            "GracePeriod",
+            "MaxPublishRate",
+            "MetricsNamespace",
+        ],
+    ));
+    let cli = relay_poller::Cli::try_parse_from(args).map_err(|e| e.to_string())?;
+    let relay_poller::Command::Run(run) = cli.command else {
+        unreachable!("run")
+    };
+    run.relay.validate().map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// Whether the stream relay's parser and validation (the Lambda's, from the same variables) take
+/// `values`.
+fn stream_relay_takes(values: &BTreeMap<&str, String>) -> Result<(), String> {
+    use clap::Parser;
+    #[derive(Debug, clap::Parser)]
+    struct Lambda {
+        #[command(flatten)]
+        relay: relay_stream::RelayArgs,
+        #[command(flatten)]
+        metrics: relay_runtime::metrics::MetricsArgs,
+    }
+    let mut args: Vec<String> = ["relay-stream", "--table-name", "outbox"]
+        .map(str::to_owned)
+        .to_vec();
+    args.extend(relay_flags(
+        values,
+        &[
+            "EventBusName",
+            "EventSource",
+            "TtlRetention",
+            "MaxPublishRate",
+            "MetricsNamespace",
+        ],
+    ));
+    let lambda = Lambda::try_parse_from(args).map_err(|e| e.to_string())?;
+    lambda.relay.publisher_config().map_err(|e| e.to_string())?;
+    lambda
+        .relay
+        .retention
+        .ttl_policy()
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn every_value_a_relay_parameter_allows_is_one_both_relays_take_and_bad_ones_are_refused() {
+    let template = Template::embedded().unwrap();
+    let pattern = |parameter: &str| {
+        let declared = template.parameter(parameter).unwrap();
+        assert_eq!(declared.parameter_type, "String", "{parameter}");
+        let pattern = declared
+            .allowed_pattern
+            .as_deref()
+            .unwrap_or_else(|| panic!("{parameter} has no AllowedPattern"));
+        // CloudFormation matches the whole value; these patterns are anchored, as Rust's regex
+        // and Java's agree on them.
+        assert!(
+            pattern.starts_with('^') && pattern.ends_with('$'),
+            "{pattern}"
+        );
+        regex::Regex::new(pattern).unwrap()
+    };
+    let defaults: BTreeMap<&str, String> = RELAY_PARAMETERS
+        .iter()
+        .map(|(p, _)| {
+            let default = template.parameter(p).unwrap().default.as_ref();
+            let default = default.and_then(|d| d.as_str()).unwrap_or_else(|| {
+                panic!("{p} has a string default");
+            });
+            (*p, default.to_owned())
+        })
+        .collect();
+    let long = |n: usize| "a".repeat(n);
+
+    // (parameter, value, whether the pattern takes it, whether a relay refuses it)
+    let cases: Vec<(&str, String, bool, bool)> = vec![
+        ("EventBusName", "orders".into(), true, false),
+        ("EventBusName", long(256), true, false),
+        // The relays take an ARN of up to 1600 characters; the stack creates the bus by name,
+        // which CreateEventBus takes up to 256
+        ("EventBusName", long(257), false, false),
+        ("EventBusName", String::new(), false, true),
+        ("EventBusName", "two words".into(), false, true),
+        ("EventBusName", "orders:bus".into(), false, true),
+        ("EventSource", "com.example.orders".into(), true, false),
+        ("EventSource", long(256), true, false),
+        ("EventSource", String::new(), false, true),
+        ("ShardCount", "1".into(), true, false),
+        ("ShardCount", "16".into(), true, false),
+        ("ShardCount", "999".into(), true, false),
+        ("ShardCount", "1000".into(), true, false),
+        ("ShardCount", "1019".into(), true, false),
+        ("ShardCount", "1024".into(), true, false),
+        ("ShardCount", "0".into(), false, true),
+        ("ShardCount", "1025".into(), false, true),
+        ("ShardCount", "2.5".into(), false, true),
+        ("ShardCount", "-1".into(), false, true),
+        ("ShardCount", "65536".into(), false, true),
+        ("TtlRetention", "2d".into(), true, false),
+        ("TtlRetention", "7d".into(), true, false),
+        ("TtlRetention", "9999d".into(), true, false),
+        ("TtlRetention", "0d".into(), false, true),
+        ("TtlRetention", "1d".into(), false, true),
+        ("TtlRetention", "12h".into(), false, true),
+        ("TtlRetention", "0s".into(), false, true),
+        ("TtlRetention", "7".into(), false, true),
+        // humantime takes fractions; the pattern keeps to whole days
+        ("TtlRetention", "1.5d".into(), false, false),
+        ("GracePeriod", "0s".into(), true, false),
+        ("GracePeriod", "60s".into(), true, false),
+        ("GracePeriod", "500ms".into(), true, false),
+        ("GracePeriod", "999999h".into(), true, false),
+        ("GracePeriod", "60".into(), false, true),
+        ("GracePeriod", "1.5s".into(), false, false),
+        ("GracePeriod", "-1s".into(), false, true),
+        ("GracePeriod", "99999999999999999999h".into(), false, true),
+        ("MaxPublishRate", "0".into(), true, false),
+        ("MaxPublishRate", "1".into(), true, false),
+        ("MaxPublishRate", "500".into(), true, false),
+        ("MaxPublishRate", "999999999".into(), true, false),
+        ("MaxPublishRate", "2.5".into(), false, true),
+        ("MaxPublishRate", "0.0".into(), false, true),
+        ("MaxPublishRate", "-1".into(), false, true),
+        ("MaxPublishRate", "4294967296".into(), false, true),
+        ("MetricsNamespace", "OutboxRelay".into(), true, false),
+        ("MetricsNamespace", "Team/Orders".into(), true, false),
+        ("MetricsNamespace", long(255), true, false),
+        ("MetricsNamespace", long(256), false, false),
+        ("MetricsNamespace", String::new(), false, false),
+    ];
+
+    // The defaults are taken by the patterns and by both relays
+    for (parameter, _) in RELAY_PARAMETERS {
+        assert!(
+            pattern(parameter).is_match(&defaults[parameter]),
+            "{parameter}"
+        );
+    }
+    poller_takes(&defaults).unwrap();
+    stream_relay_takes(&defaults).unwrap();
+
+    for (parameter, value, allowed, refused) in &cases {
+        let mut values = defaults.clone();
+        values.insert(parameter, value.clone());
+        let verdicts = [poller_takes(&values), stream_relay_takes(&values)];
+
+        // What the pattern takes, both relays take
+        assert_eq!(
+            pattern(parameter).is_match(value),
+            *allowed,
+            "{parameter} = {value:?}: the pattern"
+        );
+        if *allowed {
+            for verdict in &verdicts {
+                assert!(verdict.is_ok(), "{parameter} = {value:?}: {verdict:?}");
+            }
+        }
+        // And the bad values are bad indeed: a relay refuses each (the pattern keeps them out)
+        if *refused {
+            assert!(
+                verdicts.iter().any(Result::is_err),
+                "{parameter} = {value:?} is taken by both relays"
+            );
+        }
+    }
+}
+
+/// The metric names of the table in docs/operations.md's "Metrics" section.
+fn documented_metrics() -> BTreeSet<String> {
+    let docs =
+        std::fs::read_to_string(outbox_tests::workspace_root().join("docs/operations.md")).unwrap();
+    let section = &docs[docs.find("### Metrics").expect("a Metrics section")..];
+    let section = &section[..section[4..].find("\n### ").map_or(section.len(), |i| i + 4)];
+    section
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|rest| rest.split_once('`').map(|(name, _)| name.to_owned()))
+        .collect()
+}
+
+#[test]
+fn the_dashboard_shows_what_the_on_call_engineer_needs_from_metrics_the_relays_emit() {
+    use relay_runtime::metrics as m;
+    let template = Template::embedded().unwrap();
+    let documented = documented_metrics();
+    assert!(documented.contains(m::PUBLISHED), "{documented:?}");
+
+    // Given the dashboard's body, its substitutions made as CloudFormation makes them
+    let dashboard = properties(&template, "Dashboard");
+    let body = dashboard["DashboardBody"]["!Sub"].as_str().unwrap();
+    let body = regex::Regex::new(r"\$\{([A-Za-z:.]+)\}")
+        .unwrap()
+        .replace_all(body, |c: &regex::Captures<'_>| match &c[1] {
+            "MetricsNamespace" => "NS".to_owned(),
+            "OldestPendingAlarmSeconds" | "IteratorAgeAlarmMilliseconds" => "1".to_owned(),
+            other => other.replace([':', '.'], "-"),
+        });
+    let body: Value = serde_json::from_str(&body).expect("the dashboard body is JSON");
+
+    // When every metric its widgets name is collected
+    let mut named: Vec<(String, String)> = Vec::new();
+    let insights = regex::Regex::new(r#"SUM\((\w+)\) FROM SCHEMA\("NS""#).unwrap();
+    for widget in body["widgets"].as_array().unwrap() {
+        for metric in widget["properties"]["metrics"].as_array().unwrap() {
+            let metric = metric.as_array().unwrap();
+            match &metric[0] {
+                Value::String(namespace) => {
+                    named.push((namespace.clone(), metric[1].as_str().unwrap().to_owned()))
+                }
+                Value::Object(expression) => {
+                    let expression = expression["expression"].as_str().unwrap();
+                    for found in insights.captures_iter(expression) {
+                        named.push(("NS".to_owned(), found[1].to_owned()));
+                    }
+                }
+                other => panic!("{other}"),
+            }
+        }
+    }
+
+    // Then the relays' metrics are all in docs/operations.md's table, the others AWS's own
+    for (namespace, name) in &named {
+        match namespace.as_str() {
+            "NS" => assert!(documented.contains(name), "{name} is not documented"),
+            "AWS/Lambda" => assert_eq!(name, "IteratorAge"),
+            "ECS/ContainerInsights" => assert_eq!(name, "RunningTaskCount"),
+            other => panic!("{other}/{name}"),
+        }
+    }
+    // And it shows lag, backlog, oldest pending age, publishes, failed calls by operation,
+    // dead letters, throttling and the publish rate, the fleet and its shards, the mapping's lag
+    for wanted in [
+        m::RELAY_LAG,
+        m::BACKLOG,
+        m::OLDEST_PENDING_AGE,
+        m::PUBLISHED,
+        m::FAILED_CALLS,
+        m::DEAD_LETTERED,
+        m::THROTTLED,
+        m::PUBLISH_RATE_LIMIT,
+        m::LEASES_OWNED,
+        "RunningTaskCount",
+        "IteratorAge",
+    ] {
+        assert!(
+            named.iter().any(|(_, n)| n == wanted),
+            "{wanted} is not on the dashboard: {named:?}"
+        );
+    }
+    // Failed calls by operation: the alarm's query, grouped
+    let yaml = outbox_infra::TEMPLATE_YAML;
+    assert!(
+        yaml.contains(&failed_calls_query(" GROUP BY Operation").replace('"', "\\\"")),
+        "the failed-calls widget"
+    );
+}
+
+#[test]
+fn the_artefacts_are_built_for_the_templates_architectures_and_the_deploy_asks_nothing() {
+    let template = Template::embedded().unwrap();
+    let root = outbox_tests::workspace_root();
+    let makefile = std::fs::read_to_string(root.join("Makefile")).unwrap();
+
+    // The Lambda zip is built for the function's architecture, the image for the tasks'
+    let function = properties(&template, "RelayFunction");
+    assert_eq!(function["Architectures"], json!(["arm64"]));
+    assert!(
+        makefile.contains("LAMBDA_TARGET := aarch64-unknown-linux-gnu"),
+        "make lambda-zip builds for arm64"
+    );
+    assert!(
+        function["CodeUri"]
+            .as_str()
+            .is_some_and(|uri| uri.ends_with("/lambda/relay-stream/bootstrap.zip")),
+        "{function}"
+    );
+    assert!(makefile.contains("LAMBDA_DIR := $(TARGET_DIR)/lambda"));
+    for task in ["PollerTaskDefinition", "OperatorTaskDefinition"] {
+        assert_eq!(
+            properties(&template, task)["RuntimePlatform"]["CpuArchitecture"],
+            "ARM64",
+            "{task}"
+        );
+    }
+    assert!(makefile.contains("docker buildx build --platform linux/arm64"));
+    // And the image's tag has no default: a deploy names the tag it pushed
+    assert!(
+        template
+            .parameter("PollerImageTag")
+            .unwrap()
+            .default
+            .is_none()
+    );
+
+    // And docs/operations.md's deploy section runs without a prompt: no `sam build` (its
+    // cargo-lambda method is a preview feature that asks), no guided deploy, no changeset to confirm
+    let docs = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
+    let deploy = &docs[docs.find("## Deploy").unwrap()..docs.find("## Parameters").unwrap()];
+    let commands: Vec<&str> = deploy
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .collect();
+    assert!(
+        !commands.iter().any(|l| l.starts_with("sam build")),
+        "{deploy}"
+    );
+    assert!(!commands.iter().any(|l| l.contains("--guided")), "{deploy}");
+    assert!(deploy.contains("make lambda-zip"));
+    assert!(deploy.contains("make poller-image"));
+    assert!(deploy.contains("--no-confirm-changeset"));
 }

@@ -24,6 +24,7 @@ mod relay_stream_deadline;
 mod relay_stream_faults;
 mod relay_stream_local;
 mod relay_stream_quota;
+mod role_calls;
 mod stream_fixtures;
 mod test_tools;
 mod trace_context;

@@ -245,6 +245,19 @@ impl FaultProxy {
             .collect()
     }
 
+    /// Every `X-Amz-Target` called through the proxy so far (each AWS operation a process made
+    /// through it), whatever happened to the call.
+    pub fn targets(&self) -> std::collections::BTreeSet<String> {
+        self.state
+            .counts
+            .lock()
+            .expect("counts")
+            .keys()
+            .filter(|t| !t.is_empty())
+            .cloned()
+            .collect()
+    }
+
     /// What was injected so far into calls of `target` (an `X-Amz-Target`).
     pub fn counts_for(&self, target: &str) -> FaultCounts {
         self.state

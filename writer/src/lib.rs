@@ -87,6 +87,20 @@ pub use trace::{LAMBDA_TRACE_ENV, MAX_TRACE_HEADER_LEN, TraceHeader};
 pub use transaction::{CommittedTransaction, ConditionFailure, OutboxTransaction};
 pub use writer::OutboxWriter;
 
+/// The IAM actions the writer's own calls need on the outbox table, which the template's
+/// `OrderServiceWriterPolicy` grants and nothing more (checked by a test of outbox-tests):
+/// `TransactWriteItems` is authorized per action in it: the `Put`s of
+/// [`OutboxWriter::create_order_with_outbox`] and [`OutboxTransaction::put`], the `Update` of an
+/// order's status change, [`OutboxTransaction::condition_check`]; and the consistent `GetItem` that
+/// replays an idempotent create and reads an order's version. (A service that adds
+/// [`OutboxTransaction::delete`]s to its transactions grants `dynamodb:DeleteItem` itself.)
+pub const TABLE_ACTIONS: &[&str] = &[
+    "dynamodb:ConditionCheckItem",
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+];
+
 // The contract types that appear in this crate's API, so a caller needs no other project crate.
 pub use outbox_shared::limits;
 pub use outbox_shared::retry::FullJitter;

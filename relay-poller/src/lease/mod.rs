@@ -43,7 +43,7 @@ mod manager;
 pub(crate) mod owned;
 mod owner;
 pub mod plan;
-mod store;
+pub mod store;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -108,6 +108,35 @@ pub trait LeaseStore: Send + Sync {
     ) -> impl Future<Output = Result<bool, LeaseError>> + Send;
 }
 
+/// The calls of [`DynamoLeaseStore`] in a running poller: the lease table read, heartbeats written
+/// and deleted, leases taken, renewed, handed over and released by conditional updates.
+/// ([`create_lease_table`] is for local use: the template creates the table.)
+pub const CALLS: &[relay_runtime::permissions::Call] = &[
+    relay_runtime::permissions::Call::new(
+        "dynamodb:Scan",
+        relay_runtime::permissions::Target::LeaseTable,
+    ),
+    relay_runtime::permissions::Call::new(
+        "dynamodb:PutItem",
+        relay_runtime::permissions::Target::LeaseTable,
+    ),
+    relay_runtime::permissions::Call::new(
+        "dynamodb:UpdateItem",
+        relay_runtime::permissions::Target::LeaseTable,
+    ),
+    relay_runtime::permissions::Call::new(
+        "dynamodb:DeleteItem",
+        relay_runtime::permissions::Target::LeaseTable,
+    ),
+];
+
+/// The calls of the leases' read-only view (`status`): the lease table read.
+pub const VIEW_CALLS: &[relay_runtime::permissions::Call] =
+    &[relay_runtime::permissions::Call::new(
+        "dynamodb:Scan",
+        relay_runtime::permissions::Target::LeaseTable,
+    )];
+
 /// The lease table on DynamoDB.
 #[derive(Debug, Clone)]
 pub struct DynamoLeaseStore {

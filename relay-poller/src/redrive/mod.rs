@@ -198,6 +198,40 @@ impl Candidate {
     }
 }
 
+/// The calls of [`Redrive`] itself (its publish is the poller's, [`crate::permissions::operator`]):
+/// dead letters received, released and deleted; items read, scanned (`--from-table`), put back to
+/// pending (a status update) or re-created when gone.
+pub const CALLS: &[relay_runtime::permissions::Call] = &[
+    relay_runtime::permissions::Call::new(
+        "sqs:ReceiveMessage",
+        relay_runtime::permissions::Target::DeadLetterQueue,
+    ),
+    relay_runtime::permissions::Call::new(
+        "sqs:ChangeMessageVisibility",
+        relay_runtime::permissions::Target::DeadLetterQueue,
+    ),
+    relay_runtime::permissions::Call::new(
+        "sqs:DeleteMessage",
+        relay_runtime::permissions::Target::DeadLetterQueue,
+    ),
+    relay_runtime::permissions::Call::new(
+        "dynamodb:GetItem",
+        relay_runtime::permissions::Target::OutboxTable,
+    ),
+    relay_runtime::permissions::Call::new(
+        "dynamodb:Scan",
+        relay_runtime::permissions::Target::OutboxTable,
+    ),
+    relay_runtime::permissions::Call::new(
+        "dynamodb:PutItem",
+        relay_runtime::permissions::Target::OutboxTable,
+    ),
+    relay_runtime::permissions::Call::new(
+        "dynamodb:UpdateItem",
+        relay_runtime::permissions::Target::OutboxStatus,
+    ),
+];
+
 /// The redrive, on the AWS clients.
 #[derive(Debug, Clone)]
 pub struct Redrive {

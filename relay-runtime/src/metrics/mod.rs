@@ -88,16 +88,6 @@ pub const LEASES_OWNED: &str = "LeasesOwned";
 /// relay-poller with a lease table.
 pub const LEASE_TAKEOVERS: &str = "LeaseTakeovers";
 
-/// The operations [`FAILED_CALLS`] is reported for (the template's alarm sums these).
-pub const COUNTED_OPERATIONS: &[&str] = &[
-    "Query",
-    "Scan",
-    "UpdateItem",
-    "BatchExecuteStatement",
-    "PutEvents",
-    "SendMessage",
-];
-
 /// `METRICS_NAMESPACE`, read the same way by both relays.
 #[derive(Debug, Clone, clap::Args)]
 pub struct MetricsArgs {

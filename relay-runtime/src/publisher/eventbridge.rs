@@ -29,6 +29,12 @@ use crate::config::{PublisherConfig, PublisherConfigError};
 use crate::publish_concurrency::{Permit, PublishConcurrency};
 use crate::publish_rate::{PublishRate, Slot};
 
+/// The calls of [`EventBridgePublisher`].
+pub const CALLS: &[crate::permissions::Call] = &[crate::permissions::Call::new(
+    "events:PutEvents",
+    crate::permissions::Target::EventBus,
+)];
+
 /// The EventBridge adapter.
 #[derive(Debug, Clone)]
 pub struct EventBridgePublisher {

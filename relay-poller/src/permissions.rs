@@ -1,0 +1,34 @@
+//! The AWS calls of each of the poller's jobs, put together from the lists beside the calls: the
+//! template gives the always-on service ([`service`]) and the operator commands ([`operator`]) a
+//! task definition and role each, with exactly these permissions (checked by a test of
+//! outbox-tests against `infra/template.yaml`).
+
+use relay_runtime::permissions::{Call, union};
+
+/// `run` and a `drain` backfill (the service's task definition): the index, marks and TTL
+/// refreshes, the release of holds, publishes, dead letters, the shard leases.
+pub fn service() -> Vec<Call> {
+    union(&[
+        crate::index::CALLS,
+        relay_runtime::status_store::CALLS,
+        relay_runtime::holds::RELEASE_CALLS,
+        relay_runtime::publisher::eventbridge::CALLS,
+        relay_runtime::dead_letter::CALLS,
+        crate::lease::store::CALLS,
+    ])
+}
+
+/// `redrive`, `inspect` and `status` (the operator's task definition). A redrive publishes what it
+/// put back with the poller's publish path: publishes, marks and dead letters, with their calls.
+pub fn operator() -> Vec<Call> {
+    union(&[
+        crate::redrive::CALLS,
+        relay_runtime::publisher::eventbridge::CALLS,
+        relay_runtime::status_store::CALLS,
+        relay_runtime::dead_letter::CALLS,
+        crate::inspect::CALLS,
+        crate::status::CALLS,
+        crate::index::CALLS,
+        crate::lease::store::VIEW_CALLS,
+    ])
+}

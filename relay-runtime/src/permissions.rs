@@ -1,0 +1,109 @@
+//! The AWS calls each relay job makes, as IAM names them and on what: the template gives each job
+//! a role with exactly these (a test of outbox-tests reads every role from `infra/template.yaml` and
+//! compares), and the integration runs of each job through the fault proxy check that the job calls
+//! nothing else (a call missing here would be `AccessDeniedException` on AWS).
+//!
+//! Each module that makes calls lists its own beside them (`status_store::CALLS`,
+//! `publisher::CALLS`, …); the relays' binaries put their modules' lists together
+//! (`relay_stream::permissions`, `relay_poller::permissions`).
+
+use outbox_shared::schema::attr;
+
+/// What a call is made on, as the template's roles scope it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Target {
+    /// The outbox table, any item and attribute.
+    OutboxTable,
+    /// The outbox table, only the attributes of [`STATUS_ATTRIBUTES`] (a `dynamodb:Attributes`
+    /// condition): marks, dead-letter marks, TTL refreshes, a redrive's put-back.
+    OutboxStatus,
+    /// The outbox table, only the aggregate hold items (keys `HOLD#…`, a `dynamodb:LeadingKeys`
+    /// condition).
+    HoldItems,
+    /// The outbox table's pending index (`GSI1`).
+    OutboxIndex,
+    /// The poller fleet's lease table.
+    LeaseTable,
+    /// The bus the relays publish to.
+    EventBus,
+    /// The dead-letter queue of poison events.
+    DeadLetterQueue,
+}
+
+/// One IAM action a job needs, and on what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Call {
+    /// The IAM action, e.g. `dynamodb:UpdateItem` (a `BatchExecuteStatement` of PartiQL
+    /// `UPDATE`s is `dynamodb:PartiQLUpdate`).
+    pub action: &'static str,
+    pub on: Target,
+}
+
+impl Call {
+    pub const fn new(action: &'static str, on: Target) -> Self {
+        Self { action, on }
+    }
+}
+
+/// Every top-level attribute a status update names: a mark (published or dead-lettered), a TTL
+/// refresh and a redrive's put-back, keys included (IAM counts a request's key attributes among
+/// its `dynamodb:Attributes`). The roles' status statements allow these and no other.
+pub const STATUS_ATTRIBUTES: &[&str] = &[
+    attr::PK,
+    attr::SK,
+    attr::STATUS,
+    attr::PUBLISHED_AT,
+    attr::DEAD_LETTERED_AT,
+    attr::DEAD_LETTER_REASON,
+    attr::TTL,
+    attr::GSI1PK,
+    attr::GSI1SK,
+];
+
+/// `X-Amz-Target` of a call (as the SDK sends it) to the IAM action that authorizes it; `None`
+/// for a target that is not DynamoDB, EventBridge or SQS. The relays' `BatchExecuteStatement`s
+/// hold PartiQL `UPDATE`s only.
+pub fn action_of_target(target: &str) -> Option<String> {
+    let (service, operation) = target.split_once('.')?;
+    let prefix = match service {
+        "DynamoDB_20120810" => "dynamodb",
+        "DynamoDBStreams_20120810" => "dynamodb",
+        "AWSEvents" => "events",
+        "AmazonSQS" => "sqs",
+        _ => return None,
+    };
+    Some(match operation {
+        "BatchExecuteStatement" => "dynamodb:PartiQLUpdate".to_owned(),
+        operation => format!("{prefix}:{operation}"),
+    })
+}
+
+/// The distinct calls of `lists`, sorted.
+pub fn union(lists: &[&[Call]]) -> Vec<Call> {
+    let mut all: Vec<Call> = lists.iter().flat_map(|l| l.iter().copied()).collect();
+    all.sort_unstable();
+    all.dedup();
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_map_to_the_actions_iam_checks() {
+        assert_eq!(
+            action_of_target("DynamoDB_20120810.BatchExecuteStatement").as_deref(),
+            Some("dynamodb:PartiQLUpdate")
+        );
+        assert_eq!(
+            action_of_target("AmazonSQS.SendMessage").as_deref(),
+            Some("sqs:SendMessage")
+        );
+        assert_eq!(
+            action_of_target("AWSEvents.PutEvents").as_deref(),
+            Some("events:PutEvents")
+        );
+        assert_eq!(action_of_target(""), None);
+    }
+}

@@ -1,0 +1,17 @@
+//! The AWS calls the stream relay makes, put together from the lists beside the calls: the
+//! template's `RelayFunctionRole` allows exactly these (checked by a test of outbox-tests), plus
+//! what Lambda itself does with the function's role: the event source mapping's stream reads and
+//! on-failure messages, logs, traces.
+
+use relay_runtime::permissions::{Call, union};
+
+/// Marks, publishes, dead letters, and in hold mode (`HOLD_FAILED_AGGREGATES`, which the template
+/// turns on) the holds it sets and reads.
+pub fn calls() -> Vec<Call> {
+    union(&[
+        relay_runtime::status_store::CALLS,
+        relay_runtime::publisher::eventbridge::CALLS,
+        relay_runtime::dead_letter::CALLS,
+        relay_runtime::holds::HOLD_CALLS,
+    ])
+}

@@ -1,0 +1,253 @@
+//! Each job calls nothing its role does not grant: the relays' binaries run through the fault
+//! proxy (no faults), which records every operation they call, and each operation must be among
+//! the calls the job's code lists (`relay_stream::permissions`, `relay_poller::permissions`),
+//! which `infra_template` compares with the roles in the template. A call added to a binary
+//! without its permission fails here, not with `AccessDeniedException` on AWS.
+
+use std::collections::BTreeSet;
+use std::process::Stdio;
+use std::time::Duration;
+
+use outbox_tests::fault_proxy::{FaultProxy, FaultRates};
+use outbox_tests::{TestEnv, emulator_endpoints, minimal_outbox_item, unique_name};
+use relay_runtime::permissions::{Call, action_of_target};
+
+/// The IAM actions of the operations called through `proxy` that `granted` lacks, besides
+/// `platform` (calls made by the platform on the job's behalf, or by a local stand-in for it).
+fn called_without_permission(
+    proxy: &FaultProxy,
+    granted: &[Call],
+    platform: &[&str],
+) -> Vec<String> {
+    let granted: BTreeSet<&str> = granted.iter().map(|c| c.action).collect();
+    proxy
+        .targets()
+        .iter()
+        .map(|t| action_of_target(t).unwrap_or_else(|| panic!("an unknown call: {t}")))
+        .filter(|a| !granted.contains(a.as_str()) && !platform.contains(&a.as_str()))
+        .collect()
+}
+
+fn called(proxy: &FaultProxy) -> BTreeSet<String> {
+    proxy
+        .targets()
+        .iter()
+        .filter_map(|t| action_of_target(t))
+        .collect()
+}
+
+fn assert_called(proxy: &FaultProxy, job: &str, actions: &[&str]) {
+    let called = called(proxy);
+    for action in actions {
+        assert!(
+            called.contains(*action),
+            "{job} did not call {action}: {called:?}"
+        );
+    }
+}
+
+/// `relay-stream-local` reads the stream as Lambda's event source mapping does (with the
+/// function's role), and finds the stream's ARN by describing the table (a local runner's call;
+/// the mapping is given the ARN).
+const STREAM_READER: &[&str] = &[
+    "dynamodb:DescribeStream",
+    "dynamodb:GetRecords",
+    "dynamodb:GetShardIterator",
+    "dynamodb:ListStreams",
+    "dynamodb:DescribeTable",
+];
+
+#[tokio::test]
+async fn each_job_calls_only_what_its_role_grants() {
+    // Given orders, and an item no relay can publish (its Payload is not JSON)
+    let env = TestEnv::new().await;
+    env.create_orders(5, 5).await;
+    let poison = unique_name("poison");
+    env.put_raw_item(minimal_outbox_item(
+        "u-poison",
+        &poison,
+        "OrderCreated",
+        "not json",
+        "2026-11-22T10:00:00.000Z",
+        1,
+    ))
+    .await;
+
+    // When the stream relay relays them in hold mode, as the template runs it
+    let stream = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 1).await;
+    let output = env
+        .relay_command("relay-stream-local")
+        .args(["--from", "trim-horizon", "--exit-when-idle", "1s"])
+        .env("HOLD_FAILED_AGGREGATES", "true")
+        .envs(stream.endpoint_env())
+        .env("RUST_LOG", "error")
+        .output()
+        .await
+        .expect("relay-stream-local runs");
+    assert!(output.status.success(), "{output:?}");
+
+    // Then it called only what its role grants: publishes, marks, the hold reads, a dead letter
+    // and its mark
+    let stream_calls = relay_stream::permissions::calls();
+    assert_eq!(
+        called_without_permission(&stream, &stream_calls, STREAM_READER),
+        Vec::<String>::new()
+    );
+    assert_called(
+        &stream,
+        "relay-stream",
+        &[
+            "events:PutEvents",
+            "dynamodb:PartiQLUpdate",
+            "dynamodb:BatchGetItem",
+            "sqs:SendMessage",
+            "sqs:GetQueueAttributes",
+            "dynamodb:UpdateItem",
+        ],
+    );
+
+    // When the poller service's `run` shares the shards through the lease table and publishes new
+    // orders, until stopped with SIGTERM
+    let lease_table = unique_name("leases");
+    relay_poller::lease::create_lease_table(&env.dynamodb, &lease_table)
+        .await
+        .unwrap();
+    env.create_orders(5, 5).await;
+    let service = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 2).await;
+    let mut run = env
+        .relay_command("relay-poller")
+        .args(["run", "--lease-table", &lease_table])
+        .args(["--lease-duration", "3s", "--lease-renew-interval", "1s"])
+        .args(["--grace-period", "0s", "--idle-backoff-max", "1s"])
+        .args(["--sweep-interval", "1s"])
+        .envs(service.endpoint_env())
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn relay-poller run");
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while env.pending_in_index().await > 0 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("the poller publishes the new orders");
+    let pid = run.id().expect("pid").to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill -TERM");
+    assert!(status.success());
+    let exit = tokio::time::timeout(Duration::from_secs(30), run.wait())
+        .await
+        .expect("exits after SIGTERM")
+        .expect("exit status");
+    assert!(exit.success(), "{exit:?}");
+
+    // Then it called only what the service's role grants: the index, marks, publishes, the leases
+    let service_calls = relay_poller::permissions::service();
+    assert_eq!(
+        called_without_permission(&service, &service_calls, &[]),
+        Vec::<String>::new()
+    );
+    assert_called(
+        &service,
+        "relay-poller run",
+        &[
+            "dynamodb:Query",
+            "dynamodb:Scan",
+            "events:PutEvents",
+            "dynamodb:PartiQLUpdate",
+            "dynamodb:PutItem",
+            "dynamodb:UpdateItem",
+            "dynamodb:DeleteItem",
+        ],
+    );
+
+    // When an operator runs status, inspect and redrive (the dead letter back, published again,
+    // dead-lettered again: its payload is still not JSON) on the operator's task
+    let operator = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 3).await;
+    for args in [
+        vec!["status", "--json", "--lease-table", lease_table.as_str()],
+        vec!["inspect", poison.as_str(), "--json"],
+        vec!["redrive", "--from-table", "--dry-run", "--json"],
+        vec!["redrive", "--json"],
+    ] {
+        let output = env
+            .relay_command("relay-poller")
+            .args(&args)
+            .envs(operator.endpoint_env())
+            .env("RUST_LOG", "error")
+            .output()
+            .await
+            .expect("relay-poller runs");
+        assert!(output.status.success(), "{args:?}: {output:?}");
+    }
+
+    // Then they called only what the operator's role grants
+    let operator_calls = relay_poller::permissions::operator();
+    assert_eq!(
+        called_without_permission(&operator, &operator_calls, &[]),
+        Vec::<String>::new()
+    );
+    assert_called(
+        &operator,
+        "the operator commands",
+        &[
+            "dynamodb:Scan",
+            "dynamodb:GetItem",
+            "sqs:ReceiveMessage",
+            "sqs:DeleteMessage",
+            "sqs:GetQueueAttributes",
+            "sqs:SendMessage",
+            "dynamodb:UpdateItem",
+        ],
+    );
+}
+
+#[tokio::test]
+async fn the_writer_calls_only_what_the_order_services_policy_grants() {
+    use outbox_writer::{NewOrder, OrderLine, OrderStatus, OutboxWriter, WriterConfig};
+    // Given a writer whose DynamoDB calls go through the proxy
+    let env = TestEnv::new().await;
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 4).await;
+    let dynamodb = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&env.sdk_config)
+            .endpoint_url(proxy.url())
+            .build(),
+    );
+    let writer = OutboxWriter::new(
+        dynamodb,
+        WriterConfig::new(env.outbox_config(), outbox_tests::TEST_SOURCE),
+    )
+    .unwrap();
+
+    // When it creates an order idempotently, creates it again (a replay) and changes its status
+    let order = || NewOrder::new(vec![OrderLine::new("sku-1", 1, 100)]).with_idempotency_key("k");
+    let created = writer
+        .create_order_with_outbox("u-1", order())
+        .await
+        .unwrap();
+    writer
+        .create_order_with_outbox("u-1", order())
+        .await
+        .unwrap();
+    writer
+        .update_order_status_with_outbox("u-1", &created.order_id, OrderStatus::Paid)
+        .await
+        .unwrap();
+
+    // Then it called TransactWriteItems and GetItem only (IAM authorizes a transaction by each
+    // action inside it: the Puts, the Update and any ConditionCheck, which
+    // outbox_writer::TABLE_ACTIONS lists with GetItem; the proxy sees the operation, not them)
+    assert_eq!(
+        proxy.targets(),
+        BTreeSet::from([
+            "DynamoDB_20120810.GetItem".to_owned(),
+            "DynamoDB_20120810.TransactWriteItems".to_owned(),
+        ])
+    );
+    assert!(outbox_writer::TABLE_ACTIONS.contains(&"dynamodb:GetItem"));
+}
