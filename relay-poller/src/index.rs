@@ -92,6 +92,14 @@ pub const CALLS: &[relay_runtime::permissions::Call] = &[
     ),
 ];
 
+/// The call of [`PendingIndex::has_pending`] before a hold is released: the events recorded on the
+/// hold, read from the table itself (`BatchGetItem`, strongly consistent). The service's only.
+pub const HELD_EVENTS_CALLS: &[relay_runtime::permissions::Call] =
+    &[relay_runtime::permissions::Call::new(
+        "dynamodb:BatchGetItem",
+        relay_runtime::permissions::Target::OutboxTable,
+    )];
+
 /// The DynamoDB adapter.
 #[derive(Debug, Clone)]
 pub struct DynamoPendingIndex {

@@ -6,10 +6,12 @@
 use relay_runtime::permissions::{Call, union};
 
 /// `run` and a `drain` backfill (the service's task definition): the index, marks and TTL
-/// refreshes, the release of holds, publishes, dead letters, the shard leases.
+/// refreshes, the release of holds (and the read of the events recorded on them), publishes, dead
+/// letters, the shard leases.
 pub fn service() -> Vec<Call> {
     union(&[
         crate::index::CALLS,
+        crate::index::HELD_EVENTS_CALLS,
         relay_runtime::status_store::CALLS,
         relay_runtime::holds::RELEASE_CALLS,
         relay_runtime::publisher::eventbridge::CALLS,

@@ -115,17 +115,20 @@ pub const BATCH_GET_MAX_KEYS: usize = 100;
 /// `BatchGetItem` rounds for unprocessed keys before giving up.
 pub const BATCH_GET_MAX_ROUNDS: u32 = 5;
 
-/// The calls that hold aggregates and read their holds (the stream relay's hold mode):
-/// [`DynamoHoldStore::hold`] and [`DynamoHoldStore::held`], on hold items only.
+/// The calls that hold aggregates, record what is left under a hold and read holds (the stream
+/// relay's hold mode): [`DynamoHoldStore::hold`] and [`DynamoHoldStore::leave`] (`UpdateItem`s) and
+/// [`DynamoHoldStore::held`], on hold items only.
 pub const HOLD_CALLS: &[Call] = &[
-    Call::new("dynamodb:PutItem", Target::HoldItems),
+    Call::new("dynamodb:UpdateItem", Target::HoldItems),
     Call::new("dynamodb:BatchGetItem", Target::HoldItems),
 ];
 
-/// The calls that list and release holds (the poller): [`DynamoHoldStore::list`] (a `Query` of the
-/// index's hold partition) and [`DynamoHoldStore::release`].
+/// The calls that list, keep and release holds (the poller): [`DynamoHoldStore::list`] (a `Query`
+/// of the index's hold partition), [`DynamoHoldStore::extend`] (an `UpdateItem` of the hold's
+/// `ttl`) and [`DynamoHoldStore::release`].
 pub const RELEASE_CALLS: &[Call] = &[
     Call::new("dynamodb:Query", Target::OutboxIndex),
+    Call::new("dynamodb:UpdateItem", Target::HoldItems),
     Call::new("dynamodb:DeleteItem", Target::HoldItems),
 ];
 
