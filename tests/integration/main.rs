@@ -10,6 +10,7 @@ mod consumer_example;
 mod consumer_helpers;
 mod dead_letter_size;
 mod demo;
+mod duplicates;
 mod harness;
 mod infra_template;
 mod operator_commands;
