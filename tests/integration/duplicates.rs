@@ -4,15 +4,19 @@
 //! re-delivery, through the fault proxy). At-least-once allows a duplicate; each one costs a
 //! consumer a lookup, so the relays must not publish again what they published and marked.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::Utc;
 use clap::Parser;
-use outbox_tests::fixtures;
+use outbox_tests::fault_proxy::{FaultProxy, FaultRates};
 use outbox_tests::latency_model::LatencyModel;
+use outbox_tests::{TestEnv, emulator_endpoints, fixtures};
 use relay_poller::CancellationToken;
 use relay_poller::app::{AwsClients, aws_poller};
 use relay_poller::{Cli, Command};
+
+use crate::relay_faults::{assert_all_once_or_more, run_through, sink_counts};
 
 /// Events drained through the lagging index.
 const LAGGING_EVENTS: usize = 1000;
@@ -80,5 +84,72 @@ async fn a_drain_through_an_index_that_lags_by_2_s_publishes_at_most_1_percent_d
     assert!(
         duplicates * 100 <= LAGGING_EVENTS as u64,
         "{duplicates} duplicates for {LAGGING_EVENTS} events"
+    );
+}
+
+/// Events the stream relay relays through the faulty AWS.
+const STREAM_EVENTS: usize = 300;
+/// The faults of the run: `PutEvents` entries fail at 30 % (retryable), DynamoDB calls
+/// (the marks among them) at 20 %; no lost replies, whose duplicates no relay can avoid.
+const STREAM_RATES: FaultRates = FaultRates {
+    dynamodb_calls: 20,
+    put_events_entries: 30,
+    lost_replies: 0,
+};
+const STREAM_SEED: u64 = 0x0dd_ba7c4;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redelivered_stream_batch_does_not_publish_again_what_the_relay_published() {
+    // Given 300 orders on the stream, and a faulty AWS in front of the emulator: a third of the
+    // PutEvents entries fail, a fifth of the DynamoDB calls
+    let env = TestEnv::new().await;
+    let written: HashSet<String> = env
+        .create_orders(STREAM_EVENTS, 32)
+        .await
+        .into_iter()
+        .collect();
+    let proxy = FaultProxy::start(&emulator_endpoints(), STREAM_RATES, STREAM_SEED).await;
+
+    // When relay-stream-local relays them through it with hold mode off and 3 attempts per entry
+    // (so some events fail all three, and Lambda's semantics re-deliver their batch from them)
+    let summary = run_through(
+        &env,
+        &proxy,
+        "relay-stream-local",
+        &[
+            "--from",
+            "trim-horizon",
+            "--exit-when-idle",
+            "2s",
+            "--batch-size",
+            "100",
+            "--publish-max-attempts",
+            "3",
+        ],
+    )
+    .await;
+    let faults = proxy.counts();
+    assert!(faults.failed_entries > 0, "{faults:?}");
+    assert!(summary["redelivered"].as_u64().unwrap() > 0, "{summary}");
+
+    // And the poller picks up what the stream relay left pending, without faults
+    let output = env
+        .relay_command("relay-poller")
+        .args(["drain"])
+        .env("RUST_LOG", "error")
+        .output()
+        .await
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+
+    // Then every event reached the sink, and at most 2 % of them twice
+    let counts = sink_counts(&env, STREAM_EVENTS).await;
+    let duplicates = assert_all_once_or_more(&counts, &written);
+    eprintln!(
+        "relay-stream-local, {STREAM_EVENTS} events, hold mode off: {duplicates} duplicates on the sink; stream summary {summary}; injected {faults:?}"
+    );
+    assert!(
+        duplicates * 100 <= 2 * STREAM_EVENTS as u64,
+        "{duplicates} duplicates for {STREAM_EVENTS} events; stream summary {summary}"
     );
 }
