@@ -142,14 +142,18 @@ async fn a_redelivered_stream_batch_does_not_publish_again_what_the_relay_publis
         .unwrap();
     assert!(output.status.success(), "{output:?}");
 
-    // Then every event reached the sink, and at most 2 % of them twice
+    // Then every event reached the sink, and at most 2 % of them twice. A mark that failed
+    // every attempt (a call of 25 marks, now and then at these rates) leaves its events to the
+    // poller, which publishes them again by design (README, "Duplicates happen"): those are
+    // counted apart, as `not_marked`
     let counts = sink_counts(&env, STREAM_EVENTS).await;
     let duplicates = assert_all_once_or_more(&counts, &written);
+    let not_marked = summary["not_marked"].as_u64().unwrap();
     eprintln!(
-        "relay-stream-local, {STREAM_EVENTS} events, hold mode off: {duplicates} duplicates on the sink; stream summary {summary}; injected {faults:?}"
+        "relay-stream-local, {STREAM_EVENTS} events, hold mode off: {duplicates} duplicates on the sink ({not_marked} of them events whose mark failed); stream summary {summary}; injected {faults:?}"
     );
     assert!(
-        duplicates * 100 <= 2 * STREAM_EVENTS as u64,
-        "{duplicates} duplicates for {STREAM_EVENTS} events; stream summary {summary}"
+        duplicates.saturating_sub(not_marked) * 100 <= 2 * STREAM_EVENTS as u64,
+        "{duplicates} duplicates for {STREAM_EVENTS} events, {not_marked} of them not marked; stream summary {summary}"
     );
 }
