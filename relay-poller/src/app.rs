@@ -102,6 +102,7 @@ pub fn aws_poller(
         idle_backoff_max: config.idle_backoff_max,
         ttl_refresh_margin: config.ttl_refresh_margin,
         sweep_interval: config.sweep_interval,
+        index_lag: config.index_lag,
     };
     Ok(Poller::new(
         index,

@@ -138,6 +138,11 @@ pub struct RelayArgs {
     /// `--shard-count` (a reshard, another writer) and publishes them; every `drain` pass does.
     #[arg(long, env = "OUTBOX_SWEEP_INTERVAL", default_value = default_sweep_interval(), value_parser = humantime::parse_duration)]
     pub sweep_interval: Duration,
+    /// How long the pending index (a GSI, eventually consistent) may still return an item after
+    /// it was marked: what this poller marked within it is not published again when a pass reads
+    /// it. Longer costs memory (the keys marked in that time), shorter costs duplicates.
+    #[arg(long, env = "OUTBOX_INDEX_LAG", default_value = default_index_lag(), value_parser = humantime::parse_duration)]
+    pub index_lag: Duration,
     /// SQS queue that receives poison events with the item and the reason.
     #[arg(long, env = "DEAD_LETTER_QUEUE_URL")]
     pub dead_letter_queue_url: String,
@@ -293,6 +298,13 @@ fn default_sweep_interval() -> &'static str {
     duration_text(&TEXT, crate::poller::DEFAULT_SWEEP_INTERVAL)
 }
 
+/// `--index-lag`'s default as `--help` shows it and clap parses it back (`5s`): the value is
+/// written once, as [`crate::poller::DEFAULT_INDEX_LAG`].
+fn default_index_lag() -> &'static str {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    duration_text(&TEXT, crate::poller::DEFAULT_INDEX_LAG)
+}
+
 /// A duration in the form `humantime::parse_duration` reads back. clap takes a default as a
 /// `&'static str`: `cell` formats it once, however often the command is built.
 fn duration_text(cell: &'static OnceLock<String>, duration: Duration) -> &'static str {
@@ -375,6 +387,7 @@ pub struct RelayConfig {
     pub metrics_namespace: String,
     pub ttl_refresh_margin: Duration,
     pub sweep_interval: Duration,
+    pub index_lag: Duration,
 }
 
 impl LeaseTableArgs {
@@ -542,6 +555,7 @@ impl RelayArgs {
             metrics_namespace: self.metrics.metrics_namespace.clone(),
             ttl_refresh_margin: self.ttl_refresh_margin,
             sweep_interval: self.sweep_interval,
+            index_lag: self.index_lag,
         })
     }
 }

@@ -35,8 +35,8 @@ pub use assignment::{PassShards, ShardAssignment, StaticShards};
 pub use config::{Cli, Command, RelayConfig};
 pub use index::{DynamoPendingIndex, PendingIndex};
 pub use poller::{
-    DEFAULT_SWEEP_INTERVAL, DEFAULT_TTL_REFRESH_MARGIN, DrainSummary, PassOutcome, PassStats,
-    Poller, PollerSettings,
+    DEFAULT_INDEX_LAG, DEFAULT_SWEEP_INTERVAL, DEFAULT_TTL_REFRESH_MARGIN, DrainSummary,
+    PassOutcome, PassStats, Poller, PollerSettings,
 };
 pub use relay_runtime::SettingError;
 /// Re-exported so callers can drive the loops without naming tokio-util.

@@ -12,6 +12,8 @@
 //!   `ttl` of marked items, the TTL refresh of pending ones).
 //! - [`holds`]: the aggregate-hold port and its DynamoDB adapter (the stream relay holds an
 //!   aggregate whose event failed; the poller publishes its events and releases the hold).
+//! - [`recent`]: a short memory of the events a process settled (bounded by count and age), so a
+//!   relay skips what AWS hands it again: a lagging index's marked items, a re-delivered batch.
 //! - [`dead_letter`]: the dead-letter port and its SQS adapter for poison events.
 //! - [`config`]: the publisher's configuration and the flags and variables every relay reads it
 //!   from; setting errors that name the flag and the variable.
@@ -30,6 +32,7 @@ pub mod permissions;
 pub mod publish_concurrency;
 pub mod publish_rate;
 pub mod publisher;
+pub mod recent;
 pub mod relay;
 pub mod status_store;
 pub mod telemetry;
@@ -66,6 +69,7 @@ pub use dead_letter::{
 };
 pub use holds::{DynamoHoldStore, Hold, HoldStore};
 pub use publisher::{EventBridgePublisher, PublishOutcome, PublishStats, Publisher};
+pub use recent::RecentKeys;
 pub use relay::{EventRelay, Poison, ReadyEvents, Settled};
 pub use status_store::{
     DynamoStatusStore, MarkOutcome, StatusError, StatusStore, TtlOutcome, TtlPolicy,

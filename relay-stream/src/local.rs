@@ -116,6 +116,9 @@ pub struct Summary {
     pub not_marked: u64,
     /// `PutEvents` calls sent, retries included (counted by the publisher, not derived).
     pub put_events_calls: u64,
+    /// Records delivered again after a batch item failure (each re-delivery counts the records
+    /// from the reported one to the batch's end).
+    pub redelivered: u64,
 }
 
 impl Summary {
@@ -158,6 +161,7 @@ pub async fn run(args: &LocalArgs, shutdown: &CancellationToken) -> Result<Summa
         failed: counts.failed,
         not_marked: counts.not_marked,
         put_events_calls: runner.relay().publisher().stats().put_events_calls,
+        redelivered: runner.redelivered(),
     })
 }
 
@@ -225,6 +229,8 @@ pub struct LocalRunner<P, S, D, H> {
     streams: StreamsClient,
     stream_arn: String,
     options: RunnerOptions,
+    /// Records re-delivered so far.
+    redelivered: std::sync::atomic::AtomicU64,
 }
 
 impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> LocalRunner<P, S, D, H> {
@@ -239,7 +245,13 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> LocalRunner<
             streams,
             stream_arn: stream_arn.into(),
             options,
+            redelivered: std::sync::atomic::AtomicU64::default(),
         }
+    }
+
+    /// Records delivered again after a batch item failure so far.
+    pub fn redelivered(&self) -> u64 {
+        self.redelivered.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn relay(&self) -> &StreamRelay<P, S, D, H> {
@@ -523,6 +535,10 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> LocalRunner<
                 return counts;
             }
             retries += 1;
+            self.redelivered.fetch_add(
+                (batch.len() - start - failed_at) as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
             let delay = self
                 .options
                 .poll_interval

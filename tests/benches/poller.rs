@@ -156,6 +156,7 @@ fn relay_args(table: &str, bus: &str, dlq: &str) -> RelayArgs {
         metrics: relay_runtime::metrics::MetricsArgs::default(),
         ttl_refresh_margin: relay_poller::DEFAULT_TTL_REFRESH_MARGIN,
         sweep_interval: relay_poller::DEFAULT_SWEEP_INTERVAL,
+        index_lag: relay_poller::DEFAULT_INDEX_LAG,
         dead_letter_queue_url: dlq.to_owned(),
         page_size: relay_poller::config::DEFAULT_PAGE_SIZE,
         shard_concurrency: 16,

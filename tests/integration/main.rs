@@ -11,6 +11,7 @@ mod consumer_helpers;
 mod costs;
 mod dead_letter_size;
 mod demo;
+mod duplicates;
 mod harness;
 mod infra_template;
 mod operator_commands;

@@ -246,6 +246,7 @@ async fn run_passes_leave_events_younger_than_the_grace_period_alone() {
         metrics: relay_runtime::metrics::MetricsArgs::default(),
         ttl_refresh_margin: relay_poller::DEFAULT_TTL_REFRESH_MARGIN,
         sweep_interval: relay_poller::DEFAULT_SWEEP_INTERVAL,
+        index_lag: relay_poller::DEFAULT_INDEX_LAG,
         dead_letter_queue_url: env.dead_letter_queue_url.clone(),
         page_size: 7,
         shard_concurrency: 4,

@@ -35,6 +35,7 @@ fn default_args() -> RelayArgs {
         metrics: relay_runtime::metrics::MetricsArgs::default(),
         ttl_refresh_margin: relay_poller::DEFAULT_TTL_REFRESH_MARGIN,
         sweep_interval: relay_poller::DEFAULT_SWEEP_INTERVAL,
+        index_lag: relay_poller::DEFAULT_INDEX_LAG,
         dead_letter_queue_url: "http://latency-model.invalid/dead-letters".into(),
         page_size: relay_poller::config::DEFAULT_PAGE_SIZE,
         shard_concurrency: 16,

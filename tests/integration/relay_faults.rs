@@ -47,7 +47,12 @@ fn assert_marks_faulted(proxy: &FaultProxy) -> FaultCounts {
 }
 
 /// Runs a relay binary with `args`, its AWS calls through `proxy`; its JSON summary.
-async fn run_through(env: &TestEnv, proxy: &FaultProxy, bin: &str, args: &[&str]) -> Value {
+pub(crate) async fn run_through(
+    env: &TestEnv,
+    proxy: &FaultProxy,
+    bin: &str,
+    args: &[&str],
+) -> Value {
     let output = env
         .relay_command(bin)
         .args(args)
@@ -67,7 +72,7 @@ async fn run_through(env: &TestEnv, proxy: &FaultProxy, bin: &str, args: &[&str]
 }
 
 /// Every event id on the sink with how often it arrived, once at least `expected` arrived.
-async fn sink_counts(env: &TestEnv, expected: usize) -> HashMap<String, u64> {
+pub(crate) async fn sink_counts(env: &TestEnv, expected: usize) -> HashMap<String, u64> {
     let mut counts = HashMap::new();
     for message in env
         .wait_for_sink(expected as u64, Duration::from_secs(60))
@@ -79,7 +84,10 @@ async fn sink_counts(env: &TestEnv, expected: usize) -> HashMap<String, u64> {
 }
 
 /// Zero missing, nothing unknown; the duplicates.
-fn assert_all_once_or_more(counts: &HashMap<String, u64>, written: &HashSet<String>) -> u64 {
+pub(crate) fn assert_all_once_or_more(
+    counts: &HashMap<String, u64>,
+    written: &HashSet<String>,
+) -> u64 {
     let received: HashSet<String> = counts.keys().cloned().collect();
     let missing: Vec<_> = written.difference(&received).collect();
     let unknown: Vec<_> = received.difference(written).collect();

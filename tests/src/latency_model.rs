@@ -213,18 +213,18 @@ impl LatencyModel {
         });
     }
 
-    /// Makes `PutEvents` a bus of fixed capacity: it serves `entries_per_second` entries, one call
-    /// at a time in arrival order, so a call is answered once the calls queued ahead of it and its
-    /// own entries are served (plus the model's delay). A call takes effect when it arrives, and
-    /// one the client stops waiting for (a timeout) stays queued, as a request the bus has
-    /// received does: its entries are published and its work delays the calls behind it. Time is
-    /// tokio's, so a test on a paused clock sees the queue in virtual time.
     /// Makes the pending index lag the table by `lag`: a marked item is out of the table's pending
     /// set at once (its condition fails for a second mark) and still in query results for `lag`.
     pub fn lag_index(&self, lag: Duration) {
         self.state.lock().expect("model state").index_lag = lag;
     }
 
+    /// Makes `PutEvents` a bus of fixed capacity: it serves `entries_per_second` entries, one call
+    /// at a time in arrival order, so a call is answered once the calls queued ahead of it and its
+    /// own entries are served (plus the model's delay). A call takes effect when it arrives, and
+    /// one the client stops waiting for (a timeout) stays queued, as a request the bus has
+    /// received does: its entries are published and its work delays the calls behind it. Time is
+    /// tokio's, so a test on a paused clock sees the queue in virtual time.
     pub fn serve_put_events(&self, entries_per_second: u32) {
         self.state.lock().expect("model state").server = Some(Server {
             per_second: f64::from(entries_per_second),

@@ -13,6 +13,14 @@ pub(crate) fn string_attr(raw: &RawItem, name: &str) -> Option<String> {
     raw.get(name).and_then(|v| v.as_s().ok()).cloned()
 }
 
+/// The table key of an item read from the index; `None` without a string `PK` and `SK`.
+pub(crate) fn item_key(raw: &RawItem) -> Option<ItemKey> {
+    Some(ItemKey {
+        pk: string_attr(raw, attr::PK)?,
+        sk: string_attr(raw, attr::SK)?,
+    })
+}
+
 /// What an item read from the index is.
 pub(crate) enum Decoded {
     /// The item, and the raw item kept whole for a dead letter should EventBridge reject it.
@@ -23,10 +31,7 @@ pub(crate) enum Decoded {
 /// Decodes an index item into an outbox item, or says why it is poison. `None` when even the
 /// table key is missing (not an item of this table's shape; nothing can be done with it).
 pub(crate) fn decode(raw: RawItem) -> Option<Decoded> {
-    let key = ItemKey {
-        pk: string_attr(&raw, attr::PK)?,
-        sk: string_attr(&raw, attr::SK)?,
-    };
+    let key = item_key(&raw)?;
     // Decoded as the stream relay decodes an image, so a reason names the attribute and never
     // quotes its value (values may hold personal data; reasons go to logs and dead letters).
     let image: HashMap<String, serde_dynamo::AttributeValue> =

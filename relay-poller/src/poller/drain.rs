@@ -66,6 +66,7 @@ where
                 taken = stats.taken,
                 published = stats.published,
                 already_marked = stats.already_marked,
+                recently_marked = stats.recently_marked,
                 dead_lettered = stats.dead_lettered,
                 failed = stats.failed,
                 not_marked = stats.not_marked,

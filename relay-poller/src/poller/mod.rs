@@ -13,6 +13,13 @@
 //! - [`ttl`]: the TTL refresh: a pending item whose `ttl` is past or within the refresh margin gets
 //!   its `ttl` pushed forward (still only while it is pending) before anything else happens to it,
 //!   so DynamoDB's TTL never deletes an unpublished event that the poller can read.
+//! - The items this poller marked are remembered for the index's lag
+//!   ([`PollerSettings::index_lag`], `relay_runtime::RecentKeys`): `GSI1` is eventually
+//!   consistent, so a pass that starts right after one that marked items can still read them, and
+//!   would publish them again. A pass skips them (not taken, not published, counted in
+//!   [`PassStats::recently_marked`]); an item found already marked is remembered too, and a pass
+//!   that found nothing else is empty, not progress, so the loops pause instead of passing again
+//!   at once.
 //! - [`holds`]: the release of the aggregate holds the stream relay set, once the poller has
 //!   published what it left.
 //! - [`decode`]: an item read from the index becomes an outbox item or a poison case.
@@ -38,8 +45,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use outbox_shared::ShardCount;
-use relay_runtime::{DeadLetterSink, EventRelay, HoldStore, Publisher, StatusStore};
+use outbox_shared::{ItemKey, ShardCount};
+use relay_runtime::{DeadLetterSink, EventRelay, HoldStore, Publisher, RecentKeys, StatusStore};
 
 use crate::index::PendingIndex;
 
@@ -63,6 +70,15 @@ const MIN_IDLE_BACKOFF: Duration = Duration::from_millis(100);
 /// Default of `--ttl-refresh-margin`: a pending item whose `ttl` is less than this away gets it
 /// pushed forward.
 pub const DEFAULT_TTL_REFRESH_MARGIN: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Default of `--index-lag`: how long the pending index may still serve an item after it was
+/// marked. A GSI's propagation is usually well under a second on AWS; a few seconds cover a bad
+/// moment, and the cost is only the memory of the keys marked in that time.
+pub const DEFAULT_INDEX_LAG: Duration = Duration::from_secs(5);
+
+/// Most item keys remembered as recently marked: 10 s of a bus's highest `PutEvents` quota
+/// (10,000 entries/s), about 20 MB. Beyond it the oldest are forgotten early (duplicates at most).
+pub const RECENTLY_MARKED_CAPACITY: usize = 100_000;
 
 /// Default of `--sweep-interval`: how often `run` scans the whole index for stray partitions.
 pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(5 * 60);
@@ -88,6 +104,9 @@ pub struct PollerSettings {
     /// How often `run` sweeps the whole index for stray partitions (`drain` sweeps on its first
     /// pass and before it declares the index empty).
     pub sweep_interval: Duration,
+    /// How long the pending index may still serve an item after it was marked: the items this
+    /// poller marked (or found already marked) within it are skipped, not published again.
+    pub index_lag: Duration,
 }
 
 /// The poller, generic over its ports.
@@ -100,6 +119,8 @@ pub struct Poller<I, P, S, D, H> {
     totals: stats::Totals,
     /// When the last sweep started.
     last_sweep: Mutex<Option<Instant>>,
+    /// The items marked (by this poller, or found already marked) within the index's lag.
+    recently_marked: RecentKeys<ItemKey>,
 }
 
 impl<I, P, S, D, H> Poller<I, P, S, D, H>
@@ -128,6 +149,7 @@ where
                 settings.mark_concurrency,
             ),
             holds,
+            recently_marked: RecentKeys::new(settings.index_lag, RECENTLY_MARKED_CAPACITY),
             settings,
             totals: stats::Totals::default(),
             last_sweep: Mutex::new(None),

@@ -1,7 +1,9 @@
 //! One pass: every shard the assignment gives it, in parallel (after a sweep when one is due),
 //! each partition's pages one after another, oldest first; each page decoded, its expiring `ttl`s
 //! refreshed, its events published, and each event settled: marked, dead-lettered then marked, or
-//! left pending. An aggregate whose event failed is held back for the rest of the pass.
+//! left pending. An aggregate whose event failed is held back for the rest of the pass. The
+//! items the index still returns after this poller marked them (the index lags the table) are
+//! skipped before anything else.
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -17,7 +19,7 @@ use relay_runtime::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::decode::{Decoded, dead_letter_record, decode, string_attr};
+use super::decode::{Decoded, dead_letter_record, decode, item_key, string_attr};
 use super::stats::PassStats;
 use super::{Poller, cutoff};
 use crate::assignment::{PageStart, ShardAssignment, StaticShards};
@@ -149,13 +151,13 @@ where
                     break;
                 }
             };
+            let items = self.without_recently_marked(page.items, &mut stats);
             if stats.oldest_created_at.is_none() {
-                stats.oldest_created_at = page
-                    .items
+                stats.oldest_created_at = items
                     .first()
                     .and_then(|item| string_attr(item, attr::CREATED_AT));
             }
-            self.process_page(partition, page.items, stop_at, held_back, &mut stats)
+            self.process_page(partition, items, stop_at, held_back, &mut stats)
                 .await;
             if let Some((a, shard)) = lease {
                 a.end_page(shard);
@@ -171,6 +173,19 @@ where
             }
         }
         stats
+    }
+
+    /// `items` without those this poller marked (or found already marked) within the index's lag:
+    /// the index, eventually consistent, can still return an item for a while after the table
+    /// marked it, and publishing it again would only be a duplicate. Counted in `stats`.
+    fn without_recently_marked(&self, items: Vec<RawItem>, stats: &mut PassStats) -> Vec<RawItem> {
+        let before = items.len();
+        let items: Vec<RawItem> = items
+            .into_iter()
+            .filter(|raw| !item_key(raw).is_some_and(|key| self.recently_marked.contains(&key)))
+            .collect();
+        stats.recently_marked += (before - items.len()) as u64;
+        items
     }
 
     /// Decodes, refreshes, publishes and settles one page, adding what happened to `stats`.
@@ -238,16 +253,20 @@ where
         stats: &mut PassStats,
     ) {
         let (mut marked, mut already_marked, mut dead_lettered, mut not_marked) = (0, 0, 0, 0);
+        // Out of the table's pending set, and possibly still in the index for its lag.
+        let mut left_pending = Vec::new();
         for result in settled {
             match result {
                 Settled::Published { key, mark, .. } => match mark {
                     Ok(MarkOutcome::Marked) => {
                         marked += 1;
                         self.totals.done(&key);
+                        left_pending.push(key);
                     }
                     Ok(MarkOutcome::AlreadyMarked) => {
                         already_marked += 1;
                         self.totals.done(&key);
+                        left_pending.push(key);
                     }
                     Err(_) => {
                         not_marked += 1;
@@ -275,8 +294,12 @@ where
                     (Some(key), Some(Ok(MarkOutcome::Marked))) => {
                         dead_lettered += 1;
                         self.totals.done(&key);
+                        left_pending.push(key);
                     }
-                    (Some(key), Some(Ok(MarkOutcome::AlreadyMarked))) => self.totals.done(&key),
+                    (Some(key), Some(Ok(MarkOutcome::AlreadyMarked))) => {
+                        self.totals.done(&key);
+                        left_pending.push(key);
+                    }
                     (Some(key), Some(Err(_))) => {
                         not_marked += 1;
                         self.totals.failing(key);
@@ -291,6 +314,7 @@ where
                 }
             }
         }
+        self.recently_marked.remember(left_pending);
         stats.published += marked;
         stats.already_marked += already_marked;
         stats.dead_lettered += dead_lettered;

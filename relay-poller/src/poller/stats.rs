@@ -11,8 +11,11 @@ use serde::Serialize;
 /// Counts of one pass, summed over its shards.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct PassStats {
-    /// Items read from the index.
+    /// Items read from the index (those skipped as recently marked not included).
     pub taken: u64,
+    /// Items the index still returned that this poller marked (or found already marked) within
+    /// the index's lag: skipped, not published again.
+    pub recently_marked: u64,
     /// Published and marked by this pass.
     pub published: u64,
     /// Published, but the item was already marked (by another relay, or an earlier attempt).
@@ -44,9 +47,12 @@ pub struct PassStats {
 /// What a pass achieved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PassOutcome {
-    /// Nothing pending below the cutoff in any shard.
+    /// Nothing pending below the cutoff in any shard: nothing read, or only items already marked
+    /// (by another relay, or by this poller within the index's lag).
     Empty,
-    /// Some events left the index.
+    /// This pass published or dead-lettered events. An item found already marked is not
+    /// progress: the index still serving it says nothing about what is left, and a pass started
+    /// at once would read it again.
     Progress,
     /// Something is pending, but nothing left the index (failures only).
     Stalled,
@@ -54,9 +60,9 @@ pub enum PassOutcome {
 
 impl PassStats {
     pub fn outcome(&self) -> PassOutcome {
-        if self.published + self.already_marked + self.dead_lettered > 0 {
+        if self.published + self.dead_lettered > 0 {
             PassOutcome::Progress
-        } else if self.taken == 0 && self.read_errors == 0 {
+        } else if self.taken == self.already_marked && self.read_errors == 0 {
             PassOutcome::Empty
         } else {
             PassOutcome::Stalled
@@ -65,6 +71,7 @@ impl PassStats {
 
     pub(crate) fn merge(&mut self, other: Self) {
         self.taken += other.taken;
+        self.recently_marked += other.recently_marked;
         self.published += other.published;
         self.already_marked += other.already_marked;
         self.dead_lettered += other.dead_lettered;

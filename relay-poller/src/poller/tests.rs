@@ -47,6 +47,7 @@ fn poller(table: &Table, page_size: i32) -> Poller<&Table, &Table, &Table, &Tabl
         idle_backoff_max: Duration::from_secs(1),
         ttl_refresh_margin: DEFAULT_TTL_REFRESH_MARGIN,
         sweep_interval: DEFAULT_SWEEP_INTERVAL,
+        index_lag: DEFAULT_INDEX_LAG,
     };
     Poller::new(
         table,
@@ -450,10 +451,95 @@ fn outcome_reflects_progress() {
     assert_eq!(errored.outcome(), PassOutcome::Stalled);
     let progress = PassStats {
         taken: 3,
+        published: 1,
         already_marked: 1,
         ..PassStats::default()
     };
     assert_eq!(progress.outcome(), PassOutcome::Progress);
+    // Items found already marked are gone from the table, not progress: the pass saw nothing
+    // pending
+    let already_marked = PassStats {
+        taken: 2,
+        already_marked: 2,
+        ..PassStats::default()
+    };
+    assert_eq!(already_marked.outcome(), PassOutcome::Empty);
+    let some_failed = PassStats {
+        taken: 3,
+        already_marked: 2,
+        failed: 1,
+        ..PassStats::default()
+    };
+    assert_eq!(some_failed.outcome(), PassOutcome::Stalled);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pass_right_after_one_that_marked_items_skips_those_the_lagging_index_still_returns() {
+    // Given 3 pending events and an index that keeps returning a marked item for a while
+    let table = Table::default();
+    table
+        .lag_index
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    for (i, agg) in ["a", "b", "c"].iter().enumerate() {
+        table.insert(event(agg, 1, i64::try_from(i).unwrap()));
+    }
+    let poller = poller(&table, 10);
+    let cancel = CancellationToken::new();
+
+    // When a pass publishes them, and the next starts at once, while the index still returns
+    // them
+    let first = poller.pass(later(), &cancel).await;
+    let second = poller.pass(later(), &cancel).await;
+
+    // Then the second publishes nothing again: it skips the 3 and finds the index empty
+    assert_eq!(
+        (first.published, first.outcome()),
+        (3, PassOutcome::Progress)
+    );
+    assert_eq!(table.published.lock().unwrap().len(), 3);
+    assert_eq!(
+        (second.taken, second.recently_marked, second.already_marked),
+        (0, 3, 0)
+    );
+    assert_eq!(second.outcome(), PassOutcome::Empty);
+    assert_eq!(table.pending(), 0);
+
+    // And once the index has caught up and the lag is over, nothing is remembered or skipped
+    table.catch_up_index();
+    tokio::time::sleep(DEFAULT_INDEX_LAG).await;
+    assert!(poller.recently_marked.is_empty());
+    let third = poller.pass(later(), &cancel).await;
+    assert_eq!((third.taken, third.recently_marked), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn items_found_already_marked_are_not_published_again_by_the_next_pass() {
+    // Given 2 events another relay marks while this poller publishes them, in an index that
+    // keeps returning marked items
+    let table = Table::default();
+    table
+        .lag_index
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    for (i, agg) in ["a", "b"].iter().enumerate() {
+        let raw = event(agg, 1, i64::try_from(i).unwrap());
+        table.insert(raw.clone());
+        table.stolen.lock().unwrap().insert(key_of(&raw));
+    }
+    let poller = poller(&table, 10);
+    let cancel = CancellationToken::new();
+
+    // When two passes run back to back
+    let first = poller.pass(later(), &cancel).await;
+    let second = poller.pass(later(), &cancel).await;
+
+    // Then the first found them already marked (no progress: the loops pause), and the second
+    // skipped them instead of publishing them again
+    assert_eq!(
+        (first.already_marked, first.outcome()),
+        (2, PassOutcome::Empty)
+    );
+    assert_eq!((second.recently_marked, second.taken), (2, 0));
+    assert_eq!(table.published.lock().unwrap().len(), 2);
 }
 
 #[test]

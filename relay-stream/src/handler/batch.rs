@@ -1,5 +1,6 @@
-//! The batch loop: decode every record, leave held aggregates to the poller, publish, settle
-//! (mark, dead-letter), hold what failed, and report the first record Lambda must re-deliver.
+//! The batch loop: decode every record, leave held aggregates to the poller, publish what this
+//! relay has not published already (a re-delivered batch), settle (mark, dead-letter), hold what
+//! failed, and report the first record Lambda must re-deliver.
 
 use aws_lambda_events::dynamodb::EventRecord;
 use chrono::Utc;
@@ -38,7 +39,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
             self.leave_held_aggregates(records, &mut ready, &mut poison, &mut outcomes, finish_by)
                 .await;
         }
-        let results = self.publish(ready.events(), stop_at).await;
+        let results = self.publish_unless_published(ready.events(), stop_at).await;
         let published_at = Utc::now();
         let mut settled = self
             .relay
@@ -56,8 +57,13 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
                 .await;
         }
         let mut max_lag_ms: Option<i64> = None;
+        let mut published = Vec::new();
         for result in settled {
-            if let Settled::Published { source, .. } = &result {
+            if let Settled::Published {
+                source, event_id, ..
+            } = &result
+            {
+                published.push(event_id.clone());
                 let lag = (published_at - records[*source].change.approximate_creation_date_time)
                     .num_milliseconds();
                 max_lag_ms = Some(max_lag_ms.map_or(lag, |l| l.max(lag)));
@@ -65,7 +71,48 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
             let (index, outcome) = record_outcome(result);
             outcomes[index] = Some(outcome);
         }
+        self.recently_published.remember(published);
         report(records, outcomes, max_lag_ms)
+    }
+
+    /// Publishes `events`, except those this relay published lately (a re-delivered batch brings
+    /// them again): their outcome is [`PublishOutcome::Published`] without a call, so they are
+    /// marked again and reported published. Only an event EventBridge accepted from this process
+    /// is remembered, so none is skipped that was not published.
+    async fn publish_unless_published(
+        &self,
+        events: &[OutboundEvent],
+        stop_at: Option<tokio::time::Instant>,
+    ) -> Vec<PublishOutcome> {
+        let already: Vec<bool> = events
+            .iter()
+            .map(|e| self.recently_published.contains(&e.event_id))
+            .collect();
+        let skipped = already.iter().filter(|a| **a).count();
+        if skipped == 0 {
+            return self.publish(events, stop_at).await;
+        }
+        tracing::info!(
+            already_published = skipped,
+            "re-delivered records whose events this relay published: marked, not published again"
+        );
+        let fresh: Vec<OutboundEvent> = events
+            .iter()
+            .zip(&already)
+            .filter(|(_, a)| !**a)
+            .map(|(e, _)| e.clone())
+            .collect();
+        let mut fresh_outcomes = self.publish(&fresh, stop_at).await.into_iter();
+        already
+            .iter()
+            .map(|a| {
+                if *a {
+                    PublishOutcome::Published
+                } else {
+                    fresh_outcomes.next().unwrap_or(PublishOutcome::NotSent)
+                }
+            })
+            .collect()
     }
 
     /// Publishes `events`, starting nothing after `stop_at`. In strict mode it publishes a chunk

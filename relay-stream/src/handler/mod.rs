@@ -13,6 +13,16 @@
 //! is the price of never re-driving a whole shard for a bookkeeping write. Such a record is
 //! published and not marked (`marked: false`), counted `not_marked` (metric `NotMarked`).
 //!
+//! A re-delivered batch: a record reported as the batch item failure makes Lambda deliver the
+//! batch again from that record, so the records after it that were published come again. The
+//! relay remembers the event ids it published (`relay_runtime::RecentKeys`, bounded by
+//! [`RECENTLY_PUBLISHED_TTL`] and [`RECENTLY_PUBLISHED_CAPACITY`]); a warm Lambda container keeps
+//! them from one invocation to the next. A remembered event is not sent again: it counts as
+//! published and is marked again (a mark that failed the first time gets another try; one that
+//! succeeded finds the item already marked). Only an event EventBridge accepted from this process
+//! is remembered, so nothing unpublished is skipped (at-least-once holds). A container that does
+//! not remember (a cold one after a re-delivery) publishes the batch again, duplicates as before.
+//!
 //! The per-event part (an item becomes an event or a poison case; dead-letter then mark; mark
 //! concurrently) is `relay_runtime::relay`, shared with the poller; this module is the batch
 //! loop around it: what the stream carries, strict order, and the checkpoint Lambda resumes from.
@@ -21,7 +31,9 @@
 //! each record is; [`holds`] is hold mode (`HOLD_FAILED_AGGREGATES`), before and after the
 //! publish; [`report`] is what a batch ends in, and the response Lambda reads.
 
-use relay_runtime::{DeadLetterSink, EventRelay, HoldStore, Publisher, StatusStore};
+use std::sync::Arc;
+
+use relay_runtime::{DeadLetterSink, EventRelay, HoldStore, Publisher, RecentKeys, StatusStore};
 
 pub mod batch;
 pub mod decode;
@@ -41,6 +53,15 @@ pub const DEFAULT_MARK_CONCURRENCY: usize = 100;
 /// deadline. It covers a call already in flight (bounded by the SDK's operation timeout,
 /// `relay_runtime::SDK_OPERATION_TIMEOUT`) and the marks after it.
 pub const DEFAULT_DEADLINE_MARGIN: std::time::Duration = std::time::Duration::from_secs(12);
+
+/// How long the handler remembers an event it published, to skip it in a re-delivered batch:
+/// Lambda re-delivers a failed stream batch within seconds to minutes (its retries back off), and
+/// a later re-delivery costs a duplicate, not a loss.
+pub const RECENTLY_PUBLISHED_TTL: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// Most event ids the handler remembers: two batches of the largest size Lambda delivers (10,000
+/// records), a few MB. The oldest are forgotten first.
+pub const RECENTLY_PUBLISHED_CAPACITY: usize = 20_000;
 
 /// What the handler keeps of the invocation's time to return its response: the marks, dead letters
 /// and hold writes after the last publish end by the deadline minus this, whatever the SDK's own
@@ -85,6 +106,9 @@ pub struct StreamRelay<P, S, D, H> {
     /// Aggregate holds (read and written in hold mode only).
     holds: H,
     options: HandlerOptions,
+    /// The event ids this process published lately, shared by the relay's clones (one per
+    /// container, kept across invocations).
+    recently_published: Arc<RecentKeys<String>>,
 }
 
 impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<P, S, D, H> {
@@ -107,6 +131,10 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
             ),
             holds,
             options,
+            recently_published: Arc::new(RecentKeys::new(
+                RECENTLY_PUBLISHED_TTL,
+                RECENTLY_PUBLISHED_CAPACITY,
+            )),
         }
     }
 

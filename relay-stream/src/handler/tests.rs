@@ -426,6 +426,51 @@ async fn a_failed_event_is_the_batch_item_failure_and_later_events_still_publish
 }
 
 #[tokio::test]
+async fn a_redelivered_batch_does_not_publish_again_what_the_relay_published() {
+    // Given a publisher that cannot publish e2, and a batch of 4 whose e2 is the item failure
+    let ports = Ports::new(FakePublisher::default().with_outcome("e2", failed()));
+    let relay = ports.relay(true, false);
+    let records: Vec<_> = (1..=4)
+        .map(|i| outbox_insert(i, &format!("e{i}"), "{}"))
+        .collect();
+    let first = relay.handle(&records).await;
+    let failed_at = first.first_unpublished.expect("e2 is re-delivered");
+
+    // When Lambda re-delivers the batch from e2 to the same (warm) relay
+    let again = relay.handle(&records[failed_at..]).await;
+
+    // Then e2 is attempted again (it was never published) and still the item failure, while
+    // e3 and e4 are reported published and marked again, not published a second time
+    assert_eq!(again.first_unpublished, Some(0));
+    assert!(
+        matches!(&again.outcomes[0], RecordOutcome::Failed { event_id: Some(id), .. } if id == "e2")
+    );
+    for (outcome, id) in again.outcomes[1..].iter().zip(["e3", "e4"]) {
+        assert_eq!(
+            outcome,
+            &RecordOutcome::Published {
+                event_id: id.into(),
+                marked: true,
+            }
+        );
+    }
+    let published: Vec<_> = ports
+        .publisher
+        .published()
+        .into_iter()
+        .map(|e| e.event_id)
+        .collect();
+    assert_eq!(published, ["e1", "e3", "e4"]);
+    let marks_of_e3 = ports
+        .status
+        .marks()
+        .into_iter()
+        .filter(|(k, _)| *k == key("e3"))
+        .count();
+    assert_eq!(marks_of_e3, 2, "marked again on the re-delivery");
+}
+
+#[tokio::test]
 async fn strict_mode_stops_at_the_first_failure() {
     // Given a publisher that cannot publish e3, and strict order (2 events per chunk)
     let ports = Ports::new(FakePublisher::default().with_outcome("e3", failed()));

@@ -34,6 +34,11 @@ pub(super) struct Table {
     pub(super) stolen: Mutex<HashSet<ItemKey>>,
     /// Every mark fails: a status store that cannot mark (no PartiQL, no permission).
     pub(super) marks_fail: std::sync::atomic::AtomicBool,
+    /// The index lags the table: a marked item stays in `index` (queries return it, a second
+    /// mark finds it already marked) until [`Table::catch_up_index`].
+    pub(super) lag_index: std::sync::atomic::AtomicBool,
+    /// Marked items the lagging index still returns.
+    pub(super) lagging: Mutex<HashSet<ItemKey>>,
 }
 
 pub(super) fn key_of(raw: &RawItem) -> ItemKey {
@@ -59,8 +64,19 @@ impl Table {
             .insert(sk, raw);
     }
 
+    /// Items pending in the table (those the lagging index still returns not counted).
     pub(super) fn pending(&self) -> usize {
-        self.index.lock().unwrap().values().map(BTreeMap::len).sum()
+        let in_index: usize = self.index.lock().unwrap().values().map(BTreeMap::len).sum();
+        in_index - self.lagging.lock().unwrap().len()
+    }
+
+    /// The lagging index catches up with the table: the marked items leave it.
+    pub(super) fn catch_up_index(&self) {
+        let lagging = std::mem::take(&mut *self.lagging.lock().unwrap());
+        let mut index = self.index.lock().unwrap();
+        for shard in index.values_mut() {
+            shard.retain(|_, raw| !lagging.contains(&key_of(raw)));
+        }
     }
 
     pub(super) fn status(&self, key: &ItemKey) -> String {
@@ -94,7 +110,13 @@ impl Table {
         }
     }
 
+    /// Takes `key` out of the table's pending set (and out of the index, unless it lags):
+    /// whether it was pending.
     fn remove(&self, key: &ItemKey) -> bool {
+        let mut lagging = self.lagging.lock().unwrap();
+        if lagging.contains(key) {
+            return false;
+        }
         let mut index = self.index.lock().unwrap();
         for shard in index.values_mut() {
             let found = shard
@@ -102,7 +124,11 @@ impl Table {
                 .find(|(_, raw)| &key_of(raw) == key)
                 .map(|(sk, _)| sk.clone());
             if let Some(sk) = found {
-                shard.remove(&sk);
+                if self.lag_index.load(std::sync::atomic::Ordering::Relaxed) {
+                    lagging.insert(key.clone());
+                } else {
+                    shard.remove(&sk);
+                }
                 return true;
             }
         }
