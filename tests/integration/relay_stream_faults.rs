@@ -875,6 +875,7 @@ mod hold_release {
                 idle_backoff_max: Duration::from_millis(100),
                 ttl_refresh_margin: Duration::from_secs(24 * 60 * 60),
                 sweep_interval: Duration::from_secs(300),
+                index_lag: relay_poller::DEFAULT_INDEX_LAG,
             },
         );
         let cancel = relay_poller::CancellationToken::new();
