@@ -25,6 +25,11 @@
 //!   moto enforces the attribute too, but counts the body's characters and no attributes: a body
 //!   of multi-byte characters, or one near the limit with attributes, passes moto and not AWS. The
 //!   queue's limit is read from the queue itself (`GetQueueAttributes`, once per queue).
+//! - The Custom Event Bus's `PutEvents` (Smithy RPC v2 CBOR, `POST
+//!   /service/AWSEventsV2/operation/PutEvents`, no `X-Amz-Target`: counted under
+//!   [`PUT_EVENTS_V2`]): the same entry failures (`InternalException`) and lost replies as the
+//!   classic `PutEvents`, in CBOR; a lost reply answers HTTP 500 `InternalException` as the bus
+//!   does. The double itself refuses what the bus refuses as a whole (`InvalidInputException`).
 //! - Everything else (DynamoDB Streams, other SQS calls, writes the test makes itself) goes
 //!   through untouched.
 //!
@@ -263,6 +268,10 @@ const DYNAMODB_FAULTED: &[&str] = &[
     "DynamoDB_20120810.Scan",
 ];
 const PUT_EVENTS: &str = "AWSEvents.PutEvents";
+/// The Custom Event Bus's `PutEvents`, named as the classic calls are (it has no `X-Amz-Target`:
+/// its operation is in the URL path), for [`FaultProxy::counts_for`] and
+/// [`FaultProxy::lose_next_replies`].
+pub const PUT_EVENTS_V2: &str = "AWSEventsV2.PutEvents";
 const SEND_MESSAGE: &str = "AmazonSQS.SendMessage";
 const GET_QUEUE_ATTRIBUTES: &str = "AmazonSQS.GetQueueAttributes";
 /// The relays' batched marks.
@@ -328,6 +337,24 @@ impl State {
                 json!({"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError", "message": "injected: internal error"}),
             );
         }
+        if target == PUT_EVENTS_V2 {
+            if self.percent(&mut rng, self.rates.lost_replies) {
+                counts.lost_replies += 1;
+                return Plan::LoseReply;
+            }
+            let entries = crate::cbor::decode(body)
+                .as_ref()
+                .and_then(crate::cbor::entries)
+                .map_or(0, Vec::len);
+            let plan: Vec<Option<&'static str>> = (0..entries)
+                .map(|_| {
+                    self.percent(&mut rng, self.rates.put_events_entries)
+                        .then_some("InternalException")
+                })
+                .collect();
+            counts.failed_entries += plan.iter().flatten().count() as u64;
+            return Plan::Entries(plan);
+        }
         if target == PUT_EVENTS {
             if let Some(message) = put_events_refusal(body) {
                 counts.refused_calls += 1;
@@ -368,12 +395,15 @@ impl State {
                 );
             }
         };
-        let target = parts
-            .headers
-            .get("x-amz-target")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
+        let target = match crate::cbor::operation(parts.uri.path()) {
+            Some(operation) => format!("AWSEventsV2.{operation}"),
+            None => parts
+                .headers
+                .get("x-amz-target")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned(),
+        };
         if target == SEND_MESSAGE
             && let Some(refused) = self.refuse_oversized_message(&parts, &body).await
         {
@@ -382,6 +412,19 @@ impl State {
         match self.plan(&target, &body) {
             Plan::Pass => self.forward(&parts, body).await,
             Plan::Fail(status, error) => json_response(status, &error),
+            Plan::LoseReply if target == PUT_EVENTS_V2 => {
+                let _ = self.forward(&parts, body).await;
+                cbor_response(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    crate::cbor::error(
+                        "InternalException",
+                        "injected: reply lost after the call took effect",
+                    ),
+                )
+            }
+            Plan::Entries(plan) if target == PUT_EVENTS_V2 => {
+                self.custom_put_events(&parts, &body, &plan).await
+            }
             Plan::LoseReply => {
                 let _ = self.forward(&parts, body).await;
                 json_response(
@@ -407,7 +450,9 @@ impl State {
             .unwrap_or_default();
         let uri = format!(
             "{}{}",
-            self.upstreams.for_target(target).trim_end_matches('/'),
+            self.upstreams
+                .for_request(parts.uri.path(), target)
+                .trim_end_matches('/'),
             parts.uri.path_and_query().map_or("/", |p| p.as_str())
         );
         let mut request = Request::builder().method(parts.method.clone()).uri(uri);
@@ -532,6 +577,63 @@ impl State {
             .expect("limits")
             .insert(queue_url.to_owned(), limit);
         Some(limit)
+    }
+
+    /// The Custom Event Bus's `PutEvents` with the entries of `plan` failed: the others sent on,
+    /// the failures put back at their indices in the answer (CBOR).
+    async fn custom_put_events(
+        &self,
+        parts: &hyper::http::request::Parts,
+        body: &Bytes,
+        plan: &[Option<&'static str>],
+    ) -> Response<Full<Bytes>> {
+        use crate::cbor;
+        let Some(mut request) = cbor::decode(body) else {
+            return self.forward(parts, body.clone()).await;
+        };
+        if plan.iter().all(Option::is_none) {
+            return self.forward(parts, body.clone()).await;
+        }
+        let entries = cbor::entries(&request).cloned().unwrap_or_default();
+        let kept: Vec<_> = entries
+            .into_iter()
+            .zip(plan)
+            .filter(|(_, fault)| fault.is_none())
+            .map(|(entry, _)| entry)
+            .collect();
+        let delivered = if kept.is_empty() {
+            Vec::new()
+        } else {
+            cbor::set_entries(&mut request, kept);
+            let forwarded = self
+                .forward(parts, Bytes::from(cbor::encode(&request)))
+                .await;
+            if forwarded.status() != StatusCode::OK {
+                return forwarded;
+            }
+            let bytes = forwarded
+                .into_body()
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            cbor::decode(&bytes)
+                .as_ref()
+                .and_then(cbor::entries)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let mut delivered = delivered.into_iter();
+        let results = plan
+            .iter()
+            .map(|fault| match fault {
+                Some(code) => cbor::entry_error(code, "injected entry failure"),
+                None => delivered
+                    .next()
+                    .unwrap_or_else(|| cbor::entry_error("InternalException", "missing result")),
+            })
+            .collect();
+        cbor_response(StatusCode::OK, cbor::put_events_answer(results))
     }
 
     async fn put_events(
@@ -703,6 +805,16 @@ fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
         .header(hyper::header::CONTENT_TYPE, "application/x-amz-json-1.1")
         .header(hyper::header::CONTENT_LENGTH, bytes.len())
         .body(Full::new(bytes))
+        .expect("a valid response")
+}
+
+fn cbor_response(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header(hyper::header::CONTENT_TYPE, crate::cbor::CONTENT_TYPE)
+        .header(crate::cbor::PROTOCOL_HEADER, crate::cbor::PROTOCOL)
+        .header(hyper::header::CONTENT_LENGTH, body.len())
+        .body(Full::new(Bytes::from(body)))
         .expect("a valid response")
 }
 
