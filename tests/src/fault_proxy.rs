@@ -135,6 +135,9 @@ struct State {
     message_size_limits: Mutex<HashMap<String, usize>>,
     /// `X-Amz-Target`s answered `AccessDeniedException` (see [`FaultProxy::deny`]).
     denied: Mutex<HashSet<String>>,
+    /// Whether an aggregate's first event fails its first attempt (see
+    /// [`FaultProxy::fail_first_events_once`]), and the event ids failed so far.
+    failing_first_events: Mutex<Option<HashSet<String>>>,
 }
 
 /// The running proxy; it stops when dropped.
@@ -170,6 +173,7 @@ impl FaultProxy {
             scripted_lost_replies: Mutex::default(),
             message_size_limits: Mutex::default(),
             denied: Mutex::default(),
+            failing_first_events: Mutex::default(),
         });
         let serving = state.clone();
         let task = tokio::spawn(async move {
@@ -227,6 +231,17 @@ impl FaultProxy {
             .lock()
             .expect("denied targets")
             .insert(target.to_owned());
+    }
+
+    /// From now on, each aggregate's first event (`Sequence` 1 in its envelope) fails its first
+    /// `PutEvents` attempt (a retryable entry failure), on either bus, whatever the rates say:
+    /// the later events of its aggregate must wait for its retry.
+    pub fn fail_first_events_once(&self) {
+        *self
+            .state
+            .failing_first_events
+            .lock()
+            .expect("failing first events") = Some(HashSet::new());
     }
 
     /// What was injected so far, all operations together.
@@ -342,14 +357,27 @@ impl State {
                 counts.lost_replies += 1;
                 return Plan::LoseReply;
             }
-            let entries = crate::cbor::decode(body)
+            let details: Vec<String> = crate::cbor::decode(body)
                 .as_ref()
                 .and_then(crate::cbor::entries)
-                .map_or(0, Vec::len);
-            let plan: Vec<Option<&'static str>> = (0..entries)
-                .map(|_| {
-                    self.percent(&mut rng, self.rates.put_events_entries)
-                        .then_some("InternalException")
+                .map(|entries| {
+                    entries
+                        .iter()
+                        .map(|e| {
+                            crate::cbor::member(e, "Detail")
+                                .and_then(crate::cbor::text)
+                                .unwrap_or_default()
+                                .to_owned()
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let plan: Vec<Option<&'static str>> = details
+                .iter()
+                .map(|detail| {
+                    (self.first_attempt_of_a_first_event(detail)
+                        || self.percent(&mut rng, self.rates.put_events_entries))
+                    .then_some("InternalException")
                 })
                 .collect();
             counts.failed_entries += plan.iter().flatten().count() as u64;
@@ -367,14 +395,23 @@ impl State {
                 counts.lost_replies += 1;
                 return Plan::LoseReply;
             }
-            let entries = serde_json::from_slice::<Value>(body)
+            let details: Vec<String> = serde_json::from_slice::<Value>(body)
                 .ok()
-                .and_then(|b| b["Entries"].as_array().map(Vec::len))
+                .and_then(|b| {
+                    b["Entries"].as_array().map(|entries| {
+                        entries
+                            .iter()
+                            .map(|e| e["Detail"].as_str().unwrap_or_default().to_owned())
+                            .collect()
+                    })
+                })
                 .unwrap_or_default();
-            let plan: Vec<Option<&'static str>> = (0..entries)
-                .map(|_| {
-                    self.percent(&mut rng, self.rates.put_events_entries)
-                        .then_some("InternalFailure")
+            let plan: Vec<Option<&'static str>> = details
+                .iter()
+                .map(|detail| {
+                    (self.first_attempt_of_a_first_event(detail)
+                        || self.percent(&mut rng, self.rates.put_events_entries))
+                    .then_some("InternalFailure")
                 })
                 .collect();
             counts.failed_entries += plan.iter().flatten().count() as u64;
@@ -382,6 +419,24 @@ impl State {
         }
         counts.passed_calls += 1;
         Plan::Pass
+    }
+
+    /// Whether the entry of `detail` is an aggregate's first event on its first attempt while
+    /// [`FaultProxy::fail_first_events_once`] is on (and notes that it failed).
+    fn first_attempt_of_a_first_event(&self, detail: &str) -> bool {
+        let mut failing = self
+            .failing_first_events
+            .lock()
+            .expect("failing first events");
+        let Some(failed) = failing.as_mut() else {
+            return false;
+        };
+        let envelope: Value = serde_json::from_str(detail).unwrap_or_default();
+        let metadata = &envelope["metadata"];
+        metadata["sequence"] == 1
+            && metadata["eventId"]
+                .as_str()
+                .is_some_and(|id| failed.insert(id.to_owned()))
     }
 
     async fn handle(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
