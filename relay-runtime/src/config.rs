@@ -155,6 +155,7 @@ impl PublisherConfig {
         non_empty(S::EventBusName, &self.event_bus_name)?;
         bus_of_kind(self.bus_kind, &self.event_bus_name)?;
         non_empty(S::Source, &self.source)?;
+        custom_bus_source(self.bus_kind, &self.source)?;
         in_range(
             S::MaxEntriesPerCall,
             self.max_entries_per_call,
@@ -385,6 +386,32 @@ fn is_custom_bus_arn(value: &str) -> bool {
         && id.len() == CUSTOM_BUS_ID_CHARS
         && word(id)
         && value.chars().count() <= EVENT_BUS_ARN_MAX_CHARS
+}
+
+/// The Custom Event Bus reserves `Source`s starting with `aws.`.
+const RESERVED_SOURCE_PREFIX: &str = "aws.";
+
+/// Longest `Source` the Custom Event Bus accepts, in characters.
+const CUSTOM_BUS_SOURCE_MAX_CHARS: usize = 256;
+
+/// Checks the `Source` against the Custom Event Bus's model: 1 to 256 characters, not starting
+/// with the reserved `aws.`. The bus refuses a call carrying another as a whole with
+/// `InvalidInputException`, which the publisher would take for an entry's fault and dead-letter
+/// every event alone in its call: so it is refused at start.
+fn custom_bus_source(kind: BusKind, source: &str) -> Result<(), PublisherConfigError> {
+    if kind == BusKind::Custom
+        && (source.starts_with(RESERVED_SOURCE_PREFIX)
+            || source.chars().count() > CUSTOM_BUS_SOURCE_MAX_CHARS)
+    {
+        return Err(PublisherConfigError {
+            setting: PublisherSetting::Source,
+            detail: format!(
+                "must have at most {CUSTOM_BUS_SOURCE_MAX_CHARS} characters and not start with \
+                 {RESERVED_SOURCE_PREFIX:?} on the Custom Event Bus"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Checks `value` is a bus of `kind`: for the classic bus a name or ARN it accepts
@@ -791,6 +818,11 @@ mod tests {
             let config = PublisherConfig::of_kind(BusKind::Custom, refused, "orders");
             assert!(config.validate().is_err(), "{refused}");
         }
+        let reserved = PublisherConfig::of_kind(BusKind::Custom, CUSTOM_ARN, "aws.orders");
+        assert_eq!(
+            reserved.validate().unwrap_err().setting,
+            PublisherSetting::Source
+        );
         let mut too_many = PublisherConfig::of_kind(BusKind::Custom, CUSTOM_ARN, "orders");
         too_many.max_entries_per_call = 101;
         assert_eq!(
