@@ -132,10 +132,13 @@ fn counters(snapshotter: &metrics_util::debugging::Snapshotter) -> HashMap<Strin
         .collect()
 }
 
+/// An entry as the bus saw it: its source, group and deduplication id.
+type SeenEntry = (String, String, String);
+
 #[tokio::test]
 async fn every_entry_carries_its_group_and_its_event_id_on_the_bus_arn_up_to_100_a_call() {
     // Given a bus that notes every call's entries
-    let seen: Arc<Mutex<Vec<Vec<(String, String, String)>>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<Vec<SeenEntry>>>> = Arc::default();
     let noted = Arc::clone(&seen);
     let put = mock!(Client::put_events)
         .match_requests(move |req| {
