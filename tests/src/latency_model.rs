@@ -10,6 +10,9 @@
 //!   the entries beyond it refused with `ThrottlingException` as EventBridge does. A bus of fixed
 //!   capacity ([`LatencyModel::serve_put_events`]) answers each call after the work queued ahead of
 //!   it, so its latency grows with the calls in flight, as a slow bus's does.
+//! - The Custom Event Bus's `PutEvents` (Smithy RPC v2 CBOR, its operation in the URL path):
+//!   every entry `PUBLISHED`, in CBOR, counted as `PutEvents` (its entries too), at the same
+//!   fixed capacity when one is set; no quota (the bus documents none per account).
 //! - `DynamoDB_20120810.Query` on the pending index: the first `:`-value that is a pending-shard key
 //!   (`OUTBOX#PENDING#n`) selects the shard; a value with the sort-key prefix (`EVENT#`) is an exclusive upper bound
 //!   on `GSI1SK` (the grace-period cutoff); `Limit` and `ExclusiveStartKey` paginate, oldest first.
@@ -436,6 +439,25 @@ impl StatementParameters {
     }
 }
 
+/// The Custom Event Bus's `PutEvents` answer, as the model writes it.
+#[derive(serde::Serialize)]
+struct CustomPutEventsAnswer {
+    #[serde(rename = "FailedEntryCount")]
+    failed_entry_count: u32,
+    #[serde(rename = "Entries")]
+    entries: Vec<CustomResult>,
+}
+
+#[derive(serde::Serialize)]
+struct CustomResult {
+    #[serde(rename = "EventId")]
+    event_id: String,
+    #[serde(rename = "SequenceNumber")]
+    sequence_number: String,
+    #[serde(rename = "SuccessCode")]
+    success_code: &'static str,
+}
+
 /// The entries of a `PutEvents` request, not read.
 #[derive(Debug, serde::Deserialize)]
 struct EntriesOnly {
@@ -565,6 +587,9 @@ fn to_wire_item(item: &OutboxItem) -> Value {
 
 impl HttpConnector for LatencyModel {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        if crate::cbor::operation(request.uri()) == Some("PutEvents") {
+            return self.custom_put_events(request.body().bytes().unwrap_or_default());
+        }
         let target = request
             .headers()
             .get("x-amz-target")
@@ -587,6 +612,56 @@ impl HttpConnector for LatencyModel {
             response
                 .headers_mut()
                 .insert("content-type", "application/x-amz-json-1.0");
+            Ok(response)
+        })
+    }
+}
+
+impl LatencyModel {
+    /// The Custom Event Bus's `PutEvents`: every entry published, after the delay (and the wait
+    /// for a bus of fixed capacity).
+    fn custom_put_events(&self, body: &[u8]) -> HttpConnectorFuture {
+        // Read and written through serde, skipping what it does not need, as the JSON calls are:
+        // the model's own CPU is counted in every benchmark that uses it.
+        let n = ciborium::from_reader::<EntriesOnly, _>(body).map_or(0, |r| r.entries.len());
+        let (calls, queued, first_id) = {
+            let mut state = self.state.lock().expect("model state");
+            let calls = state.count("PutEvents");
+            state.entries += n as u64;
+            let first_id = state.event_ids + 1;
+            state.event_ids += n as u64;
+            let queued = state.server.as_mut().map_or(Duration::ZERO, |s| s.queue(n));
+            (calls, queued, first_id)
+        };
+        let answer = CustomPutEventsAnswer {
+            failed_entry_count: 0,
+            entries: (first_id..first_id + n as u64)
+                .map(|id| CustomResult {
+                    event_id: format!("model-{id}"),
+                    sequence_number: format!("{id:020}"),
+                    success_code: "PUBLISHED",
+                })
+                .collect(),
+        };
+        let mut body = Vec::with_capacity(64 + 80 * n);
+        ciborium::into_writer(&answer, &mut body).expect("CBOR into a Vec");
+        let delay = match &*self.slowdown.lock().expect("model slowdown") {
+            Some(slow) if slow.operation == "PutEvents" && calls > slow.after_calls => slow.delay,
+            _ => self.delay,
+        } + queued;
+        let clock = self.clock;
+        HttpConnectorFuture::new(async move {
+            wait(clock, delay).await;
+            let mut response = HttpResponse::new(
+                StatusCode::try_from(200).expect("valid status"),
+                SdkBody::from(body),
+            );
+            response
+                .headers_mut()
+                .insert("content-type", crate::cbor::CONTENT_TYPE);
+            response
+                .headers_mut()
+                .insert(crate::cbor::PROTOCOL_HEADER, crate::cbor::PROTOCOL);
             Ok(response)
         })
     }
@@ -883,6 +958,39 @@ mod tests {
                 .all(relay_runtime::PublishOutcome::is_published)
         );
         assert_eq!(model.calls()["PutEvents"], 3);
+        assert_eq!(publisher.stats().put_events_calls, 3);
+    }
+
+    #[tokio::test]
+    async fn the_custom_bus_put_events_publishes_every_entry_in_cbor() {
+        // Given the model as a Custom Event Bus
+        let model = LatencyModel::new(Duration::from_millis(1));
+        let publisher = relay_runtime::CustomBusPublisher::new(
+            aws_sdk_eventbridgev2::Client::new(&model.sdk_config()),
+            relay_runtime::PublisherConfig::of_kind(
+                relay_runtime::BusKind::Custom,
+                "arn:aws:events:us-east-1:123456789012:event-busv2/bus/abcdefghij0123456789klmno",
+                "src",
+            ),
+        )
+        .unwrap();
+        let events: Vec<_> = items_of(250, |i| format!("aggregate-{i}"))
+            .iter()
+            .map(|i| outbox_shared::OutboundEvent::from_item(i).unwrap())
+            .collect();
+
+        // When 250 events of as many aggregates are published
+        use relay_runtime::Publisher;
+        let outcomes = publisher.publish(&events).await;
+
+        // Then every one is published, in three calls of up to 100 entries, as the SDK read them
+        assert!(
+            outcomes
+                .iter()
+                .all(relay_runtime::PublishOutcome::is_published)
+        );
+        assert_eq!(model.calls()["PutEvents"], 3);
+        assert_eq!(model.put_events_entries(), (250, 0));
         assert_eq!(publisher.stats().put_events_calls, 3);
     }
 }
