@@ -15,6 +15,10 @@ pub(crate) struct Args {
     /// Orders written during the simulated stream outage (default: a fifth of --orders, at least 1).
     #[arg(long, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub(crate) outage_orders: Option<u64>,
+    /// Percent of the orders that get follow-up events (two status changes, through the writer's
+    /// optimistic-concurrency update), so their aggregates have three events to keep in order.
+    #[arg(long, default_value_t = 25, value_parser = clap::value_parser!(u64).range(0..=100))]
+    pub(crate) follow_up_percent: u64,
     /// Shards of the pending-event index (writer and poller).
     #[arg(long, default_value = "16")]
     pub(crate) shard_count: ShardCount,
