@@ -5,7 +5,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 # Options for the demo, e.g. make demo DEMO_ARGS="--orders 5000 --shard-count 32 --batch-size 500"
 DEMO_ARGS ?=
 
-.PHONY: demo test check fmt clippy lint-infra setup emulator-start emulator-stop ci
+.PHONY: demo test test-custom-bus-double check fmt clippy lint-infra setup emulator-start emulator-stop ci
 
 ## The main job end to end on a private local emulator (installs the pinned tools on first run):
 ## orders through the stream relay, a simulated stream outage, a backfill by the poller, a summary.
@@ -16,6 +16,11 @@ demo:
 ## The whole test suite (unit, integration and end-to-end) against a private local emulator.
 test:
 	$(EMULATOR) run -- $(CARGO) test --workspace --locked
+	$(MAKE) test-custom-bus-double
+
+## The Custom Event Bus double's own tests, with boto3's eventbridgev2 client (tools/tests).
+test-custom-bus-double:
+	$(EMULATOR) run -- .venv/bin/python -m pytest -q tools/tests
 
 ## Formatting and lints, as CI runs them.
 check: fmt clippy lint-infra

@@ -2,17 +2,21 @@
 # The local AWS emulators, at pinned versions, installed into the checkout on first use:
 #   - AWS's DynamoDB Local (Java) for DynamoDB and DynamoDB Streams, in .dynamodb-local
 #     (scripts/dynamodb-local.sh says where it comes from and how it is checked);
-#   - moto in server mode (PyPI) for EventBridge and SQS, in the project-local virtualenv .venv.
+#   - moto in server mode (PyPI) for EventBridge and SQS, in the project-local virtualenv .venv;
+#   - the local Custom Event Bus double (tools/custom_bus_double.py, in .venv) for EventBridge's Custom
+#     Event Bus (EventsV2), which no emulator has; it delivers to its subscribers' queues on moto.
 #
 #   scripts/emulator.sh install        install the pinned emulators and tools (idempotent)
-#   scripts/emulator.sh start          start both on free loopback ports; writes .emulator/env
+#   scripts/emulator.sh start          start them on free loopback ports; writes .emulator/env
 #   scripts/emulator.sh env            print the exports for the running emulators (eval "$(…)")
 #   scripts/emulator.sh stop           stop the emulators started by `start`
 #   scripts/emulator.sh run -- CMD…    start private emulators, run CMD against them, stop them
 #
 # Clients reach them through the SDK's standard endpoint variables: AWS_ENDPOINT_URL_DYNAMODB and
-# AWS_ENDPOINT_URL_DYNAMODB_STREAMS (DynamoDB Local), AWS_ENDPOINT_URL (moto, everything else);
-# dummy credentials and a region are set.
+# AWS_ENDPOINT_URL_DYNAMODB_STREAMS (DynamoDB Local), AWS_ENDPOINT_URL_EVENTBRIDGEV2 (the Custom Event
+# Bus double), AWS_ENDPOINT_URL (moto, everything else); dummy credentials and a region are set.
+# CUSTOM_BUS_* variables set when starting pass through to the double (see its header), e.g.
+# CUSTOM_BUS_DEDUP_WINDOW_SECONDS or CUSTOM_BUS_DELIVERY_DELAY_MS.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -50,10 +54,10 @@ except urllib.error.HTTPError:
 PY
 }
 
-# start STATE_DIR: starts moto and DynamoDB Local, waits until both answer, writes
-# STATE_DIR/{pids,env,moto.log,dynamodb-local.log}.
+# start STATE_DIR: starts moto, DynamoDB Local and the Custom Event Bus double, waits until all answer,
+# writes STATE_DIR/{pids,env,moto.log,dynamodb-local.log,custom-bus-double.log}.
 start_in() {
-  local state=$1 moto_port ddb_port moto_pid ddb_pid pid
+  local state=$1 moto_port ddb_port bus_port moto_pid ddb_pid bus_pid pid
   mkdir -p "$state"
   if [[ -f "$state/pids" ]] && all_running "$state"; then
     echo "emulator.sh: already running (pids $(tr '\n' ' ' < "$state/pids")); env in $state/env" >&2
@@ -62,6 +66,7 @@ start_in() {
   install
   moto_port=$(free_port)
   ddb_port=$(free_port)
+  bus_port=$(free_port)
   # setsid: each in its own process group, so `stop` ends it and anything it forked.
   # tools/moto_server.py is moto's server with requests handled one at a time (why: see that file).
   setsid "$VENV/bin/python" "$ROOT/tools/moto_server.py" -H 127.0.0.1 -p "$moto_port" >"$state/moto.log" 2>&1 < /dev/null &
@@ -74,16 +79,25 @@ start_in() {
     -jar "$DYNAMODB_LOCAL/DynamoDBLocal.jar" -inMemory -disableTelemetry -port "$ddb_port" \
     >"$state/dynamodb-local.log" 2>&1 < /dev/null) &
   ddb_pid=$!
-  printf '%s\n%s\n' "$moto_pid" "$ddb_pid" > "$state/pids"
-  local moto_up="" ddb_up=""
+  # The double delivers into moto's SQS with boto3, so it gets moto's endpoint, the region and
+  # moto's dummy credentials; it is only called once moto answers.
+  CUSTOM_BUS_SQS_ENDPOINT="http://127.0.0.1:$moto_port" AWS_REGION=us-east-1 \
+    AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_SESSION_TOKEN=testing \
+    setsid "$VENV/bin/python" "$ROOT/tools/custom_bus_double.py" -H 127.0.0.1 -p "$bus_port" \
+    >"$state/custom-bus-double.log" 2>&1 < /dev/null &
+  bus_pid=$!
+  printf '%s\n%s\n%s\n' "$moto_pid" "$ddb_pid" "$bus_pid" > "$state/pids"
+  local moto_up="" ddb_up="" bus_up=""
   for _ in $(seq 1 300); do
     [[ -z $moto_up ]] && answers "http://127.0.0.1:$moto_port/moto-api/" && moto_up=1
     [[ -z $ddb_up ]] && answers "http://127.0.0.1:$ddb_port/" && ddb_up=1
-    if [[ -n $moto_up && -n $ddb_up ]]; then
+    [[ -z $bus_up ]] && answers "http://127.0.0.1:$bus_port/" && bus_up=1
+    if [[ -n $moto_up && -n $ddb_up && -n $bus_up ]]; then
       cat > "$state/env" <<ENV
 export AWS_ENDPOINT_URL=http://127.0.0.1:$moto_port
 export AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:$ddb_port
 export AWS_ENDPOINT_URL_DYNAMODB_STREAMS=http://127.0.0.1:$ddb_port
+export AWS_ENDPOINT_URL_EVENTBRIDGEV2=http://127.0.0.1:$bus_port
 export AWS_ACCESS_KEY_ID=testing
 export AWS_SECRET_ACCESS_KEY=testing
 export AWS_SESSION_TOKEN=testing
@@ -92,12 +106,12 @@ export AWS_DEFAULT_REGION=us-east-1
 export AWS_EC2_METADATA_DISABLED=true
 export PATH="$VENV/bin:\$PATH"
 ENV
-      echo "emulator.sh: DynamoDB Local listening on 127.0.0.1:$ddb_port (pid $ddb_pid), moto on 127.0.0.1:$moto_port (pid $moto_pid)" >&2
+      echo "emulator.sh: DynamoDB Local listening on 127.0.0.1:$ddb_port (pid $ddb_pid), moto on 127.0.0.1:$moto_port (pid $moto_pid), the Custom Event Bus double on 127.0.0.1:$bus_port (pid $bus_pid)" >&2
       return 0
     fi
-    for pid in $moto_pid $ddb_pid; do
+    for pid in $moto_pid $ddb_pid $bus_pid; do
       if ! kill -0 "$pid" 2>/dev/null; then
-        cat "$state/moto.log" "$state/dynamodb-local.log" >&2
+        cat "$state/moto.log" "$state/dynamodb-local.log" "$state/custom-bus-double.log" >&2
         stop_in "$state"
         die "an emulator exited during start-up (logs above)"
       fi
@@ -105,7 +119,7 @@ ENV
     sleep 0.1
   done
   stop_in "$state"
-  die "the emulators did not answer within 30 s; see $state/moto.log and $state/dynamodb-local.log"
+  die "the emulators did not answer within 30 s; see $state/moto.log, $state/dynamodb-local.log and $state/custom-bus-double.log"
 }
 
 # all_running STATE_DIR: true when every process in STATE_DIR/pids is alive.
@@ -153,6 +167,6 @@ case "${1:-}" in
     set -e
     exit "$status" ;;
   *)
-    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2 ;;
 esac

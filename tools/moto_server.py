@@ -11,7 +11,9 @@ DynamoDB Local (scripts/emulator.sh), not by moto.
 
 2. SQS queue attributes computed when read, not all at once. moto computes every attribute of a
    queue (three scans of all its messages, a clock read per message) to read one value: on every
-   SendMessage (ContentBasedDeduplication), so each EventBridge delivery to the sink queue cost time
+   SendMessage (ContentBasedDeduplication, on a standard queue and on a FIFO queue alike: the Custom
+   Event Bus double's deliveries of 2,000 events to a FIFO queue took 385 s before the FIFO case
+   was answered directly too, 2.3 s after), so each EventBridge delivery to the sink queue cost time
    proportional to the queue (60 % of a PutEvents with a rule, measured with py-spy), and on every
    ReceiveMessage per message (MessageRetentionPeriod). Here a queue's attributes are a mapping
    that computes the whole set only when it is iterated, and those two values directly. Same
@@ -91,8 +93,11 @@ class _QueueAttributes(collections.abc.Mapping):
 
     def __getitem__(self, name):
         queue = self._queue
-        if name == "ContentBasedDeduplication" and not queue.fifo_queue:
-            raise KeyError(name)  # a FIFO attribute: a standard queue does not have it
+        if name == "ContentBasedDeduplication":
+            if not queue.fifo_queue:
+                raise KeyError(name)  # a FIFO attribute: a standard queue does not have it
+            value = queue.content_based_deduplication  # read per message sent to a FIFO queue
+            return str(value).lower() if isinstance(value, bool) else value
         return self._all()[name]
 
     def __iter__(self):

@@ -10,7 +10,7 @@ use anyhow::Context;
 use aws_config::SdkConfig;
 use chrono::Utc;
 use relay_runtime::{
-    CallTasks, DynamoHoldStore, DynamoStatusStore, EventBridgePublisher, PublisherConfigError,
+    BusClients, BusPublisher, CallTasks, DynamoHoldStore, DynamoStatusStore, PublisherConfigError,
     SettingError, SqsDeadLetterSink,
 };
 use tokio::signal::unix::{SignalKind, signal};
@@ -40,19 +40,15 @@ pub const EXIT_FAILURE: u8 = 1;
 const METRICS_FLUSH_INTERVAL: Duration = Duration::from_secs(60);
 
 /// The poller on AWS: DynamoDB index, status store and holds, EventBridge, SQS dead letters.
-pub type AwsPoller = Poller<
-    DynamoPendingIndex,
-    EventBridgePublisher,
-    DynamoStatusStore,
-    SqsDeadLetterSink,
-    DynamoHoldStore,
->;
+pub type AwsPoller =
+    Poller<DynamoPendingIndex, BusPublisher, DynamoStatusStore, SqsDeadLetterSink, DynamoHoldStore>;
 
 /// The SDK clients the poller uses, built once.
 #[derive(Debug, Clone)]
 pub struct AwsClients {
     pub dynamodb: aws_sdk_dynamodb::Client,
-    pub eventbridge: aws_sdk_eventbridge::Client,
+    /// Both bus kinds' clients; the publisher uses the configured kind's.
+    pub bus: BusClients,
     pub sqs: aws_sdk_sqs::Client,
 }
 
@@ -60,7 +56,7 @@ impl AwsClients {
     pub fn new(sdk: &SdkConfig) -> Self {
         Self {
             dynamodb: relay_runtime::clients::dynamodb(sdk),
-            eventbridge: relay_runtime::clients::eventbridge(sdk),
+            bus: BusClients::new(sdk),
             sqs: relay_runtime::clients::sqs(sdk),
         }
     }
@@ -81,7 +77,7 @@ pub fn aws_poller(
         &outbox.index_name,
     );
     // The poller's shards run in one task: its calls run on their own tasks to use every core.
-    let publisher = EventBridgePublisher::new(clients.eventbridge, config.publisher.clone())?
+    let publisher = BusPublisher::new(clients.bus, config.publisher.clone())?
         .with_call_tasks(CallTasks::Spawned);
     // A hold no poller ever released (none ran) lapses with the published retention.
     let holds = DynamoHoldStore::new(
@@ -352,6 +348,7 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
     };
     let summary = DrainSummary {
         put_events_calls: poller.publisher().stats().put_events_calls,
+        deduplicated: poller.publisher().stats().deduplicated,
         ..summary
     };
     let _ = collector.flush(std::io::stderr());
@@ -361,6 +358,7 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
         published = summary.published,
         already_marked = summary.already_marked,
         dead_lettered = summary.dead_lettered,
+        deduplicated = summary.deduplicated,
         failed = summary.failed,
         not_marked = summary.not_marked,
         complete = summary.complete,

@@ -10,8 +10,67 @@ use std::time::Duration;
 
 use outbox_shared::RetryPolicy;
 use outbox_shared::limits::{
-    PUT_EVENTS_ABSOLUTE_MAX_BYTES, PUT_EVENTS_DEFAULT_MAX_BYTES, PUT_EVENTS_MAX_ENTRIES,
+    CUSTOM_BUS_DEFAULT_MAX_BYTES, CUSTOM_BUS_PUT_EVENTS_MAX_ENTRIES, PUT_EVENTS_ABSOLUTE_MAX_BYTES,
+    PUT_EVENTS_DEFAULT_MAX_BYTES, PUT_EVENTS_MAX_ENTRIES,
 };
+
+/// Which EventBridge bus the relays publish to: `EVENT_BUS_KIND` / `--event-bus-kind`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BusKind {
+    /// The classic event bus (rules and targets), `EVENT_BUS_NAME` a name or an ARN
+    /// (`event-bus/…`). The default.
+    #[default]
+    Classic,
+    /// The Custom Event Bus (EventsV2: FIFO subscribers per event group, `DeduplicationId`),
+    /// `EVENT_BUS_NAME` its full ARN (`event-busv2/NAME/ID`).
+    Custom,
+}
+
+impl BusKind {
+    /// The accepted values, as written.
+    pub const VALUES: &[&str] = &["classic", "custom"];
+
+    /// Most entries one `PutEvents` of this bus takes (10 classic, 100 custom).
+    pub fn max_entries_per_call(self) -> usize {
+        match self {
+            Self::Classic => PUT_EVENTS_MAX_ENTRIES,
+            Self::Custom => CUSTOM_BUS_PUT_EVENTS_MAX_ENTRIES,
+        }
+    }
+
+    /// The default size budget of one entry and of one request.
+    pub fn default_max_bytes(self) -> usize {
+        match self {
+            Self::Classic => PUT_EVENTS_DEFAULT_MAX_BYTES,
+            Self::Custom => CUSTOM_BUS_DEFAULT_MAX_BYTES,
+        }
+    }
+}
+
+impl fmt::Display for BusKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Classic => "classic",
+            Self::Custom => "custom",
+        })
+    }
+}
+
+impl std::str::FromStr for BusKind {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        match value {
+            "classic" => Ok(Self::Classic),
+            "custom" => Ok(Self::Custom),
+            other => Err(format!(
+                "{other:?} is not a bus kind: accepted values are {}",
+                Self::VALUES.join(", ")
+            )),
+        }
+    }
+}
 
 /// Default `PutEvents` calls in flight per publish (a stream batch, a poller page).
 pub const DEFAULT_PUBLISH_CONCURRENCY: usize = 16;
@@ -36,10 +95,13 @@ pub const MAX_PUBLISH_CONCURRENCY: usize = 1024;
 /// the source on every entry; nothing else stores them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PublisherConfig {
+    /// Which bus `event_bus_name` is, and so which adapter publishes.
+    pub bus_kind: BusKind,
+    /// The classic bus's name or ARN, or the Custom Event Bus's ARN.
     pub event_bus_name: String,
     /// EventBridge `Source` of every event (one per service).
     pub source: String,
-    /// Entries per `PutEvents` call, 1..=10.
+    /// Entries per `PutEvents` call, 1..=10 (classic) or 1..=100 (custom).
     pub max_entries_per_call: usize,
     /// Size budget of one `PutEvents` request, as EventBridge counts entry sizes.
     pub max_request_bytes: usize,
@@ -58,12 +120,23 @@ impl PublisherConfig {
     /// Defaults: 10 entries and 256 KiB per call, 16 calls in flight, 5 attempts from 50 ms, no
     /// ceiling on the publish rate.
     pub fn new(event_bus_name: impl Into<String>, source: impl Into<String>) -> Self {
+        Self::of_kind(BusKind::Classic, event_bus_name, source)
+    }
+
+    /// Defaults for a bus of `kind`: the classic's of [`new`](Self::new); for the Custom Event
+    /// Bus 100 entries and 256 KiB per call (see [`CUSTOM_BUS_DEFAULT_MAX_BYTES`]).
+    pub fn of_kind(
+        bus_kind: BusKind,
+        event_bus_name: impl Into<String>,
+        source: impl Into<String>,
+    ) -> Self {
         Self {
+            bus_kind,
             event_bus_name: event_bus_name.into(),
             source: source.into(),
-            max_entries_per_call: PUT_EVENTS_MAX_ENTRIES,
-            max_request_bytes: PUT_EVENTS_DEFAULT_MAX_BYTES,
-            max_entry_bytes: PUT_EVENTS_DEFAULT_MAX_BYTES,
+            max_entries_per_call: bus_kind.max_entries_per_call(),
+            max_request_bytes: bus_kind.default_max_bytes(),
+            max_entry_bytes: bus_kind.default_max_bytes(),
             max_concurrency: DEFAULT_PUBLISH_CONCURRENCY,
             retry: retry_policy(DEFAULT_PUBLISH_MAX_ATTEMPTS),
             max_publish_rate: None,
@@ -80,13 +153,13 @@ impl PublisherConfig {
     pub fn validate(&self) -> Result<(), PublisherConfigError> {
         use PublisherSetting as S;
         non_empty(S::EventBusName, &self.event_bus_name)?;
-        bus_name_or_arn(&self.event_bus_name)?;
+        bus_of_kind(self.bus_kind, &self.event_bus_name)?;
         non_empty(S::Source, &self.source)?;
         in_range(
             S::MaxEntriesPerCall,
             self.max_entries_per_call,
             1,
-            PUT_EVENTS_MAX_ENTRIES,
+            self.bus_kind.max_entries_per_call(),
         )?;
         in_range(
             S::MaxEntryBytes,
@@ -133,6 +206,7 @@ fn retry_policy(max_attempts: usize) -> RetryPolicy {
 /// One publisher setting, with the flag and the environment variable that set it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PublisherSetting {
+    EventBusKind,
     EventBusName,
     Source,
     MaxEntriesPerCall,
@@ -146,6 +220,7 @@ impl PublisherSetting {
     /// What the setting is, in words.
     pub fn name(self) -> &'static str {
         match self {
+            Self::EventBusKind => "event bus kind",
             Self::EventBusName => "event bus name",
             Self::Source => "event source",
             Self::MaxEntriesPerCall => "max entries per call",
@@ -159,6 +234,7 @@ impl PublisherSetting {
     /// The command-line flag.
     pub fn flag(self) -> &'static str {
         match self {
+            Self::EventBusKind => "--event-bus-kind",
             Self::EventBusName => "--event-bus-name",
             Self::Source => "--source",
             Self::MaxEntriesPerCall => "--max-entries-per-call",
@@ -172,6 +248,7 @@ impl PublisherSetting {
     /// The environment variable.
     pub fn env(self) -> &'static str {
         match self {
+            Self::EventBusKind => "EVENT_BUS_KIND",
             Self::EventBusName => "EVENT_BUS_NAME",
             Self::Source => "EVENT_SOURCE",
             Self::MaxEntriesPerCall => "MAX_ENTRIES_PER_CALL",
@@ -254,6 +331,97 @@ fn bus_name_or_arn(value: &str) -> Result<(), PublisherConfigError> {
     Ok(())
 }
 
+/// Longest Custom Event Bus ARN `PutEvents` accepts as `EventBusArn`.
+const EVENT_BUS_ARN_MAX_CHARS: usize = 1011;
+
+/// Characters of the id the service appends to a Custom Event Bus's name in its ARN.
+const CUSTOM_BUS_ID_CHARS: usize = 25;
+
+/// Longest Custom Event Bus name.
+const CUSTOM_BUS_NAME_MAX_CHARS: usize = 256;
+
+/// Whether `value` is a Custom Event Bus ARN:
+/// `arn:aws…:events:REGION:ACCOUNT:event-busv2/NAME/ID`, NAME starting with a letter or digit
+/// (then `._-` too, at most 256), ID 25 lowercase letters and digits.
+fn is_custom_bus_arn(value: &str) -> bool {
+    let word = |part: &str| {
+        !part.is_empty()
+            && part
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+    };
+    let ["arn", partition, "events", region, account, resource] =
+        value.split(':').collect::<Vec<_>>()[..]
+    else {
+        return false;
+    };
+    let Some([name, id]) = resource
+        .strip_prefix("event-busv2/")
+        .map(|rest| rest.split('/').collect::<Vec<_>>())
+        .and_then(|parts| <[&str; 2]>::try_from(parts).ok())
+    else {
+        return false;
+    };
+    // `aws`, or `aws-` and lowercase words joined by `-` (`aws-cn`, `aws-us-gov`).
+    let partition_ok = partition.strip_prefix("aws").is_some_and(|rest| {
+        rest.is_empty()
+            || rest
+                .strip_prefix('-')
+                .is_some_and(|r| r.split('-').all(word))
+    });
+    partition_ok
+        && region.split('-').count() >= 3
+        && region.split('-').all(word)
+        && account.len() == 12
+        && account.chars().all(|c| c.is_ascii_digit())
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name.chars().count() <= CUSTOM_BUS_NAME_MAX_CHARS
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        && id.len() == CUSTOM_BUS_ID_CHARS
+        && word(id)
+        && value.chars().count() <= EVENT_BUS_ARN_MAX_CHARS
+}
+
+/// Checks `value` is a bus of `kind`: for the classic bus a name or ARN it accepts
+/// ([`bus_name_or_arn`]), for the Custom Event Bus its whole ARN (the service appends an id to
+/// the name, so the ARN cannot be built from the name). A bus of the other kind is refused
+/// naming both settings: publishing to it would fail every call.
+fn bus_of_kind(kind: BusKind, value: &str) -> Result<(), PublisherConfigError> {
+    let custom_arn = is_custom_bus_arn(value);
+    let mismatch = |detail: &str| PublisherConfigError {
+        setting: PublisherSetting::EventBusName,
+        detail: format!(
+            "{detail}, but --event-bus-kind (EVENT_BUS_KIND) is {kind}: set EVENT_BUS_KIND to the \
+             bus's kind ({})",
+            BusKind::VALUES.join(" or ")
+        ),
+    };
+    match kind {
+        BusKind::Classic if custom_arn || value.contains(":event-busv2/") => {
+            Err(mismatch("is a Custom Event Bus ARN (event-busv2)"))
+        }
+        BusKind::Classic => bus_name_or_arn(value),
+        BusKind::Custom if custom_arn => Ok(()),
+        BusKind::Custom if bus_name_or_arn(value).is_ok() => Err(mismatch(
+            "is a classic bus's name or ARN, not a Custom Event Bus ARN \
+             (arn:aws:events:REGION:ACCOUNT:event-busv2/NAME/ID)",
+        )),
+        BusKind::Custom => Err(PublisherConfigError {
+            setting: PublisherSetting::EventBusName,
+            detail: format!(
+                "must be the Custom Event Bus's whole ARN \
+                 (arn:aws:events:REGION:ACCOUNT:event-busv2/NAME/ID, the ID {CUSTOM_BUS_ID_CHARS} \
+                 lowercase letters and digits), at most {EVENT_BUS_ARN_MAX_CHARS} characters"
+            ),
+        }),
+    }
+}
+
 fn in_range(
     setting: PublisherSetting,
     value: usize,
@@ -325,22 +493,29 @@ impl SettingError {
 /// The publisher's flags, the same in every relay binary; each also reads its variable.
 #[derive(Debug, Clone, clap::Args)]
 pub struct PublisherArgs {
-    /// The EventBridge bus events are published to.
+    /// Which bus `--event-bus-name` is: `classic` (the default: rules and targets) or `custom`
+    /// (the Custom Event Bus: FIFO per aggregate, de-duplication on the event id).
+    #[arg(long, env = "EVENT_BUS_KIND", default_value_t = BusKind::Classic, value_parser = parse_bus_kind)]
+    pub event_bus_kind: BusKind,
+    /// The EventBridge bus events are published to: for `classic` a name or ARN, for `custom`
+    /// the Custom Event Bus's whole ARN (`…:event-busv2/NAME/ID`).
     #[arg(long, env = "EVENT_BUS_NAME")]
     pub event_bus_name: String,
     /// EventBridge `Source` of every event.
     #[arg(long = "source", env = "EVENT_SOURCE")]
     pub source: String,
-    /// Entries per `PutEvents` call (1..=10).
-    #[arg(long, env = "MAX_ENTRIES_PER_CALL", default_value_t = PUT_EVENTS_MAX_ENTRIES)]
-    pub max_entries_per_call: usize,
-    /// Size budget of one `PutEvents` request, as EventBridge counts entry sizes.
-    #[arg(long, env = "MAX_REQUEST_BYTES", default_value_t = PUT_EVENTS_DEFAULT_MAX_BYTES)]
-    pub max_request_bytes: usize,
-    /// Largest entry (up to 1 MiB on buses that accept it); larger events are dead-lettered
-    /// without a call.
-    #[arg(long, env = "MAX_ENTRY_BYTES", default_value_t = PUT_EVENTS_DEFAULT_MAX_BYTES)]
-    pub max_entry_bytes: usize,
+    /// Entries per `PutEvents` call: 1..=10 on the classic bus (default 10), 1..=100 on the
+    /// Custom Event Bus (default 100).
+    #[arg(long, env = "MAX_ENTRIES_PER_CALL")]
+    pub max_entries_per_call: Option<usize>,
+    /// Size budget of one `PutEvents` request, as EventBridge counts entry sizes (default
+    /// 256 KiB on either bus; the Custom Event Bus documents no limit).
+    #[arg(long, env = "MAX_REQUEST_BYTES")]
+    pub max_request_bytes: Option<usize>,
+    /// Largest entry (up to 1 MiB on buses that accept it; default 256 KiB); larger events are
+    /// dead-lettered without a call.
+    #[arg(long, env = "MAX_ENTRY_BYTES")]
+    pub max_entry_bytes: Option<usize>,
     /// `PutEvents` calls in flight at once, per publish (a stream batch, a poller page).
     #[arg(long, env = "PUBLISH_CONCURRENCY", default_value_t = DEFAULT_PUBLISH_CONCURRENCY)]
     pub publish_concurrency: usize,
@@ -360,14 +535,18 @@ impl PublisherArgs {
     /// # Errors
     /// [`SettingError`] naming the flag and variable whose value is empty or out of range.
     pub fn config(&self) -> Result<PublisherConfig, SettingError> {
+        let defaults =
+            PublisherConfig::of_kind(self.event_bus_kind, &self.event_bus_name, &self.source);
         let config = PublisherConfig {
-            max_entries_per_call: self.max_entries_per_call,
-            max_request_bytes: self.max_request_bytes,
-            max_entry_bytes: self.max_entry_bytes,
+            max_entries_per_call: self
+                .max_entries_per_call
+                .unwrap_or(defaults.max_entries_per_call),
+            max_request_bytes: self.max_request_bytes.unwrap_or(defaults.max_request_bytes),
+            max_entry_bytes: self.max_entry_bytes.unwrap_or(defaults.max_entry_bytes),
             max_concurrency: self.publish_concurrency,
             retry: retry_policy(self.publish_max_attempts),
             max_publish_rate: self.max_publish_rate,
-            ..PublisherConfig::new(&self.event_bus_name, &self.source)
+            ..defaults
         };
         // Attempts are checked before they become a retry count (0 attempts would wrap to 1).
         if self.publish_max_attempts == 0 {
@@ -380,6 +559,12 @@ impl PublisherArgs {
         config.validate()?;
         Ok(config)
     }
+}
+
+/// `--event-bus-kind`'s parser: the message names the value and the accepted values (clap adds
+/// the flag and the variable).
+fn parse_bus_kind(value: &str) -> Result<BusKind, String> {
+    value.parse()
 }
 
 /// The dead-letter queue URL, if one is set (an empty value means none, as CloudFormation passes
@@ -498,6 +683,120 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    const CUSTOM_ARN: &str =
+        "arn:aws:events:eu-west-1:123456789012:event-busv2/orders-bus/abcdefghij0123456789klmno";
+
+    #[test]
+    fn the_bus_kind_is_classic_unless_set_to_custom() {
+        // Given no kind, then kind custom with a Custom Event Bus ARN
+        let classic = parse(&[]).config().unwrap();
+        let custom = parse(&["--event-bus-kind", "custom", "--event-bus-name", CUSTOM_ARN])
+            .config()
+            .unwrap();
+
+        // Then the classic bus keeps its defaults, and the custom one takes 100 entries a call
+        assert_eq!(classic.bus_kind, BusKind::Classic);
+        assert_eq!(classic.max_entries_per_call, 10);
+        assert_eq!(custom.bus_kind, BusKind::Custom);
+        assert_eq!(custom.max_entries_per_call, 100);
+        assert_eq!(custom.max_request_bytes, 256 * 1024);
+        assert_eq!(
+            custom,
+            PublisherConfig::of_kind(BusKind::Custom, CUSTOM_ARN, "orders")
+        );
+        let fifty = parse(&[
+            "--event-bus-kind=custom",
+            "--event-bus-name",
+            CUSTOM_ARN,
+            "--max-entries-per-call=50",
+        ]);
+        assert_eq!(fifty.config().unwrap().max_entries_per_call, 50);
+    }
+
+    #[test]
+    fn a_mistaken_bus_kind_names_the_setting_the_value_and_the_accepted_values() {
+        // When the kind is neither classic nor custom
+        let base = ["relay", "--event-bus-name", "bus", "--source", "orders"];
+        let err = Cli::try_parse_from(base.iter().copied().chain(["--event-bus-kind", "fifo"]))
+            .unwrap_err()
+            .to_string();
+
+        // Then the error names the flag, the variable, the value and both accepted values
+        for part in [
+            "--event-bus-kind",
+            "EVENT_BUS_KIND",
+            "\"fifo\"",
+            "classic, custom",
+        ] {
+            assert!(err.contains(part), "{part} in {err}");
+        }
+    }
+
+    #[test]
+    fn a_bus_of_the_other_kind_is_refused_naming_both_settings() {
+        // Given a Custom Event Bus ARN with kind classic, and a classic bus with kind custom
+        let custom_arn_as_classic = parse(&["--event-bus-name", CUSTOM_ARN]).config();
+        let classic_as_custom = parse(&["--event-bus-kind", "custom"]).config();
+        let classic_arn_as_custom = parse(&[
+            "--event-bus-kind",
+            "custom",
+            "--event-bus-name",
+            "arn:aws:events:eu-west-1:123456789012:event-bus/orders",
+        ])
+        .config();
+
+        // Then each is refused, naming the bus and the kind settings
+        for result in [
+            custom_arn_as_classic,
+            classic_as_custom,
+            classic_arn_as_custom,
+        ] {
+            let err = result.unwrap_err().to_string();
+            for part in [
+                "--event-bus-name",
+                "EVENT_BUS_NAME",
+                "--event-bus-kind",
+                "EVENT_BUS_KIND",
+            ] {
+                assert!(err.contains(part), "{part} in {err}");
+            }
+        }
+        // And a custom kind with something that is no bus at all says what an ARN looks like
+        let err = parse(&["--event-bus-kind", "custom", "--event-bus-name", "a b"])
+            .config()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("event-busv2/NAME/ID"), "{err}");
+    }
+
+    #[test]
+    fn custom_bus_arns_are_checked_as_the_bus_documents_them() {
+        for accepted in [
+            CUSTOM_ARN,
+            "arn:aws-us-gov:events:us-gov-west-1:123456789012:event-busv2/o.r_d-1/abcdefghij0123456789klmno",
+        ] {
+            let config = PublisherConfig::of_kind(BusKind::Custom, accepted, "orders");
+            assert_eq!(config.validate(), Ok(()), "{accepted}");
+        }
+        for refused in [
+            "arn:aws:events:eu-west-1:123456789012:event-busv2/orders-bus",
+            "arn:aws:events:eu-west-1:123456789012:event-busv2/orders-bus/ABCDEFGHIJ0123456789KLMNO",
+            "arn:aws:events:eu-west-1:123456789012:event-busv2/orders-bus/abc",
+            "arn:aws:events:eu-west-1:123456789012:event-busv2/-orders/abcdefghij0123456789klmno",
+            "arn:aws:events:eu-west-1:1234:event-busv2/orders/abcdefghij0123456789klmno",
+            "arn:aws:sqs:eu-west-1:123456789012:event-busv2/orders/abcdefghij0123456789klmno",
+        ] {
+            let config = PublisherConfig::of_kind(BusKind::Custom, refused, "orders");
+            assert!(config.validate().is_err(), "{refused}");
+        }
+        let mut too_many = PublisherConfig::of_kind(BusKind::Custom, CUSTOM_ARN, "orders");
+        too_many.max_entries_per_call = 101;
+        assert_eq!(
+            too_many.validate().unwrap_err().to_string(),
+            "max entries per call must be between 1 and 100, got 101"
+        );
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //!
 //! - [`relay`]: the per-event path: an item becomes an event ready to publish or a poison case;
 //!   after a publish each event is marked published, or dead-lettered then marked, concurrently.
-//! - [`publisher`]: the publisher port and its EventBridge adapter (size-aware batching, bounded
-//!   concurrency, per-entry retries with full jitter; it stamps the bus and `Source`).
+//! - [`publisher`]: the publisher port and its adapters, one per bus kind (the classic bus, the
+//!   Custom Event Bus), sharing size-aware batching, bounded concurrency, per-entry retries with
+//!   full jitter; each stamps the bus and `Source`.
 //! - [`publish_rate`]: the publisher's pace under the bus's `PutEvents` quota (additive increase,
 //!   multiplicative decrease on throttling, an optional ceiling).
 //! - [`publish_concurrency`]: the publisher's calls in flight, lowered when calls time out (a
@@ -58,13 +59,16 @@ pub(crate) fn mocked_dynamodb(
 }
 
 pub use config::{
-    PublisherArgs, PublisherConfig, PublisherConfigError, RetentionArgs, SettingError,
+    BusKind, PublisherArgs, PublisherConfig, PublisherConfigError, RetentionArgs, SettingError,
 };
 pub use dead_letter::{
     DeadLetter, DeadLetterError, DeadLetterSink, RecordLeftOut, SqsDeadLetterSink,
 };
 pub use holds::{DynamoHoldStore, Hold, HoldStore};
-pub use publisher::{EventBridgePublisher, PublishOutcome, PublishStats, Publisher};
+pub use publisher::{
+    BusClients, BusPublisher, CustomBusPublisher, EventBridgePublisher, PublishOutcome,
+    PublishStats, Publisher,
+};
 pub use relay::{EventRelay, Poison, ReadyEvents, Settled};
 pub use status_store::{
     DynamoStatusStore, MarkOutcome, StatusError, StatusStore, TtlOutcome, TtlPolicy,
@@ -166,6 +170,14 @@ pub mod clients {
     pub fn eventbridge(sdk: &aws_config::SdkConfig) -> aws_sdk_eventbridge::Client {
         aws_sdk_eventbridge::Client::from_conf(
             aws_sdk_eventbridge::config::Builder::from(sdk)
+                .interceptor(FailedCallCounter)
+                .build(),
+        )
+    }
+
+    pub fn eventbridgev2(sdk: &aws_config::SdkConfig) -> aws_sdk_eventbridgev2::Client {
+        aws_sdk_eventbridgev2::Client::from_conf(
+            aws_sdk_eventbridgev2::config::Builder::from(sdk)
                 .interceptor(FailedCallCounter)
                 .build(),
         )

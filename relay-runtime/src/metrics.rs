@@ -40,6 +40,10 @@ pub const PUBLISH_FAILED: &str = "PublishFailed";
 pub const NOT_MARKED: &str = "NotMarked";
 /// Entries sent again after a retryable failure. Count.
 pub const RETRIED: &str = "Retried";
+/// Entries the Custom Event Bus answered `DEDUPLICATED`: a repeat of an event id it accepted in
+/// the last 300 s, stored no second time, and counted in [`PUBLISHED`] too (a success). Count;
+/// both relays, custom bus only.
+pub const DEDUPLICATED: &str = "Deduplicated";
 /// `PutEvents` entries EventBridge refused with `ThrottlingException` (the account's quota).
 /// Count; both relays.
 pub const THROTTLED: &str = "Throttled";
@@ -141,6 +145,10 @@ fn describe() {
             "events published or dead-lettered whose mark failed",
         ),
         (RETRIED, "entries sent again after a retryable failure"),
+        (
+            DEDUPLICATED,
+            "entries the Custom Event Bus answered DEDUPLICATED (published before)",
+        ),
         (
             THROTTLED,
             "PutEvents entries refused with ThrottlingException",

@@ -94,9 +94,10 @@ impl RelayArgs {
             1,
             MAX_MARK_CONCURRENCY,
         )?;
+        let publisher = self.publisher.config()?;
         Ok(HandlerOptions {
             stop_at_first_failure: self.stop_at_first_failure,
-            strict_chunk_size: self.publisher.max_entries_per_call.max(1),
+            strict_chunk_size: publisher.max_entries_per_call.max(1),
             mark_concurrency: self.mark_concurrency,
             deadline_margin: self.deadline_margin,
             hold_failed_aggregates: self.hold_failed_aggregates,

@@ -26,11 +26,13 @@ pub use handler::{
 pub use local::{LocalArgs, LocalRunner, RunnerOptions, StartingPosition};
 pub use relay_runtime::SettingError;
 
-use relay_runtime::{DynamoHoldStore, DynamoStatusStore, EventBridgePublisher, SqsDeadLetterSink};
+use relay_runtime::{
+    BusClients, BusPublisher, DynamoHoldStore, DynamoStatusStore, SqsDeadLetterSink,
+};
 
 /// The relay with its AWS adapters, as both binaries run it.
 pub type AwsStreamRelay =
-    StreamRelay<EventBridgePublisher, DynamoStatusStore, SqsDeadLetterSink, DynamoHoldStore>;
+    StreamRelay<BusPublisher, DynamoStatusStore, SqsDeadLetterSink, DynamoHoldStore>;
 
 /// Builds the relay and its clients from `args` once, at start-up.
 ///
@@ -42,7 +44,7 @@ pub fn build_relay(
 ) -> Result<AwsStreamRelay, SettingError> {
     build_relay_with(
         args,
-        relay_runtime::clients::eventbridge(sdk_config),
+        BusClients::new(sdk_config),
         relay_runtime::clients::dynamodb(sdk_config),
         relay_runtime::clients::sqs(sdk_config),
     )
@@ -54,12 +56,12 @@ pub fn build_relay(
 /// [`SettingError`] naming the flag and variable whose value is out of range.
 pub fn build_relay_with(
     args: &RelayArgs,
-    eventbridge: aws_sdk_eventbridge::Client,
+    bus: BusClients,
     dynamodb: aws_sdk_dynamodb::Client,
     sqs: aws_sdk_sqs::Client,
 ) -> Result<AwsStreamRelay, SettingError> {
     let options = args.handler_options()?;
-    let publisher = EventBridgePublisher::new(eventbridge, args.publisher_config()?)
+    let publisher = BusPublisher::new(bus, args.publisher_config()?)
         .expect("publisher_config validated the configuration");
     let ttl = args.retention.ttl_policy()?;
     let status = DynamoStatusStore::new(dynamodb.clone(), &args.table_name, ttl);

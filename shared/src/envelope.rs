@@ -77,6 +77,9 @@ pub struct OutboundEvent {
     pub event_id: String,
     /// Events with the same ordering key (the aggregate) are never in flight out of order.
     pub ordering_key: String,
+    /// The Custom Event Bus's `EventGroupId`: the aggregate ([`crate::event_group`]). Within one
+    /// ordering key: never shared by two events of different ordering keys from the writer.
+    pub event_group: String,
     pub detail_type: String,
     pub detail: String,
     pub time: Option<aws_smithy_types::DateTime>,
@@ -146,6 +149,7 @@ impl OutboundEvent {
         Ok(Self {
             event_id: event_id.clone(),
             ordering_key: item.ordering_key().to_owned(),
+            event_group: crate::event_group::event_group_id(item),
             detail_type: item.event_type.clone(),
             detail,
             time: Some(aws_smithy_types::DateTime::from_millis(

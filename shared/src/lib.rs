@@ -11,6 +11,8 @@
 //! - [`image`]: decoding a borrowed item image (a stream record's `NewImage`) without cloning it.
 //! - [`entry_field`]: the `PutEvents` entry fields EventBridge limits (`DetailType`, `TraceHeader`).
 //! - [`envelope`]: the EventBridge envelope (`Detail = {"metadata": …, "data": <Payload>}`).
+//! - [`event_group`]: the Custom Event Bus's `EventGroupId` (the aggregate) and `DeduplicationId`
+//!   (the event id) of an event, cut to the bus's 128 characters by a documented rule.
 //! - [`config`]: where outbox items live (table, index, shard count, retention), shared by the writer
 //!   and the relays.
 //! - [`limits`]: the AWS limits the design works within, named.
@@ -22,6 +24,7 @@ pub mod config;
 pub mod entry_field;
 pub mod envelope;
 pub mod error;
+pub mod event_group;
 pub mod image;
 pub mod item;
 pub mod limits;

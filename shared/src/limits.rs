@@ -43,3 +43,23 @@ pub const SQS_MESSAGE_ABSOLUTE_MAX_BYTES: usize = 1024 * 1024;
 
 /// `BatchGetItem`/`BatchWriteItem`-style fan-out and `SendMessageBatch` take at most 10 entries.
 pub const SQS_SEND_BATCH_MAX: usize = 10;
+
+/// The Custom Event Bus's `PutEvents` takes 1 to 100 entries per call (fixed, not adjustable).
+pub const CUSTOM_BUS_PUT_EVENTS_MAX_ENTRIES: usize = 100;
+
+/// The Custom Event Bus documents no byte limit per entry or per request; its default budget is
+/// the classic bus's documented 256 KiB, which every SQS queue (the usual target) takes as one
+/// message, so a limit we cannot see refuses nothing the classic bus would have taken.
+pub const CUSTOM_BUS_DEFAULT_MAX_BYTES: usize = 256 * 1024;
+
+/// Longest `SystemMetadata.EventGroupId` of a Custom Event Bus entry, in characters: a model
+/// constraint, so a longer one refuses the whole call.
+pub const EVENT_GROUP_ID_MAX_CHARS: usize = 128;
+
+/// Longest `SystemMetadata.DeduplicationId` of a Custom Event Bus entry, in characters: a model
+/// constraint, so a longer one refuses the whole call.
+pub const DEDUPLICATION_ID_MAX_CHARS: usize = 128;
+
+/// The Custom Event Bus suppresses a repeat of a `DeduplicationId` within 300 s (per account and
+/// event group; fixed): a re-publish after it is a new event to the bus.
+pub const CUSTOM_BUS_DEDUP_WINDOW: std::time::Duration = std::time::Duration::from_secs(300);

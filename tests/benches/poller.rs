@@ -97,11 +97,18 @@ fn counted_clients(env: &TestEnv, counter: &CallCounter) -> AwsClients {
                 .interceptor(counter.clone())
                 .build(),
         ),
-        eventbridge: aws_sdk_eventbridge::Client::from_conf(
-            aws_sdk_eventbridge::config::Builder::from(sdk)
-                .interceptor(counter.clone())
-                .build(),
-        ),
+        bus: relay_runtime::BusClients {
+            classic: aws_sdk_eventbridge::Client::from_conf(
+                aws_sdk_eventbridge::config::Builder::from(sdk)
+                    .interceptor(counter.clone())
+                    .build(),
+            ),
+            custom: aws_sdk_eventbridgev2::Client::from_conf(
+                aws_sdk_eventbridgev2::config::Builder::from(sdk)
+                    .interceptor(counter.clone())
+                    .build(),
+            ),
+        },
         sqs: aws_sdk_sqs::Client::new(sdk),
     }
 }
@@ -256,7 +263,8 @@ async fn baseline_on_emulator(events: usize) -> Run {
                     .set_time(event.time)
                     .build();
                 let out = clients
-                    .eventbridge
+                    .bus
+                    .classic
                     .put_events()
                     .entries(entry)
                     .send()

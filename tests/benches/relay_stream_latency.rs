@@ -69,7 +69,7 @@ fn main() {
         );
         let relay = relay_stream::build_relay_with(
             &args,
-            aws_sdk_eventbridge::Client::new(&sdk),
+            relay_runtime::BusClients::new(&sdk),
             aws_sdk_dynamodb::Client::new(&sdk),
             aws_sdk_sqs::Client::new(&sdk),
         )

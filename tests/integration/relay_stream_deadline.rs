@@ -51,7 +51,7 @@ async fn a_slow_endpoint_mid_batch_does_not_run_the_invocation_past_its_deadline
     };
     let relay = relay_stream::build_relay_with(
         &args,
-        aws_sdk_eventbridge::Client::new(&sdk),
+        relay_runtime::BusClients::new(&sdk),
         aws_sdk_dynamodb::Client::new(&sdk),
         aws_sdk_sqs::Client::new(&sdk),
     )

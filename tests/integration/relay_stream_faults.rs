@@ -291,9 +291,13 @@ async fn no_event_is_lost_under_put_events_faults() {
             .build(),
     );
     let args = relay_args(&env);
-    let relay =
-        relay_stream::build_relay_with(&args, eventbridge, env.dynamodb.clone(), env.sqs.clone())
-            .unwrap();
+    let relay = relay_stream::build_relay_with(
+        &args,
+        env.bus_clients().with_classic(eventbridge),
+        env.dynamodb.clone(),
+        env.sqs.clone(),
+    )
+    .unwrap();
     let records = relay_stream::local::read_stream_records(&env.streams, &env.stream_arn)
         .await
         .unwrap();
@@ -464,7 +468,8 @@ async fn the_stream_relay_keeps_each_aggregates_order_when_its_first_event_fails
     args.publisher.publish_max_attempts = 4;
     let relay = relay_stream::build_relay_with(
         &args,
-        faulty_eventbridge(&env, &faults),
+        env.bus_clients()
+            .with_classic(faulty_eventbridge(&env, &faults)),
         env.dynamodb.clone(),
         env.sqs.clone(),
     )
@@ -525,7 +530,9 @@ async fn the_poller_keeps_each_aggregates_order_when_its_first_event_fails() {
     };
     let clients = relay_poller::app::AwsClients {
         dynamodb: env.dynamodb.clone(),
-        eventbridge: faulty_eventbridge(&env, &faults),
+        bus: env
+            .bus_clients()
+            .with_classic(faulty_eventbridge(&env, &faults)),
         sqs: env.sqs.clone(),
     };
     let poller = relay_poller::app::aws_poller(clients, &drain.relay.validate().unwrap()).unwrap();
@@ -563,7 +570,8 @@ async fn with_hold_mode_a_failing_aggregate_goes_to_the_poller_and_the_stream_mo
     args.hold_failed_aggregates = true;
     let relay = relay_stream::build_relay_with(
         &args,
-        faulty_eventbridge(&env, &faults),
+        env.bus_clients()
+            .with_classic(faulty_eventbridge(&env, &faults)),
         env.dynamodb.clone(),
         env.sqs.clone(),
     )
@@ -606,7 +614,9 @@ async fn with_hold_mode_a_failing_aggregate_goes_to_the_poller_and_the_stream_mo
     let poller = relay_poller::app::aws_poller(
         relay_poller::app::AwsClients {
             dynamodb: env.dynamodb.clone(),
-            eventbridge: faulty_eventbridge(&env, &faults),
+            bus: env
+                .bus_clients()
+                .with_classic(faulty_eventbridge(&env, &faults)),
             sqs: env.sqs.clone(),
         },
         &poller_config(&env),

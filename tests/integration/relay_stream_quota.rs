@@ -37,7 +37,7 @@ async fn a_shard_at_the_bus_quota_adapts_its_rate_and_loses_nothing() {
         // The Lambda's defaults, with a failed record re-delivered by Lambda (no aggregate
         // holds: no poller here to release them)
         &fixtures::stream_relay_args("quota-table", fixtures::publisher_args("quota-bus")),
-        aws_sdk_eventbridge::Client::new(&sdk),
+        relay_runtime::BusClients::new(&sdk),
         aws_sdk_dynamodb::Client::new(&sdk),
         aws_sdk_sqs::Client::new(&sdk),
     )

@@ -94,9 +94,13 @@ async fn an_orders_trace_header_travels_to_the_put_events_entry() {
         deadline_margin: relay_stream::config::DEFAULT_DEADLINE_MARGIN,
         hold_failed_aggregates: false,
     };
-    let relay =
-        relay_stream::build_relay_with(&args, eventbridge, env.dynamodb.clone(), env.sqs.clone())
-            .unwrap();
+    let relay = relay_stream::build_relay_with(
+        &args,
+        env.bus_clients().with_classic(eventbridge),
+        env.dynamodb.clone(),
+        env.sqs.clone(),
+    )
+    .unwrap();
     let records = relay_stream::local::read_stream_records(&env.streams, &env.stream_arn)
         .await
         .unwrap();

@@ -732,6 +732,7 @@ mod tests {
         let event = OutboundEvent {
             event_id: "e1".into(),
             ordering_key: "a".into(),
+            event_group: "Order#a".into(),
             detail_type: "OrderCreated".into(),
             detail: r#"{"data":"ü"}"#.into(),
             time: Some(aws_smithy_types::DateTime::from_secs(1_700_000_000)),

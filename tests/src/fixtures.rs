@@ -48,12 +48,18 @@ pub fn insert_record(item: &OutboxItem, sequence: usize) -> EventRecord {
 /// The publisher's flags at their defaults (what both relays run with), for `bus` and the test
 /// source ([`crate::TEST_SOURCE`]).
 pub fn publisher_args(bus: &str) -> PublisherArgs {
+    publisher_args_of(relay_runtime::BusKind::Classic, bus)
+}
+
+/// The publisher's flags at their defaults for `bus`, a bus of `kind`, and the test source.
+pub fn publisher_args_of(kind: relay_runtime::BusKind, bus: &str) -> PublisherArgs {
     PublisherArgs {
+        event_bus_kind: kind,
         event_bus_name: bus.to_owned(),
         source: crate::TEST_SOURCE.into(),
-        max_entries_per_call: outbox_shared::limits::PUT_EVENTS_MAX_ENTRIES,
-        max_request_bytes: outbox_shared::limits::PUT_EVENTS_DEFAULT_MAX_BYTES,
-        max_entry_bytes: outbox_shared::limits::PUT_EVENTS_DEFAULT_MAX_BYTES,
+        max_entries_per_call: None,
+        max_request_bytes: None,
+        max_entry_bytes: None,
         publish_concurrency: relay_runtime::config::DEFAULT_PUBLISH_CONCURRENCY,
         publish_max_attempts: relay_runtime::config::DEFAULT_PUBLISH_MAX_ATTEMPTS,
         max_publish_rate: None,

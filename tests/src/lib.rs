@@ -316,6 +316,8 @@ pub struct TestEnv {
     pub dynamodb: aws_sdk_dynamodb::Client,
     pub streams: aws_sdk_dynamodbstreams::Client,
     pub eventbridge: aws_sdk_eventbridge::Client,
+    /// The Custom Event Bus's client (`AWS_ENDPOINT_URL_EVENTBRIDGEV2`: the local double).
+    pub eventbridgev2: aws_sdk_eventbridgev2::Client,
     pub sqs: aws_sdk_sqs::Client,
     pub table_name: String,
     pub stream_arn: String,
@@ -370,6 +372,7 @@ impl TestEnv {
     ) -> Self {
         Self {
             streams: aws_sdk_dynamodbstreams::Client::new(&sdk_config),
+            eventbridgev2: aws_sdk_eventbridgev2::Client::new(&sdk_config),
             sdk_config,
             credentials,
             dynamodb,
@@ -511,6 +514,14 @@ impl TestEnv {
         let mut command = tokio::process::Command::new(workspace_binary(bin));
         command.envs(self.relay_env());
         command
+    }
+
+    /// The SDK clients of both bus kinds, as the relays build them (no fault, no interceptor).
+    pub fn bus_clients(&self) -> relay_runtime::BusClients {
+        relay_runtime::BusClients {
+            classic: self.eventbridge.clone(),
+            custom: self.eventbridgev2.clone(),
+        }
     }
 
     /// The publisher configuration for this environment's bus, with [`TEST_SOURCE`].

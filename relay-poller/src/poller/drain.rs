@@ -130,6 +130,7 @@ where
             complete: false,
             interrupted: false,
             put_events_calls: 0,
+            deduplicated: 0,
             skipped_shards: Vec::new(),
         }
     }

@@ -110,6 +110,9 @@ pub struct DrainSummary {
     pub interrupted: bool,
     /// `PutEvents` calls sent (filled in by the binary from the EventBridge publisher's stats).
     pub put_events_calls: u64,
+    /// Entries the Custom Event Bus answered `DEDUPLICATED` (published before within its 300 s
+    /// window; a part of `published`), filled in like `put_events_calls`; 0 on the classic bus.
+    pub deduplicated: u64,
     /// Shards the last pass left to the pollers holding their leases (`--respect-leases`).
     pub skipped_shards: Vec<u16>,
 }

@@ -32,9 +32,12 @@
 //! events not sent are [`PublishOutcome::NotSent`]. A call already sent is bounded by the SDK
 //! client's operation timeout.
 //!
-//! The room: this module is the port and what every adapter answers with; [`request`] packs
-//! events into calls (what goes together, what waits for what), apart from the calls themselves;
-//! [`eventbridge`] sends them to the classic bus and retries what may succeed.
+//! The room: this module is the port, what every adapter answers with, and [`BusPublisher`], the
+//! publisher of the configured bus kind; [`request`] packs events into calls (what goes together,
+//! what waits for what), apart from the calls themselves; [`send`] sends them and retries what may
+//! succeed, for any bus; [`eventbridge`] is the classic bus's call, [`custom_bus`] the Custom
+//! Event Bus's (EventsV2: up to 100 entries, each with its aggregate as `EventGroupId` and its
+//! event id as `DeduplicationId`; `DEDUPLICATED` counts as published).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,11 +48,17 @@ use tokio::time::Instant;
 #[cfg(doc)]
 use crate::{publish_concurrency::PublishConcurrency, publish_rate::PublishRate};
 
+pub mod custom_bus;
 pub mod eventbridge;
 pub mod request;
+pub mod send;
 
+pub use custom_bus::CustomBusPublisher;
 pub use eventbridge::EventBridgePublisher;
 pub use request::pack_calls;
+
+use crate::CallTasks;
+use crate::config::{BusKind, PublisherConfig, PublisherConfigError};
 
 /// What happened to one event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +93,8 @@ pub const POISON_ENTRY_CODES: &[&str] = &[
     "InvalidArgument",
     "ValidationException",
     ENTRY_TOO_LARGE,
+    // The Custom Event Bus's code for a parameter over a model constraint.
+    "InvalidInputException",
 ];
 
 /// Our code for an event larger than the configured entry size; it is never sent.
@@ -95,11 +106,12 @@ pub const THROTTLED: &str = "ThrottlingException";
 /// Counters across every call of one publisher.
 #[derive(Debug, Default)]
 pub struct PublishStats {
-    put_events_calls: AtomicU64,
+    pub(crate) put_events_calls: AtomicU64,
     published: AtomicU64,
-    retried: AtomicU64,
-    throttled: AtomicU64,
-    timed_out: AtomicU64,
+    pub(crate) deduplicated: AtomicU64,
+    pub(crate) retried: AtomicU64,
+    pub(crate) throttled: AtomicU64,
+    pub(crate) timed_out: AtomicU64,
     rejected: AtomicU64,
     failed: AtomicU64,
     held_back: AtomicU64,
@@ -112,6 +124,9 @@ pub struct PublishStatsSnapshot {
     /// `PutEvents` calls sent, retries included.
     pub put_events_calls: u64,
     pub published: u64,
+    /// Entries the Custom Event Bus answered `DEDUPLICATED` (accepted before, within its 300 s
+    /// window): published, and a part of `published`; always 0 on the classic bus.
+    pub deduplicated: u64,
     /// Entries sent again after a retryable failure (one per entry per retry).
     pub retried: u64,
     /// Entries refused with `ThrottlingException` (one per entry per attempt).
@@ -132,6 +147,7 @@ impl PublishStats {
         PublishStatsSnapshot {
             put_events_calls: self.put_events_calls.load(Ordering::Relaxed),
             published: self.published.load(Ordering::Relaxed),
+            deduplicated: self.deduplicated.load(Ordering::Relaxed),
             retried: self.retried.load(Ordering::Relaxed),
             throttled: self.throttled.load(Ordering::Relaxed),
             timed_out: self.timed_out.load(Ordering::Relaxed),
@@ -170,6 +186,113 @@ pub trait Publisher: Send + Sync {
         events: &[OutboundEvent],
     ) -> impl Future<Output = Vec<PublishOutcome>> + Send {
         self.publish_until(events, None)
+    }
+}
+
+/// The SDK clients of both bus kinds; a [`BusPublisher`] uses the one its configuration names.
+/// Both are built from one SDK configuration (no call is made by building one), each reached
+/// through its own standard endpoint setting (`AWS_ENDPOINT_URL_EVENTBRIDGE`,
+/// `AWS_ENDPOINT_URL_EVENTBRIDGEV2`), so no code branch differs for a local emulator.
+#[derive(Debug, Clone)]
+pub struct BusClients {
+    pub classic: aws_sdk_eventbridge::Client,
+    pub custom: aws_sdk_eventbridgev2::Client,
+}
+
+impl BusClients {
+    /// Both clients from `sdk`, counting their failed calls ([`crate::clients`]).
+    pub fn new(sdk: &aws_config::SdkConfig) -> Self {
+        Self {
+            classic: crate::clients::eventbridge(sdk),
+            custom: crate::clients::eventbridgev2(sdk),
+        }
+    }
+
+    /// These clients with `classic` for the classic bus (tests inject faults through it).
+    #[must_use]
+    pub fn with_classic(self, classic: aws_sdk_eventbridge::Client) -> Self {
+        Self { classic, ..self }
+    }
+
+    /// These clients with `custom` for the Custom Event Bus (tests inject faults through it).
+    #[must_use]
+    pub fn with_custom(self, custom: aws_sdk_eventbridgev2::Client) -> Self {
+        Self { custom, ..self }
+    }
+}
+
+/// The publisher of the configured bus kind ([`PublisherConfig::bus_kind`]): what both relays
+/// run. An enum, not a trait object: the port's futures are not object-safe, and two variants
+/// cost one match per publish.
+#[derive(Debug, Clone)]
+pub enum BusPublisher {
+    Classic(EventBridgePublisher),
+    Custom(CustomBusPublisher),
+}
+
+impl BusPublisher {
+    /// The publisher `config.bus_kind` names, on its client of `clients`.
+    ///
+    /// # Errors
+    /// [`PublisherConfigError`] when the configuration is out of range.
+    pub fn new(clients: BusClients, config: PublisherConfig) -> Result<Self, PublisherConfigError> {
+        Ok(match config.bus_kind {
+            BusKind::Classic => Self::Classic(EventBridgePublisher::new(clients.classic, config)?),
+            BusKind::Custom => Self::Custom(CustomBusPublisher::new(clients.custom, config)?),
+        })
+    }
+
+    /// Runs its `PutEvents` calls as `call_tasks` says (default: in the caller's task).
+    #[must_use]
+    pub fn with_call_tasks(self, call_tasks: CallTasks) -> Self {
+        match self {
+            Self::Classic(p) => Self::Classic(p.with_call_tasks(call_tasks)),
+            Self::Custom(p) => Self::Custom(p.with_call_tasks(call_tasks)),
+        }
+    }
+
+    pub fn config(&self) -> &PublisherConfig {
+        match self {
+            Self::Classic(p) => p.config(),
+            Self::Custom(p) => p.config(),
+        }
+    }
+
+    /// Counters since this publisher was built (shared by its clones).
+    pub fn stats(&self) -> PublishStatsSnapshot {
+        match self {
+            Self::Classic(p) => p.stats(),
+            Self::Custom(p) => p.stats(),
+        }
+    }
+
+    /// The entries per second it lets out now (`None`: no limit), shared by its clones.
+    pub fn publish_rate(&self) -> Option<f64> {
+        match self {
+            Self::Classic(p) => p.publish_rate(),
+            Self::Custom(p) => p.publish_rate(),
+        }
+    }
+
+    /// The `PutEvents` calls it lets be in flight at once, all publishes together.
+    pub fn publish_concurrency(&self) -> usize {
+        match self {
+            Self::Classic(p) => p.publish_concurrency(),
+            Self::Custom(p) => p.publish_concurrency(),
+        }
+    }
+}
+
+impl Publisher for BusPublisher {
+    async fn publish_until(
+        &self,
+        events: &[OutboundEvent],
+        stop_at: Option<Instant>,
+    ) -> Vec<PublishOutcome> {
+        match self {
+            Self::Classic(p) => p.publish_until(events, stop_at).await,
+            Self::Custom(p) => p.publish_until(events, stop_at).await,
+        }
     }
 }
 

@@ -302,6 +302,7 @@ fn event(key: &str, detail_len: usize) -> OutboundEvent {
     OutboundEvent {
         event_id: format!("e-{key}"),
         ordering_key: key.to_owned(),
+        event_group: format!("Order#{key}"),
         detail_type: "t".into(),
         detail: "x".repeat(detail_len),
         time: None,

@@ -1,0 +1,569 @@
+//! What every bus adapter does with the calls the request builder packed, whatever the bus:
+//! at most `max_concurrency` in flight per publish and no more than the [`PublishConcurrency`]
+//! lets the whole process have, every entry's result checked, the entries that failed with a
+//! retryable code sent again with backoff, a call refused as a whole for what one entry can cause
+//! sent again in halves, at the [`PublishRate`]'s pace. A throttle lowers the rate; a call that
+//! times out lowers the calls in flight.
+//!
+//! A bus is a [`BusCall`]: how one `PutEvents` of some entries is sent and its answer read. The
+//! classic bus's is [`super::eventbridge`], the Custom Event Bus's [`super::custom_bus`]; the
+//! publisher of each is a [`BusAdapter`] of it.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared, join_all};
+use outbox_shared::OutboundEvent;
+use outbox_shared::error::{ErrorClass, SdkFailure, classify_code};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use super::request::{call_dependencies, pack_calls, previous_of_aggregate};
+use super::{
+    ENTRY_TOO_LARGE, PublishOutcome, PublishStats, PublishStatsSnapshot, Publisher, THROTTLED,
+    is_poison_code, past, permanent_outcome,
+};
+use crate::CallTasks;
+use crate::config::{PublisherConfig, PublisherConfigError};
+use crate::publish_concurrency::{Permit, PublishConcurrency};
+use crate::publish_rate::{PublishRate, Slot};
+
+/// One bus's `PutEvents`: the entries of some events sent in one call, and the answer read.
+pub trait BusCall: Send + Sync {
+    /// Sends one call of the events at `pending` (in that order) as `config` says, run as
+    /// `call_tasks` says.
+    fn put(
+        &self,
+        config: &PublisherConfig,
+        events: &[OutboundEvent],
+        pending: &[usize],
+        call_tasks: CallTasks,
+    ) -> impl Future<Output = CallAnswer> + Send;
+}
+
+/// What a bus answered to one call.
+#[derive(Debug)]
+pub enum CallAnswer {
+    /// The call was answered: one result per entry, in entry order (the answer's own order).
+    Answered(Vec<EntryResult>),
+    /// The call failed as a whole (after the SDK's retries); `timed_out` when it got no answer
+    /// in time.
+    Failed {
+        failure: SdkFailure,
+        timed_out: bool,
+    },
+}
+
+/// One entry's result in an answered call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryResult {
+    /// Accepted.
+    Published,
+    /// Accepted before (the Custom Event Bus's `DEDUPLICATED`): stored once, a success.
+    Deduplicated,
+    /// Refused with the bus's `code`.
+    Refused { code: String, message: String },
+}
+
+/// A publisher of one bus: sends the calls the request builder packs through `B`.
+#[derive(Debug, Clone)]
+pub struct BusAdapter<B> {
+    pub(crate) bus: B,
+    pub(crate) config: PublisherConfig,
+    pub(crate) stats: Arc<PublishStats>,
+    pub(crate) rate: Arc<PublishRate>,
+    pub(crate) concurrency: Arc<PublishConcurrency>,
+    pub(crate) call_tasks: CallTasks,
+}
+
+impl<B: BusCall> BusAdapter<B> {
+    /// # Errors
+    /// [`PublisherConfigError`] when the configuration is out of range.
+    pub(crate) fn with_bus(bus: B, config: PublisherConfig) -> Result<Self, PublisherConfigError> {
+        config.validate()?;
+        Ok(Self {
+            bus,
+            rate: Arc::new(PublishRate::new(config.max_publish_rate)),
+            concurrency: Arc::new(PublishConcurrency::new(config.max_concurrency)),
+            config,
+            stats: Arc::default(),
+            call_tasks: CallTasks::Inline,
+        })
+    }
+
+    /// Runs its `PutEvents` calls as `call_tasks` says (default: in the caller's task).
+    #[must_use]
+    pub fn with_call_tasks(mut self, call_tasks: CallTasks) -> Self {
+        self.call_tasks = call_tasks;
+        self
+    }
+
+    pub fn config(&self) -> &PublisherConfig {
+        &self.config
+    }
+
+    /// Counters since this publisher was built (shared by its clones).
+    pub fn stats(&self) -> PublishStatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    /// The entries per second it lets out now (`None`: no limit), shared by its clones.
+    pub fn publish_rate(&self) -> Option<f64> {
+        self.rate.limit()
+    }
+
+    /// The `PutEvents` calls it lets be in flight at once, all publishes together (each also
+    /// keeps to `max_concurrency`), shared by its clones.
+    pub fn publish_concurrency(&self) -> usize {
+        self.concurrency.limit()
+    }
+
+    /// Sends one call's events, retrying retryable failures; an outcome for each index.
+    async fn send_call(
+        &self,
+        events: &[OutboundEvent],
+        indices: &[usize],
+        stop_at: Option<Instant>,
+    ) -> Vec<(usize, PublishOutcome)> {
+        let mut done = Vec::with_capacity(indices.len());
+        let mut pending: Vec<usize> = indices.to_vec();
+        // The last retryable error; `None` until a first attempt was made.
+        let mut last_error: Option<(String, String)> = None;
+        let mut backoff = self.config.retry.delays();
+        loop {
+            let Some((slot, in_flight)) = self.turn(pending.len(), stop_at).await else {
+                // Its turn would come after the deadline: it stays pending.
+                done.extend(pending.iter().map(|&i| {
+                    let outcome = match &last_error {
+                        None => PublishOutcome::NotSent,
+                        Some((code, message)) => PublishOutcome::Failed {
+                            code: code.clone(),
+                            message: message.clone(),
+                        },
+                    };
+                    (i, outcome)
+                }));
+                break;
+            };
+            let attempt = self.attempt(events, &pending, in_flight).await;
+            self.pace(slot, pending.len(), &attempt);
+            done.extend(attempt.done);
+            if !attempt.split.is_empty() {
+                done.extend(self.send_halves(events, attempt.split, stop_at).await);
+            }
+            if attempt.retry.is_empty() {
+                break;
+            }
+            let (code, message) = attempt.retry_error;
+            // No retry that would start after the deadline: the entries stay pending.
+            let Some(delay) = backoff
+                .next()
+                .filter(|delay| stop_at.is_none_or(|at| Instant::now() + *delay < at))
+            else {
+                tracing::warn!(
+                    code = %code,
+                    error = %message,
+                    entries = attempt.retry.len(),
+                    "PutEvents retries exhausted"
+                );
+                done.extend(attempt.retry.into_iter().map(|i| {
+                    (
+                        i,
+                        PublishOutcome::Failed {
+                            code: code.clone(),
+                            message: message.clone(),
+                        },
+                    )
+                }));
+                break;
+            };
+            tracing::debug!(code = %code, entries = attempt.retry.len(), delay_ms = delay.as_millis() as u64, "retrying PutEvents entries");
+            self.stats
+                .retried
+                .fetch_add(attempt.retry.len() as u64, Ordering::Relaxed);
+            crate::metrics::count(crate::metrics::RETRIED, attempt.retry.len() as u64);
+            last_error = Some((code, message));
+            tokio::time::sleep(delay).await;
+            pending = attempt.retry;
+        }
+        done
+    }
+
+    /// Sends the entries of a call the bus refused as a whole as two calls, each split again if
+    /// it is refused too ([`send_call`](Self::send_call)), until the entry at fault is alone.
+    /// One half after the other, in the refused call's place among the calls in flight: a call
+    /// holds one event per aggregate, so neither half waits for the other for order, and the
+    /// calls that wait for this one wait for both. Boxed: it and `send_call` call each other.
+    fn send_halves<'a>(
+        &'a self,
+        events: &'a [OutboundEvent],
+        entries: Vec<usize>,
+        stop_at: Option<Instant>,
+    ) -> BoxFuture<'a, Vec<(usize, PublishOutcome)>> {
+        async move {
+            if past(stop_at) {
+                return entries
+                    .into_iter()
+                    .map(|i| (i, PublishOutcome::NotSent))
+                    .collect();
+            }
+            let (first, second) = entries.split_at(entries.len() / 2);
+            let mut done = self.send_call(events, first, stop_at).await;
+            done.extend(self.send_call(events, second, stop_at).await);
+            done
+        }
+        .boxed()
+    }
+
+    /// The turn of a call of `entries` entries: its slot at the publish rate, then its place
+    /// among the process's calls in flight; `None` when either would come at or after `stop_at`,
+    /// or when the bus answers nothing and the one place is taken.
+    async fn turn(&self, entries: usize, stop_at: Option<Instant>) -> Option<(Slot, Permit<'_>)> {
+        let slot = self.rate.acquire(entries, stop_at).await?;
+        let in_flight = self.concurrency.acquire(stop_at).await?;
+        Some((slot, in_flight))
+    }
+
+    /// One `PutEvents` call of the events at `pending`, in its place `in_flight`, and what it did
+    /// to each.
+    async fn attempt(
+        &self,
+        events: &[OutboundEvent],
+        pending: &[usize],
+        in_flight: Permit<'_>,
+    ) -> Attempt {
+        self.stats.put_events_calls.fetch_add(1, Ordering::Relaxed);
+        let answer = self
+            .bus
+            .put(&self.config, events, pending, self.call_tasks)
+            .await;
+        let timed_out = matches!(
+            answer,
+            CallAnswer::Failed {
+                timed_out: true,
+                ..
+            }
+        );
+        self.in_flight_ended(in_flight, timed_out);
+        let attempt = match answer {
+            CallAnswer::Answered(results) => read_results(pending, &results),
+            CallAnswer::Failed { failure, .. } => call_failed(pending, &failure),
+        };
+        if attempt.deduplicated > 0 {
+            self.stats
+                .deduplicated
+                .fetch_add(attempt.deduplicated as u64, Ordering::Relaxed);
+            crate::metrics::count(crate::metrics::DEDUPLICATED, attempt.deduplicated as u64);
+        }
+        Attempt {
+            timed_out,
+            ..attempt
+        }
+    }
+
+    /// Adapts the calls in flight to a call that ended: answered in time, or `timed_out`.
+    fn in_flight_ended(&self, permit: Permit<'_>, timed_out: bool) {
+        if !timed_out {
+            permit.answered();
+            return;
+        }
+        self.stats.timed_out.fetch_add(1, Ordering::Relaxed);
+        if let Some(limit) = permit.timed_out() {
+            crate::metrics::observe(crate::metrics::PUBLISH_CONCURRENCY_LIMIT, limit as f64);
+            tracing::info!(
+                calls = limit,
+                "PutEvents timed out: calls in flight lowered"
+            );
+        }
+    }
+
+    /// Adapts the publish rate to a call of `sent` entries in `slot`: `attempt.accepted` of them
+    /// accepted, `attempt.throttled` refused for the quota.
+    fn pace(&self, slot: Slot, sent: usize, attempt: &Attempt) {
+        if attempt.timed_out {
+            // No answer says nothing of the quota: the rate neither grows nor drops, and the calls
+            // in flight, already lowered, pace a slow bus. Lowered here too, the rate fell to
+            // 1 entry/s against a bus that answered nothing, and every later call waited its
+            // 10 entries' turn: a drain of 200 events took 1,099 s to give up, not 78.
+            return;
+        }
+        let (accepted, throttled) = (attempt.accepted, attempt.throttled);
+        if throttled == 0 {
+            self.rate.accepted(sent, accepted);
+            return;
+        }
+        self.stats
+            .throttled
+            .fetch_add(throttled as u64, Ordering::Relaxed);
+        crate::metrics::count(crate::metrics::THROTTLED, throttled as u64);
+        if let Some(limit) = self.rate.throttled(slot, sent, accepted) {
+            crate::metrics::observe(crate::metrics::PUBLISH_RATE_LIMIT, limit);
+            tracing::info!(
+                entries_per_second = limit.round() as u64,
+                "PutEvents throttled: publish rate lowered"
+            );
+        }
+    }
+}
+
+type CallResult = Arc<Vec<(usize, PublishOutcome)>>;
+
+impl<B: BusCall> Publisher for BusAdapter<B> {
+    async fn publish_until(
+        &self,
+        events: &[OutboundEvent],
+        stop_at: Option<Instant>,
+    ) -> Vec<PublishOutcome> {
+        let mut outcomes: Vec<Option<PublishOutcome>> = vec![None; events.len()];
+        let mut sendable = Vec::with_capacity(events.len());
+        for (index, event) in events.iter().enumerate() {
+            let size = event.entry_size(&self.config.source);
+            if size > self.config.max_entry_bytes {
+                outcomes[index] = Some(PublishOutcome::Rejected {
+                    code: ENTRY_TOO_LARGE.to_owned(),
+                    message: format!(
+                        "entry is {size} bytes, more than the {} allowed",
+                        self.config.max_entry_bytes
+                    ),
+                });
+            } else {
+                sendable.push(index);
+            }
+        }
+        let calls = pack_calls(
+            events,
+            sendable,
+            &self.config.source,
+            self.config.max_entries_per_call,
+            self.config.max_request_bytes,
+        );
+        let deps = call_dependencies(events, &calls);
+        let previous = previous_of_aggregate(events, &calls);
+        // Outcomes of the events sent so far, for the calls that depend on them.
+        let settled: Mutex<HashMap<usize, bool>> = Mutex::new(HashMap::new());
+        let in_flight = Semaphore::new(self.config.max_concurrency);
+        let mut handles: Vec<Shared<BoxFuture<'_, CallResult>>> = Vec::with_capacity(calls.len());
+        for (call, indices) in calls.iter().enumerate() {
+            let waits: Vec<_> = deps[call].iter().map(|&d| handles[d].clone()).collect();
+            let (in_flight, settled, previous) = (&in_flight, &settled, &previous);
+            let handle = async move {
+                join_all(waits).await;
+                let mut results = Vec::with_capacity(indices.len());
+                let mut send = Vec::with_capacity(indices.len());
+                {
+                    let settled = settled.lock().expect("not poisoned");
+                    for &index in indices {
+                        let earlier_unpublished = previous
+                            .get(&index)
+                            .is_some_and(|p| !settled.get(p).copied().unwrap_or(false));
+                        if earlier_unpublished {
+                            results.push((index, PublishOutcome::HeldBack));
+                        } else {
+                            send.push(index);
+                        }
+                    }
+                }
+                let _permit = in_flight
+                    .acquire()
+                    .await
+                    .expect("semaphore is never closed");
+                if past(stop_at) {
+                    results.extend(send.iter().map(|&i| (i, PublishOutcome::NotSent)));
+                } else if !send.is_empty() {
+                    results.extend(self.send_call(events, &send, stop_at).await);
+                }
+                let mut settled = settled.lock().expect("not poisoned");
+                // A rejected (poison) event goes to the dead-letter queue and does not hold its
+                // aggregate back; anything else not published does.
+                for (index, outcome) in &results {
+                    let leaves = matches!(
+                        outcome,
+                        PublishOutcome::Published | PublishOutcome::Rejected { .. }
+                    );
+                    settled.insert(*index, leaves);
+                }
+                Arc::new(results)
+            }
+            .boxed()
+            .shared();
+            handles.push(handle);
+        }
+        for result in join_all(handles).await {
+            for (index, outcome) in result.iter() {
+                outcomes[*index] = Some(outcome.clone());
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.expect("every event gets an outcome"))
+            .inspect(|o| self.stats.record(o))
+            .collect()
+    }
+}
+
+/// What one `PutEvents` call did to its entries.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Attempt {
+    /// Entries that ended: published, or refused for good.
+    pub(crate) done: Vec<(usize, PublishOutcome)>,
+    /// Entries to send again (a retryable code), in their call order.
+    pub(crate) retry: Vec<usize>,
+    /// The code and message of the last retryable refusal (empty when `retry` is).
+    pub(crate) retry_error: (String, String),
+    /// Entries of a call refused as a whole for what one entry can cause, to send again in
+    /// halves (empty otherwise).
+    pub(crate) split: Vec<usize>,
+    /// Entries the bus accepted (deduplicated ones included).
+    pub(crate) accepted: usize,
+    /// Entries the bus had accepted before (`DEDUPLICATED`), a part of `accepted`.
+    pub(crate) deduplicated: usize,
+    /// Entries refused for the quota ([`THROTTLED`]).
+    pub(crate) throttled: usize,
+    /// The call got no answer in time (the SDK's timeout): the bus is congested.
+    pub(crate) timed_out: bool,
+}
+
+/// Reads an answer entry by entry: a `PutEvents` call answers HTTP 200 even when entries failed,
+/// so each result is checked, and matched to its entry by position (`pending[i]` is the event of
+/// result `i`). An answer with another number of results than entries can't be matched: nothing
+/// in it is called published, and every entry is sent again.
+pub(crate) fn read_results(pending: &[usize], results: &[EntryResult]) -> Attempt {
+    let mut attempt = Attempt::default();
+    if results.len() != pending.len() {
+        attempt.retry = pending.to_vec();
+        attempt.retry_error = (
+            "ResponseMismatch".to_owned(),
+            format!(
+                "PutEvents answered {} results for {} entries",
+                results.len(),
+                pending.len()
+            ),
+        );
+        return attempt;
+    }
+    for (&index, result) in pending.iter().zip(results) {
+        let (code, message) = match result {
+            EntryResult::Published | EntryResult::Deduplicated => {
+                attempt.done.push((index, PublishOutcome::Published));
+                attempt.accepted += 1;
+                attempt.deduplicated += usize::from(*result == EntryResult::Deduplicated);
+                continue;
+            }
+            EntryResult::Refused { code, message } => (code, message),
+        };
+        attempt.throttled += usize::from(code == THROTTLED);
+        match classify_code(code) {
+            ErrorClass::Retryable => {
+                attempt.retry.push(index);
+                attempt.retry_error = (code.clone(), message.clone());
+            }
+            ErrorClass::Permanent => attempt
+                .done
+                .push((index, permanent_outcome(code.clone(), message.clone()))),
+        }
+    }
+    attempt
+}
+
+/// A `PutEvents` call that failed as a whole (after the SDK's retries): every entry is sent
+/// again when the failure is retryable; a call of several entries refused with a code one entry
+/// can cause (a field over a model constraint fails them all) is split to find it; otherwise
+/// every entry fails, or, alone, is poison when the code says so.
+fn call_failed(pending: &[usize], failure: &SdkFailure) -> Attempt {
+    let code = failure
+        .code
+        .clone()
+        .unwrap_or_else(|| "RequestFailed".into());
+    let message = failure.to_string();
+    let throttled = if code == THROTTLED { pending.len() } else { 0 };
+    match failure.class {
+        ErrorClass::Retryable => Attempt {
+            retry: pending.to_vec(),
+            retry_error: (code, message),
+            throttled,
+            ..Attempt::default()
+        },
+        ErrorClass::Permanent if pending.len() > 1 && is_poison_code(&code) => {
+            tracing::info!(code = %code, entries = pending.len(), "PutEvents call rejected as a whole: sending it in halves to find the entry at fault");
+            Attempt {
+                split: pending.to_vec(),
+                ..Attempt::default()
+            }
+        }
+        ErrorClass::Permanent => {
+            tracing::warn!(code = %code, entries = pending.len(), "PutEvents call rejected");
+            Attempt {
+                done: pending
+                    .iter()
+                    .map(|&i| (i, permanent_outcome(code.clone(), message.clone())))
+                    .collect(),
+                throttled,
+                ..Attempt::default()
+            }
+        }
+    }
+}
+
+/// A call's SDK result as a [`CallAnswer`]: answered entries read by `read`, a failure classified
+/// (and whether it timed out).
+pub(crate) fn answer_of<O, E>(
+    result: Result<
+        O,
+        aws_smithy_runtime_api::client::result::SdkError<
+            E,
+            aws_smithy_runtime_api::client::orchestrator::HttpResponse,
+        >,
+    >,
+    read: impl FnOnce(O) -> Vec<EntryResult>,
+) -> CallAnswer
+where
+    E: aws_smithy_types::error::metadata::ProvideErrorMetadata
+        + std::error::Error
+        + Send
+        + Sync
+        + 'static,
+{
+    match result {
+        Ok(output) => CallAnswer::Answered(read(output)),
+        Err(err) => CallAnswer::Failed {
+            timed_out: outbox_shared::error::is_timeout(&err),
+            failure: SdkFailure::new("PutEvents", err),
+        },
+    }
+}
+
+/// Keeps the SDK from retrying a `PutEvents` that timed out: the publisher sees the timeout at
+/// once and, the bus being congested, lowers its calls in flight before it sends the entries
+/// again (with its own backoff). Retried by the SDK, the call went straight back into the
+/// bus's queue, behind the calls it had just waited for, and the publisher learnt of the timeout
+/// only at the operation timeout (10 s, not 4). Other failures keep the SDK's retries.
+#[derive(Debug)]
+pub(crate) struct TimeoutsToThePublisher;
+
+impl aws_smithy_runtime_api::client::retries::classifiers::ClassifyRetry
+    for TimeoutsToThePublisher
+{
+    fn classify_retry(
+        &self,
+        ctx: &aws_smithy_runtime_api::client::interceptors::context::InterceptorContext,
+    ) -> aws_smithy_runtime_api::client::retries::classifiers::RetryAction {
+        use aws_smithy_runtime_api::client::retries::classifiers::RetryAction;
+        let timed_out = ctx.output_or_error().is_some_and(|answer| {
+            answer.is_err_and(|err| {
+                err.is_timeout_error() || err.as_connector_error().is_some_and(|c| c.is_timeout())
+            })
+        });
+        if timed_out {
+            RetryAction::RetryForbidden
+        } else {
+            RetryAction::NoActionIndicated
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "TimeoutsToThePublisher"
+    }
+}
