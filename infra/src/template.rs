@@ -264,6 +264,23 @@ impl Template {
         Ok(value.and_then(|v| self.resolve_scalar(v)))
     }
 
+    /// A property nested under `path` (e.g. `["StorageConfiguration", "RetentionPeriodInDays"]`)
+    /// as plain text, resolved as [`Self::scalar_property`] resolves a top-level one.
+    ///
+    /// # Errors
+    /// [`TemplateError::MissingResource`] when the resource is missing.
+    pub fn scalar_at(
+        &self,
+        logical_id: &str,
+        path: &[&str],
+    ) -> Result<Option<String>, TemplateError> {
+        let mut value = Some(&self.resource(logical_id)?.properties);
+        for key in path {
+            value = value.and_then(|v| v.get(*key));
+        }
+        Ok(value.and_then(|v| self.resolve_scalar(v)))
+    }
+
     /// Every scalar property of a resource (after [`Self::scalar_property`] resolution), by name.
     ///
     /// # Errors
@@ -319,7 +336,10 @@ impl Template {
         for (id, resource) in &chosen.resources {
             if let Some(condition) = &resource.condition {
                 let holds = holds.get(condition).copied().ok_or_else(|| {
-                    invalid(id, format!("names condition {condition}, which does not exist"))
+                    invalid(
+                        id,
+                        format!("names condition {condition}, which does not exist"),
+                    )
                 })?;
                 if !holds {
                     continue;
@@ -391,8 +411,7 @@ impl Template {
                 .value
                 .as_str()
                 .ok_or("!Condition takes a condition's name")?;
-            self.condition_holds(name, depth)
-                .map_err(|e| e.to_string())
+            self.condition_holds(name, depth).map_err(|e| e.to_string())
         } else {
             Err(format!("!{} is not a condition function", tagged.tag))
         }
@@ -578,12 +597,18 @@ mod tests {
 
     #[test]
     fn each_bus_kind_creates_its_own_bus_only() {
-        use super::logical_id::{CUSTOM_EVENT_BUS, EVENT_ARCHIVE, EVENT_BUS, ORDER_EVENTS_SUBSCRIBER};
+        use super::logical_id::{
+            CUSTOM_EVENT_BUS, EVENT_ARCHIVE, EVENT_BUS, ORDER_EVENTS_SUBSCRIBER,
+        };
         use super::parameter::{CLASSIC, CUSTOM, EVENT_BUS_KIND};
 
         let default = template().with_parameters(&[]).unwrap();
-        let classic = template().with_parameters(&[(EVENT_BUS_KIND, CLASSIC)]).unwrap();
-        let custom = template().with_parameters(&[(EVENT_BUS_KIND, CUSTOM)]).unwrap();
+        let classic = template()
+            .with_parameters(&[(EVENT_BUS_KIND, CLASSIC)])
+            .unwrap();
+        let custom = template()
+            .with_parameters(&[(EVENT_BUS_KIND, CUSTOM)])
+            .unwrap();
 
         let has = |t: &Template, id: &str| t.resources.contains_key(id);
         for t in [&default, &classic] {

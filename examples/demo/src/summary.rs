@@ -13,6 +13,8 @@ use crate::relays::RelaySummary;
 /// What the demo observed; also printed as JSON with `--json`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Summary {
+    /// The bus the relays published to: `classic` or `custom` (`--bus`).
+    pub(crate) bus: String,
     /// Orders written (each an aggregate with its `OrderCreated` event).
     pub(crate) orders: u64,
     /// Events written: every order's `OrderCreated` and the follow-ups' `OrderStatusChanged`.
@@ -55,6 +57,7 @@ pub(crate) struct Summary {
 /// The events the demo wrote: all of them, those written while the stream relay ran (whose
 /// latencies are the live relay's), and the rate those were written at.
 pub(crate) struct Written<'a> {
+    pub(crate) bus: &'a str,
     pub(crate) orders: u64,
     pub(crate) all: &'a [String],
     pub(crate) live: &'a HashSet<String>,
@@ -97,6 +100,7 @@ pub(crate) fn summarize(
     let delivered = deliveries.len() as u64;
     let unique = first_latency.len() as u64;
     Summary {
+        bus: written.bus.to_owned(),
         orders: written.orders,
         written: written.all.len() as u64,
         published_by_stream: stream.published,
@@ -161,7 +165,8 @@ fn percentile(sorted: &[u64], p: usize) -> u64 {
 
 /// Prints the summary table on stdout, with what its latencies measure and where the logs are.
 pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
-    let rows: [(&str, String); 15] = [
+    let rows: [(&str, String); 16] = [
+        ("bus", s.bus.clone()),
         ("orders written", s.orders.to_string()),
         ("events written", s.written.to_string()),
         (
@@ -212,7 +217,15 @@ pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
     println!(
         "  stream relay ran; write-to-delivery: to the event's arrival on the sink queue through"
     );
-    println!("  the local emulator's EventBridge rule (moto delivers inside the PutEvents call).");
+    if s.bus == outbox_infra::template::parameter::CUSTOM {
+        println!(
+            "  the local Custom Event Bus's FIFO subscriber (the double delivers after PutEvents)."
+        );
+    } else {
+        println!(
+            "  the local emulator's EventBridge rule (moto delivers inside the PutEvents call)."
+        );
+    }
     println!("out of order: events received before an earlier event (lower sequence) of the same");
     println!(
         "  order; de-duplicated: repeats the bus recognised by their event id and did not store."
@@ -254,6 +267,7 @@ mod tests {
             .into();
         let s = summarize(
             &Written {
+                bus: "classic",
                 orders: 4,
                 all: &written,
                 live: &live,
@@ -323,6 +337,7 @@ mod tests {
         assert_eq!(out_of_order(&repeated), 0);
         let s = summarize(
             &Written {
+                bus: "custom",
                 orders: 1,
                 all: &["a1".to_owned(), "a2".to_owned()],
                 live: &HashSet::new(),
