@@ -73,7 +73,16 @@ impl LambdaRelay {
                 "the invocation's deadline had passed when it arrived; handling the batch without one"
             );
         }
+        // One invocation at a time per instance: the counter's rise is this batch's.
+        let deduplicated_before = self.relay.publisher().stats().deduplicated;
         let report = self.relay.handle_until(records, deadline).await;
+        let deduplicated = self.relay.publisher().stats().deduplicated - deduplicated_before;
+        if deduplicated > 0 {
+            tracing::info!(
+                deduplicated,
+                "entries the Custom Event Bus had accepted before (DEDUPLICATED): published, stored once"
+            );
+        }
         if let Some(metrics) = self.metrics {
             let flushed = metrics
                 .set_property("requestId", event.context.request_id.clone())

@@ -5,7 +5,8 @@
 //!    polled one small page at a time, one `PutEvents` and one update per event). Reports events per
 //!    second and API calls per event by operation (counted by an SDK interceptor).
 //! 2. Latency model (10 ms per call, unlimited parallelism): events per second of one poller
-//!    draining 20,000 events.
+//!    draining 20,000 events, to the classic bus and to a Custom Event Bus (100 entries a call),
+//!    their runs interleaved.
 //! 3. Latency model, a fleet: drain throughput of 1, 2 and 4 pollers splitting the 16 shards as
 //!    their leases settle (16, 8 or 4 shards each), all in this process, with each poller polling
 //!    16 shards at once (the default) and 4 at once (a small task), and the ratio to linear.
@@ -42,7 +43,7 @@ use outbox_tests::latency_model::{Clock, LatencyModel};
 use relay_poller::CancellationToken;
 use relay_poller::app::{AwsClients, aws_poller};
 use relay_poller::config::{RelayArgs, ShardSelection, TableArgs};
-use relay_runtime::PublisherArgs;
+use relay_runtime::{BusKind, PublisherArgs};
 use relay_runtime::{DynamoStatusStore, StatusStore};
 
 const EVENTS: usize = 2000;
@@ -148,6 +149,22 @@ async fn seed(env: &TestEnv, items: &[OutboxItem]) {
 }
 
 fn relay_args(table: &str, bus: &str, dlq: &str) -> RelayArgs {
+    relay_args_of(BusKind::Classic, table, bus, dlq)
+}
+
+/// A Custom Event Bus's ARN on the latency model (any well-formed one: the model answers all).
+const MODEL_CUSTOM_BUS: &str =
+    "arn:aws:events:us-east-1:123456789012:event-busv2/model-bus/abcdefghij0123456789klmno";
+
+/// The model's bus of `kind`.
+fn model_bus(kind: BusKind) -> &'static str {
+    match kind {
+        BusKind::Classic => "model-bus",
+        BusKind::Custom => MODEL_CUSTOM_BUS,
+    }
+}
+
+fn relay_args_of(kind: BusKind, table: &str, bus: &str, dlq: &str) -> RelayArgs {
     RelayArgs {
         table: TableArgs {
             table_name: table.to_owned(),
@@ -157,7 +174,7 @@ fn relay_args(table: &str, bus: &str, dlq: &str) -> RelayArgs {
         },
         publisher: PublisherArgs {
             publish_concurrency: 10,
-            ..fixtures::publisher_args(bus)
+            ..fixtures::publisher_args_of(kind, bus)
         },
         retention: relay_runtime::RetentionArgs::default(),
         metrics: relay_runtime::metrics::MetricsArgs::default(),
@@ -284,13 +301,18 @@ async fn baseline_on_emulator(events: usize) -> Run {
     }
 }
 
-async fn poller_on_latency_model(events: usize) -> Run {
+async fn poller_on_latency_model(kind: BusKind, events: usize) -> Run {
     let model = LatencyModel::new(MODEL_DELAY).with_clock(Clock::for_benchmarks());
     model.seed_pending(&pending_items("model-table", events));
     let sdk = model.sdk_config();
-    let config = relay_args("model-table", "model-bus", "http://model.invalid/dlq")
-        .validate()
-        .unwrap();
+    let config = relay_args_of(
+        kind,
+        "model-table",
+        model_bus(kind),
+        "http://model.invalid/dlq",
+    )
+    .validate()
+    .unwrap();
     let poller = aws_poller(AwsClients::new(&sdk), &config).unwrap();
     let started = Instant::now();
     let summary = poller
@@ -409,13 +431,19 @@ async fn main() {
 }
 
 async fn run_on_latency_model(events: usize, runs: usize) {
-    let mut model_runs = Vec::new();
+    // Interleaved, so both kinds see the same machine.
+    let (mut classic, mut custom) = (Vec::new(), Vec::new());
     for _ in 0..runs {
-        model_runs.push(poller_on_latency_model(events).await);
+        classic.push(poller_on_latency_model(BusKind::Classic, events).await);
+        custom.push(poller_on_latency_model(BusKind::Custom, events).await);
     }
     report(
-        &format!("latency model (10 ms/call): poller, {events} events"),
-        &model_runs,
+        &format!("latency model (10 ms/call): poller, {events} events, classic bus"),
+        &classic,
+    );
+    report(
+        &format!("latency model (10 ms/call): poller, {events} events, Custom Event Bus"),
+        &custom,
     );
 }
 

@@ -1,6 +1,7 @@
 //! Wall time of one 100-event batch through the stream handler against the latency model
 //! (every AWS call answers after 10 ms, unlimited parallelism): the floor is two round trips,
-//! publish then mark published, each fully concurrent.
+//! publish then mark published, each fully concurrent. Measured on the classic bus (10 entries a
+//! call) and on a Custom Event Bus (100 entries a call), their batches interleaved.
 //!
 //! Run: `cargo bench -p outbox-tests --bench relay_stream_latency` (no emulator needed). Prints the
 //! median, p90 and minimum over 30 batches after 3 warm-up batches, and beside them the median of
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use outbox_tests::fixtures;
 use outbox_tests::latency_model::{Clock, LatencyModel};
-use relay_runtime::PublisherArgs;
+use relay_runtime::{BusKind, PublisherArgs};
 use relay_stream::aws_lambda_events::dynamodb::EventRecord;
 
 const EVENTS: usize = 100;
@@ -57,61 +58,88 @@ fn main() {
         .expect("runtime");
     runtime.block_on(async {
         let clock = Clock::for_benchmarks();
-        let model = LatencyModel::new(LATENCY).with_clock(clock);
-        let sdk = model.sdk_config();
-        let one_call = one_call_median(&aws_sdk_eventbridge::Client::new(&sdk)).await;
-        let args = fixtures::stream_relay_args(
-            "bench-table",
-            PublisherArgs {
-                source: "bench.orders".into(),
-                ..fixtures::publisher_args("bench-bus")
-            },
-        );
-        let relay = relay_stream::build_relay_with(
-            &args,
-            relay_runtime::BusClients::new(&sdk),
-            aws_sdk_dynamodb::Client::new(&sdk),
-            aws_sdk_sqs::Client::new(&sdk),
-        )
-        .expect("valid configuration");
-        let mut times = Vec::with_capacity(RUNS);
+        // One model per bus kind (each counts its own calls); their batches interleaved, so both
+        // kinds see the same machine.
+        let kinds = [BusKind::Classic, BusKind::Custom];
+        let models: Vec<LatencyModel> = kinds
+            .iter()
+            .map(|_| LatencyModel::new(LATENCY).with_clock(clock))
+            .collect();
+        let one_call = one_call_median(&aws_sdk_eventbridge::Client::new(&models[0].sdk_config())).await;
+        let relays: Vec<_> = kinds
+            .iter()
+            .zip(&models)
+            .map(|(&kind, model)| {
+                let sdk = model.sdk_config();
+                let args = fixtures::stream_relay_args(
+                    "bench-table",
+                    PublisherArgs {
+                        source: "bench.orders".into(),
+                        ..fixtures::publisher_args_of(kind, bench_bus(kind))
+                    },
+                );
+                relay_stream::build_relay_with(
+                    &args,
+                    relay_runtime::BusClients::new(&sdk),
+                    aws_sdk_dynamodb::Client::new(&sdk),
+                    aws_sdk_sqs::Client::new(&sdk),
+                )
+                .expect("valid configuration")
+            })
+            .collect();
+        let mut times = vec![Vec::with_capacity(RUNS); kinds.len()];
         for run in 0..WARM_UP + RUNS {
-            let items = fixtures::pending_items("bench-table", EVENTS, Utc::now());
-            model.seed_pending(&items);
-            let records: Vec<EventRecord> =
-                items
+            for (k, (relay, model)) in relays.iter().zip(&models).enumerate() {
+                let items = fixtures::pending_items("bench-table", EVENTS, Utc::now());
+                model.seed_pending(&items);
+                let records: Vec<EventRecord> = items
                     .iter()
                     .enumerate()
                     .map(|(i, item)| fixtures::insert_record(item, i))
                     .collect();
-            let started = Instant::now();
-            let report = relay.handle(&records).await;
-            let elapsed = started.elapsed();
-            assert_eq!(report.counts().published, EVENTS as u64);
-            assert_eq!(model.pending(), 0, "every event marked published");
-            if run >= WARM_UP {
-                times.push(elapsed);
+                let started = Instant::now();
+                let report = relay.handle(&records).await;
+                let elapsed = started.elapsed();
+                assert_eq!(report.counts().published, EVENTS as u64);
+                assert_eq!(model.pending(), 0, "every event marked published");
+                if run >= WARM_UP {
+                    times[k].push(elapsed);
+                }
             }
         }
-        times.sort();
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
-        let mut calls = model.calls();
-        // The lone calls are not the batches'.
-        if let Some(put_events) = calls.get_mut("PutEvents") {
-            *put_events -= LONE_CALLS as u64;
-        }
         let mut out = std::io::stdout().lock();
         use std::io::Write;
-        writeln!(
-            out,
-            "relay-stream 100-event batch, {} ms per call ({} clock; one lone call: median {:.2} ms): median {:.1} ms, p90 {:.1} ms, min {:.1} ms over {RUNS} runs; calls {calls:?}",
-            LATENCY.as_millis(),
-            clock.name(),
-            ms(one_call),
-            ms(times[RUNS / 2]),
-            ms(times[RUNS * 9 / 10]),
-            ms(times[0]),
-        )
-        .expect("stdout");
+        for ((kind, model), mut times) in kinds.iter().zip(&models).zip(times) {
+            times.sort();
+            let mut calls = model.calls();
+            // The lone calls are not the batches'.
+            if *kind == BusKind::Classic
+                && let Some(put_events) = calls.get_mut("PutEvents")
+            {
+                *put_events -= LONE_CALLS as u64;
+            }
+            writeln!(
+                out,
+                "relay-stream 100-event batch, {kind} bus, {} ms per call ({} clock; one lone call: median {:.2} ms): median {:.1} ms, p90 {:.1} ms, min {:.1} ms over {RUNS} runs; calls {calls:?}",
+                LATENCY.as_millis(),
+                clock.name(),
+                ms(one_call),
+                ms(times[RUNS / 2]),
+                ms(times[RUNS * 9 / 10]),
+                ms(times[0]),
+            )
+            .expect("stdout");
+        }
     });
+}
+
+/// The bench's bus of `kind` on the model.
+fn bench_bus(kind: BusKind) -> &'static str {
+    match kind {
+        BusKind::Classic => "bench-bus",
+        BusKind::Custom => {
+            "arn:aws:events:us-east-1:123456789012:event-busv2/bench-bus/abcdefghij0123456789klmno"
+        }
+    }
 }

@@ -2,6 +2,25 @@
 //! AWS SDK again): a module per area, each test with its own table, bus and queues on the local
 //! emulators through [`outbox_tests::TestEnv`].
 
+/// Runs `async fn $name(kind: BusKind)` on both bus kinds, as the tests `$name::classic` and
+/// `$name::custom` (the Custom Event Bus on the local double, into a FIFO sink queue): one test
+/// body, both publishers.
+macro_rules! on_both_buses {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread")]
+            async fn classic() {
+                super::$name(relay_runtime::BusKind::Classic).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread")]
+            async fn custom() {
+                super::$name(relay_runtime::BusKind::Custom).await;
+            }
+        }
+    };
+}
+
 // libtest starts tests in name order: the `bootstrap` build (minutes: cargo-lambda builds for an
 // explicit target, so the dependencies again) goes first, so it overlaps the emulator-bound tests
 // instead of running after them.

@@ -10,8 +10,11 @@ use std::collections::{HashMap, HashSet};
 use std::process::Stdio;
 use std::time::Duration;
 
-use outbox_tests::fault_proxy::{BATCH_EXECUTE_STATEMENT, FaultCounts, FaultProxy, FaultRates};
+use outbox_tests::fault_proxy::{
+    BATCH_EXECUTE_STATEMENT, FaultCounts, FaultProxy, FaultRates, PUT_EVENTS_V2,
+};
 use outbox_tests::{TestEnv, emulator_endpoints};
+use relay_runtime::BusKind;
 use serde_json::Value;
 
 const RATES: FaultRates = FaultRates {
@@ -91,10 +94,11 @@ fn assert_all_once_or_more(counts: &HashMap<String, u64>, written: &HashSet<Stri
     counts.values().map(|n| n - 1).sum()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn drain_publishes_1000_events_through_faulty_aws_with_none_missing() {
+on_both_buses!(drain_publishes_1000_events_through_faulty_aws_with_none_missing);
+
+async fn drain_publishes_1000_events_through_faulty_aws_with_none_missing(kind: BusKind) {
     // Given 1,000 pending events (written directly) and a faulty AWS in front of the emulator
-    let env = TestEnv::new().await;
+    let env = TestEnv::with_bus(kind).await;
     let written: HashSet<String> = env.create_orders(EVENTS, 32).await.into_iter().collect();
     let proxy = faulty_aws().await;
 
@@ -132,11 +136,12 @@ async fn drain_publishes_1000_events_through_faulty_aws_with_none_missing() {
     assert_eq!(env.pending_in_index().await, 0);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn relay_stream_local_relays_1000_events_through_faulty_aws_with_none_missing() {
+on_both_buses!(relay_stream_local_relays_1000_events_through_faulty_aws_with_none_missing);
+
+async fn relay_stream_local_relays_1000_events_through_faulty_aws_with_none_missing(kind: BusKind) {
     // Given 1,000 orders on the stream and a faulty AWS in front of the emulator (the stream
     // reads themselves are not faulted)
-    let env = TestEnv::new().await;
+    let env = TestEnv::with_bus(kind).await;
     let written: HashSet<String> = env.create_orders(EVENTS, 32).await.into_iter().collect();
     let proxy = faulty_aws().await;
 
@@ -182,4 +187,149 @@ async fn relay_stream_local_relays_1000_events_through_faulty_aws_with_none_miss
         "relay-stream-local under faults: {duplicates} duplicates on the sink, each with its original eventId; stream summary {summary}; injected {faults:?}, into the marks {marks:?}"
     );
     assert_eq!(env.pending_in_index().await, 0);
+}
+
+/// The proxy's name for `kind`'s `PutEvents`.
+fn put_events_of(kind: BusKind) -> &'static str {
+    match kind {
+        BusKind::Classic => "AWSEvents.PutEvents",
+        BusKind::Custom => PUT_EVENTS_V2,
+    }
+}
+
+/// Waits for the sink to hold `expected` events and then to stay still for a while (late
+/// deliveries and duplicates included); every event id with how often it arrived, in arrival
+/// order.
+async fn settled_sink(env: &TestEnv, expected: usize) -> Vec<outbox_tests::SinkMessage> {
+    let mut messages = env
+        .wait_for_sink(expected as u64, Duration::from_secs(60))
+        .await;
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let more = env.drain_sink().await;
+        if more.is_empty() {
+            return messages;
+        }
+        messages.extend(more);
+    }
+}
+
+/// Events a consumer received before an earlier event (by `Sequence`) of the same aggregate.
+fn out_of_order(messages: &[outbox_tests::SinkMessage]) -> usize {
+    let mut by_aggregate: HashMap<String, Vec<u64>> = HashMap::new();
+    for m in messages {
+        let meta = &m.envelope.metadata;
+        by_aggregate
+            .entry(meta.aggregate_id.clone().unwrap_or_default())
+            .or_default()
+            .push(meta.sequence.unwrap_or_default());
+    }
+    by_aggregate
+        .values()
+        .map(|sequences| {
+            sequences
+                .iter()
+                .enumerate()
+                .filter(|(i, s)| sequences[i + 1..].iter().any(|later| later < s))
+                .count()
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lost_put_events_replies_duplicate_events_on_the_classic_bus_and_none_on_the_custom_bus() {
+    // Given, for each bus kind, 1,000 orders and an AWS whose only fault is that a tenth of the
+    // PutEvents calls (and the first three) take effect and lose their reply
+    let rates = FaultRates {
+        dynamodb_calls: 0,
+        put_events_entries: 0,
+        lost_replies: 10,
+    };
+    let mut duplicates = HashMap::new();
+    for kind in [BusKind::Classic, BusKind::Custom] {
+        let env = TestEnv::with_bus(kind).await;
+        let written: HashSet<String> = env.create_orders(EVENTS, 32).await.into_iter().collect();
+        let proxy = FaultProxy::start(&emulator_endpoints(), rates, SEED).await;
+        proxy.lose_next_replies(put_events_of(kind), 3);
+
+        // When `relay-poller drain` publishes them through it
+        let summary = run_through(&env, &proxy, "relay-poller", &["drain"]).await;
+
+        // Then every event reached the sink, and the replies were really lost
+        assert_eq!(summary["complete"], true, "{summary}");
+        let lost = proxy.counts_for(put_events_of(kind)).lost_replies;
+        assert!(lost >= 3, "{kind}: {lost} lost replies");
+        let mut counts = HashMap::new();
+        for message in settled_sink(&env, EVENTS).await {
+            *counts.entry(message.event_id().to_owned()).or_default() += 1;
+        }
+        let duplicated = assert_all_once_or_more(&counts, &written);
+        eprintln!(
+            "lost PutEvents replies, {kind} bus: {duplicated} duplicates on the sink of {EVENTS} events, {lost} replies lost, {} PutEvents calls, {} deduplicated by the bus",
+            summary["put_events_calls"], summary["deduplicated"]
+        );
+        duplicates.insert(kind, (duplicated, summary["deduplicated"].as_u64()));
+    }
+
+    // And the classic bus delivered the events of the lost replies twice, the custom bus never:
+    // the resent entries came back DEDUPLICATED
+    assert!(duplicates[&BusKind::Classic].0 > 0, "{duplicates:?}");
+    assert_eq!(duplicates[&BusKind::Custom].0, 0, "{duplicates:?}");
+    assert!(
+        duplicates[&BusKind::Custom].1.is_some_and(|n| n > 0),
+        "{duplicates:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_each_aggregates_first_event_failing_once_no_event_arrives_before_an_earlier_one() {
+    let mut found = HashMap::new();
+    for kind in [BusKind::Classic, BusKind::Custom] {
+        // Given 40 orders of five events each (created, then four status changes), and an AWS
+        // where each order's first event fails its first PutEvents attempt
+        let env = TestEnv::with_bus(kind).await;
+        let writer = env.writer();
+        futures::future::join_all((0..40).map(|i| {
+            let writer = writer.clone();
+            async move {
+                let user = format!("user-{i}");
+                let line = outbox_writer::OrderLine::new("SKU-1", 1, 100);
+                let created = writer
+                    .create_order_with_outbox(&user, outbox_writer::NewOrder::new(vec![line]))
+                    .await
+                    .expect("create");
+                for status in [
+                    outbox_writer::OrderStatus::Confirmed,
+                    outbox_writer::OrderStatus::Paid,
+                    outbox_writer::OrderStatus::Shipped,
+                    outbox_writer::OrderStatus::Delivered,
+                ] {
+                    writer
+                        .update_order_status_with_outbox(&user, &created.order_id, status)
+                        .await
+                        .expect("update");
+                }
+            }
+        }))
+        .await;
+        let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, SEED).await;
+        proxy.fail_first_events_once();
+
+        // When `relay-poller drain` publishes them through it
+        let summary = run_through(&env, &proxy, "relay-poller", &["drain"]).await;
+
+        // Then all 200 arrive, none before an earlier event of its order
+        assert_eq!(summary["complete"], true, "{summary}");
+        let failed = proxy.counts_for(put_events_of(kind)).failed_entries;
+        assert_eq!(failed, 40, "{kind}: each first event failed once");
+        let messages = settled_sink(&env, 200).await;
+        assert_eq!(messages.len(), 200, "{kind}");
+        let late = out_of_order(&messages);
+        eprintln!(
+            "first event of each of 40 orders failing once, {kind} bus: out_of_order {late} of 200 on the sink"
+        );
+        found.insert(kind, late);
+    }
+    assert_eq!(found[&BusKind::Custom], 0, "{found:?}");
+    assert_eq!(found[&BusKind::Classic], 0, "{found:?}");
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use outbox_shared::OutboxStatus;
 use outbox_tests::fault_proxy::{BATCH_EXECUTE_STATEMENT, FaultProxy, FaultRates};
 use outbox_tests::{TEST_SOURCE, TestEnv, emulator_endpoints, minimal_outbox_item};
+use relay_runtime::BusKind;
 use serde_json::Value;
 
 /// Runs `relay-stream-local` against `env` until the stream is idle and returns its summary.
@@ -281,11 +282,12 @@ async fn expire_pending_items(env: &TestEnv, event_ids: &[String], ttl: i64) -> 
     pending.len()
 }
 
-#[tokio::test]
-async fn pending_events_deleted_by_ttl_are_published_from_their_removes() {
+on_both_buses!(pending_events_deleted_by_ttl_are_published_from_their_removes);
+
+async fn pending_events_deleted_by_ttl_are_published_from_their_removes(kind: BusKind) {
     // Given 12 pending events on a table provisioned from the template, whose INSERTs the relay
     // will never see: it starts from LATEST, as it would after the stream's 24 h
-    let env = TestEnv::new().await;
+    let env = TestEnv::with_bus(kind).await;
     let expiring = create_orders(&env, 12).await;
     let child = env
         .relay_command("relay-stream-local")

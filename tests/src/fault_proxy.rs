@@ -25,6 +25,11 @@
 //!   moto enforces the attribute too, but counts the body's characters and no attributes: a body
 //!   of multi-byte characters, or one near the limit with attributes, passes moto and not AWS. The
 //!   queue's limit is read from the queue itself (`GetQueueAttributes`, once per queue).
+//! - The Custom Event Bus's `PutEvents` (Smithy RPC v2 CBOR, `POST
+//!   /service/AWSEventsV2/operation/PutEvents`, no `X-Amz-Target`: counted under
+//!   [`PUT_EVENTS_V2`]): the same entry failures (`InternalException`) and lost replies as the
+//!   classic `PutEvents`, in CBOR; a lost reply answers HTTP 500 `InternalException` as the bus
+//!   does. The double itself refuses what the bus refuses as a whole (`InvalidInputException`).
 //! - Everything else (DynamoDB Streams, other SQS calls, writes the test makes itself) goes
 //!   through untouched.
 //!
@@ -130,6 +135,9 @@ struct State {
     message_size_limits: Mutex<HashMap<String, usize>>,
     /// `X-Amz-Target`s answered `AccessDeniedException` (see [`FaultProxy::deny`]).
     denied: Mutex<HashSet<String>>,
+    /// Whether an aggregate's first event fails its first attempt (see
+    /// [`FaultProxy::fail_first_events_once`]), and the event ids failed so far.
+    failing_first_events: Mutex<Option<HashSet<String>>>,
 }
 
 /// The running proxy; it stops when dropped.
@@ -165,6 +173,7 @@ impl FaultProxy {
             scripted_lost_replies: Mutex::default(),
             message_size_limits: Mutex::default(),
             denied: Mutex::default(),
+            failing_first_events: Mutex::default(),
         });
         let serving = state.clone();
         let task = tokio::spawn(async move {
@@ -224,6 +233,17 @@ impl FaultProxy {
             .insert(target.to_owned());
     }
 
+    /// From now on, each aggregate's first event (`Sequence` 1 in its envelope) fails its first
+    /// `PutEvents` attempt (a retryable entry failure), on either bus, whatever the rates say:
+    /// the later events of its aggregate must wait for its retry.
+    pub fn fail_first_events_once(&self) {
+        *self
+            .state
+            .failing_first_events
+            .lock()
+            .expect("failing first events") = Some(HashSet::new());
+    }
+
     /// What was injected so far, all operations together.
     pub fn counts(&self) -> FaultCounts {
         let mut all = FaultCounts::default();
@@ -263,6 +283,10 @@ const DYNAMODB_FAULTED: &[&str] = &[
     "DynamoDB_20120810.Scan",
 ];
 const PUT_EVENTS: &str = "AWSEvents.PutEvents";
+/// The Custom Event Bus's `PutEvents`, named as the classic calls are (it has no `X-Amz-Target`:
+/// its operation is in the URL path), for [`FaultProxy::counts_for`] and
+/// [`FaultProxy::lose_next_replies`].
+pub const PUT_EVENTS_V2: &str = "AWSEventsV2.PutEvents";
 const SEND_MESSAGE: &str = "AmazonSQS.SendMessage";
 const GET_QUEUE_ATTRIBUTES: &str = "AmazonSQS.GetQueueAttributes";
 /// The relays' batched marks.
@@ -328,6 +352,37 @@ impl State {
                 json!({"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError", "message": "injected: internal error"}),
             );
         }
+        if target == PUT_EVENTS_V2 {
+            if self.percent(&mut rng, self.rates.lost_replies) {
+                counts.lost_replies += 1;
+                return Plan::LoseReply;
+            }
+            let details: Vec<String> = crate::cbor::decode(body)
+                .as_ref()
+                .and_then(crate::cbor::entries)
+                .map(|entries| {
+                    entries
+                        .iter()
+                        .map(|e| {
+                            crate::cbor::member(e, "Detail")
+                                .and_then(crate::cbor::text)
+                                .unwrap_or_default()
+                                .to_owned()
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let plan: Vec<Option<&'static str>> = details
+                .iter()
+                .map(|detail| {
+                    (self.first_attempt_of_a_first_event(detail)
+                        || self.percent(&mut rng, self.rates.put_events_entries))
+                    .then_some("InternalException")
+                })
+                .collect();
+            counts.failed_entries += plan.iter().flatten().count() as u64;
+            return Plan::Entries(plan);
+        }
         if target == PUT_EVENTS {
             if let Some(message) = put_events_refusal(body) {
                 counts.refused_calls += 1;
@@ -340,14 +395,23 @@ impl State {
                 counts.lost_replies += 1;
                 return Plan::LoseReply;
             }
-            let entries = serde_json::from_slice::<Value>(body)
+            let details: Vec<String> = serde_json::from_slice::<Value>(body)
                 .ok()
-                .and_then(|b| b["Entries"].as_array().map(Vec::len))
+                .and_then(|b| {
+                    b["Entries"].as_array().map(|entries| {
+                        entries
+                            .iter()
+                            .map(|e| e["Detail"].as_str().unwrap_or_default().to_owned())
+                            .collect()
+                    })
+                })
                 .unwrap_or_default();
-            let plan: Vec<Option<&'static str>> = (0..entries)
-                .map(|_| {
-                    self.percent(&mut rng, self.rates.put_events_entries)
-                        .then_some("InternalFailure")
+            let plan: Vec<Option<&'static str>> = details
+                .iter()
+                .map(|detail| {
+                    (self.first_attempt_of_a_first_event(detail)
+                        || self.percent(&mut rng, self.rates.put_events_entries))
+                    .then_some("InternalFailure")
                 })
                 .collect();
             counts.failed_entries += plan.iter().flatten().count() as u64;
@@ -355,6 +419,24 @@ impl State {
         }
         counts.passed_calls += 1;
         Plan::Pass
+    }
+
+    /// Whether the entry of `detail` is an aggregate's first event on its first attempt while
+    /// [`FaultProxy::fail_first_events_once`] is on (and notes that it failed).
+    fn first_attempt_of_a_first_event(&self, detail: &str) -> bool {
+        let mut failing = self
+            .failing_first_events
+            .lock()
+            .expect("failing first events");
+        let Some(failed) = failing.as_mut() else {
+            return false;
+        };
+        let envelope: Value = serde_json::from_str(detail).unwrap_or_default();
+        let metadata = &envelope["metadata"];
+        metadata["sequence"] == 1
+            && metadata["eventId"]
+                .as_str()
+                .is_some_and(|id| failed.insert(id.to_owned()))
     }
 
     async fn handle(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
@@ -368,12 +450,15 @@ impl State {
                 );
             }
         };
-        let target = parts
-            .headers
-            .get("x-amz-target")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
+        let target = match crate::cbor::operation(parts.uri.path()) {
+            Some(operation) => format!("AWSEventsV2.{operation}"),
+            None => parts
+                .headers
+                .get("x-amz-target")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned(),
+        };
         if target == SEND_MESSAGE
             && let Some(refused) = self.refuse_oversized_message(&parts, &body).await
         {
@@ -382,6 +467,19 @@ impl State {
         match self.plan(&target, &body) {
             Plan::Pass => self.forward(&parts, body).await,
             Plan::Fail(status, error) => json_response(status, &error),
+            Plan::LoseReply if target == PUT_EVENTS_V2 => {
+                let _ = self.forward(&parts, body).await;
+                cbor_response(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    crate::cbor::error(
+                        "InternalException",
+                        "injected: reply lost after the call took effect",
+                    ),
+                )
+            }
+            Plan::Entries(plan) if target == PUT_EVENTS_V2 => {
+                self.custom_put_events(&parts, &body, &plan).await
+            }
             Plan::LoseReply => {
                 let _ = self.forward(&parts, body).await;
                 json_response(
@@ -407,7 +505,9 @@ impl State {
             .unwrap_or_default();
         let uri = format!(
             "{}{}",
-            self.upstreams.for_target(target).trim_end_matches('/'),
+            self.upstreams
+                .for_request(parts.uri.path(), target)
+                .trim_end_matches('/'),
             parts.uri.path_and_query().map_or("/", |p| p.as_str())
         );
         let mut request = Request::builder().method(parts.method.clone()).uri(uri);
@@ -532,6 +632,63 @@ impl State {
             .expect("limits")
             .insert(queue_url.to_owned(), limit);
         Some(limit)
+    }
+
+    /// The Custom Event Bus's `PutEvents` with the entries of `plan` failed: the others sent on,
+    /// the failures put back at their indices in the answer (CBOR).
+    async fn custom_put_events(
+        &self,
+        parts: &hyper::http::request::Parts,
+        body: &Bytes,
+        plan: &[Option<&'static str>],
+    ) -> Response<Full<Bytes>> {
+        use crate::cbor;
+        let Some(mut request) = cbor::decode(body) else {
+            return self.forward(parts, body.clone()).await;
+        };
+        if plan.iter().all(Option::is_none) {
+            return self.forward(parts, body.clone()).await;
+        }
+        let entries = cbor::entries(&request).cloned().unwrap_or_default();
+        let kept: Vec<_> = entries
+            .into_iter()
+            .zip(plan)
+            .filter(|(_, fault)| fault.is_none())
+            .map(|(entry, _)| entry)
+            .collect();
+        let delivered = if kept.is_empty() {
+            Vec::new()
+        } else {
+            cbor::set_entries(&mut request, kept);
+            let forwarded = self
+                .forward(parts, Bytes::from(cbor::encode(&request)))
+                .await;
+            if forwarded.status() != StatusCode::OK {
+                return forwarded;
+            }
+            let bytes = forwarded
+                .into_body()
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            cbor::decode(&bytes)
+                .as_ref()
+                .and_then(cbor::entries)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let mut delivered = delivered.into_iter();
+        let results = plan
+            .iter()
+            .map(|fault| match fault {
+                Some(code) => cbor::entry_error(code, "injected entry failure"),
+                None => delivered
+                    .next()
+                    .unwrap_or_else(|| cbor::entry_error("InternalException", "missing result")),
+            })
+            .collect();
+        cbor_response(StatusCode::OK, cbor::put_events_answer(results))
     }
 
     async fn put_events(
@@ -703,6 +860,16 @@ fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
         .header(hyper::header::CONTENT_TYPE, "application/x-amz-json-1.1")
         .header(hyper::header::CONTENT_LENGTH, bytes.len())
         .body(Full::new(bytes))
+        .expect("a valid response")
+}
+
+fn cbor_response(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header(hyper::header::CONTENT_TYPE, crate::cbor::CONTENT_TYPE)
+        .header(crate::cbor::PROTOCOL_HEADER, crate::cbor::PROTOCOL)
+        .header(hyper::header::CONTENT_LENGTH, body.len())
+        .body(Full::new(Bytes::from(body)))
         .expect("a valid response")
 }
 

@@ -10,6 +10,9 @@
 //!   the entries beyond it refused with `ThrottlingException` as EventBridge does. A bus of fixed
 //!   capacity ([`LatencyModel::serve_put_events`]) answers each call after the work queued ahead of
 //!   it, so its latency grows with the calls in flight, as a slow bus's does.
+//! - The Custom Event Bus's `PutEvents` (Smithy RPC v2 CBOR, its operation in the URL path):
+//!   every entry `PUBLISHED`, in CBOR, counted as `PutEvents` (its entries too), at the same
+//!   fixed capacity when one is set; no quota (the bus documents none per account).
 //! - `DynamoDB_20120810.Query` on the pending index: the first `:`-value that is a pending-shard key
 //!   (`OUTBOX#PENDING#n`) selects the shard; a value with the sort-key prefix (`EVENT#`) is an exclusive upper bound
 //!   on `GSI1SK` (the grace-period cutoff); `Limit` and `ExclusiveStartKey` paginate, oldest first.
@@ -565,6 +568,9 @@ fn to_wire_item(item: &OutboxItem) -> Value {
 
 impl HttpConnector for LatencyModel {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        if crate::cbor::operation(request.uri()) == Some("PutEvents") {
+            return self.custom_put_events(request.body().bytes().unwrap_or_default());
+        }
         let target = request
             .headers()
             .get("x-amz-target")
@@ -587,6 +593,49 @@ impl HttpConnector for LatencyModel {
             response
                 .headers_mut()
                 .insert("content-type", "application/x-amz-json-1.0");
+            Ok(response)
+        })
+    }
+}
+
+impl LatencyModel {
+    /// The Custom Event Bus's `PutEvents`: every entry published, after the delay (and the wait
+    /// for a bus of fixed capacity).
+    fn custom_put_events(&self, body: &[u8]) -> HttpConnectorFuture {
+        let n = crate::cbor::decode(body)
+            .as_ref()
+            .and_then(crate::cbor::entries)
+            .map_or(0, Vec::len);
+        let (calls, queued, first_id) = {
+            let mut state = self.state.lock().expect("model state");
+            let calls = state.count("PutEvents");
+            state.entries += n as u64;
+            let first_id = state.event_ids + 1;
+            state.event_ids += n as u64;
+            let queued = state.server.as_mut().map_or(Duration::ZERO, |s| s.queue(n));
+            (calls, queued, first_id)
+        };
+        let results = (first_id..first_id + n as u64)
+            .map(|id| crate::cbor::published(&format!("model-{id}"), id))
+            .collect();
+        let body = crate::cbor::put_events_answer(results);
+        let delay = match &*self.slowdown.lock().expect("model slowdown") {
+            Some(slow) if slow.operation == "PutEvents" && calls > slow.after_calls => slow.delay,
+            _ => self.delay,
+        } + queued;
+        let clock = self.clock;
+        HttpConnectorFuture::new(async move {
+            wait(clock, delay).await;
+            let mut response = HttpResponse::new(
+                StatusCode::try_from(200).expect("valid status"),
+                SdkBody::from(body),
+            );
+            response
+                .headers_mut()
+                .insert("content-type", crate::cbor::CONTENT_TYPE);
+            response
+                .headers_mut()
+                .insert(crate::cbor::PROTOCOL_HEADER, crate::cbor::PROTOCOL);
             Ok(response)
         })
     }
@@ -883,6 +932,39 @@ mod tests {
                 .all(relay_runtime::PublishOutcome::is_published)
         );
         assert_eq!(model.calls()["PutEvents"], 3);
+        assert_eq!(publisher.stats().put_events_calls, 3);
+    }
+
+    #[tokio::test]
+    async fn the_custom_bus_put_events_publishes_every_entry_in_cbor() {
+        // Given the model as a Custom Event Bus
+        let model = LatencyModel::new(Duration::from_millis(1));
+        let publisher = relay_runtime::CustomBusPublisher::new(
+            aws_sdk_eventbridgev2::Client::new(&model.sdk_config()),
+            relay_runtime::PublisherConfig::of_kind(
+                relay_runtime::BusKind::Custom,
+                "arn:aws:events:us-east-1:123456789012:event-busv2/bus/abcdefghij0123456789klmno",
+                "src",
+            ),
+        )
+        .unwrap();
+        let events: Vec<_> = items_of(250, |i| format!("aggregate-{i}"))
+            .iter()
+            .map(|i| outbox_shared::OutboundEvent::from_item(i).unwrap())
+            .collect();
+
+        // When 250 events of as many aggregates are published
+        use relay_runtime::Publisher;
+        let outcomes = publisher.publish(&events).await;
+
+        // Then every one is published, in three calls of up to 100 entries, as the SDK read them
+        assert!(
+            outcomes
+                .iter()
+                .all(relay_runtime::PublishOutcome::is_published)
+        );
+        assert_eq!(model.calls()["PutEvents"], 3);
+        assert_eq!(model.put_events_entries(), (250, 0));
         assert_eq!(publisher.stats().put_events_calls, 3);
     }
 }

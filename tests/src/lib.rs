@@ -6,6 +6,7 @@
 //! and starts the emulators (DynamoDB Local for DynamoDB and its streams, moto for EventBridge and
 //! SQS) and points the SDK's standard endpoint variables at them.
 
+pub mod cbor;
 pub mod dynamodb_rules;
 pub mod fault_proxy;
 pub mod fixtures;
@@ -27,7 +28,7 @@ use outbox_shared::{OutboxConfig, OutboxItem};
 use outbox_writer::{NewOrder, OrderLine, OutboxWriter, WriterConfig};
 use rand::Rng;
 use rand::distr::Alphanumeric;
-use relay_runtime::PublisherConfig;
+use relay_runtime::{BusKind, PublisherConfig};
 
 /// The EventBridge `Source` the test environment publishes with.
 pub const TEST_SOURCE: &str = "test.orders";
@@ -45,6 +46,8 @@ pub struct Endpoints {
     pub dynamodb: String,
     /// `AWS_ENDPOINT_URL_DYNAMODB_STREAMS` (DynamoDB Local).
     pub dynamodb_streams: String,
+    /// `AWS_ENDPOINT_URL_EVENTBRIDGEV2` (the local Custom Event Bus double).
+    pub eventbridgev2: String,
 }
 
 impl Endpoints {
@@ -54,6 +57,7 @@ impl Endpoints {
             default: url.to_owned(),
             dynamodb: url.to_owned(),
             dynamodb_streams: url.to_owned(),
+            eventbridgev2: url.to_owned(),
         }
     }
 
@@ -66,7 +70,19 @@ impl Endpoints {
                 "AWS_ENDPOINT_URL_DYNAMODB_STREAMS",
                 self.dynamodb_streams.clone(),
             ),
+            ("AWS_ENDPOINT_URL_EVENTBRIDGEV2", self.eventbridgev2.clone()),
         ]
+    }
+
+    /// The endpoint that serves a call to this URL path: the Custom Event Bus's operations
+    /// (Smithy RPC v2 CBOR, `/service/AWSEventsV2/operation/…`, no `X-Amz-Target`) go to the
+    /// double, every other call as [`for_target`](Self::for_target) says.
+    pub fn for_request(&self, path: &str, target: &str) -> &str {
+        if path.starts_with(CUSTOM_BUS_PATH) {
+            &self.eventbridgev2
+        } else {
+            self.for_target(target)
+        }
     }
 
     /// The endpoint that serves a call with this `X-Amz-Target` header.
@@ -113,8 +129,15 @@ pub fn emulator_endpoints() -> Endpoints {
         default: read("AWS_ENDPOINT_URL"),
         dynamodb: read("AWS_ENDPOINT_URL_DYNAMODB"),
         dynamodb_streams: read("AWS_ENDPOINT_URL_DYNAMODB_STREAMS"),
+        eventbridgev2: read("AWS_ENDPOINT_URL_EVENTBRIDGEV2"),
     }
 }
+
+/// The URL path prefix of the Custom Event Bus's operations (Smithy RPC v2 CBOR).
+pub const CUSTOM_BUS_PATH: &str = "/service/AWSEventsV2/operation/";
+
+/// The role the test subscribers name (the double stores it only, as moto does a rule's).
+const TEST_ROLE_ARN: &str = "arn:aws:iam::123456789012:role/outbox-tests-delivery";
 
 /// A random lowercase name with `prefix`, unique per test.
 pub fn unique_name(prefix: &str) -> String {
@@ -321,6 +344,9 @@ pub struct TestEnv {
     pub sqs: aws_sdk_sqs::Client,
     pub table_name: String,
     pub stream_arn: String,
+    /// Which bus the relays publish to: `bus_name` is the classic bus's name, or the Custom
+    /// Event Bus's ARN.
+    pub bus_kind: BusKind,
     pub bus_name: String,
     /// Receives every event on the bus, through a rule.
     pub sink_queue_url: String,
@@ -347,6 +373,93 @@ impl TestEnv {
             eventbridge,
             sqs,
         )
+    }
+
+    /// Like [`new`](Self::new) with a bus of `kind`: for [`BusKind::Custom`] a Custom Event Bus on
+    /// the local double with a FIFO subscriber into a FIFO sink queue (the group as the
+    /// `MessageGroupId`, the bus's event id as the `MessageDeduplicationId`), in place of the
+    /// classic bus and its sink.
+    ///
+    /// # Panics
+    /// When the emulator or the double is missing or refuses to create a resource.
+    pub async fn with_bus(kind: BusKind) -> Self {
+        let mut env = Self::new().await;
+        if kind == BusKind::Custom {
+            let (bus_arn, sink) = env.create_custom_bus(true).await;
+            env.bus_kind = BusKind::Custom;
+            env.bus_name = bus_arn;
+            env.sink_queue_url = sink;
+        }
+        env
+    }
+
+    /// Creates a Custom Event Bus on the double and a subscriber (FIFO, or UNORDERED) into a new
+    /// queue (FIFO for a FIFO subscriber); the bus's ARN and the queue's URL.
+    ///
+    /// # Panics
+    /// When the double or moto refuses a resource.
+    pub async fn create_custom_bus(&self, fifo: bool) -> (String, String) {
+        use aws_sdk_eventbridgev2::types::{InvokeConfiguration, OrderingType, SqsParameters};
+        let bus_arn = self
+            .eventbridgev2
+            .create_event_bus()
+            .name(unique_name("custom-bus"))
+            .send()
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "create a Custom Event Bus on the double: {}",
+                    aws_sdk_eventbridgev2::error::DisplayErrorContext(e)
+                )
+            })
+            .event_bus_arn()
+            .expect("the bus's ARN")
+            .to_owned();
+        let queue_url = if fifo {
+            self.sqs
+                .create_queue()
+                .queue_name(format!("{}.fifo", unique_name("custom-sink")))
+                .attributes(QueueAttributeName::FifoQueue, "true")
+                .send()
+                .await
+                .expect("create FIFO sink queue")
+                .queue_url()
+                .expect("queue url")
+                .to_owned()
+        } else {
+            self.create_queue(&unique_name("custom-sink")).await
+        };
+        let mut sqs_parameters = SqsParameters::builder();
+        if fifo {
+            sqs_parameters =
+                sqs_parameters.message_group_id("{% $events.SystemMetadata.EventGroupId %}");
+        }
+        self.eventbridgev2
+            .create_subscriber()
+            .name(unique_name("sink"))
+            .event_bus_arn(&bus_arn)
+            .r#type(if fifo {
+                OrderingType::Fifo
+            } else {
+                OrderingType::Unordered
+            })
+            .invoke_configuration(
+                InvokeConfiguration::builder()
+                    .target_arn(self.queue_arn(&queue_url).await)
+                    .role_arn(TEST_ROLE_ARN)
+                    .sqs_parameters(sqs_parameters.build())
+                    .build()
+                    .expect("target and role are set"),
+            )
+            .send()
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "create a subscriber on the double: {}",
+                    aws_sdk_eventbridgev2::error::DisplayErrorContext(e)
+                )
+            });
+        (bus_arn, queue_url)
     }
 
     /// An environment over resources that already exist (a table provisioned from the template,
@@ -380,6 +493,7 @@ impl TestEnv {
             sqs,
             table_name: stack.table_name,
             stream_arn: stack.stream_arn,
+            bus_kind: BusKind::Classic,
             bus_name: stack.bus_name,
             sink_queue_url: stack.sink_queue_url,
             dead_letter_queue_url: stack.dead_letter_queue_url,
@@ -526,13 +640,19 @@ impl TestEnv {
 
     /// The publisher configuration for this environment's bus, with [`TEST_SOURCE`].
     pub fn publisher_config(&self) -> PublisherConfig {
-        PublisherConfig::new(&self.bus_name, TEST_SOURCE)
+        PublisherConfig::of_kind(self.bus_kind, &self.bus_name, TEST_SOURCE)
+    }
+
+    /// The publisher's flags at their defaults for this environment's bus.
+    pub fn publisher_args(&self) -> relay_runtime::PublisherArgs {
+        fixtures::publisher_args_of(self.bus_kind, &self.bus_name)
     }
 
     /// Environment variables that point a relay binary at this environment (and sign its calls
     /// with this environment's credentials).
     pub fn relay_env(&self) -> Vec<(&'static str, String)> {
         let mut env = self.stack().relay_env(TEST_SOURCE);
+        env.push(("EVENT_BUS_KIND", self.bus_kind.to_string()));
         env.extend(self.credentials_env());
         env
     }
