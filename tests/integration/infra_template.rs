@@ -725,8 +725,24 @@ fn poller_variable(template: &Template, name: &str) -> Value {
 
 #[test]
 fn each_bus_kind_gives_both_relays_its_bus_and_kind_and_lets_them_publish_to_that_bus_only() {
+    use clap::Args;
     use outbox_infra::template::logical_id::{CUSTOM_EVENT_BUS, EVENT_BUS};
     use outbox_infra::template::parameter::{CLASSIC, CUSTOM};
+
+    // The variables are the ones the relays' publisher flags read, and the kinds the values
+    // they accept
+    let flags = relay_runtime::PublisherArgs::augment_args(clap::Command::new("relay"));
+    let env_of = |id: &str| {
+        flags
+            .get_arguments()
+            .find(|a| a.get_id() == id)
+            .and_then(|a| a.get_env())
+            .and_then(|e| e.to_str())
+            .map(str::to_owned)
+    };
+    assert_eq!(env_of("event_bus_kind").as_deref(), Some("EVENT_BUS_KIND"));
+    assert_eq!(env_of("event_bus_name").as_deref(), Some("EVENT_BUS_NAME"));
+    assert_eq!(relay_runtime::BusKind::VALUES, [CLASSIC, CUSTOM]);
 
     // The bus each kind creates, and how the relays' setting and IAM statement name it: the
     // classic bus by name, its ARN from GetAtt; the Custom Event Bus by its ARN, its Ref
