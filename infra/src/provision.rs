@@ -1,4 +1,6 @@
-//! Creates the template's table, bus and queue on an endpoint (the local emulator), by name.
+//! Creates the template's table, bus and queue on an endpoint (the local emulator), by name; and
+//! the Custom Event Bus with its example FIFO subscriber (`EventBusKind` custom) on the local
+//! double.
 
 use std::collections::HashMap;
 
@@ -73,6 +75,23 @@ pub struct ProvisionedBus {
 pub struct ProvisionedQueue {
     pub queue_url: String,
 }
+
+/// The template's example FIFO subscriber as provisioned on a Custom Event Bus, with its queues.
+#[derive(Debug, Clone)]
+pub struct ProvisionedSubscriber {
+    pub subscriber_arn: String,
+    /// The FIFO queue it delivers to (each aggregate one message group).
+    pub queue_url: String,
+    /// The FIFO queue of its failure records.
+    pub delivery_failure_queue_url: String,
+}
+
+/// The role local subscribers name: the double stores it only (it signs nothing), as moto does a
+/// rule target's; its account is the emulators' (moto's default).
+const LOCAL_DELIVERY_ROLE_ARN: &str = "arn:aws:iam::123456789012:role/outbox-local-delivery";
+
+/// SQS requires a FIFO queue's name to end so.
+const FIFO_QUEUE_SUFFIX: &str = ".fifo";
 
 /// Creates the outbox table as the template's `OutboxTable` declares it (keys, billing mode,
 /// global secondary indexes, stream view type, TTL), under `table_name`.
@@ -178,6 +197,150 @@ pub async fn create_event_bus(
     })
 }
 
+/// The template for `EventBusKind` custom, whose Custom Event Bus resources exist.
+fn custom_bus_template() -> Result<Template, ProvisionError> {
+    Ok(Template::embedded()?.with_parameters(&[(
+        template::parameter::EVENT_BUS_KIND,
+        template::parameter::CUSTOM,
+    )])?)
+}
+
+/// Creates the template's `CustomEventBus` under `bus_name`, keeping events for the template's
+/// default `CustomBusRetentionDays`; its ARN (the only way to address it, and the relays'
+/// `EVENT_BUS_NAME`).
+///
+/// # Errors
+/// [`ProvisionError`] naming the template property or the call that failed.
+pub async fn create_custom_event_bus(
+    client: &aws_sdk_eventbridgev2::Client,
+    bus_name: &str,
+) -> Result<String, ProvisionError> {
+    let template = custom_bus_template()?;
+    let id = logical_id::CUSTOM_EVENT_BUS;
+    let retention_days = template
+        .scalar_at(id, &["StorageConfiguration", "RetentionPeriodInDays"])?
+        .and_then(|days| days.parse::<i32>().ok())
+        .ok_or_else(|| ProvisionError {
+            resource: format!("template resource {id}"),
+            message: "has no StorageConfiguration.RetentionPeriodInDays in days".into(),
+        })?;
+    let created = client
+        .create_event_bus()
+        .name(bus_name)
+        .set_description(template.scalar_property(id, "Description")?)
+        .storage_configuration(
+            aws_sdk_eventbridgev2::types::StorageConfiguration::builder()
+                .retention_period_in_days(retention_days)
+                .build(),
+        )
+        .send()
+        .await
+        .map_err(|e| provision_error(format!("Custom Event Bus {bus_name}"), e))?;
+    created
+        .event_bus_arn()
+        .map(str::to_owned)
+        .ok_or_else(|| ProvisionError {
+            resource: format!("Custom Event Bus {bus_name}"),
+            message: "CreateEventBus answered no EventBusArn".into(),
+        })
+}
+
+/// Creates the template's `OrderEventsSubscriber` on the Custom Event Bus `bus_arn`, named
+/// `name`, with its FIFO queue (`{name}.fifo`) and failure queue (`{name}-failures.fifo`) as the
+/// template declares them: its type, `SqsParameters` (the event group as the message group) and
+/// retry policy. The delivery role is a local stand-in (the double checks no IAM).
+///
+/// # Errors
+/// [`ProvisionError`] naming the template property or the call that failed.
+pub async fn create_fifo_subscriber(
+    eventbridgev2: &aws_sdk_eventbridgev2::Client,
+    sqs: &aws_sdk_sqs::Client,
+    bus_arn: &str,
+    name: &str,
+) -> Result<ProvisionedSubscriber, ProvisionError> {
+    use aws_sdk_eventbridgev2::types::{
+        InvokeConfiguration, OnFailureConfiguration, OrderingType, RetryPolicy, SqsParameters,
+    };
+    let template = custom_bus_template()?;
+    let queue = create_queue(
+        sqs,
+        &format!("{name}{FIFO_QUEUE_SUFFIX}"),
+        queue_attributes(&template, logical_id::ORDER_EVENTS_QUEUE)?,
+    )
+    .await?;
+    let failures = create_queue(
+        sqs,
+        &format!("{name}-failures{FIFO_QUEUE_SUFFIX}"),
+        queue_attributes(&template, logical_id::ORDER_EVENTS_DELIVERY_FAILURE_QUEUE)?,
+    )
+    .await?;
+    let id = logical_id::ORDER_EVENTS_SUBSCRIBER;
+    let at = |path: &[&str]| template.scalar_at(id, path);
+    let number = |path: &[&str]| -> Result<Option<i32>, ProvisionError> {
+        Ok(at(path)?.and_then(|n| n.parse().ok()))
+    };
+    let ordering = at(&["Type"])?.unwrap_or_default();
+    let ordering = parse_enum::<OrderingType>("Type", &ordering, OrderingType::values())?;
+    let invoke = InvokeConfiguration::builder()
+        .target_arn(queue_arn(sqs, &queue.queue_url).await?)
+        .role_arn(LOCAL_DELIVERY_ROLE_ARN)
+        .sqs_parameters(
+            SqsParameters::builder()
+                .set_message_group_id(at(&[
+                    "InvokeConfiguration",
+                    "SqsParameters",
+                    "MessageGroupId",
+                ])?)
+                .set_message_deduplication_id(at(&[
+                    "InvokeConfiguration",
+                    "SqsParameters",
+                    "MessageDeduplicationId",
+                ])?)
+                .build(),
+        )
+        .build()
+        .map_err(|e| provision_error(format!("subscriber {name}"), e))?;
+    let created = eventbridgev2
+        .create_subscriber()
+        .name(name)
+        .event_bus_arn(bus_arn)
+        .r#type(ordering)
+        .set_description(at(&["Description"])?)
+        .invoke_configuration(invoke)
+        .retry_policy(
+            RetryPolicy::builder()
+                .set_max_retry_attempts(number(&["RetryPolicy", "MaxRetryAttempts"])?)
+                .set_max_event_age_in_seconds(number(&["RetryPolicy", "MaxEventAgeInSeconds"])?)
+                .build(),
+        )
+        .on_failure_configuration(
+            OnFailureConfiguration::builder()
+                .arn(queue_arn(sqs, &failures.queue_url).await?)
+                .build(),
+        )
+        .send()
+        .await
+        .map_err(|e| provision_error(format!("subscriber {name}"), e))?;
+    Ok(ProvisionedSubscriber {
+        subscriber_arn: created.subscriber_arn().unwrap_or_default().to_owned(),
+        queue_url: queue.queue_url,
+        delivery_failure_queue_url: failures.queue_url,
+    })
+}
+
+/// A queue resource's scalar properties that are queue attributes.
+fn queue_attributes(
+    template: &Template,
+    logical_id: &str,
+) -> Result<HashMap<QueueAttributeName, String>, ProvisionError> {
+    Ok(template
+        .scalar_properties(logical_id)?
+        .into_iter()
+        .filter(|(name, _)| !NON_ATTRIBUTE_QUEUE_PROPERTIES.contains(&name.as_str()))
+        .map(|(name, value)| (QueueAttributeName::from(name.as_str()), value))
+        .collect())
+}
+
 /// Creates the template's `DeadLetterQueue` under `queue_name`, with the template's queue
 /// attributes (retention, visibility timeout, encryption).
 ///
@@ -187,12 +350,7 @@ pub async fn create_dead_letter_queue(
     client: &aws_sdk_sqs::Client,
     queue_name: &str,
 ) -> Result<ProvisionedQueue, ProvisionError> {
-    let attributes: HashMap<QueueAttributeName, String> = Template::embedded()?
-        .scalar_properties(logical_id::DEAD_LETTER_QUEUE)?
-        .into_iter()
-        .filter(|(name, _)| !NON_ATTRIBUTE_QUEUE_PROPERTIES.contains(&name.as_str()))
-        .map(|(name, value)| (QueueAttributeName::from(name.as_str()), value))
-        .collect();
+    let attributes = queue_attributes(&Template::embedded()?, logical_id::DEAD_LETTER_QUEUE)?;
     create_queue(client, queue_name, attributes).await
 }
 
@@ -244,20 +402,7 @@ pub async fn route_all_events(
     queue_url: &str,
     rule_name: &str,
 ) -> Result<(), ProvisionError> {
-    let queue_arn = sqs
-        .get_queue_attributes()
-        .queue_url(queue_url)
-        .attribute_names(QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .map_err(|e| provision_error(format!("queue {queue_url}"), e))?
-        .attributes()
-        .and_then(|a| a.get(&QueueAttributeName::QueueArn))
-        .cloned()
-        .ok_or_else(|| ProvisionError {
-            resource: format!("queue {queue_url}"),
-            message: "no QueueArn attribute".into(),
-        })?;
+    let queue_arn = queue_arn(sqs, queue_url).await?;
     eventbridge
         .put_rule()
         .name(rule_name)
@@ -280,6 +425,23 @@ pub async fn route_all_events(
         .await
         .map_err(|e| provision_error(format!("targets of rule {rule_name}"), e))?;
     Ok(())
+}
+
+/// The ARN of the queue at `queue_url`.
+async fn queue_arn(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> Result<String, ProvisionError> {
+    sqs.get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .map_err(|e| provision_error(format!("queue {queue_url}"), e))?
+        .attributes()
+        .and_then(|a| a.get(&QueueAttributeName::QueueArn))
+        .cloned()
+        .ok_or_else(|| ProvisionError {
+            resource: format!("queue {queue_url}"),
+            message: "no QueueArn attribute".into(),
+        })
 }
 
 /// Parses an SDK enum from the template's text, rejecting values the SDK does not know (it would

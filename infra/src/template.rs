@@ -4,6 +4,10 @@
 //! CloudFormation short-form tags (`!Ref`, `!GetAtt`, `!Sub`, …) parse as
 //! [`serde_norway::Value::Tagged`]; only `!Ref` to a parameter is resolved (to its default),
 //! which is all local provisioning needs. Everything else is read as plain YAML.
+//!
+//! [`Template::with_parameters`] gives the template as CloudFormation would create it for given
+//! parameter values: the resources whose `Condition` is false left out and every `!If` decided,
+//! so tests (and local provisioning) read one bus kind's resources at a time.
 
 use std::collections::BTreeMap;
 
@@ -30,6 +34,28 @@ pub mod logical_id {
     pub const LEASE_TABLE: &str = "LeaseTable";
     /// A consumer's idempotency table (optional, `CreateConsumerIdempotencyTable`).
     pub const CONSUMER_IDEMPOTENCY_TABLE: &str = "ConsumerIdempotencyTable";
+    /// The Custom Event Bus (`EventBusKind` custom); `Ref` is its ARN.
+    pub const CUSTOM_EVENT_BUS: &str = "CustomEventBus";
+    /// The example FIFO subscriber on the Custom Event Bus.
+    pub const ORDER_EVENTS_SUBSCRIBER: &str = "OrderEventsSubscriber";
+    /// The FIFO queue the example subscriber delivers to.
+    pub const ORDER_EVENTS_QUEUE: &str = "OrderEventsQueue";
+    /// The FIFO queue of the subscriber's failure records.
+    pub const ORDER_EVENTS_DELIVERY_FAILURE_QUEUE: &str = "OrderEventsDeliveryFailureQueue";
+    /// The role EventBridge assumes to deliver the subscriber's events.
+    pub const ORDER_EVENTS_DELIVERY_ROLE: &str = "OrderEventsDeliveryRole";
+}
+
+/// Template parameters and their values that tests and local provisioning choose between.
+pub mod parameter {
+    /// Which bus the relays publish to.
+    pub const EVENT_BUS_KIND: &str = "EventBusKind";
+    /// Days the Custom Event Bus keeps events.
+    pub const CUSTOM_BUS_RETENTION_DAYS: &str = "CustomBusRetentionDays";
+    /// [`EVENT_BUS_KIND`] for the classic bus (the default).
+    pub const CLASSIC: &str = "classic";
+    /// [`EVENT_BUS_KIND`] for the Custom Event Bus.
+    pub const CUSTOM: &str = "custom";
 }
 
 /// The template could not be read as the resources local provisioning expects.
@@ -58,6 +84,9 @@ pub struct Resource {
     /// The CloudFormation type, e.g. `AWS::DynamoDB::Table`.
     #[serde(rename = "Type")]
     pub resource_type: String,
+    /// The condition that must hold for CloudFormation to create it, if any.
+    #[serde(default)]
+    pub condition: Option<String>,
     /// Properties, with intrinsic functions left as tagged values.
     #[serde(default)]
     pub properties: Value,
@@ -85,6 +114,8 @@ pub struct Parameter {
 pub struct Template {
     #[serde(default)]
     parameters: BTreeMap<String, Parameter>,
+    #[serde(default)]
+    conditions: BTreeMap<String, Value>,
     /// Every resource, by logical id.
     pub resources: BTreeMap<String, Resource>,
 }
@@ -260,6 +291,23 @@ impl Template {
         Ok(value.and_then(|v| self.resolve_scalar(v)))
     }
 
+    /// A property nested under `path` (e.g. `["StorageConfiguration", "RetentionPeriodInDays"]`)
+    /// as plain text, resolved as [`Self::scalar_property`] resolves a top-level one.
+    ///
+    /// # Errors
+    /// [`TemplateError::MissingResource`] when the resource is missing.
+    pub fn scalar_at(
+        &self,
+        logical_id: &str,
+        path: &[&str],
+    ) -> Result<Option<String>, TemplateError> {
+        let mut value = Some(&self.resource(logical_id)?.properties);
+        for key in path {
+            value = value.and_then(|v| v.get(*key));
+        }
+        Ok(value.and_then(|v| self.resolve_scalar(v)))
+    }
+
     /// Every scalar property of a resource (after [`Self::scalar_property`] resolution), by name.
     ///
     /// # Errors
@@ -275,6 +323,125 @@ impl Template {
             .iter()
             .filter_map(|(k, v)| Some((k.as_str()?.to_owned(), self.resolve_scalar(v)?)))
             .collect())
+    }
+
+    /// The template as CloudFormation creates it when the parameters in `values` take those
+    /// values (the others their defaults): only the resources whose `Condition` holds, each
+    /// `!If` in their properties replaced by the branch its condition picks (a `!Ref
+    /// AWS::NoValue` branch removes the property or list item), and `!Ref` to a parameter read
+    /// as its value by [`Self::scalar_property`].
+    ///
+    /// # Errors
+    /// [`TemplateError::Invalid`] when a value is not one of the parameter's `AllowedValues`, a
+    /// parameter is unknown, or a condition uses a function other than `!Equals`, `!Not`,
+    /// `!And`, `!Or` and `!Condition` or names a condition that does not exist.
+    pub fn with_parameters(&self, values: &[(&str, &str)]) -> Result<Self, TemplateError> {
+        let mut chosen = self.clone();
+        for (name, value) in values {
+            let parameter = chosen
+                .parameters
+                .get_mut(*name)
+                .ok_or_else(|| invalid("Parameters", format!("has no parameter {name}")))?;
+            let allowed = parameter.allowed_values.as_ref().is_none_or(|allowed| {
+                allowed
+                    .iter()
+                    .any(|a| self.resolve_scalar(a).as_deref() == Some(*value))
+            });
+            if !allowed {
+                return Err(invalid(
+                    name,
+                    format!("{value:?} is not one of its AllowedValues"),
+                ));
+            }
+            parameter.default = Some(Value::String((*value).to_owned()));
+        }
+        let mut holds = BTreeMap::new();
+        for name in chosen.conditions.keys() {
+            holds.insert(name.clone(), chosen.condition_holds(name, 0)?);
+        }
+        let mut resources = BTreeMap::new();
+        for (id, resource) in &chosen.resources {
+            if let Some(condition) = &resource.condition {
+                let holds = holds.get(condition).copied().ok_or_else(|| {
+                    invalid(
+                        id,
+                        format!("names condition {condition}, which does not exist"),
+                    )
+                })?;
+                if !holds {
+                    continue;
+                }
+            }
+            let mut resource = resource.clone();
+            resource.properties = decide_ifs(&resource.properties, &holds)
+                .map_err(|message| invalid(id, message))?
+                .unwrap_or(Value::Null);
+            resources.insert(id.clone(), resource);
+        }
+        chosen.resources = resources;
+        Ok(chosen)
+    }
+
+    /// Whether the condition `name` holds for the parameters' current values.
+    fn condition_holds(&self, name: &str, depth: usize) -> Result<bool, TemplateError> {
+        // Conditions may refer to each other, never in a cycle; this bounds a mistaken one.
+        const MAX_DEPTH: usize = 16;
+        if depth > MAX_DEPTH {
+            return Err(invalid("Conditions", format!("{name} refers to itself")));
+        }
+        let expression = self
+            .conditions
+            .get(name)
+            .ok_or_else(|| invalid("Conditions", format!("has no condition {name}")))?;
+        self.evaluate(expression, depth + 1)
+            .map_err(|message| invalid("Conditions", format!("{name}: {message}")))
+    }
+
+    fn evaluate(&self, expression: &Value, depth: usize) -> Result<bool, String> {
+        let Value::Tagged(tagged) = expression else {
+            return Err(format!("{expression:?} is not a condition function"));
+        };
+        let arguments = || {
+            tagged
+                .value
+                .as_sequence()
+                .ok_or_else(|| format!("!{} takes a list", tagged.tag))
+        };
+        if tagged.tag == "Equals" {
+            let arguments = arguments()?;
+            let [left, right] = arguments.as_slice() else {
+                return Err("!Equals takes two values".to_owned());
+            };
+            let value = |v: &Value| {
+                self.resolve_scalar(v)
+                    .ok_or_else(|| format!("cannot read {v:?} as a value"))
+            };
+            Ok(value(left)? == value(right)?)
+        } else if tagged.tag == "Not" {
+            let arguments = arguments()?;
+            let [inner] = arguments.as_slice() else {
+                return Err("!Not takes one condition".to_owned());
+            };
+            Ok(!self.evaluate(inner, depth)?)
+        } else if tagged.tag == "And" || tagged.tag == "Or" {
+            let results = arguments()?
+                .iter()
+                .map(|inner| self.evaluate(inner, depth))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(if tagged.tag == "And" {
+                results.iter().all(|held| *held)
+            } else {
+                results.iter().any(|held| *held)
+            })
+        } else if tagged.tag == "Condition" {
+            let name = tagged
+                .value
+                .as_str()
+                .ok_or("!Condition takes a condition's name")?;
+            self.condition_holds(name, depth).map_err(|e| e.to_string())
+        } else {
+            Err(format!("!{} is not a condition function", tagged.tag))
+        }
     }
 
     fn resolve_scalar(&self, value: &Value) -> Option<String> {
@@ -299,6 +466,51 @@ impl Template {
         serde_norway::from_value(properties).map_err(|e| invalid(logical_id, e))
     }
 }
+
+/// `value` with every `!If` replaced by the branch `holds` picks; `None` when the value is a
+/// `!Ref AWS::NoValue` (CloudFormation then leaves the property or list item out).
+fn decide_ifs(value: &Value, holds: &BTreeMap<String, bool>) -> Result<Option<Value>, String> {
+    match value {
+        Value::Tagged(tagged) if tagged.tag == "Ref" && tagged.value.as_str() == Some(NO_VALUE) => {
+            Ok(None)
+        }
+        Value::Tagged(tagged) if tagged.tag == "If" => {
+            let branches = tagged.value.as_sequence().map(Vec::as_slice);
+            let Some([Value::String(condition), then, otherwise]) = branches else {
+                return Err("!If takes a condition's name and two values".to_owned());
+            };
+            let held = holds
+                .get(condition)
+                .ok_or_else(|| format!("!If names condition {condition}, which does not exist"))?;
+            decide_ifs(if *held { then } else { otherwise }, holds)
+        }
+        Value::Tagged(tagged) => {
+            let mut tagged = tagged.clone();
+            tagged.value = decide_ifs(&tagged.value, holds)?.unwrap_or(Value::Null);
+            Ok(Some(Value::Tagged(tagged)))
+        }
+        Value::Sequence(items) => {
+            let mut kept = Vec::with_capacity(items.len());
+            for item in items {
+                kept.extend(decide_ifs(item, holds)?);
+            }
+            Ok(Some(Value::Sequence(kept)))
+        }
+        Value::Mapping(map) => {
+            let mut kept = serde_norway::Mapping::new();
+            for (key, item) in map {
+                if let Some(item) = decide_ifs(item, holds)? {
+                    kept.insert(key.clone(), item);
+                }
+            }
+            Ok(Some(Value::Mapping(kept)))
+        }
+        other => Ok(Some(other.clone())),
+    }
+}
+
+/// The pseudo parameter whose `!Ref` removes a property.
+const NO_VALUE: &str = "AWS::NoValue";
 
 fn invalid(resource: &str, message: impl std::fmt::Display) -> TemplateError {
     TemplateError::Invalid {
@@ -366,6 +578,72 @@ mod tests {
             t.scalar_property("Nope", "Days"),
             Err(TemplateError::MissingResource(_))
         ));
+    }
+
+    const CONDITIONAL: &str = "Parameters:\n  Kind: {Type: String, Default: a, AllowedValues: [a, b]}\n\
+        Conditions:\n  IsB: !Equals [!Ref Kind, b]\n  IsA: !Not [!Condition IsB]\n\
+        Resources:\n  A:\n    Type: X\n    Condition: IsA\n  B:\n    Type: Y\n    Condition: IsB\n\
+        \x20 Both:\n    Type: Z\n    Properties:\n      Target: !If [IsB, !Ref B, !Ref A]\n\
+        \x20     Only: !If [IsB, on, !Ref AWS::NoValue]\n      List: [one, !If [IsA, two, !Ref AWS::NoValue]]\n\
+        \x20     Kind: !Ref Kind\n";
+
+    #[test]
+    fn with_parameters_keeps_the_resources_whose_condition_holds_and_decides_each_if() {
+        let t = Template::parse(CONDITIONAL).unwrap();
+
+        let a = t.with_parameters(&[]).unwrap();
+        let b = t.with_parameters(&[("Kind", "b")]).unwrap();
+
+        assert_eq!(a.resources.keys().collect::<Vec<_>>(), ["A", "Both"]);
+        assert_eq!(b.resources.keys().collect::<Vec<_>>(), ["B", "Both"]);
+        let both = |t: &Template| serde_json::to_value(&t.resources["Both"].properties).unwrap();
+        assert_eq!(
+            both(&a),
+            serde_json::json!({"Target": {"!Ref": "A"}, "List": ["one", "two"], "Kind": {"!Ref": "Kind"}})
+        );
+        assert_eq!(
+            both(&b),
+            serde_json::json!({"Target": {"!Ref": "B"}, "Only": "on", "List": ["one"], "Kind": {"!Ref": "Kind"}})
+        );
+        assert_eq!(
+            b.scalar_property("Both", "Kind").unwrap().as_deref(),
+            Some("b")
+        );
+    }
+
+    #[test]
+    fn with_parameters_refuses_a_value_outside_allowed_values_and_an_unknown_parameter() {
+        let t = Template::parse(CONDITIONAL).unwrap();
+
+        let outside = t.with_parameters(&[("Kind", "c")]).unwrap_err();
+        let unknown = t.with_parameters(&[("Kinds", "a")]).unwrap_err();
+
+        assert!(outside.to_string().contains("AllowedValues"), "{outside}");
+        assert!(unknown.to_string().contains("Kinds"), "{unknown}");
+    }
+
+    #[test]
+    fn each_bus_kind_creates_its_own_bus_only() {
+        use super::logical_id::{
+            CUSTOM_EVENT_BUS, EVENT_ARCHIVE, EVENT_BUS, ORDER_EVENTS_SUBSCRIBER,
+        };
+        use super::parameter::{CLASSIC, CUSTOM, EVENT_BUS_KIND};
+
+        let default = template().with_parameters(&[]).unwrap();
+        let classic = template()
+            .with_parameters(&[(EVENT_BUS_KIND, CLASSIC)])
+            .unwrap();
+        let custom = template()
+            .with_parameters(&[(EVENT_BUS_KIND, CUSTOM)])
+            .unwrap();
+
+        let has = |t: &Template, id: &str| t.resources.contains_key(id);
+        for t in [&default, &classic] {
+            assert!(has(t, EVENT_BUS) && has(t, EVENT_ARCHIVE));
+            assert!(!has(t, CUSTOM_EVENT_BUS) && !has(t, ORDER_EVENTS_SUBSCRIBER));
+        }
+        assert!(has(&custom, CUSTOM_EVENT_BUS) && has(&custom, ORDER_EVENTS_SUBSCRIBER));
+        assert!(!has(&custom, EVENT_BUS) && !has(&custom, EVENT_ARCHIVE));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The example consumer fed the EventBridge event the relay produces: a fixture captured from a
 //! real relayed message (kept honest by a test that re-derives it from a live relay), delivered
-//! several times.
+//! several times; and fed batches from the FIFO queue of the Custom Event Bus's subscriber, in
+//! order, stopping at a failure.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -20,7 +21,7 @@ use outbox_shared::schema::user_pk;
 use outbox_shared::{Envelope, NewOutboxEvent, OutboundEvent, OutboxItem};
 use outbox_tests::{TestEnv, unique_name, workspace_root};
 use outbox_writer::{ORDER_CREATED, OrderCreated};
-use relay_runtime::{EventBridgePublisher, Publisher};
+use relay_runtime::{EventBridgePublisher, PublishOutcome, Publisher};
 use serde_json::{Value, json};
 
 /// Set to rewrite the fixture from the live relay instead of comparing with it.
@@ -316,4 +317,186 @@ async fn other_events_are_ignored() {
             detail_type: "OrderShipped".to_owned()
         }
     );
+}
+
+/// An inventory that fails once for one order (an inventory outage), then reserves as `inner`.
+struct FailsOnceFor {
+    inner: Arc<DynamoInventory>,
+    order_id: String,
+    failed: std::sync::atomic::AtomicBool,
+}
+
+impl order_consumer::Inventory for FailsOnceFor {
+    async fn reserve(
+        &self,
+        order_id: &str,
+        lines: &[outbox_writer::OrderLine],
+    ) -> Result<Reservation, order_consumer::InventoryError> {
+        use std::sync::atomic::Ordering;
+        if order_id == self.order_id && !self.failed.swap(true, Ordering::SeqCst) {
+            return Err(order_consumer::InventoryError(
+                "stock table unavailable".into(),
+            ));
+        }
+        self.inner.reserve(order_id, lines).await
+    }
+}
+
+/// An `OrderCreated` outbox event for `order_id`, one unit of `sku`.
+fn order_created(env: &TestEnv, order_id: &str, sku: &str) -> OutboundEvent {
+    let data = json!({
+        "orderId": order_id, "userId": "user-1",
+        "items": [{"sku": sku, "quantity": 1, "unitPriceCents": 1250}],
+        "amountCents": 1250, "status": "CREATED", "version": 1,
+        "createdAt": outbox_shared::time::format_timestamp(Utc::now()),
+    });
+    let item = OutboxItem::pending(
+        NewOutboxEvent {
+            partition_key: user_pk("user-1"),
+            event_type: ORDER_CREATED.to_owned(),
+            aggregate_type: "Order".to_owned(),
+            aggregate_id: order_id.to_owned(),
+            sequence: Some(1),
+            payload: data,
+            trace_header: None,
+        },
+        &env.outbox_config(),
+        Utc::now(),
+    )
+    .expect("valid outbox event");
+    OutboundEvent::from_item(&item).expect("envelope")
+}
+
+/// `count` messages from a FIFO queue, as Lambda's SQS event source hands them to the function
+/// (id, receipt handle, body, the message group), in the order received; left on the queue.
+async fn fifo_batch(
+    env: &TestEnv,
+    queue_url: &str,
+    count: usize,
+) -> Vec<order_consumer::SqsMessage> {
+    use aws_sdk_sqs::types::MessageSystemAttributeName;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut batch = Vec::new();
+    while batch.len() < count && std::time::Instant::now() < deadline {
+        let received = env
+            .sqs
+            .receive_message()
+            .queue_url(queue_url)
+            .max_number_of_messages(10)
+            .visibility_timeout(300)
+            .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
+            .send()
+            .await
+            .unwrap();
+        for message in received.messages() {
+            let mut record = order_consumer::SqsMessage::default();
+            record.message_id = message.message_id().map(str::to_owned);
+            record.receipt_handle = message.receipt_handle().map(str::to_owned);
+            record.body = message.body().map(str::to_owned);
+            if let Some(attributes) = message.attributes() {
+                for (name, value) in attributes {
+                    record
+                        .attributes
+                        .insert(name.as_str().to_owned(), value.clone());
+                }
+            }
+            batch.push(record);
+        }
+        if received.messages().is_empty() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    batch
+}
+
+#[tokio::test]
+async fn on_the_fifo_queue_the_consumer_stops_at_a_failure_and_leaves_the_rest_for_their_turn() {
+    // Given a Custom Event Bus with the template's FIFO subscriber, and three orders' OrderCreated
+    // events published to it through the relay's publisher
+    use relay_runtime::{BusKind, BusPublisher, PublisherConfig};
+    let env = TestEnv::new().await;
+    let bus_arn = outbox_infra::create_custom_event_bus(&env.eventbridgev2, &unique_name("bus"))
+        .await
+        .unwrap();
+    let subscriber = outbox_infra::create_fifo_subscriber(
+        &env.eventbridgev2,
+        &env.sqs,
+        &bus_arn,
+        &unique_name("orders"),
+    )
+    .await
+    .unwrap();
+    let publisher = BusPublisher::new(
+        env.bus_clients(),
+        PublisherConfig::of_kind(BusKind::Custom, &bus_arn, outbox_tests::TEST_SOURCE),
+    )
+    .unwrap();
+    let events =
+        ["ord-a", "ord-b", "ord-c"].map(|id| order_created(&env, id, &format!("SKU-{id}")));
+    let outcomes = publisher.publish(&events).await;
+    assert!(
+        outcomes.iter().all(PublishOutcome::is_published),
+        "{outcomes:?}"
+    );
+    let batch = fifo_batch(&env, &subscriber.queue_url, 3).await;
+    assert_eq!(batch.len(), 3);
+    let order_of = |m: &order_consumer::SqsMessage| -> String {
+        let event: Value = serde_json::from_str(m.body.as_deref().unwrap()).unwrap();
+        event["detail"]["data"]["orderId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let orders: Vec<String> = batch.iter().map(order_of).collect();
+
+    // And a consumer whose inventory fails once for the batch's second order
+    let stocked: BTreeMap<&str, u64> =
+        [("SKU-ord-a", 5), ("SKU-ord-b", 5), ("SKU-ord-c", 5)].into();
+    let (store, inventory) = consumer(&env, &stocked).await;
+    let flaky = FailsOnceFor {
+        inner: Arc::clone(&inventory),
+        order_id: orders[1].clone(),
+        failed: false.into(),
+    };
+
+    // When the batch is handled
+    let first = order_consumer::handle_queue_batch(&batch, None, &store, &flaky).await;
+
+    // Then the first message is handled, and the failed one and the one after it are reported
+    // (left on the queue for their turn), the third not run ahead of the second
+    let id = |m: &order_consumer::SqsMessage| m.message_id.clone().unwrap();
+    assert_eq!(first.handled.len(), 1, "{first:?}");
+    assert_eq!(first.handled[0].0, id(&batch[0]));
+    let reported: Vec<&str> = first
+        .response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    assert_eq!(reported, [id(&batch[1]), id(&batch[2])]);
+    let sku = |order: &str| format!("SKU-{order}");
+    assert_eq!(available(&inventory, &sku(&orders[0])).await, 4);
+    assert_eq!(available(&inventory, &sku(&orders[1])).await, 5);
+    assert_eq!(available(&inventory, &sku(&orders[2])).await, 5);
+
+    // When the queue hands out the reported messages again, and the first once more (a
+    // duplicate delivery)
+    let again: Vec<_> = [&batch[1], &batch[2], &batch[0]]
+        .into_iter()
+        .cloned()
+        .collect();
+    let second = order_consumer::handle_queue_batch(&again, None, &store, &flaky).await;
+
+    // Then both are handled in order, the duplicate answered from the store: each order's
+    // stock reserved once
+    assert!(second.response.batch_item_failures.is_empty(), "{second:?}");
+    let replayed: Vec<bool> = second
+        .handled
+        .iter()
+        .map(|(_, h)| matches!(h, Handled::Processed { replayed: true, .. }))
+        .collect();
+    assert_eq!(replayed, [false, false, true]);
+    for order in &orders {
+        assert_eq!(available(&inventory, &sku(order)).await, 4, "{order}");
+    }
 }

@@ -1,7 +1,8 @@
-//! The demo, run as a user runs it: its summary agrees with an independent count of the sink
-//! queue and the table, and ctrl-c leaves no emulator or relay process behind.
+//! The demo, run as a user runs it, on either bus: its summary agrees with an independent count
+//! of an audit queue and the table (on the Custom Event Bus each order is one message group of
+//! the FIFO queue), and ctrl-c leaves no emulator or relay process behind.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -20,17 +21,159 @@ fn demo_binary() -> PathBuf {
     workspace_binary("outbox-demo")
 }
 
+/// A bus for the demo to publish to, the queue it reads, and an audit queue the demo does not
+/// read that receives every event on the same bus.
+struct DemoBus {
+    /// `--bus`.
+    kind: &'static str,
+    /// `--event-bus-name`: the classic bus's name, or the Custom Event Bus's ARN.
+    name: String,
+    /// `--sink-queue-url`.
+    sink_queue_url: String,
+    audit_queue_url: String,
+}
+
+/// The environment's classic bus and sink, and a rule into an audit queue.
+async fn classic_bus(env: &TestEnv) -> DemoBus {
+    let audit_queue_url = env.create_queue(&unique_name("audit")).await;
+    env.route_all_events_to(&audit_queue_url).await;
+    DemoBus {
+        kind: "classic",
+        name: env.bus_name.clone(),
+        sink_queue_url: env.sink_queue_url.clone(),
+        audit_queue_url,
+    }
+}
+
+/// A Custom Event Bus on the double as the template declares it, with two of the template's
+/// FIFO subscribers: one into the demo's sink queue, one into the audit queue.
+async fn custom_bus(env: &TestEnv) -> DemoBus {
+    let bus_arn = outbox_infra::create_custom_event_bus(&env.eventbridgev2, &unique_name("bus"))
+        .await
+        .unwrap();
+    let (sink, audit) = (unique_name("sink"), unique_name("audit"));
+    let [sink, audit] = [sink, audit].map(|name| {
+        let bus_arn = bus_arn.clone();
+        async move {
+            outbox_infra::create_fifo_subscriber(&env.eventbridgev2, &env.sqs, &bus_arn, &name)
+                .await
+                .unwrap()
+        }
+    });
+    let (sink, audit) = (sink.await, audit.await);
+    DemoBus {
+        kind: "custom",
+        name: bus_arn.clone(),
+        sink_queue_url: sink.queue_url,
+        audit_queue_url: audit.queue_url,
+    }
+}
+
+/// Every event on the audit queue, with its message group (FIFO queues), once `expected` have
+/// arrived (the double delivers after PutEvents returns) or 30 s passed.
+async fn audit_events(
+    env: &TestEnv,
+    queue_url: &str,
+    expected: usize,
+) -> Vec<(serde_json::Value, Option<String>)> {
+    use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut events = Vec::new();
+    while events.len() < expected && Instant::now() < deadline {
+        let received = env
+            .sqs
+            .receive_message()
+            .queue_url(queue_url)
+            .max_number_of_messages(10)
+            .visibility_timeout(300)
+            .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
+            .send()
+            .await
+            .unwrap();
+        if received.messages().is_empty() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        let mut deletes = Vec::new();
+        for (i, message) in received.messages().iter().enumerate() {
+            let group = message
+                .attributes()
+                .and_then(|a| a.get(&MessageSystemAttributeName::MessageGroupId))
+                .cloned();
+            events.push((
+                serde_json::from_str(message.body().unwrap()).unwrap(),
+                group,
+            ));
+            deletes.push(
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(message.receipt_handle().unwrap())
+                    .build()
+                    .unwrap(),
+            );
+        }
+        env.sqs
+            .delete_message_batch()
+            .queue_url(queue_url)
+            .set_entries(Some(deletes))
+            .send()
+            .await
+            .unwrap();
+    }
+    events
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn summary_matches_an_independent_count_of_queue_and_table() {
     // Given a provisioned stack whose bus also feeds an audit queue the demo does not read
     let env = TestEnv::new().await;
-    let audit_queue = env.create_queue(&unique_name("audit")).await;
-    env.route_all_events_to(&audit_queue).await;
-    let demo = demo_binary();
+    let bus = classic_bus(&env).await;
 
-    // When the demo runs with a small N over it
+    // When the demo runs with a small N over it, Then its figures match the queue and the table
+    let audit = demo_summary_matches_queue_and_table(&env, &bus).await;
+
+    // And the classic bus's audit queue is a standard queue, without message groups
+    assert!(audit.iter().all(|(_, group)| group.is_none()));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn on_the_custom_bus_the_summary_matches_and_each_order_is_one_message_group_in_order() {
+    // Given a stack whose Custom Event Bus has the template's FIFO subscriber twice: into the
+    // demo's sink queue and into an audit queue
+    let env = TestEnv::new().await;
+    let bus = custom_bus(&env).await;
+
+    // When the demo runs with --bus custom over it, Then its figures match the queue and the table
+    let audit = demo_summary_matches_queue_and_table(&env, &bus).await;
+
+    // And each order's events share one message group of the FIFO queue, no two orders one
+    let mut groups: HashMap<String, HashSet<String>> = HashMap::new();
+    for (event, group) in &audit {
+        let aggregate = event["detail"]["metadata"]["aggregateId"].as_str().unwrap();
+        let group = group.clone().expect("a FIFO message has a group");
+        groups
+            .entry(group)
+            .or_default()
+            .insert(aggregate.to_owned());
+    }
+    assert_eq!(groups.len(), 52, "one group per order: {groups:?}");
+    assert!(
+        groups.values().all(|aggregates| aggregates.len() == 1),
+        "{groups:?}"
+    );
+}
+
+/// Runs the demo with a small N over `env`'s table and dead-letter queue and `bus`, and checks
+/// its summary against an independent count of `bus`'s audit queue and of the table; the audit
+/// queue's events, in the order received.
+async fn demo_summary_matches_queue_and_table(
+    env: &TestEnv,
+    bus: &DemoBus,
+) -> Vec<(serde_json::Value, Option<String>)> {
+    let demo = demo_binary();
     let output = tokio::process::Command::new(&demo)
         .envs(env.credentials_env())
+        .args(["--bus", bus.kind])
         .args([
             "--orders",
             "40",
@@ -44,9 +187,9 @@ async fn summary_matches_an_independent_count_of_queue_and_table() {
             "--table-name",
             &env.table_name,
             "--event-bus-name",
-            &env.bus_name,
+            &bus.name,
         ])
-        .args(["--sink-queue-url", &env.sink_queue_url])
+        .args(["--sink-queue-url", &bus.sink_queue_url])
         .args(["--dead-letter-queue-url", &env.dead_letter_queue_url])
         .output()
         .await
@@ -78,6 +221,7 @@ async fn summary_matches_an_independent_count_of_queue_and_table() {
     );
     // The live relay's latencies: write to published (the relay's own) and write to delivery.
     assert_eq!(summary["rate"], 50, "{summary}");
+    assert_eq!(summary["bus"], bus.kind, "{summary}");
     for (p50, p99) in [
         ("relay_lag_p50_ms", "relay_lag_p99_ms"),
         ("latency_p50_ms", "latency_p99_ms"),
@@ -89,12 +233,15 @@ async fn summary_matches_an_independent_count_of_queue_and_table() {
         assert!(p50 > 0 && p50 <= p99, "{summary}");
     }
 
-    let audit: Vec<String> = env
-        .drain_queue(&audit_queue)
-        .await
+    // (78 events: 52 orders, a quarter of them with two follow-ups)
+    let audit_received = audit_events(env, &bus.audit_queue_url, 78).await;
+    let audit_events: Vec<serde_json::Value> = audit_received
         .iter()
-        .map(|m| {
-            let event: serde_json::Value = serde_json::from_str(m.body().unwrap()).unwrap();
+        .map(|(event, _)| event.clone())
+        .collect();
+    let audit: Vec<String> = audit_events
+        .iter()
+        .map(|event| {
             event["detail"]["metadata"]["eventId"]
                 .as_str()
                 .unwrap()
@@ -109,9 +256,11 @@ async fn summary_matches_an_independent_count_of_queue_and_table() {
         .count();
     let outbox = env.outbox_items().await;
 
-    assert_eq!(summary["written"], 52);
+    // 52 orders, a quarter of them (every fourth) with two follow-up events: 13 * 2 more
+    assert_eq!(summary["orders"], 52);
     assert_eq!(orders, 52);
-    assert_eq!(outbox.len(), 52);
+    assert_eq!(summary["written"], 78);
+    assert_eq!(outbox.len(), 78);
     assert!(outbox.iter().all(|i| i.status == OutboxStatus::Published));
     assert_eq!(summary["delivered"], audit.len());
     assert_eq!(summary["unique_delivered"], unique.len());
@@ -122,13 +271,48 @@ async fn summary_matches_an_independent_count_of_queue_and_table() {
     let published = summary["published_by_stream"].as_u64().unwrap()
         + summary["published_by_poller"].as_u64().unwrap();
     assert!(
-        published >= 52,
-        "relays published {published} of 52: {summary}"
+        published >= 78,
+        "relays published {published} of 78: {summary}"
     );
+    // Each order's events arrived in the order written, at the demo's reader and on the audit
+    // queue (the relays publish an aggregate's events one after the other; moto delivers each
+    // inside its PutEvents call, the double's FIFO subscriber in ingestion order), and with no
+    // reply lost nothing was published twice, so the bus de-duplicated nothing
+    assert_eq!(summary["out_of_order"], 0, "{summary}");
+    assert_eq!(out_of_order_on(&audit_events), 0, "{audit_events:?}");
+    assert_eq!(summary["deduplicated"], 0, "{summary}");
     assert!(
         summary["put_events_calls"].as_u64().unwrap() >= 6,
         "{summary}"
     );
+    audit_received
+}
+
+/// An independent count of the events received before an earlier event (lower
+/// `metadata.sequence`) of their aggregate, over the first delivery of each event id, in the
+/// order `events` were received.
+fn out_of_order_on(events: &[serde_json::Value]) -> u64 {
+    let mut seen = HashSet::new();
+    let mut received: Vec<(String, u64)> = Vec::new();
+    for event in events {
+        let metadata = &event["detail"]["metadata"];
+        if !seen.insert(metadata["eventId"].as_str().unwrap().to_owned()) {
+            continue;
+        }
+        received.push((
+            metadata["aggregateId"].as_str().unwrap().to_owned(),
+            metadata["sequence"].as_u64().unwrap(),
+        ));
+    }
+    let early = received
+        .iter()
+        .enumerate()
+        .filter(|(i, (aggregate, sequence))| {
+            received[i + 1..]
+                .iter()
+                .any(|(later, lower)| later == aggregate && lower < sequence)
+        });
+    early.count() as u64
 }
 
 /// Every `(pid N)` in a line such as `… (pid 1234), … (pid 1235)`.

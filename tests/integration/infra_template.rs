@@ -3,7 +3,9 @@
 //! real event-pattern engine against real stream records, passes only outbox inserts; the lease
 //! table a poller creates is the template's, and the poller service runs on leases and scales on
 //! its backlog; the dead-letter queue local provisioning creates is the template's (1 MiB
-//! messages), and both relays may read its size limit.
+//! messages), and both relays may read its size limit; each bus kind (`EventBusKind`) creates its
+//! own bus, which both relays are given and may publish to, and the Custom Event Bus's example
+//! FIFO subscriber delivers per aggregate into a FIFO queue.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -1430,4 +1432,198 @@ fn the_artefacts_are_built_for_the_templates_architectures_and_the_deploy_asks_n
     assert!(deploy.contains("make lambda-zip"));
     assert!(deploy.contains("make poller-image"));
     assert!(deploy.contains("--no-confirm-changeset"));
+}
+
+/// The template as CloudFormation creates it for `EventBusKind` = `kind`.
+fn for_bus_kind(kind: &str) -> Template {
+    use outbox_infra::template::parameter::EVENT_BUS_KIND;
+    Template::embedded()
+        .unwrap()
+        .with_parameters(&[(EVENT_BUS_KIND, kind)])
+        .unwrap()
+}
+
+/// The poller task's environment entry `name`'s value.
+fn poller_variable(template: &Template, name: &str) -> Value {
+    poller_environment(template)
+        .into_iter()
+        .find(|v| v["Name"] == name)
+        .unwrap_or_else(|| panic!("the poller task sets {name}"))["Value"]
+        .clone()
+}
+
+#[test]
+fn each_bus_kind_gives_both_relays_its_bus_and_kind_and_lets_them_publish_to_that_bus_only() {
+    use clap::Args;
+    use outbox_infra::template::logical_id::{CUSTOM_EVENT_BUS, EVENT_BUS};
+    use outbox_infra::template::parameter::{CLASSIC, CUSTOM};
+
+    // The variables are the ones the relays' publisher flags read, and the kinds the values
+    // they accept
+    let flags = relay_runtime::PublisherArgs::augment_args(clap::Command::new("relay"));
+    let env_of = |id: &str| {
+        flags
+            .get_arguments()
+            .find(|a| a.get_id() == id)
+            .and_then(|a| a.get_env())
+            .and_then(|e| e.to_str())
+            .map(str::to_owned)
+    };
+    assert_eq!(env_of("event_bus_kind").as_deref(), Some("EVENT_BUS_KIND"));
+    assert_eq!(env_of("event_bus_name").as_deref(), Some("EVENT_BUS_NAME"));
+    assert_eq!(relay_runtime::BusKind::VALUES, [CLASSIC, CUSTOM]);
+
+    // The bus each kind creates, and how the relays' setting and IAM statement name it: the
+    // classic bus by name, its ARN from GetAtt; the Custom Event Bus by its ARN, its Ref
+    for (kind, bus, name_value, arn_value) in [
+        (
+            CLASSIC,
+            EVENT_BUS,
+            json!({"!Ref": EVENT_BUS}),
+            json!({"!GetAtt": "EventBus.Arn"}),
+        ),
+        (
+            CUSTOM,
+            CUSTOM_EVENT_BUS,
+            json!({"!Ref": CUSTOM_EVENT_BUS}),
+            json!({"!Ref": CUSTOM_EVENT_BUS}),
+        ),
+    ] {
+        // Given the template for that bus kind
+        let template = for_bus_kind(kind);
+        assert!(template.resources.contains_key(bus), "{kind}: no {bus}");
+
+        // When the relays' environments are read
+        let lambda = properties(&template, "RelayFunction");
+        let variables = &lambda["Environment"]["Variables"];
+
+        // Then both relays get the kind (the parameter, so `classic` or `custom`) and the bus
+        assert!(
+            is_ref_to(&variables["EVENT_BUS_KIND"], "EventBusKind"),
+            "{variables}"
+        );
+        assert!(is_ref_to(
+            &poller_variable(&template, "EVENT_BUS_KIND"),
+            "EventBusKind"
+        ));
+        assert_eq!(variables["EVENT_BUS_NAME"], name_value, "{kind}");
+        assert_eq!(
+            poller_variable(&template, "EVENT_BUS_NAME"),
+            name_value,
+            "{kind}"
+        );
+
+        // And both roles may call events:PutEvents on that bus's ARN, and nothing under the
+        // eventsv2:/eventbridgev2: prefixes IAM accepts but that grants nothing
+        for role in ["RelayFunctionRole", "PollerTaskRole"] {
+            let actions = role_actions(&template, role);
+            let publish: Vec<&String> = actions
+                .iter()
+                .filter(|(action, _)| action == "events:PutEvents")
+                .map(|(_, resource)| resource)
+                .collect();
+            assert_eq!(publish, [&arn_value.to_string()], "{kind} {role}");
+            assert!(
+                actions
+                    .iter()
+                    .all(|(action, _)| action.starts_with("events:") || !action.contains("events")),
+                "{kind} {role}: {actions:?}"
+            );
+        }
+    }
+    // The default is the classic bus
+    let default = Template::embedded().unwrap().with_parameters(&[]).unwrap();
+    assert_eq!(
+        default.resources.keys().collect::<Vec<_>>(),
+        for_bus_kind(CLASSIC).resources.keys().collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn the_custom_bus_retains_events_and_its_fifo_subscriber_delivers_each_aggregate_in_order() {
+    use outbox_infra::template::logical_id::{
+        CUSTOM_EVENT_BUS, ORDER_EVENTS_DELIVERY_FAILURE_QUEUE, ORDER_EVENTS_DELIVERY_ROLE,
+        ORDER_EVENTS_QUEUE, ORDER_EVENTS_SUBSCRIBER,
+    };
+    use outbox_infra::template::parameter::{CUSTOM, CUSTOM_BUS_RETENTION_DAYS};
+    let template = for_bus_kind(CUSTOM);
+
+    // The bus is named by EventBusName and keeps events for the retention parameter, whose
+    // range is the documented 1 to 365 days
+    let bus = properties(&template, CUSTOM_EVENT_BUS);
+    assert_eq!(
+        template.resources[CUSTOM_EVENT_BUS].resource_type,
+        "AWS::EventsV2::EventBus"
+    );
+    assert!(is_ref_to(&bus["Name"], "EventBusName"), "{bus}");
+    assert!(
+        is_ref_to(
+            &bus["StorageConfiguration"]["RetentionPeriodInDays"],
+            CUSTOM_BUS_RETENTION_DAYS
+        ),
+        "{bus}"
+    );
+    assert!(
+        outbox_infra::TEMPLATE_YAML.contains(&format!(
+            "  {CUSTOM_BUS_RETENTION_DAYS}:\n    Type: Number\n    Default: 14\n    MinValue: 1\n    MaxValue: 365\n"
+        )),
+        "the retention parameter and its range"
+    );
+
+    // The subscriber on it is FIFO, into the FIFO queue, each aggregate (the event group) one
+    // message group, with a per-message dedup id (a constant would make SQS drop every message
+    // after the first)
+    let subscriber = properties(&template, ORDER_EVENTS_SUBSCRIBER);
+    assert_eq!(
+        template.resources[ORDER_EVENTS_SUBSCRIBER].resource_type,
+        "AWS::EventsV2::Subscriber"
+    );
+    assert_eq!(subscriber["EventBusArn"], json!({"!Ref": CUSTOM_EVENT_BUS}));
+    assert_eq!(subscriber["Type"], "FIFO");
+    let invoke = &subscriber["InvokeConfiguration"];
+    assert_eq!(
+        invoke["TargetArn"],
+        json!({"!GetAtt": format!("{ORDER_EVENTS_QUEUE}.Arn")})
+    );
+    assert_eq!(
+        invoke["RoleArn"],
+        json!({"!GetAtt": format!("{ORDER_EVENTS_DELIVERY_ROLE}.Arn")})
+    );
+    assert_eq!(
+        invoke["SqsParameters"]["MessageGroupId"],
+        "{% $events.SystemMetadata.EventGroupId %}"
+    );
+    let dedup = invoke["SqsParameters"]["MessageDeduplicationId"]
+        .as_str()
+        .unwrap();
+    assert!(dedup.starts_with("{%") && dedup.ends_with("%}"), "{dedup}");
+    assert_eq!(
+        subscriber["OnFailureConfiguration"]["Arn"],
+        json!({"!GetAtt": format!("{ORDER_EVENTS_DELIVERY_FAILURE_QUEUE}.Arn")})
+    );
+    // (the transform is the default RAW: the classic envelope, as consumers of the classic bus get)
+    assert!(subscriber.get("Transformer").is_none(), "{subscriber}");
+
+    // Both queues are FIFO (AWS requires a FIFO dead-letter queue for a FIFO subscriber)
+    for queue in [ORDER_EVENTS_QUEUE, ORDER_EVENTS_DELIVERY_FAILURE_QUEUE] {
+        let declared = template.scalar_properties(queue).unwrap();
+        assert_eq!(declared["FifoQueue"], "true", "{queue}");
+    }
+
+    // The delivery role trusts EventBridge in this account and may send to those two queues only
+    let role = properties(&template, ORDER_EVENTS_DELIVERY_ROLE);
+    let trust = &role["AssumeRolePolicyDocument"]["Statement"][0];
+    assert_eq!(trust["Principal"]["Service"], "events.amazonaws.com");
+    assert_eq!(trust["Action"], "sts:AssumeRole");
+    assert!(is_ref_to(
+        &trust["Condition"]["StringEquals"]["aws:SourceAccount"],
+        "AWS::AccountId"
+    ));
+    let actions = role_actions(&template, ORDER_EVENTS_DELIVERY_ROLE);
+    let expected = json!([
+        {"!GetAtt": format!("{ORDER_EVENTS_QUEUE}.Arn")},
+        {"!GetAtt": format!("{ORDER_EVENTS_DELIVERY_FAILURE_QUEUE}.Arn")}
+    ])
+    .to_string();
+    assert_eq!(actions, [("sqs:SendMessage".to_owned(), expected)]);
 }

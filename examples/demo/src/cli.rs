@@ -9,12 +9,21 @@ use outbox_shared::ShardCount;
 #[derive(Debug, Parser)]
 #[command(name = "outbox-demo", version)]
 pub(crate) struct Args {
+    /// The bus the relays publish to: the classic bus (a rule into a standard sink queue) or the
+    /// Custom Event Bus (the template's FIFO subscriber into a FIFO sink queue, each order's
+    /// events in order, repeats within 300 s de-duplicated at the bus), on the local double.
+    #[arg(long, value_enum, default_value_t = Bus::Classic)]
+    pub(crate) bus: Bus,
     /// Orders written while the stream relay runs.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub(crate) orders: u64,
     /// Orders written during the simulated stream outage (default: a fifth of --orders, at least 1).
     #[arg(long, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub(crate) outage_orders: Option<u64>,
+    /// Percent of the orders that get follow-up events (two status changes, through the writer's
+    /// optimistic-concurrency update), so their aggregates have three events to keep in order.
+    #[arg(long, default_value_t = 25, value_parser = clap::value_parser!(u64).range(0..=100))]
+    pub(crate) follow_up_percent: u64,
     /// Shards of the pending-event index (writer and poller).
     #[arg(long, default_value = "16")]
     pub(crate) shard_count: ShardCount,
@@ -42,7 +51,7 @@ pub(crate) struct Args {
     #[arg(long)]
     pub(crate) json: bool,
     /// Use an existing table instead of provisioning one (with --event-bus-name, --sink-queue-url and
-    /// --dead-letter-queue-url).
+    /// --dead-letter-queue-url; for --bus custom the bus's ARN and a queue of a FIFO subscriber).
     #[arg(long, requires_all = ["event_bus_name", "sink_queue_url", "dead_letter_queue_url"])]
     pub(crate) table_name: Option<String>,
     #[arg(long, requires = "table_name")]
@@ -52,6 +61,24 @@ pub(crate) struct Args {
     pub(crate) sink_queue_url: Option<String>,
     #[arg(long, requires = "table_name")]
     pub(crate) dead_letter_queue_url: Option<String>,
+}
+
+/// The bus kinds of `--bus`, named as the relays' `EVENT_BUS_KIND` names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Bus {
+    Classic,
+    Custom,
+}
+
+impl Bus {
+    /// The relays' `EVENT_BUS_KIND` (and the template's `EventBusKind`) for this bus.
+    pub(crate) fn kind(self) -> &'static str {
+        use outbox_infra::template::parameter::{CLASSIC, CUSTOM};
+        match self {
+            Self::Classic => CLASSIC,
+            Self::Custom => CUSTOM,
+        }
+    }
 }
 
 /// Default of `--rate`: orders per second the local emulators relay and deliver with room to

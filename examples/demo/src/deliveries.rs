@@ -17,13 +17,19 @@ use tokio::sync::watch;
 
 use crate::env::Env;
 
-/// One delivery on the sink queue: the event id and write-to-delivery latency.
+/// One delivery on the sink queue: the event id, its aggregate and place in it (the envelope's
+/// `aggregateId` and `sequence`, the aggregate's version the writer recorded), and the
+/// write-to-delivery latency.
 pub(crate) struct Delivery {
     pub(crate) event_id: String,
+    pub(crate) aggregate_id: Option<String>,
+    pub(crate) sequence: Option<u64>,
     pub(crate) latency_ms: Option<u64>,
 }
 
-/// Reads and deletes sink-queue messages as they arrive, until `stop` is set and the queue is empty.
+/// Reads and deletes sink-queue messages as they arrive, until `stop` is set and the queue is
+/// empty; the deliveries are in the order they were received (a batch in its order, deleted
+/// before the next is received, so a FIFO queue hands out a group's next message only then).
 pub(crate) async fn read_deliveries(
     env: Env,
     stop: watch::Receiver<bool>,
@@ -69,6 +75,8 @@ pub(crate) async fn read_deliveries(
                 .and_then(|(sent, occurred)| u64::try_from(sent - occurred).ok());
             deliveries.push(Delivery {
                 event_id: envelope.metadata.event_id,
+                aggregate_id: envelope.metadata.aggregate_id,
+                sequence: envelope.metadata.sequence,
                 latency_ms,
             });
         }

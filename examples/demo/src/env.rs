@@ -1,10 +1,12 @@
 //! The stack the demo runs on (table, bus, sink queue, dead-letter queue), provisioned from the
 //! template on the local emulators or given on the command line, and the clients it reads it with.
+//! On the Custom Event Bus (`--bus custom`) the stack's bus is the bus's ARN and its sink queue
+//! the template's FIFO subscriber's queue.
 
 use anyhow::{Result, bail};
 use outbox_infra::LocalStack;
 
-use crate::cli::Args;
+use crate::cli::{Args, Bus};
 use crate::progress::phase;
 
 /// The EventBridge `Source` the demo's writer and relays use.
@@ -26,7 +28,11 @@ impl Env {
 
 pub(crate) async fn provision(args: &Args) -> Result<Env> {
     // The demo creates and fills its own resources: never against an account by accident.
-    for variable in ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB"] {
+    let custom = (args.bus == Bus::Custom).then_some("AWS_ENDPOINT_URL_EVENTBRIDGEV2");
+    for variable in ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB"]
+        .into_iter()
+        .chain(custom)
+    {
         if std::env::var_os(variable).is_none() {
             bail!(
                 "{variable} is not set: run the demo with `make demo`, which starts the local emulators"
@@ -46,18 +52,58 @@ pub(crate) async fn provision(args: &Args) -> Result<Env> {
             LocalStack::existing(&dynamodb, table, bus, sink, dlq).await?
         }
         _ => {
-            phase(
-                "provisioning the table, bus, sink queue and dead-letter queue from infra/template.yaml",
-            );
             let suffix = uuid::Uuid::now_v7().simple().to_string();
-            let eventbridge = aws_sdk_eventbridge::Client::new(&sdk);
-            LocalStack::provision(&dynamodb, &eventbridge, &sqs, &suffix[suffix.len() - 10..])
-                .await?
+            let suffix = &suffix[suffix.len() - 10..];
+            match args.bus {
+                Bus::Classic => {
+                    phase(
+                        "provisioning the table, bus, sink queue and dead-letter queue from infra/template.yaml",
+                    );
+                    let eventbridge = aws_sdk_eventbridge::Client::new(&sdk);
+                    LocalStack::provision(&dynamodb, &eventbridge, &sqs, suffix).await?
+                }
+                Bus::Custom => {
+                    phase(
+                        "provisioning the table, Custom Event Bus, FIFO subscriber and queue, and dead-letter queue from infra/template.yaml",
+                    );
+                    let eventbridgev2 = aws_sdk_eventbridgev2::Client::new(&sdk);
+                    provision_custom(&dynamodb, &eventbridgev2, &sqs, suffix).await?
+                }
+            }
         }
     };
     Ok(Env {
         stack,
         dynamodb,
         sqs,
+    })
+}
+
+/// The template's table and dead-letter queue, and its Custom Event Bus with the example FIFO
+/// subscriber, whose queue is the sink: names end in `suffix`.
+async fn provision_custom(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    eventbridgev2: &aws_sdk_eventbridgev2::Client,
+    sqs: &aws_sdk_sqs::Client,
+    suffix: &str,
+) -> Result<LocalStack> {
+    let table = outbox_infra::create_outbox_table(dynamodb, &format!("outbox-{suffix}")).await?;
+    let bus_arn =
+        outbox_infra::create_custom_event_bus(eventbridgev2, &format!("bus-{suffix}")).await?;
+    let subscriber = outbox_infra::create_fifo_subscriber(
+        eventbridgev2,
+        sqs,
+        &bus_arn,
+        &format!("sink-{suffix}"),
+    )
+    .await?;
+    let dead_letters =
+        outbox_infra::create_dead_letter_queue(sqs, &format!("dlq-{suffix}")).await?;
+    Ok(LocalStack {
+        table_name: table.table_name,
+        stream_arn: table.stream_arn,
+        bus_name: bus_arn,
+        sink_queue_url: subscriber.queue_url,
+        dead_letter_queue_url: dead_letters.queue_url,
     })
 }

@@ -1,13 +1,16 @@
 //! `outbox-demo`: the main job end to end on the local emulators.
 //!
 //! 1. writes N orders through `create_order_with_outbox`, paced at `--rate` orders per second,
-//!    while `relay-stream-local` relays them;
+//!    and for `--follow-up-percent` of them two status changes through the writer's
+//!    optimistic-concurrency update (so those aggregates have three events), while
+//!    `relay-stream-local` relays them;
 //! 2. stops the stream relay (a simulated stream outage) and writes more orders;
 //! 3. backfills those with `relay-poller drain`;
 //! 4. reads everything the bus delivered to the sink queue and the outbox items' `PublishedAt`, and
-//!    prints a summary: written, published, duplicates, missing (must be 0), dead-lettered, the
-//!    live relay's latency (write to published, the relay's own; write to delivery on the sink,
-//!    through the emulator's rule), PutEvents calls.
+//!    prints a summary: written, published, duplicates, out of order (an event received before an
+//!    earlier one of its aggregate), missing (must be 0), dead-lettered, de-duplicated by the bus,
+//!    the live relay's latency (write to published, the relay's own; write to delivery on the
+//!    sink, through the emulator's rule), PutEvents calls.
 //!
 //! It exits non-zero if any event is missing. Run it with `make demo`, which installs and starts
 //! the emulators first; every child process is stopped on exit, ctrl-c included. The relays' logs
@@ -40,7 +43,7 @@ use tokio::sync::watch;
 use crate::cli::Args;
 use crate::deliveries::{read_deliveries, relay_lags, watch_deliveries};
 use crate::env::{SOURCE, provision};
-use crate::orders::write_orders;
+use crate::orders::{events_of, write_orders};
 use crate::progress::{bar, phase};
 use crate::relays::{relay_binary, spawn_relay, stop_relay, stop_relay_when_done};
 use crate::summary::{Summary, Written, print_summary, summarize};
@@ -117,19 +120,21 @@ async fn run(args: &Args) -> Result<Summary> {
     let delivered = Arc::new(AtomicU64::new(0));
     let (stop_reading, stop) = watch::channel(false);
     let reader = tokio::spawn(read_deliveries(env.clone(), stop, Arc::clone(&delivered)));
-    let written_bar = bars.add(bar(args.orders, "written  "));
-    let delivered_bar = bars.add(bar(args.orders, "delivered"));
+    let live_events = events_of(0..args.orders, args.follow_up_percent);
+    let written_bar = bars.add(bar(args.orders, "orders   "));
+    let delivered_bar = bars.add(bar(live_events, "delivered"));
     let (written, watched) = tokio::join!(
         write_orders(
             &writer,
             0..args.orders,
             Some(args.rate),
             args.concurrency,
+            args.follow_up_percent,
             &written_bar
         ),
         watch_deliveries(
             &delivered,
-            args.orders,
+            live_events,
             args.timeout.into(),
             &delivered_bar,
             &mut stream_relay
@@ -148,13 +153,14 @@ async fn run(args: &Args) -> Result<Summary> {
     phase(&format!(
         "2/4 stream relay stopped (simulated outage); writing {outage_orders} more orders"
     ));
-    let outage_bar = bars.add(bar(outage_orders, "written  "));
+    let outage_bar = bars.add(bar(outage_orders, "orders   "));
     // Unpaced: nothing relays these now, so no latency is measured on them.
     let outage_written = write_orders(
         &writer,
         args.orders..args.orders + outage_orders,
         None,
         args.concurrency,
+        args.follow_up_percent,
         &outage_bar,
     )
     .await;
@@ -180,6 +186,8 @@ async fn run(args: &Args) -> Result<Summary> {
     let relay_lags = relay_lags(env).await?;
     let summary = summarize(
         &Written {
+            bus: args.bus.kind(),
+            orders: args.orders + outage_orders,
             all: &written_ids,
             live: &live_ids,
             rate: args.rate,

@@ -1,5 +1,5 @@
-//! The summary of a run: what was written, published, delivered, duplicated or missing, and the
-//! live relay's latencies, printed as a table (and with `--json` as one line).
+//! The summary of a run: what was written, published, delivered, duplicated, out of order or
+//! missing, and the live relay's latencies, printed as a table (and with `--json` as one line).
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -13,7 +13,11 @@ use crate::relays::RelaySummary;
 /// What the demo observed; also printed as JSON with `--json`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Summary {
-    /// Orders (and so `OrderCreated` events) written.
+    /// The bus the relays published to: `classic` or `custom` (`--bus`).
+    pub(crate) bus: String,
+    /// Orders written (each an aggregate with its `OrderCreated` event).
+    pub(crate) orders: u64,
+    /// Events written: every order's `OrderCreated` and the follow-ups' `OrderStatusChanged`.
     pub(crate) written: u64,
     /// Events the stream relay reported published.
     pub(crate) published_by_stream: u64,
@@ -25,6 +29,13 @@ pub(crate) struct Summary {
     pub(crate) unique_delivered: u64,
     /// Deliveries beyond the first of an event id.
     pub(crate) duplicates: u64,
+    /// Events received before an earlier event of the same aggregate (a lower `sequence`, the
+    /// aggregate's version the writer recorded), counting each event's first delivery: 0 when
+    /// every aggregate's events arrived in the order they were written.
+    pub(crate) out_of_order: u64,
+    /// Entries the bus answered `DEDUPLICATED` (a repeat within the Custom Event Bus's 300 s
+    /// window, not delivered again), as both relays reported them; 0 on the classic bus.
+    pub(crate) deduplicated: u64,
     /// Written events never delivered: must be 0.
     pub(crate) missing: u64,
     /// Events sent to the dead-letter queue by either relay.
@@ -46,6 +57,8 @@ pub(crate) struct Summary {
 /// The events the demo wrote: all of them, those written while the stream relay ran (whose
 /// latencies are the live relay's), and the rate those were written at.
 pub(crate) struct Written<'a> {
+    pub(crate) bus: &'a str,
+    pub(crate) orders: u64,
     pub(crate) all: &'a [String],
     pub(crate) live: &'a HashSet<String>,
     pub(crate) rate: u64,
@@ -87,12 +100,16 @@ pub(crate) fn summarize(
     let delivered = deliveries.len() as u64;
     let unique = first_latency.len() as u64;
     Summary {
+        bus: written.bus.to_owned(),
+        orders: written.orders,
         written: written.all.len() as u64,
         published_by_stream: stream.published,
         published_by_poller: poller.published,
         delivered,
         unique_delivered: unique,
         duplicates: delivered - unique,
+        out_of_order: out_of_order(deliveries),
+        deduplicated: stream.deduplicated + poller.deduplicated,
         missing: missing as u64,
         dead_lettered: (stream.dead_lettered + poller.dead_lettered).max(dead_letters_on_queue),
         rate: written.rate,
@@ -103,6 +120,38 @@ pub(crate) fn summarize(
         put_events_calls: stream.put_events_calls + poller.put_events_calls,
         seconds: (elapsed.as_secs_f64() * 10.0).round() / 10.0,
     }
+}
+
+/// Events received before an earlier event of their aggregate: in each aggregate's first
+/// deliveries, in the order received, those with a `sequence` above one received after them.
+/// A repeated delivery is a duplicate, not counted here; events without an aggregate or a
+/// `sequence` have no order to keep.
+fn out_of_order(deliveries: &[Delivery]) -> u64 {
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut by_aggregate: HashMap<&str, Vec<u64>> = HashMap::new();
+    for delivery in deliveries {
+        if !seen.insert(delivery.event_id.as_str()) {
+            continue;
+        }
+        if let (Some(aggregate), Some(sequence)) = (&delivery.aggregate_id, delivery.sequence) {
+            by_aggregate.entry(aggregate).or_default().push(sequence);
+        }
+    }
+    by_aggregate
+        .values()
+        .map(|received| {
+            // From the last received back: an event is early when a lower sequence follows it.
+            let mut lowest_after = u64::MAX;
+            let mut early = 0;
+            for &sequence in received.iter().rev() {
+                if sequence > lowest_after {
+                    early += 1;
+                }
+                lowest_after = lowest_after.min(sequence);
+            }
+            early
+        })
+        .sum()
 }
 
 /// Nearest-rank percentile of sorted values (0 when empty).
@@ -116,8 +165,10 @@ fn percentile(sorted: &[u64], p: usize) -> u64 {
 
 /// Prints the summary table on stdout, with what its latencies measure and where the logs are.
 pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
-    let rows: [(&str, String); 12] = [
-        ("written", s.written.to_string()),
+    let rows: [(&str, String); 16] = [
+        ("bus", s.bus.clone()),
+        ("orders written", s.orders.to_string()),
+        ("events written", s.written.to_string()),
         (
             "published by stream relay",
             s.published_by_stream.to_string(),
@@ -128,8 +179,10 @@ pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
         ),
         ("delivered to sink queue", s.delivered.to_string()),
         ("duplicates", s.duplicates.to_string()),
+        ("out of order", s.out_of_order.to_string()),
         ("missing", s.missing.to_string()),
         ("dead-lettered", s.dead_lettered.to_string()),
+        ("de-duplicated by the bus", s.deduplicated.to_string()),
         ("live relay, written at", format!("{} orders/s", s.rate)),
         (
             "  relay lag p50 / p99",
@@ -164,7 +217,19 @@ pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
     println!(
         "  stream relay ran; write-to-delivery: to the event's arrival on the sink queue through"
     );
-    println!("  the local emulator's EventBridge rule (moto delivers inside the PutEvents call).");
+    if s.bus == outbox_infra::template::parameter::CUSTOM {
+        println!(
+            "  the local Custom Event Bus's FIFO subscriber (the double delivers after PutEvents)."
+        );
+    } else {
+        println!(
+            "  the local emulator's EventBridge rule (moto delivers inside the PutEvents call)."
+        );
+    }
+    println!("out of order: events received before an earlier event (lower sequence) of the same");
+    println!(
+        "  order; de-duplicated: repeats the bus recognised by their event id and did not store."
+    );
     println!("relay logs and metrics: {}", log_dir.display());
 }
 
@@ -191,6 +256,8 @@ mod tests {
         ];
         let d = |id: &str, ms| Delivery {
             event_id: id.to_owned(),
+            aggregate_id: Some(id.to_owned()),
+            sequence: Some(1),
             latency_ms: Some(ms),
         };
         let deliveries = vec![d("a", 10), d("a", 50), d("b", 20), d("c", 9000)];
@@ -200,6 +267,8 @@ mod tests {
             .into();
         let s = summarize(
             &Written {
+                bus: "classic",
+                orders: 4,
                 all: &written,
                 live: &live,
                 rate: 50,
@@ -219,5 +288,74 @@ mod tests {
         assert_eq!((s.latency_p50_ms, s.latency_p99_ms), (10, 20));
         assert_eq!((s.relay_lag_p50_ms, s.relay_lag_p99_ms), (5, 7));
         assert_eq!(s.rate, 50);
+        assert_eq!((s.orders, s.written, s.out_of_order), (4, 4, 0));
+    }
+
+    /// Deliveries `(event id, aggregate, sequence)` in the order received.
+    fn received(events: &[(&str, &str, u64)]) -> Vec<Delivery> {
+        events
+            .iter()
+            .map(|(id, aggregate, sequence)| Delivery {
+                event_id: (*id).to_owned(),
+                aggregate_id: Some((*aggregate).to_owned()),
+                sequence: Some(*sequence),
+                latency_ms: None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn out_of_order_counts_events_received_before_an_earlier_event_of_their_aggregate() {
+        // In order per aggregate, aggregates interleaved: none
+        let interleaved = received(&[
+            ("a1", "a", 1),
+            ("b1", "b", 1),
+            ("a2", "a", 2),
+            ("b2", "b", 2),
+        ]);
+        assert_eq!(out_of_order(&interleaved), 0);
+
+        // a3 and a2 arrived before a1, and a3 before a2: two events early
+        let reversed = received(&[("a3", "a", 3), ("a2", "a", 2), ("a1", "a", 1)]);
+        assert_eq!(out_of_order(&reversed), 2);
+
+        // a2 early (before a1); a3 after both is in order
+        let one_swap = received(&[
+            ("a2", "a", 2),
+            ("a1", "a", 1),
+            ("a3", "a", 3),
+            ("b1", "b", 1),
+        ]);
+        assert_eq!(out_of_order(&one_swap), 1);
+    }
+
+    #[test]
+    fn a_repeated_delivery_is_a_duplicate_not_out_of_order() {
+        // a1 delivered again after a2: its first delivery was in order
+        let repeated = received(&[("a1", "a", 1), ("a2", "a", 2), ("a1", "a", 1)]);
+
+        assert_eq!(out_of_order(&repeated), 0);
+        let s = summarize(
+            &Written {
+                bus: "custom",
+                orders: 1,
+                all: &["a1".to_owned(), "a2".to_owned()],
+                live: &HashSet::new(),
+                rate: 50,
+            },
+            &repeated,
+            &HashMap::new(),
+            &RelaySummary {
+                deduplicated: 2,
+                ..RelaySummary::default()
+            },
+            &RelaySummary {
+                deduplicated: 1,
+                ..RelaySummary::default()
+            },
+            0,
+            Duration::from_secs(1),
+        );
+        assert_eq!((s.duplicates, s.out_of_order, s.deduplicated), (1, 0, 3));
     }
 }

@@ -8,16 +8,22 @@
 //! the claim so the retry runs. The event's `data` is the writer's own [`outbox_writer::OrderCreated`].
 //!
 //! - [`handle_event`]: the handler, generic over the [`Inventory`] port;
+//! - [`handle_queue_batch`]: the same for a batch from an SQS FIFO queue (the Custom Event Bus's
+//!   FIFO subscriber's target), in order, stopping at the first failure;
 //! - [`DynamoInventory`]: the inventory on the [`stock`] table;
 //! - [`ExampleArgs`]: the configuration the `example-consumer` binary reads.
 
 mod config;
 mod handler;
 mod inventory;
+mod queue;
 pub mod stock;
 
 pub use config::ExampleArgs;
 pub use handler::{EventBridgeEvent, Handled, HandlerError, handle_event};
 pub use inventory::{
     DynamoInventory, Inventory, InventoryError, Reservation, ReservedLine, StockLevel,
+};
+pub use queue::{
+    BatchItemFailure, QueueBatch, SqsBatchResponse, SqsEvent, SqsMessage, handle_queue_batch,
 };

@@ -1,9 +1,15 @@
-//! The example consumer Lambda: reserves stock for `OrderCreated` events, once per event.
+//! The example consumer Lambda: reserves stock for `OrderCreated` events, once per event,
+//! triggered by the classic bus (one EventBridge event) or by an SQS FIFO queue of the Custom
+//! Event Bus's FIFO subscriber (a batch of `Records`, handled in order, with
+//! `ReportBatchItemFailures`).
 
 use anyhow::Context as _;
 use clap::Parser;
 use lambda_runtime::{LambdaEvent, service_fn};
-use order_consumer::{DynamoInventory, EventBridgeEvent, ExampleArgs, handle_event};
+use order_consumer::{
+    DynamoInventory, EventBridgeEvent, ExampleArgs, HandlerError, SqsEvent, handle_event,
+    handle_queue_batch,
+};
 use outbox_consumer::{IdempotencyStore, OccTable};
 
 #[tokio::main]
@@ -17,11 +23,29 @@ async fn main() -> anyhow::Result<()> {
     let inventory = DynamoInventory::new(OccTable::new(dynamodb, occ)?);
     let (store, inventory) = (&store, &inventory);
     lambda_runtime::run(service_fn(
-        move |event: LambdaEvent<EventBridgeEvent<serde_json::Value>>| async move {
+        move |event: LambdaEvent<serde_json::Value>| async move {
             let deadline = i64::try_from(event.context.deadline)
                 .ok()
                 .and_then(chrono::DateTime::from_timestamp_millis);
-            handle_event(&event.payload, deadline, store, inventory).await
+            let malformed = |e: serde_json::Error| HandlerError::Malformed(e.to_string());
+            // An SQS trigger's payload is `{"Records": [...]}`; EventBridge's is one event.
+            if event.payload.get("Records").is_some() {
+                let batch: SqsEvent = serde_json::from_value(event.payload).map_err(malformed)?;
+                // Boxed: both handlers' futures inline in one block overflow the layout query.
+                let outcome = Box::pin(handle_queue_batch(
+                    &batch.records,
+                    deadline,
+                    store,
+                    inventory,
+                ))
+                .await;
+                serde_json::to_value(outcome.response).map_err(malformed)
+            } else {
+                let event: EventBridgeEvent<serde_json::Value> =
+                    serde_json::from_value(event.payload).map_err(malformed)?;
+                let handled = Box::pin(handle_event(&event, deadline, store, inventory)).await?;
+                serde_json::to_value(handled).map_err(malformed)
+            }
         },
     ))
     .await

@@ -1,0 +1,79 @@
+//! The consumer on an SQS FIFO queue: the target of the Custom Event Bus's FIFO subscriber
+//! (infra/template.yaml `OrderEventsSubscriber`), whose default `RAW` delivery makes each
+//! message body the classic EventBridge event, so each message is handled by [`handle_event`].
+//!
+//! Order: SQS hands a message group (an aggregate) to one receiver at a time, in order, and a
+//! Lambda batch keeps that order. [`handle_queue_batch`] handles the batch's messages one after
+//! the other and stops at the first that fails: it and every later message are reported as batch
+//! item failures (AWS's rule for FIFO queues with `ReportBatchItemFailures`), so the queue hands
+//! them out again in their order and nothing of a group runs ahead of an earlier event that
+//! failed. Duplicates (a redelivered message, a re-publish) are answered by the idempotency
+//! store, as on the classic bus.
+
+pub use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use chrono::{DateTime, Utc};
+use outbox_consumer::{Clock, IdempotencyStore};
+use tracing::warn;
+
+use crate::handler::{EventBridgeEvent, Handled, HandlerError, handle_event};
+use crate::inventory::Inventory;
+
+/// What a batch from the queue came to: each handled message's id and outcome, in order, and
+/// the response that tells Lambda which messages to leave on the queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueBatch {
+    /// The messages handled, in the order received (those before the first failure).
+    pub handled: Vec<(String, Handled)>,
+    /// The first message that failed, why, and every message after it (left on the queue).
+    pub response: SqsBatchResponse,
+}
+
+/// Handles a batch of queue messages in the order received, stopping at the first failure.
+///
+/// `deadline` is the invocation's deadline; it bounds the idempotency lock.
+pub async fn handle_queue_batch<I: Inventory, C: Clock>(
+    messages: &[SqsMessage],
+    deadline: Option<DateTime<Utc>>,
+    store: &IdempotencyStore<C>,
+    inventory: &I,
+) -> QueueBatch {
+    let mut handled = Vec::with_capacity(messages.len());
+    for (index, message) in messages.iter().enumerate() {
+        let id = message.message_id.clone().unwrap_or_default();
+        let outcome = match decode(message) {
+            Ok(event) => handle_event(&event, deadline, store, inventory).await,
+            Err(malformed) => Err(malformed),
+        };
+        match outcome {
+            Ok(outcome) => handled.push((id, outcome)),
+            Err(error) => {
+                let left = messages.len() - index;
+                warn!(message_id = %id, retryable = error.is_retryable(), left, error = %error,
+                    "queue message not handled; it and the batch's later messages stay on the queue");
+                let mut response = SqsBatchResponse::default();
+                response.batch_item_failures = messages[index..]
+                    .iter()
+                    .map(|m| {
+                        let mut failure = BatchItemFailure::default();
+                        failure.item_identifier = m.message_id.clone().unwrap_or_default();
+                        failure
+                    })
+                    .collect();
+                return QueueBatch { handled, response };
+            }
+        }
+    }
+    QueueBatch {
+        handled,
+        response: SqsBatchResponse::default(),
+    }
+}
+
+/// The EventBridge event a message carries (`RAW` delivery: the body is the classic event).
+fn decode(message: &SqsMessage) -> Result<EventBridgeEvent<serde_json::Value>, HandlerError> {
+    let body = message
+        .body
+        .as_deref()
+        .ok_or_else(|| HandlerError::Malformed("queue message without a body".to_owned()))?;
+    serde_json::from_str(body).map_err(|e| HandlerError::Malformed(e.to_string()))
+}
