@@ -11,11 +11,11 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::query::QueryError;
 use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Select};
+use aws_sdk_dynamodb::types::{AttributeValue, Select};
 use outbox_shared::SdkFailure;
 use outbox_shared::schema::{self, attr};
 use relay_runtime::Hold;
-use relay_runtime::holds::{BATCH_GET_MAX_KEYS, BATCH_GET_MAX_ROUNDS};
+use relay_runtime::batch_get::consistent_items;
 
 /// A raw item as the index returns it (the index projects all attributes).
 pub type RawItem = HashMap<String, AttributeValue>;
@@ -140,58 +140,26 @@ impl DynamoPendingIndex {
             target: format!("events left under the hold of {}", hold.ordering_key),
             failure,
         };
-        for chunk in hold.left.chunks(BATCH_GET_MAX_KEYS) {
-            let keys = chunk
-                .iter()
-                .map(|key| {
-                    HashMap::from([
-                        (attr::PK.to_owned(), AttributeValue::S(key.pk.clone())),
-                        (attr::SK.to_owned(), AttributeValue::S(key.sk.clone())),
-                    ])
-                })
-                .collect();
-            let mut request = Some(
-                KeysAndAttributes::builder()
-                    .set_keys(Some(keys))
-                    .consistent_read(true)
-                    .projection_expression("#gsi1pk")
-                    .expression_attribute_names("#gsi1pk", attr::GSI1PK)
-                    .build()
-                    .expect("keys are set"),
-            );
-            let mut rounds = 0;
-            while let Some(keys) = request.take() {
-                rounds += 1;
-                let output = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table_name, keys)
-                    .send()
-                    .await
-                    .map_err(|e| failed(SdkFailure::new("BatchGetItem", e)))?;
-                let pending = output
-                    .responses
-                    .as_ref()
-                    .and_then(|r| r.get(&self.table_name))
-                    .into_iter()
-                    .flatten()
-                    .any(|item| item.contains_key(attr::GSI1PK));
-                if pending {
-                    return Ok(true);
-                }
-                request = output
-                    .unprocessed_keys
-                    .and_then(|mut u| u.remove(&self.table_name))
-                    .filter(|k| !k.keys().is_empty());
-                if request.is_some() && rounds >= BATCH_GET_MAX_ROUNDS {
-                    return Err(failed(SdkFailure::incomplete(
-                        "BatchGetItem",
-                        "keys of events left under a hold still unprocessed after retries",
-                    )));
-                }
-            }
-        }
-        Ok(false)
+        let keys = hold
+            .left
+            .iter()
+            .map(|key| {
+                HashMap::from([
+                    (attr::PK.to_owned(), AttributeValue::S(key.pk.clone())),
+                    (attr::SK.to_owned(), AttributeValue::S(key.sk.clone())),
+                ])
+            })
+            .collect();
+        let items = consistent_items(
+            &self.client,
+            &self.table_name,
+            keys,
+            Some(attr::GSI1PK),
+            "keys of events left under a hold still unprocessed after retries",
+        )
+        .await
+        .map_err(failed)?;
+        Ok(items.iter().any(|item| item.contains_key(attr::GSI1PK)))
     }
 }
 

@@ -33,12 +33,13 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::Utc;
 use outbox_shared::schema::{self, attr};
 use outbox_shared::time::format_timestamp;
 use outbox_shared::{ItemKey, SdkFailure};
 
+use crate::batch_get::consistent_items;
 use crate::status_store::ttl_after;
 
 /// An aggregate the stream relay left to the poller.
@@ -109,11 +110,6 @@ pub fn parse_left_element(element: &str) -> Option<ItemKey> {
     let [pk, sk]: [String; 2] = serde_json::from_str(element).ok()?;
     Some(ItemKey { pk, sk })
 }
-
-/// Keys one `BatchGetItem` may ask for.
-pub const BATCH_GET_MAX_KEYS: usize = 100;
-/// `BatchGetItem` rounds for unprocessed keys before giving up.
-pub const BATCH_GET_MAX_ROUNDS: u32 = 5;
 
 /// The calls that hold aggregates, record what is left under a hold and read holds (the stream
 /// relay's hold mode): [`DynamoHoldStore::hold`] and [`DynamoHoldStore::leave`] (`UpdateItem`s) and
@@ -248,50 +244,19 @@ impl HoldStore for DynamoHoldStore {
     }
 
     async fn held(&self, ordering_keys: &[String]) -> Result<HashSet<String>, SdkFailure> {
-        let mut held = HashSet::new();
-        for chunk in ordering_keys.chunks(BATCH_GET_MAX_KEYS) {
-            let keys = chunk.iter().map(|k| Self::key(k)).collect();
-            let mut request = Some(
-                KeysAndAttributes::builder()
-                    .set_keys(Some(keys))
-                    .consistent_read(true)
-                    .build()
-                    .expect("keys are set"),
-            );
-            let mut rounds = 0;
-            while let Some(keys) = request.take() {
-                rounds += 1;
-                let output = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table_name, keys)
-                    .send()
-                    .await
-                    .map_err(|e| SdkFailure::new("BatchGetItem", e))?;
-                for item in output
-                    .responses
-                    .as_ref()
-                    .and_then(|r| r.get(&self.table_name))
-                    .into_iter()
-                    .flatten()
-                {
-                    if let Some(key) = item.get(attr::ORDERING_KEY).and_then(|v| v.as_s().ok()) {
-                        held.insert(key.clone());
-                    }
-                }
-                request = output
-                    .unprocessed_keys
-                    .and_then(|mut u| u.remove(&self.table_name))
-                    .filter(|k| !k.keys().is_empty());
-                if request.is_some() && rounds >= BATCH_GET_MAX_ROUNDS {
-                    return Err(SdkFailure::incomplete(
-                        "BatchGetItem",
-                        "hold keys still unprocessed after retries",
-                    ));
-                }
-            }
-        }
-        Ok(held)
+        let keys = ordering_keys.iter().map(|k| Self::key(k)).collect();
+        let items = consistent_items(
+            &self.client,
+            &self.table_name,
+            keys,
+            Some(attr::ORDERING_KEY),
+            "hold keys still unprocessed after retries",
+        )
+        .await?;
+        Ok(items
+            .iter()
+            .filter_map(|item| item.get(attr::ORDERING_KEY)?.as_s().ok().cloned())
+            .collect())
     }
 
     async fn list(&self) -> Result<Vec<Hold>, SdkFailure> {
