@@ -397,16 +397,7 @@ impl State {
                         .collect()
                 })
                 .unwrap_or_default();
-            let plan: Vec<Option<&'static str>> = details
-                .iter()
-                .map(|detail| {
-                    (self.first_attempt_of_a_first_event(detail)
-                        || self.percent(&mut rng, self.rates.put_events_entries))
-                    .then_some("InternalException")
-                })
-                .collect();
-            counts.failed_entries += plan.iter().flatten().count() as u64;
-            return Plan::Entries(plan);
+            return self.fail_entries(&mut rng, counts, &details, "InternalException");
         }
         if target == PUT_EVENTS {
             if let Some(message) = put_events_refusal(body) {
@@ -431,19 +422,32 @@ impl State {
                     })
                 })
                 .unwrap_or_default();
-            let plan: Vec<Option<&'static str>> = details
-                .iter()
-                .map(|detail| {
-                    (self.first_attempt_of_a_first_event(detail)
-                        || self.percent(&mut rng, self.rates.put_events_entries))
-                    .then_some("InternalFailure")
-                })
-                .collect();
-            counts.failed_entries += plan.iter().flatten().count() as u64;
-            return Plan::Entries(plan);
+            return self.fail_entries(&mut rng, counts, &details, "InternalFailure");
         }
         counts.passed_calls += 1;
         Plan::Pass
+    }
+
+    /// The plan for a `PutEvents` call (either bus) whose entries have the details `details`: an
+    /// entry fails with the bus's per-entry `code` if it is an aggregate's first event on its first
+    /// attempt (while [`FaultProxy::fail_first_events_once`] is on) or at the entry failure rate.
+    fn fail_entries(
+        &self,
+        rng: &mut StdRng,
+        counts: &mut FaultCounts,
+        details: &[String],
+        code: &'static str,
+    ) -> Plan {
+        let plan: Vec<Option<&'static str>> = details
+            .iter()
+            .map(|detail| {
+                (self.first_attempt_of_a_first_event(detail)
+                    || self.percent(rng, self.rates.put_events_entries))
+                .then_some(code)
+            })
+            .collect();
+        counts.failed_entries += plan.iter().flatten().count() as u64;
+        Plan::Entries(plan)
     }
 
     /// Whether the entry of `detail` is an aggregate's first event on its first attempt while
