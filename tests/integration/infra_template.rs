@@ -23,17 +23,18 @@ fn pairs<'a>(keys: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<(String,
         .collect()
 }
 
-#[tokio::test]
-async fn local_table_has_the_templates_keys_index_stream_and_ttl() {
-    // Given the template's table and a table provisioned locally from it
-    let spec = Template::embedded().unwrap().outbox_table().unwrap();
-    let env = TestEnv::new().await;
-
-    // When the emulator describes the table and its TTL
-    let table = env
+/// A table as the emulator describes it, and its TTL.
+async fn described(
+    env: &TestEnv,
+    table: &str,
+) -> (
+    aws_sdk_dynamodb::types::TableDescription,
+    aws_sdk_dynamodb::types::TimeToLiveDescription,
+) {
+    let described = env
         .dynamodb
         .describe_table()
-        .table_name(&env.table_name)
+        .table_name(table)
         .send()
         .await
         .unwrap()
@@ -42,12 +43,45 @@ async fn local_table_has_the_templates_keys_index_stream_and_ttl() {
     let ttl = env
         .dynamodb
         .describe_time_to_live()
-        .table_name(&env.table_name)
+        .table_name(table)
         .send()
         .await
         .unwrap()
         .time_to_live_description
         .unwrap();
+    (described, ttl)
+}
+
+/// A described table's key schema as (attribute, key type) pairs.
+fn described_keys(table: &aws_sdk_dynamodb::types::TableDescription) -> Vec<(String, String)> {
+    table
+        .key_schema()
+        .iter()
+        .map(|k| {
+            (
+                k.attribute_name().to_owned(),
+                k.key_type().as_str().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// A template table's key schema as (attribute, key type) pairs.
+fn template_keys(key_schema: &[outbox_infra::template::KeyElement]) -> Vec<(String, String)> {
+    key_schema
+        .iter()
+        .map(|k| (k.attribute_name.clone(), k.key_type.clone()))
+        .collect()
+}
+
+#[tokio::test]
+async fn local_table_has_the_templates_keys_index_stream_and_ttl() {
+    // Given the template's table and a table provisioned locally from it
+    let spec = Template::embedded().unwrap().outbox_table().unwrap();
+    let env = TestEnv::new().await;
+
+    // When the emulator describes the table and its TTL
+    let (table, ttl) = described(&env, &env.table_name).await;
 
     // Then keys, attribute types, index, stream view type and TTL attribute are the template's
     assert_eq!(
@@ -423,42 +457,11 @@ async fn the_lease_table_a_poller_creates_is_the_templates() {
         .unwrap();
 
     // When the emulator describes it
-    let table = env
-        .dynamodb
-        .describe_table()
-        .table_name(&name)
-        .send()
-        .await
-        .unwrap()
-        .table
-        .unwrap();
-    let ttl = env
-        .dynamodb
-        .describe_time_to_live()
-        .table_name(&name)
-        .send()
-        .await
-        .unwrap()
-        .time_to_live_description
-        .unwrap();
+    let (table, ttl) = described(&env, &name).await;
 
     // Then keys, billing and TTL are the template's, named as the poller names them
-    let keys: Vec<(String, String)> = table
-        .key_schema()
-        .iter()
-        .map(|k| {
-            (
-                k.attribute_name().to_owned(),
-                k.key_type().as_str().to_owned(),
-            )
-        })
-        .collect();
-    let template_keys: Vec<(String, String)> = spec
-        .key_schema
-        .iter()
-        .map(|k| (k.attribute_name.clone(), k.key_type.clone()))
-        .collect();
-    assert_eq!(keys, template_keys);
+    let keys = described_keys(&table);
+    assert_eq!(keys, template_keys(&spec.key_schema));
     assert_eq!(keys, pairs([(lease_attr::LEASE_KEY, "HASH")]));
     assert_eq!(spec.billing_mode, "PAY_PER_REQUEST");
     assert_eq!(
@@ -948,42 +951,11 @@ async fn the_consumers_idempotency_table_is_optional_and_the_one_the_consumer_cr
         .unwrap();
 
     // When the emulator describes it
-    let table = env
-        .dynamodb
-        .describe_table()
-        .table_name(&name)
-        .send()
-        .await
-        .unwrap()
-        .table
-        .unwrap();
-    let ttl = env
-        .dynamodb
-        .describe_time_to_live()
-        .table_name(&name)
-        .send()
-        .await
-        .unwrap()
-        .time_to_live_description
-        .unwrap();
+    let (table, ttl) = described(&env, &name).await;
 
     // Then keys, attribute types, billing and TTL are the template's, named as the crate names them
-    let keys: Vec<(String, String)> = table
-        .key_schema()
-        .iter()
-        .map(|k| {
-            (
-                k.attribute_name().to_owned(),
-                k.key_type().as_str().to_owned(),
-            )
-        })
-        .collect();
-    let template_keys: Vec<(String, String)> = spec
-        .key_schema
-        .iter()
-        .map(|k| (k.attribute_name.clone(), k.key_type.clone()))
-        .collect();
-    assert_eq!(keys, template_keys);
+    let keys = described_keys(&table);
+    assert_eq!(keys, template_keys(&spec.key_schema));
     assert_eq!(keys, pairs([(idem::PK, "HASH")]));
     let described_attrs: BTreeMap<_, _> = table
         .attribute_definitions()
