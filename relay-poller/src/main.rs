@@ -5,6 +5,10 @@ use std::process::ExitCode;
 use clap::Parser;
 use relay_poller::{Cli, app};
 
+/// The relays' allocator (see [`relay_runtime::Allocator`]).
+#[global_allocator]
+static ALLOCATOR: relay_runtime::Allocator = relay_runtime::Allocator;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();

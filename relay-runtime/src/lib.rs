@@ -41,6 +41,19 @@ pub mod telemetry;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+/// The global allocator of every relay binary, and of the benchmarks that measure the relays in
+/// their own process, so they measure what ships:
+///
+/// ```ignore
+/// #[global_allocator]
+/// static ALLOCATOR: relay_runtime::Allocator = relay_runtime::Allocator;
+/// ```
+///
+/// mimalloc rather than glibc's malloc: on a busy poller (many tasks on two threads building and
+/// dropping SDK requests) a third of the CPU went to glibc's arena locks and consolidation, and the
+/// drain ran at half the rate (docs/benchmarks.md, "The allocator").
+pub use mimalloc::MiMalloc as Allocator;
+
 /// A DynamoDB client configuration whose calls `rules` answer in order (no network, no SDK
 /// retries), for this crate's unit tests.
 #[cfg(test)]

@@ -6,6 +6,10 @@ use relay_runtime::metrics::MetricsArgs;
 use relay_stream::RelayArgs;
 use relay_stream::lambda::{LambdaRelay, init_metrics};
 
+/// The relays' allocator (see [`relay_runtime::Allocator`]).
+#[global_allocator]
+static ALLOCATOR: relay_runtime::Allocator = relay_runtime::Allocator;
+
 /// The Lambda's configuration, from the environment only.
 #[derive(Debug, Parser)]
 #[command(name = "relay-stream")]

@@ -46,6 +46,10 @@ use relay_poller::config::{RelayArgs, ShardSelection, TableArgs};
 use relay_runtime::{BusKind, PublisherArgs};
 use relay_runtime::{DynamoStatusStore, StatusStore};
 
+/// The allocator the relay binaries declare, so this process measures what ships.
+#[global_allocator]
+static ALLOCATOR: relay_runtime::Allocator = relay_runtime::Allocator;
+
 const EVENTS: usize = 2000;
 /// Events of the one-poller run on the latency model: enough that the drain's fixed cost (its
 /// last empty pass and sweep, a few round trips) is a small part of the time.

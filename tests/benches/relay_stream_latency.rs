@@ -18,6 +18,10 @@ use outbox_tests::latency_model::{Clock, LatencyModel};
 use relay_runtime::{BusKind, PublisherArgs};
 use relay_stream::aws_lambda_events::dynamodb::EventRecord;
 
+/// The allocator the relay binaries declare, so this process measures what ships.
+#[global_allocator]
+static ALLOCATOR: relay_runtime::Allocator = relay_runtime::Allocator;
+
 const EVENTS: usize = 100;
 const WARM_UP: usize = 3;
 const RUNS: usize = 30;

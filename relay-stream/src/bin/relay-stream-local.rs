@@ -10,6 +10,10 @@ use clap::Parser;
 use relay_stream::LocalArgs;
 use tokio_util::sync::CancellationToken;
 
+/// The relays' allocator (see [`relay_runtime::Allocator`]).
+#[global_allocator]
+static ALLOCATOR: relay_runtime::Allocator = relay_runtime::Allocator;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
     relay_runtime::telemetry::init_tracing();
