@@ -155,7 +155,7 @@ impl PublisherConfig {
         non_empty(S::EventBusName, &self.event_bus_name)?;
         bus_of_kind(self.bus_kind, &self.event_bus_name)?;
         non_empty(S::Source, &self.source)?;
-        custom_bus_source(self.bus_kind, &self.source)?;
+        bus_source(self.bus_kind, &self.source)?;
         in_range(
             S::MaxEntriesPerCall,
             self.max_entries_per_call,
@@ -388,28 +388,39 @@ fn is_custom_bus_arn(value: &str) -> bool {
         && value.chars().count() <= EVENT_BUS_ARN_MAX_CHARS
 }
 
-/// The Custom Event Bus reserves `Source`s starting with `aws.`.
+/// Both buses reserve `Source`s starting with `aws.` for AWS's services.
 const RESERVED_SOURCE_PREFIX: &str = "aws.";
 
 /// Longest `Source` the Custom Event Bus accepts, in characters.
 const CUSTOM_BUS_SOURCE_MAX_CHARS: usize = 256;
 
-/// Checks the `Source` against the Custom Event Bus's model: 1 to 256 characters, not starting
-/// with the reserved `aws.`. The bus refuses a call carrying another as a whole with
-/// `InvalidInputException`, which the publisher would take for an entry's fault and dead-letter
-/// every event alone in its call: so it is refused at start.
-fn custom_bus_source(kind: BusKind, source: &str) -> Result<(), PublisherConfigError> {
-    if kind == BusKind::Custom
-        && (source.starts_with(RESERVED_SOURCE_PREFIX)
-            || source.chars().count() > CUSTOM_BUS_SOURCE_MAX_CHARS)
-    {
-        return Err(PublisherConfigError {
+/// Checks the `Source` against what the bus of `kind` takes, so a relay refuses at start what the
+/// bus would refuse for every event:
+/// - on either bus, no `Source` starting with the reserved `aws.`: the classic bus answers each
+///   entry `NotAuthorizedForSourceException` (not retryable, not the event's fault: every event
+///   would stay pending), the Custom Event Bus refuses the call as a whole with
+///   `InvalidInputException`, which the publisher would take for an entry's fault and dead-letter
+///   every event alone in its call;
+/// - on the Custom Event Bus, at most 256 characters (its model's limit; the same refusal).
+fn bus_source(kind: BusKind, source: &str) -> Result<(), PublisherConfigError> {
+    let refused = |detail: String| {
+        Err(PublisherConfigError {
             setting: PublisherSetting::Source,
-            detail: format!(
-                "must have at most {CUSTOM_BUS_SOURCE_MAX_CHARS} characters and not start with \
-                 {RESERVED_SOURCE_PREFIX:?} on the Custom Event Bus"
-            ),
-        });
+            detail,
+        })
+    };
+    if source.starts_with(RESERVED_SOURCE_PREFIX) {
+        return refused(format!(
+            "must not start with {RESERVED_SOURCE_PREFIX:?}, which EventBridge reserves for AWS's \
+             services, got {source:?}"
+        ));
+    }
+    if kind == BusKind::Custom && source.chars().count() > CUSTOM_BUS_SOURCE_MAX_CHARS {
+        return refused(format!(
+            "must have at most {CUSTOM_BUS_SOURCE_MAX_CHARS} characters on the Custom Event Bus, \
+             got {}",
+            source.chars().count()
+        ));
     }
     Ok(())
 }
@@ -823,12 +834,49 @@ mod tests {
             reserved.validate().unwrap_err().setting,
             PublisherSetting::Source
         );
+        let long = PublisherConfig::of_kind(BusKind::Custom, CUSTOM_ARN, "a".repeat(257));
+        assert_eq!(
+            long.validate().unwrap_err().to_string(),
+            "event source must have at most 256 characters on the Custom Event Bus, got 257"
+        );
         let mut too_many = PublisherConfig::of_kind(BusKind::Custom, CUSTOM_ARN, "orders");
         too_many.max_entries_per_call = 101;
         assert_eq!(
             too_many.validate().unwrap_err().to_string(),
             "max entries per call must be between 1 and 100, got 101"
         );
+    }
+
+    #[test]
+    fn a_source_with_the_reserved_aws_prefix_is_refused_on_either_bus() {
+        // Given a source in AWS's reserved `aws.` namespace, on each bus kind
+        for (kind, bus) in [
+            (BusKind::Classic, "orders-bus"),
+            (BusKind::Custom, CUSTOM_ARN),
+        ] {
+            let config = PublisherConfig::of_kind(kind, bus, "aws.orders");
+
+            // Then the relay refuses it at start, naming the setting and the value
+            let err = config.validate().unwrap_err();
+            assert_eq!(err.setting, PublisherSetting::Source, "{kind}");
+            assert_eq!(
+                err.to_string(),
+                "event source must not start with \"aws.\", which EventBridge reserves for AWS's \
+                 services, got \"aws.orders\"",
+                "{kind}"
+            );
+        }
+        // And only the prefix is reserved
+        for source in [
+            "aws",
+            "awsome.orders",
+            "aws-orders",
+            "AWS.orders",
+            "com.aws.orders",
+        ] {
+            let config = PublisherConfig::of_kind(BusKind::Classic, "orders-bus", source);
+            assert!(config.validate().is_ok(), "{source}");
+        }
     }
 
     #[test]

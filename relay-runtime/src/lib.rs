@@ -44,7 +44,7 @@ pub mod testing;
 /// The global allocator of every relay binary, and of the benchmarks that measure the relays in
 /// their own process, so they measure what ships:
 ///
-/// ```ignore
+/// ```text
 /// #[global_allocator]
 /// static ALLOCATOR: relay_runtime::Allocator = relay_runtime::Allocator;
 /// ```
