@@ -52,7 +52,7 @@ pub mod testing;
 /// mimalloc (version 2) rather than glibc's malloc: on a busy poller (many tasks on two threads
 /// building and dropping SDK requests) a third of the CPU went to glibc's arena locks and
 /// consolidation, and the drain ran at half the rate. Version 3 peaked 9 MiB higher in the Lambda
-/// (docs/benchmarks.md, "The allocator").
+/// (docs/benchmarks.md, "The allocator, and the model's own CPU").
 pub use mimalloc::MiMalloc as Allocator;
 
 /// A DynamoDB client configuration whose calls `rules` answer in order (no network, no SDK

@@ -11,6 +11,9 @@
 //!    their leases settle (16, 8 or 4 shards each), all in this process, with each poller polling
 //!    16 shards at once (the default) and 4 at once (a small task), and the ratio to linear.
 //!
+//! The process runs on the relays' allocator (`relay_runtime::Allocator`), as the binaries do;
+//! the latency model runs in it too, so the model's CPU is counted against the poller.
+//!
 //! The latency model waits on its exact clock (`LATENCY_MODEL_CLOCK=tokio` runs it on tokio's
 //! timer, which adds about 1.2 ms to each call; see `latency_model::Clock`).
 //!

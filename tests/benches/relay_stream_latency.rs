@@ -7,6 +7,8 @@
 //! median, p90 and minimum over 30 batches after 3 warm-up batches, and beside them the median of
 //! one lone call on the same model: the batch's floor is twice that.
 //!
+//! The process runs on the relays' allocator (`relay_runtime::Allocator`), as the Lambda does.
+//!
 //! The model waits on its exact clock (`LATENCY_MODEL_CLOCK=tokio` runs it on tokio's timer,
 //! which adds about 1.2 ms to each call; see `latency_model::Clock`).
 
