@@ -32,7 +32,6 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::Utc;
 use outbox_shared::schema::{self, attr};
@@ -40,7 +39,7 @@ use outbox_shared::time::format_timestamp;
 use outbox_shared::{ItemKey, SdkFailure};
 
 use crate::batch_get::consistent_items;
-use crate::status_store::ttl_after;
+use crate::status_store::{ttl_after, update_applied};
 
 /// An aggregate the stream relay left to the poller.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -240,7 +239,8 @@ impl HoldStore for DynamoHoldStore {
             .expression_attribute_values(":left", left_set(left))
             .send()
             .await;
-        updated(result)
+        // `false`: the condition failed, the hold is gone
+        update_applied(result)
     }
 
     async fn held(&self, ordering_keys: &[String]) -> Result<HashSet<String>, SdkFailure> {
@@ -363,7 +363,8 @@ impl HoldStore for DynamoHoldStore {
             .expression_attribute_values(":ttl", AttributeValue::N(ttl.to_string()))
             .send()
             .await;
-        updated(result)
+        // `false`: the condition failed, the hold is gone
+        update_applied(result)
     }
 }
 
@@ -373,22 +374,4 @@ fn left_set(left: &[ItemKey]) -> AttributeValue {
     elements.sort_unstable();
     elements.dedup();
     AttributeValue::Ss(elements)
-}
-
-/// A conditional update's answer: made, or its condition failed (the hold is gone).
-fn updated<O>(
-    result: Result<O, SdkError<UpdateItemError, aws_sdk_dynamodb::config::http::HttpResponse>>,
-) -> Result<bool, SdkFailure> {
-    match result {
-        Ok(_) => Ok(true),
-        Err(SdkError::ServiceError(ctx))
-            if matches!(
-                ctx.err(),
-                UpdateItemError::ConditionalCheckFailedException(_)
-            ) =>
-        {
-            Ok(false)
-        }
-        Err(e) => Err(SdkFailure::new("UpdateItem", e)),
-    }
 }

@@ -420,13 +420,13 @@ impl DynamoStatusStore {
     }
 }
 
-/// Whether a conditional update on a pending item applied: `false` when its condition failed,
-/// that is, the item is no longer pending.
-fn applied<T>(
-    key: &ItemKey,
-    status: OutboxStatus,
-    result: Result<T, SdkError<UpdateItemError>>,
-) -> Result<bool, StatusError> {
+/// Whether a conditional `UpdateItem` applied: `false` when its condition failed; any other
+/// error is the call's. The one reading of a conditional update's answer, for every status and
+/// hold update and the redrive's put-back.
+///
+/// # Errors
+/// The call's failure, when it failed for another reason than its condition.
+pub fn update_applied<O>(result: Result<O, SdkError<UpdateItemError>>) -> Result<bool, SdkFailure> {
     match result {
         Ok(_) => Ok(true),
         Err(SdkError::ServiceError(ctx))
@@ -437,12 +437,22 @@ fn applied<T>(
         {
             Ok(false)
         }
-        Err(err) => Err(StatusError {
-            key: key.clone(),
-            status,
-            failure: Box::new(SdkFailure::new("UpdateItem", err)),
-        }),
+        Err(err) => Err(SdkFailure::new("UpdateItem", err)),
     }
+}
+
+/// Whether a conditional update on a pending item applied: `false` when its condition failed,
+/// that is, the item is no longer pending.
+fn applied<T>(
+    key: &ItemKey,
+    status: OutboxStatus,
+    result: Result<T, SdkError<UpdateItemError>>,
+) -> Result<bool, StatusError> {
+    update_applied(result).map_err(|failure| StatusError {
+        key: key.clone(),
+        status,
+        failure: Box::new(failure),
+    })
 }
 
 impl StatusStore for DynamoStatusStore {

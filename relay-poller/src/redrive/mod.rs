@@ -23,14 +23,13 @@ use std::fmt::Write as _;
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use outbox_shared::schema::{self, attr, entity};
 use outbox_shared::time::parse_timestamp;
 use outbox_shared::{ItemKey, OutboxStatus, SdkFailure, ShardCount, shard_for};
 use relay_runtime::TtlPolicy;
-use relay_runtime::status_store::ttl_after;
+use relay_runtime::status_store::{ttl_after, update_applied};
 use serde::Serialize;
 
 pub mod letters;
@@ -587,17 +586,10 @@ impl Redrive {
             )
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(PutBack::Redriven),
-            Err(SdkError::ServiceError(ctx))
-                if matches!(
-                    ctx.err(),
-                    UpdateItemError::ConditionalCheckFailedException(_)
-                ) =>
-            {
-                Ok(PutBack::Skipped("the item changed meanwhile".to_owned()))
-            }
-            Err(e) => Err(RedriveError(SdkFailure::new("UpdateItem", e))),
+        match update_applied(result) {
+            Ok(true) => Ok(PutBack::Redriven),
+            Ok(false) => Ok(PutBack::Skipped("the item changed meanwhile".to_owned())),
+            Err(failure) => Err(RedriveError(failure)),
         }
     }
 
