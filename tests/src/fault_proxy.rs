@@ -507,7 +507,7 @@ impl State {
                 )
             }
             Plan::Entries(plan) if target == PUT_EVENTS_V2 => {
-                self.custom_put_events(&parts, &body, &plan).await
+                self.put_events::<CustomCbor>(&parts, &body, &plan).await
             }
             Plan::LoseReply => {
                 let _ = self.forward(&parts, body).await;
@@ -516,7 +516,7 @@ impl State {
                     &json!({"__type": "InternalFailure", "message": "injected: reply lost after the call took effect"}),
                 )
             }
-            Plan::Entries(plan) => self.put_events(&parts, &body, &plan).await,
+            Plan::Entries(plan) => self.put_events::<ClassicJson>(&parts, &body, &plan).await,
         }
     }
 
@@ -663,23 +663,22 @@ impl State {
         Some(limit)
     }
 
-    /// The Custom Event Bus's `PutEvents` with the entries of `plan` failed: the others sent on,
-    /// the failures put back at their indices in the answer (CBOR).
-    async fn custom_put_events(
+    /// A `PutEvents` call, in wire format `W`, with the entries of `plan` failed: the others sent
+    /// on (the call forwarded whole when none fails, or when its body does not parse), the
+    /// failures put back at their indices in the answer.
+    async fn put_events<W: PutEventsWire>(
         &self,
         parts: &hyper::http::request::Parts,
         body: &Bytes,
         plan: &[Option<&'static str>],
     ) -> Response<Full<Bytes>> {
-        use crate::cbor;
-        let Some(mut request) = cbor::decode(body) else {
+        let Some(mut request) = W::request(body) else {
             return self.forward(parts, body.clone()).await;
         };
         if plan.iter().all(Option::is_none) {
             return self.forward(parts, body.clone()).await;
         }
-        let entries = cbor::entries(&request).cloned().unwrap_or_default();
-        let kept: Vec<_> = entries
+        let kept: Vec<W::Value> = W::entries(&request)
             .into_iter()
             .zip(plan)
             .filter(|(_, fault)| fault.is_none())
@@ -688,9 +687,8 @@ impl State {
         let delivered = if kept.is_empty() {
             Vec::new()
         } else {
-            cbor::set_entries(&mut request, kept);
             let forwarded = self
-                .forward(parts, Bytes::from(cbor::encode(&request)))
+                .forward(parts, W::encode_with(&mut request, kept))
                 .await;
             if forwarded.status() != StatusCode::OK {
                 return forwarded;
@@ -701,76 +699,72 @@ impl State {
                 .await
                 .map(|c| c.to_bytes())
                 .unwrap_or_default();
-            cbor::decode(&bytes)
-                .as_ref()
-                .and_then(cbor::entries)
-                .cloned()
-                .unwrap_or_default()
+            W::results(&bytes)
         };
         let mut delivered = delivered.into_iter();
         let results = plan
             .iter()
             .map(|fault| match fault {
-                Some(code) => cbor::entry_error(code, "injected entry failure"),
+                Some(code) => W::entry_error(code, "injected entry failure"),
                 None => delivered
                     .next()
-                    .unwrap_or_else(|| cbor::entry_error("InternalException", "missing result")),
+                    .unwrap_or_else(|| W::entry_error(W::INTERNAL_ERROR, "missing result")),
             })
             .collect();
-        cbor_response(StatusCode::OK, cbor::put_events_answer(results))
+        W::answer(results)
+    }
+}
+
+/// A bus's `PutEvents` wire format, as much of it as splitting a call needs: the classic bus's
+/// JSON ([`ClassicJson`]) or the Custom Event Bus's CBOR ([`CustomCbor`]).
+trait PutEventsWire {
+    type Value;
+    /// The bus's code for an internal error, given to a result upstream's answer lacks.
+    const INTERNAL_ERROR: &'static str;
+    /// The request, if its body parses.
+    fn request(body: &[u8]) -> Option<Self::Value>;
+    /// The request's entries.
+    fn entries(request: &Self::Value) -> Vec<Self::Value>;
+    /// The request with `entries` in place of its own, encoded.
+    fn encode_with(request: &mut Self::Value, entries: Vec<Self::Value>) -> Bytes;
+    /// The per-entry results of an answer's body.
+    fn results(answer: &[u8]) -> Vec<Self::Value>;
+    /// A failed entry's result.
+    fn entry_error(code: &str, message: &str) -> Self::Value;
+    /// The answer of `results`, in entry order, with its failed-entry count.
+    fn answer(results: Vec<Self::Value>) -> Response<Full<Bytes>>;
+}
+
+/// The classic bus: AWS JSON 1.1.
+struct ClassicJson;
+
+impl PutEventsWire for ClassicJson {
+    type Value = Value;
+    const INTERNAL_ERROR: &'static str = "InternalFailure";
+
+    fn request(body: &[u8]) -> Option<Value> {
+        serde_json::from_slice(body).ok()
     }
 
-    async fn put_events(
-        &self,
-        parts: &hyper::http::request::Parts,
-        body: &Bytes,
-        plan: &[Option<&'static str>],
-    ) -> Response<Full<Bytes>> {
-        let Ok(mut request) = serde_json::from_slice::<Value>(body) else {
-            return self.forward(parts, body.clone()).await;
-        };
-        if plan.iter().all(Option::is_none) {
-            return self.forward(parts, body.clone()).await;
-        }
-        let entries = request["Entries"].as_array().cloned().unwrap_or_default();
-        let kept: Vec<Value> = entries
-            .into_iter()
-            .zip(plan)
-            .filter(|(_, fault)| fault.is_none())
-            .map(|(entry, _)| entry)
-            .collect();
-        let delivered: Vec<Value> = if kept.is_empty() {
-            Vec::new()
-        } else {
-            request["Entries"] = Value::Array(kept);
-            let forwarded = self
-                .forward(
-                    parts,
-                    Bytes::from(serde_json::to_vec(&request).expect("JSON")),
-                )
-                .await;
-            if forwarded.status() != StatusCode::OK {
-                return forwarded;
-            }
-            let bytes = forwarded
-                .into_body()
-                .collect()
-                .await
-                .map(|c| c.to_bytes())
-                .unwrap_or_default();
-            let answer: Value = serde_json::from_slice(&bytes).unwrap_or_default();
-            answer["Entries"].as_array().cloned().unwrap_or_default()
-        };
-        let mut delivered = delivered.into_iter();
-        let results: Vec<Value> = plan
-            .iter()
-            .map(|fault| match fault {
-                Some(code) => json!({"ErrorCode": code, "ErrorMessage": "injected entry failure"}),
-                None => delivered.next().unwrap_or_else(
-                    || json!({"ErrorCode": "InternalFailure", "ErrorMessage": "missing result"}),
-                ),
-            })
-            .collect();
+    fn entries(request: &Value) -> Vec<Value> {
+        request["Entries"].as_array().cloned().unwrap_or_default()
+    }
+
+    fn encode_with(request: &mut Value, entries: Vec<Value>) -> Bytes {
+        request["Entries"] = Value::Array(entries);
+        Bytes::from(serde_json::to_vec(request).expect("JSON"))
+    }
+
+    fn results(answer: &[u8]) -> Vec<Value> {
+        let answer: Value = serde_json::from_slice(answer).unwrap_or_default();
+        answer["Entries"].as_array().cloned().unwrap_or_default()
+    }
+
+    fn entry_error(code: &str, message: &str) -> Value {
+        json!({"ErrorCode": code, "ErrorMessage": message})
+    }
+
+    fn answer(results: Vec<Value>) -> Response<Full<Bytes>> {
         let failed = results
             .iter()
             .filter(|r| r.get("ErrorCode").is_some())
@@ -779,6 +773,43 @@ impl State {
             StatusCode::OK,
             &json!({"FailedEntryCount": failed, "Entries": results}),
         )
+    }
+}
+
+/// The Custom Event Bus: Smithy RPC v2 CBOR.
+struct CustomCbor;
+
+impl PutEventsWire for CustomCbor {
+    type Value = ciborium::Value;
+    const INTERNAL_ERROR: &'static str = "InternalException";
+
+    fn request(body: &[u8]) -> Option<ciborium::Value> {
+        crate::cbor::decode(body)
+    }
+
+    fn entries(request: &ciborium::Value) -> Vec<ciborium::Value> {
+        crate::cbor::entries(request).cloned().unwrap_or_default()
+    }
+
+    fn encode_with(request: &mut ciborium::Value, entries: Vec<ciborium::Value>) -> Bytes {
+        crate::cbor::set_entries(request, entries);
+        Bytes::from(crate::cbor::encode(request))
+    }
+
+    fn results(answer: &[u8]) -> Vec<ciborium::Value> {
+        crate::cbor::decode(answer)
+            .as_ref()
+            .and_then(crate::cbor::entries)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn entry_error(code: &str, message: &str) -> ciborium::Value {
+        crate::cbor::entry_error(code, message)
+    }
+
+    fn answer(results: Vec<ciborium::Value>) -> Response<Full<Bytes>> {
+        cbor_response(StatusCode::OK, crate::cbor::put_events_answer(results))
     }
 }
 
