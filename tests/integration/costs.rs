@@ -10,8 +10,8 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use futures::StreamExt;
 use outbox_tests::fault_proxy::{FaultCounts, FaultProxy, FaultRates};
-use outbox_tests::{TEST_SOURCE, TestEnv, emulator_endpoints};
-use outbox_writer::{NewOrder, OrderLine, OutboxWriter, WriterConfig};
+use outbox_tests::{TestEnv, emulator_endpoints};
+use outbox_writer::{NewOrder, OrderLine, OutboxWriter};
 
 /// Orders per path: each path's calls are printed per this many orders.
 const ORDERS: usize = 1000;
@@ -83,16 +83,7 @@ async fn calls_per_path_for_docs_costs() {
     // The writer: 1,000 orders through the proxy
     let env = TestEnv::new().await;
     let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 9).await;
-    let dynamodb = aws_sdk_dynamodb::Client::from_conf(
-        aws_sdk_dynamodb::config::Builder::from(&env.sdk_config)
-            .endpoint_url(proxy.url())
-            .build(),
-    );
-    let writer = OutboxWriter::new(
-        dynamodb,
-        WriterConfig::new(env.outbox_config(), TEST_SOURCE),
-    )
-    .expect("writer");
+    let writer = env.writer_through(&proxy);
     write_orders(&writer, ORDERS).await;
     print("writer", &calls(&proxy), &format!("orders={ORDERS}"));
     let scanned = env

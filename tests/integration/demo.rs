@@ -76,51 +76,25 @@ async fn audit_events(
     queue_url: &str,
     expected: usize,
 ) -> Vec<(serde_json::Value, Option<String>)> {
-    use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
+    use aws_sdk_sqs::types::MessageSystemAttributeName;
     let deadline = Instant::now() + Duration::from_secs(30);
-    let mut events = Vec::new();
-    while events.len() < expected && Instant::now() < deadline {
-        let received = env
-            .sqs
-            .receive_message()
-            .queue_url(queue_url)
-            .max_number_of_messages(10)
-            .visibility_timeout(300)
-            .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
-            .send()
-            .await
-            .unwrap();
-        if received.messages().is_empty() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        }
-        let mut deletes = Vec::new();
-        for (i, message) in received.messages().iter().enumerate() {
+    while env.queue_depth(queue_url).await < expected as u64 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    env.drain_queue(queue_url)
+        .await
+        .iter()
+        .map(|message| {
             let group = message
                 .attributes()
                 .and_then(|a| a.get(&MessageSystemAttributeName::MessageGroupId))
                 .cloned();
-            events.push((
+            (
                 serde_json::from_str(message.body().unwrap()).unwrap(),
                 group,
-            ));
-            deletes.push(
-                DeleteMessageBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .receipt_handle(message.receipt_handle().unwrap())
-                    .build()
-                    .unwrap(),
-            );
-        }
-        env.sqs
-            .delete_message_batch()
-            .queue_url(queue_url)
-            .set_entries(Some(deletes))
-            .send()
-            .await
-            .unwrap();
-    }
-    events
+            )
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -645,11 +645,7 @@ async fn a_hand_over_whose_reply_was_lost_leaves_the_holder_stopped_while_the_re
     let table = unique_name("leases");
     create_lease_table(&env.dynamodb, &table).await.unwrap();
     let proxy = FaultProxy::start(&outbox_tests::emulator_endpoints(), FaultRates::NONE, 7).await;
-    let through_proxy = aws_sdk_dynamodb::Client::from_conf(
-        aws_sdk_dynamodb::config::Builder::from(&env.sdk_config)
-            .endpoint_url(proxy.url())
-            .build(),
-    );
+    let through_proxy = env.dynamodb_through(&proxy);
     let settings = LeaseSettings {
         table_name: table.clone(),
         duration: LEASE_DURATION,

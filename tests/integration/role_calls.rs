@@ -209,20 +209,11 @@ async fn each_job_calls_only_what_its_role_grants() {
 
 #[tokio::test]
 async fn the_writer_calls_only_what_the_order_services_policy_grants() {
-    use outbox_writer::{NewOrder, OrderLine, OrderStatus, OutboxWriter, WriterConfig};
+    use outbox_writer::{NewOrder, OrderLine, OrderStatus};
     // Given a writer whose DynamoDB calls go through the proxy
     let env = TestEnv::new().await;
     let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 4).await;
-    let dynamodb = aws_sdk_dynamodb::Client::from_conf(
-        aws_sdk_dynamodb::config::Builder::from(&env.sdk_config)
-            .endpoint_url(proxy.url())
-            .build(),
-    );
-    let writer = OutboxWriter::new(
-        dynamodb,
-        WriterConfig::new(env.outbox_config(), outbox_tests::TEST_SOURCE),
-    )
-    .unwrap();
+    let writer = env.writer_through(&proxy);
 
     // When it creates an order idempotently, creates it again (a replay) and changes its status
     let order = || NewOrder::new(vec![OrderLine::new("sku-1", 1, 100)]).with_idempotency_key("k");

@@ -63,11 +63,7 @@ async fn the_fault_proxy_refuses_a_batch_execute_statement_as_dynamodb_does_befo
         env.put_raw_item(item).await;
     }
     let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 1).await;
-    let client = aws_sdk_dynamodb::Client::from_conf(
-        aws_sdk_dynamodb::config::Builder::from(&env.sdk_config)
-            .endpoint_url(proxy.url())
-            .build(),
-    );
+    let client = env.dynamodb_through(&proxy);
     let too_many: Vec<_> = keys.iter().map(|sk| mark(&env, sk)).collect();
     let repeated = vec![
         mark(&env, &keys[0]),

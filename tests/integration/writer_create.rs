@@ -207,16 +207,7 @@ async fn a_create_whose_reply_was_lost_is_replayed_by_its_client_request_token()
     let env = TestEnv::new().await;
     let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 1).await;
     proxy.lose_next_replies("DynamoDB_20120810.TransactWriteItems", 1);
-    let dynamodb = aws_sdk_dynamodb::Client::from_conf(
-        aws_sdk_dynamodb::config::Builder::from(&env.sdk_config)
-            .endpoint_url(proxy.url())
-            .build(),
-    );
-    let writer = outbox_writer::OutboxWriter::new(
-        dynamodb,
-        outbox_writer::WriterConfig::new(env.outbox_config(), outbox_tests::TEST_SOURCE),
-    )
-    .unwrap();
+    let writer = env.writer_through(&proxy);
 
     // When an order is created with an idempotency key (so with a ClientRequestToken)
     let created = writer

@@ -576,6 +576,24 @@ impl TestEnv {
         OutboxWriter::new(self.dynamodb.clone(), config).expect("valid writer config")
     }
 
+    /// A writer like [`writer`](Self::writer) whose calls go through `proxy`.
+    ///
+    /// # Panics
+    /// When the configuration is invalid.
+    pub fn writer_through(&self, proxy: &fault_proxy::FaultProxy) -> OutboxWriter {
+        let config = WriterConfig::new(self.outbox_config(), TEST_SOURCE);
+        OutboxWriter::new(self.dynamodb_through(proxy), config).expect("valid writer config")
+    }
+
+    /// A DynamoDB client of this environment whose calls go through `proxy`.
+    pub fn dynamodb_through(&self, proxy: &fault_proxy::FaultProxy) -> aws_sdk_dynamodb::Client {
+        aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(&self.sdk_config)
+                .endpoint_url(proxy.url())
+                .build(),
+        )
+    }
+
     /// Writes `count` orders through the writer (one `OrderCreated` each, users `user-0` to
     /// `user-16` in turn), `concurrency` at a time; the event ids in order. With `concurrency` 1
     /// each order's two stream records are adjacent, as a busy table's would be within a shard.
@@ -685,7 +703,8 @@ impl TestEnv {
         }
     }
 
-    /// Reads and deletes every message on a queue, until it is empty.
+    /// Reads and deletes every message on a queue, until it is empty; each with its
+    /// `MessageGroupId` attribute on a FIFO queue.
     pub async fn drain_queue(&self, queue_url: &str) -> Vec<aws_sdk_sqs::types::Message> {
         let mut all = Vec::new();
         loop {
@@ -696,6 +715,9 @@ impl TestEnv {
                 .max_number_of_messages(10)
                 .wait_time_seconds(0)
                 .visibility_timeout(300)
+                .message_system_attribute_names(
+                    aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId,
+                )
                 .send()
                 .await
                 .expect("receive message");
