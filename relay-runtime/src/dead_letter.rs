@@ -110,6 +110,16 @@ pub trait DeadLetterSink: Send + Sync {
     -> impl Future<Output = Result<(), DeadLetterError>> + Send;
 }
 
+/// A borrowed sink is a sink (a test keeps its fake to inspect it).
+impl<D: DeadLetterSink> DeadLetterSink for &D {
+    fn send(
+        &self,
+        letter: &DeadLetter,
+    ) -> impl Future<Output = Result<(), DeadLetterError>> + Send {
+        (**self).send(letter)
+    }
+}
+
 /// The calls of [`SqsDeadLetterSink`]: a letter per poison event, and the queue's
 /// `MaximumMessageSize` read once.
 pub const CALLS: &[crate::permissions::Call] = &[

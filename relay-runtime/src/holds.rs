@@ -98,6 +98,45 @@ pub trait HoldStore: Send + Sync {
     fn extend(&self, hold: &Hold) -> impl Future<Output = Result<bool, SdkFailure>> + Send;
 }
 
+/// A borrowed hold store is a hold store (a test keeps its fake to inspect it).
+impl<H: HoldStore> HoldStore for &H {
+    fn hold(
+        &self,
+        ordering_key: &str,
+        partition: &str,
+        left: &[ItemKey],
+    ) -> impl Future<Output = Result<(), SdkFailure>> + Send {
+        (**self).hold(ordering_key, partition, left)
+    }
+
+    fn leave(
+        &self,
+        ordering_key: &str,
+        left: &[ItemKey],
+    ) -> impl Future<Output = Result<bool, SdkFailure>> + Send {
+        (**self).leave(ordering_key, left)
+    }
+
+    fn held(
+        &self,
+        ordering_keys: &[String],
+    ) -> impl Future<Output = Result<HashSet<String>, SdkFailure>> + Send {
+        (**self).held(ordering_keys)
+    }
+
+    fn list(&self) -> impl Future<Output = Result<Vec<Hold>, SdkFailure>> + Send {
+        (**self).list()
+    }
+
+    fn release(&self, hold: &Hold) -> impl Future<Output = Result<bool, SdkFailure>> + Send {
+        (**self).release(hold)
+    }
+
+    fn extend(&self, hold: &Hold) -> impl Future<Output = Result<bool, SdkFailure>> + Send {
+        (**self).extend(hold)
+    }
+}
+
 /// An event's key as an element of a hold's `LeftEvents`: the JSON array `[PK, SK]` (keys are any
 /// strings, so no separator would do).
 pub fn left_element(key: &ItemKey) -> String {

@@ -148,6 +148,38 @@ pub trait StatusStore: Send + Sync {
     ) -> impl Future<Output = Result<TtlOutcome, StatusError>> + Send;
 }
 
+/// A borrowed status store is a status store (a test keeps its fake to inspect it).
+impl<S: StatusStore> StatusStore for &S {
+    fn mark_published(
+        &self,
+        key: &ItemKey,
+    ) -> impl Future<Output = Result<MarkOutcome, StatusError>> + Send {
+        (**self).mark_published(key)
+    }
+
+    fn mark_all_published(
+        &self,
+        keys: &[ItemKey],
+    ) -> impl Future<Output = Vec<Result<MarkOutcome, StatusError>>> + Send {
+        (**self).mark_all_published(keys)
+    }
+
+    fn mark_dead_lettered(
+        &self,
+        key: &ItemKey,
+        reason: &str,
+    ) -> impl Future<Output = Result<MarkOutcome, StatusError>> + Send {
+        (**self).mark_dead_lettered(key, reason)
+    }
+
+    fn extend_ttl(
+        &self,
+        key: &ItemKey,
+    ) -> impl Future<Output = Result<TtlOutcome, StatusError>> + Send {
+        (**self).extend_ttl(key)
+    }
+}
+
 /// The calls of [`DynamoStatusStore`]: marks one at a time and PartiQL `UPDATE`s in a
 /// `BatchExecuteStatement`, TTL refreshes, each naming only [`crate::permissions::STATUS_ATTRIBUTES`].
 pub const CALLS: &[crate::permissions::Call] = &[

@@ -189,6 +189,24 @@ pub trait Publisher: Send + Sync {
     }
 }
 
+/// A borrowed publisher is a publisher (a test keeps its fake to inspect it after the relay ran).
+impl<P: Publisher> Publisher for &P {
+    fn publish_until(
+        &self,
+        events: &[OutboundEvent],
+        stop_at: Option<Instant>,
+    ) -> impl Future<Output = Vec<PublishOutcome>> + Send {
+        (**self).publish_until(events, stop_at)
+    }
+
+    fn publish(
+        &self,
+        events: &[OutboundEvent],
+    ) -> impl Future<Output = Vec<PublishOutcome>> + Send {
+        (**self).publish(events)
+    }
+}
+
 /// The SDK clients of both bus kinds; a [`BusPublisher`] uses the one its configuration names.
 /// Both are built from one SDK configuration (no call is made by building one), each reached
 /// through its own standard endpoint setting (`AWS_ENDPOINT_URL_EVENTBRIDGE`,

@@ -198,7 +198,7 @@ impl PendingIndex for &Table {
     }
 }
 
-impl Publisher for &Table {
+impl Publisher for Table {
     async fn publish_until(
         &self,
         events: &[OutboundEvent],
@@ -228,7 +228,7 @@ impl Publisher for &Table {
     }
 }
 
-impl StatusStore for &Table {
+impl StatusStore for Table {
     async fn mark_published(&self, key: &ItemKey) -> Result<MarkOutcome, StatusError> {
         self.mark(key, "PUBLISHED")
     }
@@ -247,7 +247,7 @@ impl StatusStore for &Table {
     }
 }
 
-impl DeadLetterSink for &Table {
+impl DeadLetterSink for Table {
     async fn send(&self, letter: &DeadLetter) -> Result<(), DeadLetterError> {
         self.dead_letters.lock().unwrap().push(letter.clone());
         Ok(())
