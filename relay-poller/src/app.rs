@@ -10,7 +10,7 @@ use anyhow::Context;
 use aws_config::SdkConfig;
 use chrono::Utc;
 use relay_runtime::{
-    BusClients, BusPublisher, CallTasks, DynamoHoldStore, DynamoStatusStore, PublisherConfigError,
+    BusPublisher, CallTasks, DynamoHoldStore, DynamoStatusStore, PublisherConfigError,
     SettingError, SqsDeadLetterSink,
 };
 use tokio::signal::unix::{SignalKind, signal};
@@ -18,15 +18,16 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::assignment::RespectLeases;
+use crate::assignment::{
+    DynamoLeaseStore, LeaseError, LeaseManager, LeaseSettings, LeaseStore, SystemClock,
+    create_lease_table, discover_owner,
+};
 use crate::config::{
     Cli, Command, DrainArgs, InspectArgs, RedriveArgs, RelayConfig, RunArgs, StatusArgs,
 };
 use crate::index::DynamoPendingIndex;
 use crate::inspect::Inspector;
-use crate::lease::{
-    DynamoLeaseStore, LeaseError, LeaseManager, LeaseSettings, LeaseStore, SystemClock,
-    create_lease_table, discover_owner,
-};
+use crate::poller::ttl::DynamoPendingTtl;
 use crate::poller::{DrainSummary, Poller, PollerSettings};
 use crate::redrive::{Redrive, Selection, Source};
 use crate::status;
@@ -39,16 +40,21 @@ pub const EXIT_FAILURE: u8 = 1;
 /// How often metrics are flushed (CloudWatch EMF) during `run` and `drain`.
 const METRICS_FLUSH_INTERVAL: Duration = Duration::from_secs(60);
 
-/// The poller on AWS: DynamoDB index, status store and holds, EventBridge, SQS dead letters.
-pub type AwsPoller =
-    Poller<DynamoPendingIndex, BusPublisher, DynamoStatusStore, SqsDeadLetterSink, DynamoHoldStore>;
+/// The poller on AWS: DynamoDB index, status store, TTL refresh and holds, the configured bus,
+/// SQS dead letters.
+pub type AwsPoller = Poller<
+    DynamoPendingIndex,
+    BusPublisher,
+    DynamoStatusStore,
+    SqsDeadLetterSink,
+    DynamoPendingTtl,
+    DynamoHoldStore,
+>;
 
-/// The SDK clients the poller uses, built once.
+/// The DynamoDB and SQS clients the poller uses, built once (the publisher builds its bus's).
 #[derive(Debug, Clone)]
 pub struct AwsClients {
     pub dynamodb: aws_sdk_dynamodb::Client,
-    /// Both bus kinds' clients; the publisher uses the configured kind's.
-    pub bus: BusClients,
     pub sqs: aws_sdk_sqs::Client,
 }
 
@@ -56,20 +62,29 @@ impl AwsClients {
     pub fn new(sdk: &SdkConfig) -> Self {
         Self {
             dynamodb: relay_runtime::clients::dynamodb(sdk),
-            bus: BusClients::new(sdk),
             sqs: relay_runtime::clients::sqs(sdk),
         }
     }
 }
 
-/// Builds the poller on `clients`.
+/// Builds the poller and its clients from `sdk`.
 ///
 /// # Errors
 /// When the publisher configuration is out of range.
 pub fn aws_poller(
-    clients: AwsClients,
+    sdk: &SdkConfig,
     config: &RelayConfig,
 ) -> Result<AwsPoller, PublisherConfigError> {
+    let publisher = BusPublisher::new(sdk, config.publisher.clone())?;
+    Ok(aws_poller_with(AwsClients::new(sdk), publisher, config))
+}
+
+/// Builds the poller on caller-built clients and publisher (tests inject faults through them).
+pub fn aws_poller_with(
+    clients: AwsClients,
+    publisher: BusPublisher,
+    config: &RelayConfig,
+) -> AwsPoller {
     let outbox = &config.index.outbox;
     let index = DynamoPendingIndex::new(
         clients.dynamodb.clone(),
@@ -77,8 +92,7 @@ pub fn aws_poller(
         &outbox.index_name,
     );
     // The poller's shards run in one task: its calls run on their own tasks to use every core.
-    let publisher = BusPublisher::new(clients.bus, config.publisher.clone())?
-        .with_call_tasks(CallTasks::Spawned);
+    let publisher = publisher.with_call_tasks(CallTasks::Spawned);
     // A hold no poller ever released (none ran) lapses with the published retention.
     let holds = DynamoHoldStore::new(
         clients.dynamodb.clone(),
@@ -86,11 +100,15 @@ pub fn aws_poller(
         config.ttl.published,
     )
     .with_index_name(&outbox.index_name);
+    let ttl = DynamoPendingTtl::new(
+        clients.dynamodb.clone(),
+        &outbox.table_name,
+        config.ttl.published,
+    );
     let store = DynamoStatusStore::new(clients.dynamodb, &outbox.table_name, config.ttl)
         .with_call_tasks(CallTasks::Spawned);
     let dead_letters = SqsDeadLetterSink::new(clients.sqs, &config.dead_letter_queue_url);
     let settings = PollerSettings {
-        shards: config.index.shards.clone(),
         shard_count: outbox.shard_count,
         page_size: config.page_size,
         shard_concurrency: config.shard_concurrency,
@@ -100,14 +118,7 @@ pub fn aws_poller(
         sweep_interval: config.sweep_interval,
         index_lag: config.index_lag,
     };
-    Ok(Poller::new(
-        index,
-        publisher,
-        store,
-        dead_letters,
-        holds,
-        settings,
-    ))
+    Poller::new(index, publisher, store, dead_letters, ttl, holds, settings)
 }
 
 /// Runs one parsed command line to its exit code.
@@ -158,9 +169,8 @@ async fn start(
     )
     .context("installing the metrics recorder")?;
     let sdk = relay_runtime::load_aws_config().await?;
-    let clients = AwsClients::new(&sdk);
-    let poller = aws_poller(clients.clone(), config).map_err(SettingError::from)?;
-    Ok((Arc::new(poller), metrics, clients))
+    let poller = aws_poller(&sdk, config).map_err(SettingError::from)?;
+    Ok((Arc::new(poller), metrics, AwsClients::new(&sdk)))
 }
 
 /// The last flush before the process exits.
@@ -226,14 +236,15 @@ async fn run_continuously(args: RunArgs) -> anyhow::Result<ExitCode> {
     let cancel = CancellationToken::new();
     let mut polling = tokio::spawn({
         let (poller, cancel, manager) = (poller.clone(), cancel.clone(), manager.clone());
+        let shards = config.fixed_shards();
         async move {
             match manager {
                 Some(manager) => {
                     poller
-                        .run_on(&manager.assignment(), args.grace_period, cancel)
+                        .run(&manager.assignment(), args.grace_period, cancel)
                         .await;
                 }
-                None => poller.run(args.grace_period, cancel).await,
+                None => poller.run(&shards, args.grace_period, cancel).await,
             }
         }
     });
@@ -309,11 +320,12 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
     let tracker = TaskTracker::new();
     let mut handle = tracker.spawn({
         let (poller, cancel, respect) = (poller.clone(), cancel.clone(), respect.clone());
+        let shards = config.fixed_shards();
         async move {
             match respect {
                 Some(respect) => {
                     let mut summary = poller
-                        .drain_on(
+                        .drain(
                             &*respect,
                             args.grace_period,
                             args.max_stalled_passes,
@@ -325,7 +337,7 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
                 }
                 None => {
                     poller
-                        .drain(args.grace_period, args.max_stalled_passes, &cancel)
+                        .drain(&shards, args.grace_period, args.max_stalled_passes, &cancel)
                         .await
                 }
             }
@@ -462,7 +474,7 @@ async fn redrive(args: RedriveArgs) -> anyhow::Result<ExitCode> {
     };
     let (keys, mut summary) = redrive.run(source, &selection, args.dry_run).await?;
     if args.publish && !args.dry_run && !keys.is_empty() {
-        let poller = aws_poller(clients.clone(), &config).map_err(SettingError::from)?;
+        let poller = aws_poller(&sdk, &config).map_err(SettingError::from)?;
         let items = redrive.pending_items(&keys).await?;
         let stats = poller.publish_items(items).await;
         summary.published = stats.published + stats.already_marked;

@@ -16,7 +16,7 @@ use outbox_shared::shard::DEFAULT_SHARD_COUNT;
 use outbox_shared::{OutboxConfig, ShardCount};
 use relay_runtime::{PublisherArgs, PublisherConfig, RetentionArgs, SettingError, TtlPolicy};
 
-use crate::lease::{LeaseSettings, MIN_RENEWALS_PER_DURATION};
+use crate::assignment::{LeaseSettings, MIN_RENEWALS_PER_DURATION};
 
 /// `Query` returns at most 1 MB per page whatever the limit; beyond this many items a page of
 /// typical outbox events would hit that cap anyway.
@@ -388,6 +388,13 @@ pub struct RelayConfig {
     pub ttl_refresh_margin: Duration,
     pub sweep_interval: Duration,
     pub index_lag: Duration,
+}
+
+impl RelayConfig {
+    /// The shards of `--shards` (or all), as the assignment of a poller without leases.
+    pub fn fixed_shards(&self) -> crate::assignment::StaticShards {
+        crate::assignment::StaticShards(self.index.shards.clone())
+    }
 }
 
 impl LeaseTableArgs {

@@ -1,8 +1,8 @@
-//! The pending-index port and its DynamoDB adapter: pages of pending events per partition (a
-//! `GSI1PK` value, one per shard) of the sparse, sharded `GSI1`, oldest first; the backlog of a
-//! shard; a sweep of the whole index for the partitions it holds, so events under a `GSI1PK`
-//! outside the configured shard count (a reshard, another writer) are found; and whether a held
-//! aggregate still has a pending event. The holds themselves are `relay_runtime::holds`'.
+//! The pending index's two ports and their DynamoDB adapter: [`PendingPages`], pages of pending
+//! events per partition (a `GSI1PK` value, one per shard) of the sparse, sharded `GSI1`, oldest
+//! first, which a pass relays; and [`PendingCounts`], the backlog of a shard and the partitions of
+//! the whole index, so events under a `GSI1PK` outside the configured shard count (a reshard,
+//! another writer) are found (the sweep, `status`, a drain's remainder).
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -14,8 +14,6 @@ use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, Select};
 use outbox_shared::SdkFailure;
 use outbox_shared::schema::{self, attr};
-use relay_runtime::Hold;
-use relay_runtime::batch_get::consistent_items;
 
 /// A raw item as the index returns it (the index projects all attributes).
 pub type RawItem = HashMap<String, AttributeValue>;
@@ -53,8 +51,8 @@ pub struct IndexError {
 /// Pending events per partition (`GSI1PK` value) over the whole index.
 pub type PartitionCounts = BTreeMap<String, u64>;
 
-/// Port: reads pending events from the sharded index.
-pub trait PendingIndex: Send + Sync {
+/// Port: pages of pending events, as a pass reads them.
+pub trait PendingPages: Send + Sync {
     /// Up to `limit` pending events of `partition` (a `GSI1PK` value) whose sort key is below
     /// `before` (the grace-period cutoff), oldest first, starting after `start`.
     fn query_page(
@@ -64,19 +62,16 @@ pub trait PendingIndex: Send + Sync {
         limit: i32,
         start: Option<Cursor>,
     ) -> impl Future<Output = Result<PendingPage, IndexError>> + Send;
+}
 
+/// Port: how many events are pending, and where.
+pub trait PendingCounts: Send + Sync {
     /// Counts the pending events of `shard` and finds the oldest.
     fn backlog(&self, shard: u16) -> impl Future<Output = Result<ShardBacklog, IndexError>> + Send;
 
     /// Counts the pending events of every partition the index holds (a paginated `Scan`; the
     /// index is sparse, so it holds only pending events and is small when the relays keep up).
     fn partitions(&self) -> impl Future<Output = Result<PartitionCounts, IndexError>> + Send;
-
-    /// Whether `hold`'s aggregate still has a pending event: one of the events recorded as left
-    /// under it (read from the table, strongly consistent: the index may not show an event left
-    /// a moment ago, and a reshard puts newer events under another partition), or one under its
-    /// partition in the index (a hold set before holds recorded what they cover).
-    fn has_pending(&self, hold: &Hold) -> impl Future<Output = Result<bool, IndexError>> + Send;
 }
 
 /// The calls of [`DynamoPendingIndex`]: a shard's pages and backlog (`Query`), the sweep's and
@@ -91,14 +86,6 @@ pub const CALLS: &[relay_runtime::permissions::Call] = &[
         relay_runtime::permissions::Target::OutboxIndex,
     ),
 ];
-
-/// The call of [`PendingIndex::has_pending`] before a hold is released: the events recorded on the
-/// hold, read from the table itself (`BatchGetItem`, strongly consistent). The service's only.
-pub const HELD_EVENTS_CALLS: &[relay_runtime::permissions::Call] =
-    &[relay_runtime::permissions::Call::new(
-        "dynamodb:BatchGetItem",
-        relay_runtime::permissions::Target::OutboxTable,
-    )];
 
 /// The DynamoDB adapter.
 #[derive(Debug, Clone)]
@@ -132,37 +119,6 @@ impl DynamoPendingIndex {
     }
 }
 
-impl DynamoPendingIndex {
-    /// Whether an event recorded as left under `hold` is still pending on the table (a strongly
-    /// consistent read: still in the index's partition, `GSI1PK` set).
-    async fn any_left_pending(&self, hold: &Hold) -> Result<bool, IndexError> {
-        let failed = |failure| IndexError {
-            target: format!("events left under the hold of {}", hold.ordering_key),
-            failure,
-        };
-        let keys = hold
-            .left
-            .iter()
-            .map(|key| {
-                HashMap::from([
-                    (attr::PK.to_owned(), AttributeValue::S(key.pk.clone())),
-                    (attr::SK.to_owned(), AttributeValue::S(key.sk.clone())),
-                ])
-            })
-            .collect();
-        let items = consistent_items(
-            &self.client,
-            &self.table_name,
-            keys,
-            Some(attr::GSI1PK),
-            "keys of events left under a hold still unprocessed after retries",
-        )
-        .await
-        .map_err(failed)?;
-        Ok(items.iter().any(|item| item.contains_key(attr::GSI1PK)))
-    }
-}
-
 fn index_error(partition: &str, err: SdkError<QueryError>) -> IndexError {
     IndexError {
         target: partition.to_owned(),
@@ -170,7 +126,7 @@ fn index_error(partition: &str, err: SdkError<QueryError>) -> IndexError {
     }
 }
 
-impl PendingIndex for DynamoPendingIndex {
+impl PendingPages for DynamoPendingIndex {
     async fn query_page(
         &self,
         partition: &str,
@@ -193,7 +149,9 @@ impl PendingIndex for DynamoPendingIndex {
             items: output.items.unwrap_or_default(),
         })
     }
+}
 
+impl PendingCounts for DynamoPendingIndex {
     async fn backlog(&self, shard: u16) -> Result<ShardBacklog, IndexError> {
         let partition = schema::pending_shard_pk(shard);
         let oldest = self
@@ -266,35 +224,5 @@ impl PendingIndex for DynamoPendingIndex {
             }
         }
         Ok(counts)
-    }
-
-    async fn has_pending(&self, hold: &Hold) -> Result<bool, IndexError> {
-        if self.any_left_pending(hold).await? {
-            return Ok(true);
-        }
-        let mut start = None;
-        loop {
-            let page = self
-                .partition_query(&hold.partition)
-                .key_condition_expression("#pk = :pk")
-                .filter_expression(
-                    "#aggregate = :key OR (attribute_not_exists(#aggregate) AND #table_pk = :key)",
-                )
-                .expression_attribute_names("#aggregate", attr::AGGREGATE_ID)
-                .expression_attribute_names("#table_pk", attr::PK)
-                .expression_attribute_values(":key", AttributeValue::S(hold.ordering_key.clone()))
-                .select(Select::Count)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| index_error(&hold.partition, e))?;
-            if page.count() > 0 {
-                return Ok(true);
-            }
-            start = page.last_evaluated_key().cloned();
-            if start.is_none() {
-                return Ok(false);
-            }
-        }
     }
 }

@@ -5,11 +5,12 @@
 //!
 //! - [`config`]: the command line (`run`, `drain`, `status`, `redrive`, `inspect`), every flag
 //!   also an env variable.
-//! - [`index`]: the pending-index port and its DynamoDB adapter.
-//! - [`poller`]: one pass over the shards ([`Poller::pass`]) and the `run` / `drain` loops.
-//! - [`assignment`]: which shards a pass polls (a fixed list, or the leases owned).
-//! - [`lease`]: shard leases in a lease table of their own, so a fleet of pollers shares the
-//!   shards (fair share, takeover on expiry, graceful hand-over).
+//! - [`index`]: the pending index's ports (its pages, its counts) and their DynamoDB adapter.
+//! - [`poller`]: one pass over the shards ([`Poller::pass`]) and the `run` / `drain` loops, and
+//!   their components (the pages, the sweep, the TTL refresh, the hold release).
+//! - [`assignment`]: which shards a pass polls: a fixed list, or shard leases in a lease table of
+//!   their own, so a fleet of pollers shares the shards (fair share, takeover on expiry, graceful
+//!   hand-over).
 //! - [`status`]: backlog per shard and partition, the oldest pending event, expiring and
 //!   dead-lettered items, the dead-letter queue's depth.
 //! - [`redrive`]: dead-lettered events back to pending, then published (its `letters` reads the
@@ -23,7 +24,6 @@ pub mod assignment;
 pub mod config;
 pub mod index;
 pub mod inspect;
-pub mod lease;
 pub mod metrics;
 pub mod permissions;
 pub mod poller;
@@ -33,10 +33,11 @@ pub mod table;
 
 pub use assignment::{PassShards, ShardAssignment, StaticShards};
 pub use config::{Cli, Command, RelayConfig};
-pub use index::{DynamoPendingIndex, PendingIndex};
+pub use index::{DynamoPendingIndex, PendingCounts, PendingPages};
+pub use poller::ttl::{DynamoPendingTtl, PendingTtl, TtlOutcome};
 pub use poller::{
     DEFAULT_INDEX_LAG, DEFAULT_SWEEP_INTERVAL, DEFAULT_TTL_REFRESH_MARGIN, DrainSummary,
-    PassOutcome, PassStats, Poller, PollerSettings,
+    PassOutcome, PassStats, Poller, PollerSettings, cutoff,
 };
 pub use relay_runtime::SettingError;
 /// Re-exported so callers can drive the loops without naming tokio-util.

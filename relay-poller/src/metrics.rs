@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use outbox_shared::time::parse_timestamp;
+use relay_runtime::Tally;
 use relay_runtime::metrics::{
     ALREADY_MARKED, BACKLOG, DEAD_LETTERED, LEASE_TAKEOVERS, LEASES_OWNED, NOT_MARKED,
     OLDEST_PENDING_AGE, PUBLISH_FAILED, PUBLISHED, STRAY_PENDING, TTL_EXTENDED, count, observe,
@@ -20,24 +21,14 @@ use relay_runtime::metrics::{
 
 use crate::poller::stats::PassStats;
 
-pub(crate) fn published(n: u64) {
-    count(PUBLISHED, n);
-}
-
-pub(crate) fn already_marked(n: u64) {
-    count(ALREADY_MARKED, n);
-}
-
-pub(crate) fn dead_lettered(n: u64) {
-    count(DEAD_LETTERED, n);
-}
-
-pub(crate) fn not_marked(n: u64) {
-    count(NOT_MARKED, n);
-}
-
-pub(crate) fn publish_failed(n: u64) {
-    count(PUBLISH_FAILED, n);
+/// What a page's events came to: published and marked by this poller, found already marked,
+/// dead-lettered (and marked), published or dead-lettered but not marked, failed.
+pub(crate) fn relayed(tally: &Tally) {
+    count(PUBLISHED, tally.marked);
+    count(ALREADY_MARKED, tally.already_marked);
+    count(DEAD_LETTERED, tally.dead_lettered);
+    count(NOT_MARKED, tally.all_not_marked());
+    count(PUBLISH_FAILED, tally.failed);
 }
 
 pub(crate) fn ttl_extended(n: u64) {

@@ -11,12 +11,12 @@ use relay_runtime::permissions::{Call, union};
 pub fn service() -> Vec<Call> {
     union(&[
         crate::index::CALLS,
-        crate::index::HELD_EVENTS_CALLS,
         relay_runtime::status_store::CALLS,
+        crate::poller::ttl::CALLS,
         relay_runtime::holds::RELEASE_CALLS,
         relay_runtime::publisher::eventbridge::CALLS,
         relay_runtime::dead_letter::CALLS,
-        crate::lease::store::CALLS,
+        crate::assignment::store::CALLS,
     ])
 }
 
@@ -31,6 +31,6 @@ pub fn operator() -> Vec<Call> {
         crate::inspect::CALLS,
         crate::status::CALLS,
         crate::index::CALLS,
-        crate::lease::store::VIEW_CALLS,
+        crate::assignment::store::VIEW_CALLS,
     ])
 }

@@ -12,8 +12,8 @@ use serde::Serialize;
 use outbox_shared::ShardCount;
 use outbox_shared::schema;
 
-use crate::index::{IndexError, PendingIndex, ShardBacklog};
-use crate::lease::{LeaseView, Millis, plan};
+use crate::assignment::{LeaseView, Millis, plan};
+use crate::index::{IndexError, PendingCounts, ShardBacklog};
 use crate::metrics::oldest_age;
 
 /// Shards counted at once.
@@ -141,7 +141,7 @@ pub struct PartitionBacklog {
 }
 
 /// The calls of `status` besides the index's and the leases' (`crate::index::CALLS`,
-/// `crate::lease::store::VIEW_CALLS`): the scan for dead-lettered and expiring items, the queue's
+/// `crate::assignment::store::VIEW_CALLS`): the scan for dead-lettered and expiring items, the queue's
 /// depth.
 pub const CALLS: &[relay_runtime::permissions::Call] = &[
     relay_runtime::permissions::Call::new(
@@ -159,7 +159,7 @@ pub const CALLS: &[relay_runtime::permissions::Call] = &[
 /// # Errors
 /// The first [`IndexError`] of a shard query.
 pub async fn collect(
-    index: &impl PendingIndex,
+    index: &impl PendingCounts,
     shards: &[u16],
     shard_count: ShardCount,
     now: DateTime<Utc>,
@@ -410,24 +410,14 @@ mod tests {
     use chrono::TimeZone;
 
     use super::*;
-    use crate::index::{Cursor, PartitionCounts, PendingPage};
+    use crate::index::PartitionCounts;
 
     /// An index with a fixed backlog per shard and fixed partition counts.
     struct Fixed {
         partitions: PartitionCounts,
     }
 
-    impl PendingIndex for Fixed {
-        async fn query_page(
-            &self,
-            _partition: &str,
-            _before: &str,
-            _limit: i32,
-            _start: Option<Cursor>,
-        ) -> Result<PendingPage, IndexError> {
-            unreachable!("status does not page")
-        }
-
+    impl PendingCounts for Fixed {
         async fn backlog(&self, shard: u16) -> Result<ShardBacklog, IndexError> {
             let partition = schema::pending_shard_pk(shard);
             Ok(ShardBacklog {
@@ -439,10 +429,6 @@ mod tests {
 
         async fn partitions(&self) -> Result<PartitionCounts, IndexError> {
             Ok(self.partitions.clone())
-        }
-
-        async fn has_pending(&self, _hold: &relay_runtime::Hold) -> Result<bool, IndexError> {
-            unreachable!("status does not read holds")
         }
     }
 
@@ -494,7 +480,7 @@ mod tests {
 
     #[test]
     fn leases_show_owner_age_and_live_pollers() {
-        use crate::lease::{Heartbeat, Lease};
+        use crate::assignment::{Heartbeat, Lease};
         // Given shard 0 owned by a (renewed 2 s ago), shard 1 expired under b, shard 2 never taken
         let now: Millis = 1_800_000_000_000;
         let lease = |shard, owner: &str, renewed_at, expires_at| Lease {

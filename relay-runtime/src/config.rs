@@ -9,14 +9,12 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use outbox_shared::RetryPolicy;
-use outbox_shared::limits::{
-    CUSTOM_BUS_DEFAULT_MAX_BYTES, CUSTOM_BUS_PUT_EVENTS_MAX_ENTRIES, PUT_EVENTS_ABSOLUTE_MAX_BYTES,
-    PUT_EVENTS_DEFAULT_MAX_BYTES, PUT_EVENTS_MAX_ENTRIES,
-};
+use outbox_shared::limits::PUT_EVENTS_ABSOLUTE_MAX_BYTES;
 
 /// Which EventBridge bus the relays publish to: `EVENT_BUS_KIND` / `--event-bus-kind`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
+#[value(rename_all = "lowercase")]
 pub enum BusKind {
     /// The classic event bus (rules and targets), `EVENT_BUS_NAME` a name or an ARN
     /// (`event-bus/…`). The default.
@@ -29,31 +27,28 @@ pub enum BusKind {
 
 impl BusKind {
     /// The accepted values, as written.
-    pub const VALUES: &[&str] = &["classic", "custom"];
+    pub fn names() -> Vec<String> {
+        <Self as clap::ValueEnum>::value_variants()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
 
     /// Most entries one `PutEvents` of this bus takes (10 classic, 100 custom).
     pub fn max_entries_per_call(self) -> usize {
-        match self {
-            Self::Classic => PUT_EVENTS_MAX_ENTRIES,
-            Self::Custom => CUSTOM_BUS_PUT_EVENTS_MAX_ENTRIES,
-        }
+        self.spec().max_entries_per_call
     }
 
     /// The default size budget of one entry and of one request.
     pub fn default_max_bytes(self) -> usize {
-        match self {
-            Self::Classic => PUT_EVENTS_DEFAULT_MAX_BYTES,
-            Self::Custom => CUSTOM_BUS_DEFAULT_MAX_BYTES,
-        }
+        self.spec().default_max_bytes
     }
 }
 
 impl fmt::Display for BusKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Classic => "classic",
-            Self::Custom => "custom",
-        })
+        let value = clap::ValueEnum::to_possible_value(self).expect("no kind is skipped");
+        f.write_str(value.get_name())
     }
 }
 
@@ -61,14 +56,12 @@ impl std::str::FromStr for BusKind {
     type Err = String;
 
     fn from_str(value: &str) -> Result<Self, Self::Err> {
-        match value {
-            "classic" => Ok(Self::Classic),
-            "custom" => Ok(Self::Custom),
-            other => Err(format!(
-                "{other:?} is not a bus kind: accepted values are {}",
-                Self::VALUES.join(", ")
-            )),
-        }
+        <Self as clap::ValueEnum>::from_str(value, false).map_err(|_| {
+            format!(
+                "{value:?} is not a bus kind: accepted values are {}",
+                Self::names().join(", ")
+            )
+        })
     }
 }
 
@@ -289,110 +282,8 @@ fn non_empty(setting: PublisherSetting, value: &str) -> Result<(), PublisherConf
     Ok(())
 }
 
-/// Longest `EventBusName` (a name or an ARN) EventBridge accepts on a `PutEvents` entry.
-const EVENT_BUS_NAME_MAX_CHARS: usize = 1600;
-
-/// Checks the bus against EventBridge's model constraint on a `PutEvents` entry's
-/// `EventBusName`: at most 1,600 characters, a name of `[/._A-Za-z0-9-]`, or the ARN of one
-/// (`arn:aws…:events:REGION:ACCOUNT:event-bus/NAME`). EventBridge refuses every call that names
-/// another bus as a whole with `ValidationException`, which the publisher would take for an
-/// entry's fault and dead-letter every event alone in its call: so it is refused at start.
-fn bus_name_or_arn(value: &str) -> Result<(), PublisherConfigError> {
-    let name_chars = |name: &str| {
-        !name.is_empty()
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c))
-    };
-    let word = |part: &str| {
-        part.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_-".contains(c))
-    };
-    let valid = match value.split(':').collect::<Vec<_>>()[..] {
-        [name] => name_chars(name),
-        ["arn", partition, "events", region, account, resource] => {
-            partition.strip_prefix("aws").is_some_and(word)
-                && region.split('-').count() >= 3
-                && region.split('-').all(|p| !p.is_empty() && word(p))
-                && account.len() == 12
-                && account.chars().all(|c| c.is_ascii_digit())
-                && resource.strip_prefix("event-bus/").is_some_and(name_chars)
-        }
-        _ => false,
-    };
-    if !valid || value.chars().count() > EVENT_BUS_NAME_MAX_CHARS {
-        return Err(PublisherConfigError {
-            setting: PublisherSetting::EventBusName,
-            detail: format!(
-                "must be a bus name of letters, digits and /._- or an event bus ARN, at most \
-                 {EVENT_BUS_NAME_MAX_CHARS} characters, as EventBridge accepts"
-            ),
-        });
-    }
-    Ok(())
-}
-
-/// Longest Custom Event Bus ARN `PutEvents` accepts as `EventBusArn`.
-const EVENT_BUS_ARN_MAX_CHARS: usize = 1011;
-
-/// Characters of the id the service appends to a Custom Event Bus's name in its ARN.
-const CUSTOM_BUS_ID_CHARS: usize = 25;
-
-/// Longest Custom Event Bus name.
-const CUSTOM_BUS_NAME_MAX_CHARS: usize = 256;
-
-/// Whether `value` is a Custom Event Bus ARN:
-/// `arn:aws…:events:REGION:ACCOUNT:event-busv2/NAME/ID`, NAME starting with a letter or digit
-/// (then `._-` too, at most 256), ID 25 lowercase letters and digits.
-fn is_custom_bus_arn(value: &str) -> bool {
-    let word = |part: &str| {
-        !part.is_empty()
-            && part
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-    };
-    let ["arn", partition, "events", region, account, resource] =
-        value.split(':').collect::<Vec<_>>()[..]
-    else {
-        return false;
-    };
-    let Some([name, id]) = resource
-        .strip_prefix("event-busv2/")
-        .map(|rest| rest.split('/').collect::<Vec<_>>())
-        .and_then(|parts| <[&str; 2]>::try_from(parts).ok())
-    else {
-        return false;
-    };
-    // `aws`, or `aws-` and lowercase words joined by `-` (`aws-cn`, `aws-us-gov`).
-    let partition_ok = partition.strip_prefix("aws").is_some_and(|rest| {
-        rest.is_empty()
-            || rest
-                .strip_prefix('-')
-                .is_some_and(|r| r.split('-').all(word))
-    });
-    partition_ok
-        && region.split('-').count() >= 3
-        && region.split('-').all(word)
-        && account.len() == 12
-        && account.chars().all(|c| c.is_ascii_digit())
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric())
-        && name.chars().count() <= CUSTOM_BUS_NAME_MAX_CHARS
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
-        && id.len() == CUSTOM_BUS_ID_CHARS
-        && word(id)
-        && value.chars().count() <= EVENT_BUS_ARN_MAX_CHARS
-}
-
 /// Both buses reserve `Source`s starting with `aws.` for AWS's services.
 const RESERVED_SOURCE_PREFIX: &str = "aws.";
-
-/// Longest `Source` the Custom Event Bus accepts, in characters.
-const CUSTOM_BUS_SOURCE_MAX_CHARS: usize = 256;
 
 /// Checks the `Source` against what the bus of `kind` takes, so a relay refuses at start what the
 /// bus would refuse for every event:
@@ -401,7 +292,7 @@ const CUSTOM_BUS_SOURCE_MAX_CHARS: usize = 256;
 ///   would stay pending), the Custom Event Bus refuses the call as a whole with
 ///   `InvalidInputException`, which the publisher would take for an entry's fault and dead-letter
 ///   every event alone in its call;
-/// - on the Custom Event Bus, at most 256 characters (its model's limit; the same refusal).
+/// - what the kind itself limits ([`crate::publisher::BusSpec::check_source`]).
 fn bus_source(kind: BusKind, source: &str) -> Result<(), PublisherConfigError> {
     let refused = |detail: String| {
         Err(PublisherConfigError {
@@ -415,49 +306,32 @@ fn bus_source(kind: BusKind, source: &str) -> Result<(), PublisherConfigError> {
              services, got {source:?}"
         ));
     }
-    if kind == BusKind::Custom && source.chars().count() > CUSTOM_BUS_SOURCE_MAX_CHARS {
-        return refused(format!(
-            "must have at most {CUSTOM_BUS_SOURCE_MAX_CHARS} characters on the Custom Event Bus, \
-             got {}",
-            source.chars().count()
-        ));
-    }
-    Ok(())
+    (kind.spec().check_source)(source).or_else(refused)
 }
 
-/// Checks `value` is a bus of `kind`: for the classic bus a name or ARN it accepts
-/// ([`bus_name_or_arn`]), for the Custom Event Bus its whole ARN (the service appends an id to
-/// the name, so the ARN cannot be built from the name). A bus of the other kind is refused
-/// naming both settings: publishing to it would fail every call.
+/// Checks `value` names a bus of `kind` ([`crate::publisher::BusSpec::check_name`]). A bus another
+/// kind claims is refused naming both settings: publishing to it would fail every call.
 fn bus_of_kind(kind: BusKind, value: &str) -> Result<(), PublisherConfigError> {
-    let custom_arn = is_custom_bus_arn(value);
-    let mismatch = |detail: &str| PublisherConfigError {
-        setting: PublisherSetting::EventBusName,
-        detail: format!(
-            "{detail}, but --event-bus-kind (EVENT_BUS_KIND) is {kind}: set EVENT_BUS_KIND to the \
-             bus's kind ({})",
-            BusKind::VALUES.join(" or ")
-        ),
+    let Err(detail) = (kind.spec().check_name)(value) else {
+        return Ok(());
     };
-    match kind {
-        BusKind::Classic if custom_arn || value.contains(":event-busv2/") => {
-            Err(mismatch("is a Custom Event Bus ARN (event-busv2)"))
-        }
-        BusKind::Classic => bus_name_or_arn(value),
-        BusKind::Custom if custom_arn => Ok(()),
-        BusKind::Custom if bus_name_or_arn(value).is_ok() => Err(mismatch(
-            "is a classic bus's name or ARN, not a Custom Event Bus ARN \
-             (arn:aws:events:REGION:ACCOUNT:event-busv2/NAME/ID)",
-        )),
-        BusKind::Custom => Err(PublisherConfigError {
-            setting: PublisherSetting::EventBusName,
-            detail: format!(
-                "must be the Custom Event Bus's whole ARN \
-                 (arn:aws:events:REGION:ACCOUNT:event-busv2/NAME/ID, the ID {CUSTOM_BUS_ID_CHARS} \
-                 lowercase letters and digits), at most {EVENT_BUS_ARN_MAX_CHARS} characters"
-            ),
-        }),
-    }
+    let other = <BusKind as clap::ValueEnum>::value_variants()
+        .iter()
+        .find(|other| **other != kind && (other.spec().claims)(value));
+    let detail = match other {
+        Some(other) => format!(
+            "is {}, not {}, but --event-bus-kind (EVENT_BUS_KIND) is {kind}: set EVENT_BUS_KIND \
+             to the bus's kind ({})",
+            other.spec().named_by,
+            kind.spec().named_by,
+            BusKind::names().join(" or ")
+        ),
+        None => detail,
+    };
+    Err(PublisherConfigError {
+        setting: PublisherSetting::EventBusName,
+        detail,
+    })
 }
 
 fn in_range(

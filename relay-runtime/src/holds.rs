@@ -1,4 +1,5 @@
-//! Aggregate holds: the port and its DynamoDB adapter.
+//! Aggregate holds: the stream relay's port ([`AggregateHolds`]), the poller's
+//! ([`HoldRelease`]), and their DynamoDB adapter.
 //!
 //! With `HOLD_FAILED_AGGREGATES`, the stream relay does not block its stream shard behind an
 //! aggregate whose event failed: it *holds* the aggregate (a hold item `HOLD#{aggregate}` in the
@@ -13,15 +14,17 @@
 //!
 //! The hold records every event left to the poller under it (`LeftEvents`, their item keys):
 //! the stream relay leaves an event only by recording it on a hold that still exists
-//! ([`HoldStore::leave`], a conditional write), and the poller releases a hold only if nothing
-//! was recorded since it read it ([`HoldStore::release`], a condition on the record's size) and
-//! none of what was recorded is still pending. The index the poller lists holds and pending
+//! ([`AggregateHolds::leave`], a conditional write, made even when it records nothing: a TTL
+//! deletion's event is left to no one, but only while its aggregate is still held), and the
+//! poller releases a hold only if nothing was recorded since it read it
+//! ([`HoldRelease::release`], a condition on the record's size) and none of what was recorded is
+//! still pending ([`HoldRelease::has_pending`]). The index the poller lists holds and pending
 //! events through is eventually consistent: an event the stream relay left a moment ago may not
 //! be in it yet, and an event under another partition (a reshard) is not where the hold points;
 //! the record is read and conditioned on the table itself, so a release cannot miss either.
 //!
 //! A hold's `ttl` only cleans up a hold no poller ever released: the poller pushes it out while
-//! it keeps a hold ([`HoldStore::extend`]), and until DynamoDB's TTL actually deletes an expired
+//! it keeps a hold ([`HoldRelease::extend`]), and until DynamoDB's TTL actually deletes an expired
 //! hold (lazily, up to days later) the relays read it as live, as DynamoDB returns it.
 
 use crate::permissions::{Call, Target};
@@ -37,6 +40,8 @@ use chrono::Utc;
 use outbox_shared::schema::{self, attr};
 use outbox_shared::time::format_timestamp;
 use outbox_shared::{ItemKey, SdkFailure};
+
+use aws_sdk_dynamodb::types::Select;
 
 use crate::batch_get::consistent_items;
 use crate::status_store::{ttl_after, update_applied};
@@ -57,8 +62,25 @@ pub struct Hold {
     pub ttl: Option<i64>,
 }
 
-/// Port: where the relays keep aggregate holds.
-pub trait HoldStore: Send + Sync {
+/// Port: the stream relay's side of the holds (hold mode): which aggregates are held, leaving
+/// events under a hold, holding an aggregate whose event failed.
+pub trait AggregateHolds: Send + Sync {
+    /// The aggregates among `ordering_keys` that are held (a strongly consistent read).
+    fn held(
+        &self,
+        ordering_keys: &[String],
+    ) -> impl Future<Output = Result<HashSet<String>, SdkFailure>> + Send;
+
+    /// Records `left` on the hold of `ordering_key` if it still exists: whether it did (the
+    /// events are the poller's now). `false`: the hold was released meanwhile, so the poller has
+    /// published everything recorded on it and these events are the stream relay's to publish.
+    /// With nothing to record, it still says whether the hold exists.
+    fn leave(
+        &self,
+        ordering_key: &str,
+        left: &[ItemKey],
+    ) -> impl Future<Output = Result<bool, SdkFailure>> + Send;
+
     /// Holds the aggregate `ordering_key` and records `left` (the keys of the events this relay
     /// leaves to the poller) on it: until the poller has published its pending events (under
     /// `partition`, the held event's `GSI1PK`, and every event recorded) and released the hold,
@@ -70,43 +92,15 @@ pub trait HoldStore: Send + Sync {
         partition: &str,
         left: &[ItemKey],
     ) -> impl Future<Output = Result<(), SdkFailure>> + Send;
+}
 
-    /// Records `left` on the hold of `ordering_key` if it still exists: whether it did (the
-    /// events are the poller's now). `false`: the hold was released meanwhile, so the poller has
-    /// published everything recorded on it and these events are the stream relay's to publish.
-    fn leave(
-        &self,
-        ordering_key: &str,
-        left: &[ItemKey],
-    ) -> impl Future<Output = Result<bool, SdkFailure>> + Send;
-
-    /// The aggregates among `ordering_keys` that are held (a strongly consistent read).
+/// A borrowed hold store is one (a test keeps its fake to inspect it).
+impl<H: AggregateHolds> AggregateHolds for &H {
     fn held(
         &self,
         ordering_keys: &[String],
-    ) -> impl Future<Output = Result<HashSet<String>, SdkFailure>> + Send;
-
-    /// Every hold.
-    fn list(&self) -> impl Future<Output = Result<Vec<Hold>, SdkFailure>> + Send;
-
-    /// Deletes `hold` if it was not set again and nothing was left under it since it was read;
-    /// whether it was deleted.
-    fn release(&self, hold: &Hold) -> impl Future<Output = Result<bool, SdkFailure>> + Send;
-
-    /// Pushes out the `ttl` of `hold` (the poller keeps it: what it covers is not all published
-    /// yet), if it still exists; whether it did.
-    fn extend(&self, hold: &Hold) -> impl Future<Output = Result<bool, SdkFailure>> + Send;
-}
-
-/// A borrowed hold store is a hold store (a test keeps its fake to inspect it).
-impl<H: HoldStore> HoldStore for &H {
-    fn hold(
-        &self,
-        ordering_key: &str,
-        partition: &str,
-        left: &[ItemKey],
-    ) -> impl Future<Output = Result<(), SdkFailure>> + Send {
-        (**self).hold(ordering_key, partition, left)
+    ) -> impl Future<Output = Result<HashSet<String>, SdkFailure>> + Send {
+        (**self).held(ordering_keys)
     }
 
     fn leave(
@@ -117,15 +111,45 @@ impl<H: HoldStore> HoldStore for &H {
         (**self).leave(ordering_key, left)
     }
 
-    fn held(
+    fn hold(
         &self,
-        ordering_keys: &[String],
-    ) -> impl Future<Output = Result<HashSet<String>, SdkFailure>> + Send {
-        (**self).held(ordering_keys)
+        ordering_key: &str,
+        partition: &str,
+        left: &[ItemKey],
+    ) -> impl Future<Output = Result<(), SdkFailure>> + Send {
+        (**self).hold(ordering_key, partition, left)
     }
+}
 
+/// Port: the poller's side of the holds: listing them, whether what one covers is still
+/// pending, releasing it, keeping it.
+pub trait HoldRelease: Send + Sync {
+    /// Every hold.
+    fn list(&self) -> impl Future<Output = Result<Vec<Hold>, SdkFailure>> + Send;
+
+    /// Whether `hold`'s aggregate still has a pending event: one of the events recorded as left
+    /// under it (read from the table, strongly consistent: the index may not show an event left
+    /// a moment ago, and a reshard puts newer events under another partition), or one under its
+    /// partition in the index (a hold set before holds recorded what they cover).
+    fn has_pending(&self, hold: &Hold) -> impl Future<Output = Result<bool, SdkFailure>> + Send;
+
+    /// Deletes `hold` if it was not set again and nothing was left under it since it was read;
+    /// whether it was deleted.
+    fn release(&self, hold: &Hold) -> impl Future<Output = Result<bool, SdkFailure>> + Send;
+
+    /// Pushes out the `ttl` of `hold` (the poller keeps it: what it covers is not all published
+    /// yet), if it still exists; whether it did.
+    fn extend(&self, hold: &Hold) -> impl Future<Output = Result<bool, SdkFailure>> + Send;
+}
+
+/// A borrowed hold store is one (a test keeps its fake to inspect it).
+impl<H: HoldRelease> HoldRelease for &H {
     fn list(&self) -> impl Future<Output = Result<Vec<Hold>, SdkFailure>> + Send {
         (**self).list()
+    }
+
+    fn has_pending(&self, hold: &Hold) -> impl Future<Output = Result<bool, SdkFailure>> + Send {
+        (**self).has_pending(hold)
     }
 
     fn release(&self, hold: &Hold) -> impl Future<Output = Result<bool, SdkFailure>> + Send {
@@ -149,19 +173,21 @@ pub fn parse_left_element(element: &str) -> Option<ItemKey> {
     Some(ItemKey { pk, sk })
 }
 
-/// The calls that hold aggregates, record what is left under a hold and read holds (the stream
-/// relay's hold mode): [`DynamoHoldStore::hold`] and [`DynamoHoldStore::leave`] (`UpdateItem`s) and
-/// [`DynamoHoldStore::held`], on hold items only.
+/// The calls of [`AggregateHolds`] (the stream relay's hold mode): [`DynamoHoldStore::hold`] and
+/// [`DynamoHoldStore::leave`] (`UpdateItem`s) and [`DynamoHoldStore::held`], on hold items only.
 pub const HOLD_CALLS: &[Call] = &[
     Call::new("dynamodb:UpdateItem", Target::HoldItems),
     Call::new("dynamodb:BatchGetItem", Target::HoldItems),
 ];
 
-/// The calls that list, keep and release holds (the poller): [`DynamoHoldStore::list`] (a `Query`
-/// of the index's hold partition), [`DynamoHoldStore::extend`] (an `UpdateItem` of the hold's
-/// `ttl`) and [`DynamoHoldStore::release`].
+/// The calls of [`HoldRelease`] (the poller): [`DynamoHoldStore::list`] (a `Query` of the index's
+/// hold partition), [`DynamoHoldStore::has_pending`] (the events recorded on the hold, read from
+/// the table with a `BatchGetItem`, then a `Query` of the hold's partition),
+/// [`DynamoHoldStore::extend`] (an `UpdateItem` of the hold's `ttl`) and
+/// [`DynamoHoldStore::release`].
 pub const RELEASE_CALLS: &[Call] = &[
     Call::new("dynamodb:Query", Target::OutboxIndex),
+    Call::new("dynamodb:BatchGetItem", Target::OutboxTable),
     Call::new("dynamodb:UpdateItem", Target::HoldItems),
     Call::new("dynamodb:DeleteItem", Target::HoldItems),
 ];
@@ -171,7 +197,7 @@ pub const RELEASE_CALLS: &[Call] = &[
 pub struct DynamoHoldStore {
     client: Client,
     table_name: String,
-    /// The outbox index, which [`HoldStore::list`] queries.
+    /// The outbox index, which [`HoldRelease`] reads (the holds' partition and each hold's).
     index_name: String,
     /// A hold no poller ever released (none ran) lapses this long after it was set.
     retention: Duration,
@@ -189,8 +215,8 @@ impl DynamoHoldStore {
         }
     }
 
-    /// Lists holds through `index_name` (the poller's `--index-name`); only [`HoldStore::list`]
-    /// reads the index.
+    /// Lists holds and reads their partitions through `index_name` (the poller's
+    /// `--index-name`); only [`HoldRelease`] reads the index.
     #[must_use]
     pub fn with_index_name(mut self, index_name: impl Into<String>) -> Self {
         self.index_name = index_name.into();
@@ -212,7 +238,44 @@ impl DynamoHoldStore {
     }
 }
 
-impl HoldStore for DynamoHoldStore {
+impl AggregateHolds for DynamoHoldStore {
+    async fn held(&self, ordering_keys: &[String]) -> Result<HashSet<String>, SdkFailure> {
+        let keys = ordering_keys.iter().map(|k| Self::key(k)).collect();
+        let items = consistent_items(
+            &self.client,
+            &self.table_name,
+            keys,
+            Some(attr::ORDERING_KEY),
+            "hold keys still unprocessed after retries",
+        )
+        .await?;
+        Ok(items
+            .iter()
+            .filter_map(|item| item.get(attr::ORDERING_KEY)?.as_s().ok().cloned())
+            .collect())
+    }
+
+    async fn leave(&self, ordering_key: &str, left: &[ItemKey]) -> Result<bool, SdkFailure> {
+        let mut request = self
+            .client
+            .update_item()
+            .table_name(&self.table_name)
+            .set_key(Some(Self::key(ordering_key)))
+            .condition_expression("attribute_exists(#pk)")
+            .expression_attribute_names("#pk", attr::PK);
+        // With nothing to record, the same conditional write changes nothing and says whether the
+        // hold still exists: a hold released since it was read must not take the events.
+        if !left.is_empty() {
+            request = request
+                .update_expression("ADD #left :left")
+                .expression_attribute_names("#left", attr::LEFT_EVENTS)
+                .expression_attribute_values(":left", left_set(left));
+        }
+        let result = request.send().await;
+        // `false`: the condition failed, the hold is gone
+        update_applied(result)
+    }
+
     async fn hold(
         &self,
         ordering_key: &str,
@@ -261,43 +324,35 @@ impl HoldStore for DynamoHoldStore {
             .map_err(|e| SdkFailure::new("UpdateItem", e))?;
         Ok(())
     }
+}
 
-    async fn leave(&self, ordering_key: &str, left: &[ItemKey]) -> Result<bool, SdkFailure> {
-        if left.is_empty() {
-            return Ok(true);
-        }
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table_name)
-            .set_key(Some(Self::key(ordering_key)))
-            .update_expression("ADD #left :left")
-            .condition_expression("attribute_exists(#pk)")
-            .expression_attribute_names("#left", attr::LEFT_EVENTS)
-            .expression_attribute_names("#pk", attr::PK)
-            .expression_attribute_values(":left", left_set(left))
-            .send()
-            .await;
-        // `false`: the condition failed, the hold is gone
-        update_applied(result)
-    }
-
-    async fn held(&self, ordering_keys: &[String]) -> Result<HashSet<String>, SdkFailure> {
-        let keys = ordering_keys.iter().map(|k| Self::key(k)).collect();
+impl DynamoHoldStore {
+    /// Whether an event recorded as left under `hold` is still pending on the table (a strongly
+    /// consistent read: still in the index's partition, `GSI1PK` set).
+    async fn any_left_pending(&self, hold: &Hold) -> Result<bool, SdkFailure> {
+        let keys = hold
+            .left
+            .iter()
+            .map(|key| {
+                HashMap::from([
+                    (attr::PK.to_owned(), AttributeValue::S(key.pk.clone())),
+                    (attr::SK.to_owned(), AttributeValue::S(key.sk.clone())),
+                ])
+            })
+            .collect();
         let items = consistent_items(
             &self.client,
             &self.table_name,
             keys,
-            Some(attr::ORDERING_KEY),
-            "hold keys still unprocessed after retries",
+            Some(attr::GSI1PK),
+            "keys of events left under a hold still unprocessed after retries",
         )
         .await?;
-        Ok(items
-            .iter()
-            .filter_map(|item| item.get(attr::ORDERING_KEY)?.as_s().ok().cloned())
-            .collect())
+        Ok(items.iter().any(|item| item.contains_key(attr::GSI1PK)))
     }
+}
 
+impl HoldRelease for DynamoHoldStore {
     async fn list(&self) -> Result<Vec<Hold>, SdkFailure> {
         let mut holds = Vec::new();
         let mut start = None;
@@ -347,6 +402,41 @@ impl HoldStore for DynamoHoldStore {
             start = page.last_evaluated_key().cloned();
             if start.is_none() {
                 return Ok(holds);
+            }
+        }
+    }
+
+    async fn has_pending(&self, hold: &Hold) -> Result<bool, SdkFailure> {
+        if self.any_left_pending(hold).await? {
+            return Ok(true);
+        }
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table_name)
+                .index_name(&self.index_name)
+                .key_condition_expression("#pk = :pk")
+                .filter_expression(
+                    "#aggregate = :key OR (attribute_not_exists(#aggregate) AND #table_pk = :key)",
+                )
+                .expression_attribute_names("#pk", attr::GSI1PK)
+                .expression_attribute_names("#aggregate", attr::AGGREGATE_ID)
+                .expression_attribute_names("#table_pk", attr::PK)
+                .expression_attribute_values(":pk", AttributeValue::S(hold.partition.clone()))
+                .expression_attribute_values(":key", AttributeValue::S(hold.ordering_key.clone()))
+                .select(Select::Count)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| SdkFailure::new("Query", e))?;
+            if page.count() > 0 {
+                return Ok(true);
+            }
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                return Ok(false);
             }
         }
     }

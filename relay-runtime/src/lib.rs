@@ -1,7 +1,10 @@
 //! What both outbox relays run on, so each concept is written once:
 //!
-//! - [`relay`]: the per-event path: an item becomes an event ready to publish or a poison case;
-//!   after a publish each event is marked published, or dead-lettered then marked, concurrently.
+//! - [`event`]: one event of a batch or page, from decode to its tally: its state in one value,
+//!   and the [`Tally`] both relays count with.
+//! - [`relay`]: the per-event path: the ready events are published; then each is settled once,
+//!   marked published, or dead-lettered then marked, concurrently.
+//! - [`deadline`]: when the work on a batch or page must stop (no publish after; finish by).
 //! - [`publisher`]: the publisher port and its adapters, one per bus kind (the classic bus, the
 //!   Custom Event Bus), sharing size-aware batching, bounded concurrency, per-entry retries with
 //!   full jitter; each stamps the bus and `Source`.
@@ -9,10 +12,11 @@
 //!   multiplicative decrease on throttling, an optional ceiling).
 //! - [`publish_concurrency`]: the publisher's calls in flight, lowered when calls time out (a
 //!   slow bus) and probed back up.
-//! - [`status_store`]: the status-store port and its DynamoDB adapter (the conditional mark, the
-//!   `ttl` of marked items, the TTL refresh of pending ones).
-//! - [`holds`]: the aggregate-hold port and its DynamoDB adapter (the stream relay holds an
-//!   aggregate whose event failed; the poller publishes its events and releases the hold).
+//! - [`status_store`]: the status-store port and its DynamoDB adapter (the conditional mark and
+//!   the `ttl` of marked items).
+//! - [`holds`]: the aggregate holds: the stream relay's port (hold an aggregate whose event
+//!   failed, leave its events under the hold) and the poller's (release the hold once it has
+//!   published them), and their DynamoDB adapter.
 //! - [`recent`]: a short memory of the events a process settled (bounded by count and age), so a
 //!   relay skips what AWS hands it again: a lagging index's marked items, a re-delivered batch.
 //! - [`dead_letter`]: the dead-letter port and its SQS adapter for poison events.
@@ -20,7 +24,8 @@
 //!   from; setting errors that name the flag and the variable.
 //! - [`telemetry`]: the one logging set-up of every binary.
 //! - [`metrics`]: the metric names both relays emit, their EMF set-up, the failed-call counter;
-//!   [`clients`] builds the SDK clients with it.
+//!   [`clients`] builds the relays' DynamoDB and SQS clients with it (each bus kind builds its
+//!   own).
 //! - `testing` (feature `testing`): in-memory fakes of the ports.
 //!
 //! The contract these work on (item schema, envelope, limits) is `outbox-shared`.
@@ -28,6 +33,8 @@
 pub mod batch_get;
 pub mod config;
 pub mod dead_letter;
+pub mod deadline;
+pub mod event;
 pub mod holds;
 pub mod metrics;
 pub mod permissions;
@@ -83,16 +90,16 @@ pub use config::{
 pub use dead_letter::{
     DeadLetter, DeadLetterError, DeadLetterSink, RecordLeftOut, SqsDeadLetterSink,
 };
-pub use holds::{DynamoHoldStore, Hold, HoldStore};
+pub use deadline::Deadline;
+pub use event::{Behind, Event, IgnoreReason, State, Tally};
+pub use holds::{AggregateHolds, DynamoHoldStore, Hold, HoldRelease};
 pub use publisher::{
-    BusClients, BusPublisher, CustomBusPublisher, EventBridgePublisher, PublishOutcome,
-    PublishStats, Publisher,
+    BusCall, BusPublisher, ClassicBus, CustomBus, CustomBusPublisher, EventBridgePublisher,
+    PublishOutcome, PublishStats, Publisher,
 };
 pub use recent::RecentKeys;
-pub use relay::{EventRelay, Poison, ReadyEvents, Settled};
-pub use status_store::{
-    DynamoStatusStore, MarkOutcome, StatusError, StatusStore, TtlOutcome, TtlPolicy,
-};
+pub use relay::EventRelay;
+pub use status_store::{DynamoStatusStore, MarkOutcome, StatusError, StatusStore, TtlPolicy};
 
 use std::time::Duration;
 
@@ -174,30 +181,15 @@ impl CallTasks {
     }
 }
 
-/// The SDK clients of the relays, built from one configuration, each counting its failed calls
-/// ([`metrics::FailedCallCounter`]).
+/// The relays' DynamoDB and SQS clients, built from one configuration, each counting its failed
+/// calls ([`metrics::FailedCallCounter`]). A bus kind builds its own client
+/// ([`publisher::BusSpec::call`]).
 pub mod clients {
     use crate::metrics::FailedCallCounter;
 
     pub fn dynamodb(sdk: &aws_config::SdkConfig) -> aws_sdk_dynamodb::Client {
         aws_sdk_dynamodb::Client::from_conf(
             aws_sdk_dynamodb::config::Builder::from(sdk)
-                .interceptor(FailedCallCounter)
-                .build(),
-        )
-    }
-
-    pub fn eventbridge(sdk: &aws_config::SdkConfig) -> aws_sdk_eventbridge::Client {
-        aws_sdk_eventbridge::Client::from_conf(
-            aws_sdk_eventbridge::config::Builder::from(sdk)
-                .interceptor(FailedCallCounter)
-                .build(),
-        )
-    }
-
-    pub fn eventbridgev2(sdk: &aws_config::SdkConfig) -> aws_sdk_eventbridgev2::Client {
-        aws_sdk_eventbridgev2::Client::from_conf(
-            aws_sdk_eventbridgev2::config::Builder::from(sdk)
                 .interceptor(FailedCallCounter)
                 .build(),
         )

@@ -1,20 +1,20 @@
 //! The status store: marks an outbox item published (or dead-lettered) with a conditional update.
 //!
-//! `SET Status = :status, PublishedAt = :now, ttl = :ttl REMOVE GSI1PK, GSI1SK` with the condition
-//! `attribute_exists(GSI1PK)`. The condition makes the mark happen once: a failed condition means
+//! Every mark is one PartiQL statement, built in one place ([`mark_statement`]):
+//! `UPDATE … SET Status = ?, PublishedAt = ?, ttl = ? REMOVE GSI1PK, GSI1SK WHERE PK = ? AND SK = ?
+//! AND GSI1PK IS NOT MISSING` (a dead-letter mark sets `DeadLetteredAt` and `DeadLetterReason`
+//! instead of `PublishedAt`). The condition makes the mark happen once: a failed condition means
 //! another relay already did it, which is an outcome, not an error.
 //!
-//! Published events are marked [`MARK_BATCH_MAX`] at a time
-//! ([`StatusStore::mark_all_published`]): one `BatchExecuteStatement` of PartiQL `UPDATE`s, each
-//! the same update on the same condition, each succeeding or failing on its own (it is not a
-//! transaction, and each costs what an `UpdateItem` does). A batch of 100 events is marked in 4
-//! calls instead of 100: the relays' CPU goes mostly to building and signing requests.
+//! Marks go [`MARK_BATCH_MAX`] at a time in one `BatchExecuteStatement`, each statement succeeding
+//! or failing on its own (it is not a transaction, and each costs what an `UpdateItem` does). A
+//! batch of 100 events is marked in 4 calls instead of 100: the relays' CPU goes mostly to building
+//! and signing requests. A dead-letter mark is a batch of one.
 //!
 //! TTL: the writer's `ttl` only bounds how long a *published* item stays. The mark sets it from the
 //! time of the mark ([`TtlPolicy`]): a published item stays the retention after it was published, a
 //! dead-lettered one at least as long as the dead-letter queue keeps its message (so a redrive
-//! finds the item), and a pending item's `ttl` is pushed forward by [`StatusStore::extend_ttl`]
-//! before it can expire.
+//! finds the item). A pending item's `ttl` is the poller's TTL refresh's, not the marks'.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -23,7 +23,6 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, BatchStatementErrorCodeEnum, BatchStatementRequest};
 use chrono::Utc;
 use outbox_shared::error::{ErrorClass, SdkFailure};
@@ -40,15 +39,6 @@ pub enum MarkOutcome {
     /// The item was already marked (by another relay, or an earlier attempt of this one), or it is
     /// gone: nothing to do.
     AlreadyMarked,
-}
-
-/// What a TTL refresh of a pending item did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TtlOutcome {
-    /// The item was pending and its `ttl` now lies the retention ahead.
-    Extended,
-    /// The item was no longer pending (marked meanwhile, or gone): nothing to do.
-    NotPending,
 }
 
 /// A mark that failed for a reason other than the item no longer being pending.
@@ -117,21 +107,12 @@ pub fn ttl_after(now: chrono::DateTime<Utc>, retention: Duration) -> i64 {
 
 /// Port: where the relays record that an event left the outbox.
 pub trait StatusStore: Send + Sync {
-    /// Marks the item `PUBLISHED` and removes it from the pending index, once.
+    /// Marks each item of `keys` `PUBLISHED` and removes it from the pending index, once: one
+    /// result per key, in the order of `keys`.
     fn mark_published(
         &self,
-        key: &ItemKey,
-    ) -> impl Future<Output = Result<MarkOutcome, StatusError>> + Send;
-
-    /// Marks each item of `keys` `PUBLISHED` as [`Self::mark_published`] does: one result per key,
-    /// in the order of `keys`. A store that can marks them in one call (at most
-    /// [`MARK_BATCH_MAX`] keys per call); by default each is marked on its own, concurrently.
-    fn mark_all_published(
-        &self,
         keys: &[ItemKey],
-    ) -> impl Future<Output = Vec<Result<MarkOutcome, StatusError>>> + Send {
-        futures::future::join_all(keys.iter().map(|key| self.mark_published(key)))
-    }
+    ) -> impl Future<Output = Vec<Result<MarkOutcome, StatusError>>> + Send;
 
     /// Marks the item `DEAD_LETTERED` with `reason` and removes it from the pending index, once.
     fn mark_dead_lettered(
@@ -139,29 +120,15 @@ pub trait StatusStore: Send + Sync {
         key: &ItemKey,
         reason: &str,
     ) -> impl Future<Output = Result<MarkOutcome, StatusError>> + Send;
-
-    /// Pushes a pending item's `ttl` to the published retention from now, only while it is still
-    /// pending, so DynamoDB's TTL never deletes an unpublished event.
-    fn extend_ttl(
-        &self,
-        key: &ItemKey,
-    ) -> impl Future<Output = Result<TtlOutcome, StatusError>> + Send;
 }
 
 /// A borrowed status store is a status store (a test keeps its fake to inspect it).
 impl<S: StatusStore> StatusStore for &S {
     fn mark_published(
         &self,
-        key: &ItemKey,
-    ) -> impl Future<Output = Result<MarkOutcome, StatusError>> + Send {
-        (**self).mark_published(key)
-    }
-
-    fn mark_all_published(
-        &self,
         keys: &[ItemKey],
     ) -> impl Future<Output = Vec<Result<MarkOutcome, StatusError>>> + Send {
-        (**self).mark_all_published(keys)
+        (**self).mark_published(keys)
     }
 
     fn mark_dead_lettered(
@@ -171,33 +138,20 @@ impl<S: StatusStore> StatusStore for &S {
     ) -> impl Future<Output = Result<MarkOutcome, StatusError>> + Send {
         (**self).mark_dead_lettered(key, reason)
     }
-
-    fn extend_ttl(
-        &self,
-        key: &ItemKey,
-    ) -> impl Future<Output = Result<TtlOutcome, StatusError>> + Send {
-        (**self).extend_ttl(key)
-    }
 }
 
-/// The calls of [`DynamoStatusStore`]: marks one at a time and PartiQL `UPDATE`s in a
-/// `BatchExecuteStatement`, TTL refreshes, each naming only [`crate::permissions::STATUS_ATTRIBUTES`].
-pub const CALLS: &[crate::permissions::Call] = &[
-    crate::permissions::Call::new(
-        "dynamodb:UpdateItem",
-        crate::permissions::Target::OutboxStatus,
-    ),
-    crate::permissions::Call::new(
-        "dynamodb:PartiQLUpdate",
-        crate::permissions::Target::OutboxStatus,
-    ),
-];
+/// The calls of [`DynamoStatusStore`]: PartiQL `UPDATE`s in a `BatchExecuteStatement`, each naming
+/// only [`crate::permissions::STATUS_ATTRIBUTES`].
+pub const CALLS: &[crate::permissions::Call] = &[crate::permissions::Call::new(
+    "dynamodb:PartiQLUpdate",
+    crate::permissions::Target::OutboxStatus,
+)];
 
 /// Statements one `BatchExecuteStatement` takes: the most marks one call makes.
 pub const MARK_BATCH_MAX: usize = 25;
 
-/// The operation the batched marks call, as failures name it.
-pub(crate) const BATCH_EXECUTE_STATEMENT: &str = "BatchExecuteStatement";
+/// The operation the marks call, as failures name it.
+pub const BATCH_EXECUTE_STATEMENT: &str = "BatchExecuteStatement";
 
 /// Retries of a mark statement that failed with a retryable code inside a call that succeeded:
 /// as many as the SDK's standard mode makes of a whole call.
@@ -210,13 +164,36 @@ const STATEMENT_RETRY: RetryPolicy = RetryPolicy {
 /// Longest dead-letter reason stored on the item; the full reason goes to the dead-letter queue.
 const MAX_STORED_REASON_BYTES: usize = 1024;
 
+/// The PartiQL statement that marks one pending item of `table` with `status` (`PUBLISHED` or
+/// `DEAD_LETTERED`): the status, when (`PublishedAt` or `DeadLetteredAt`), the `ttl`, for a dead
+/// letter its reason, and the item out of the pending index, on the condition that it is still in
+/// it. Parameters: status, time, `ttl`, the reason (dead letters only), then the key (`PK`, `SK`).
+pub fn mark_statement(table: &str, status: OutboxStatus) -> String {
+    let (at, reason) = match status {
+        OutboxStatus::DeadLettered => (
+            attr::DEAD_LETTERED_AT,
+            format!(r#" SET "{}" = ?"#, attr::DEAD_LETTER_REASON),
+        ),
+        _ => (attr::PUBLISHED_AT, String::new()),
+    };
+    format!(
+        r#"UPDATE "{table}" SET "{status}" = ? SET "{at}" = ? SET "{ttl}" = ?{reason} REMOVE "{gsi1pk}" REMOVE "{gsi1sk}" WHERE "{pk}" = ? AND "{sk}" = ? AND "{gsi1pk}" IS NOT MISSING"#,
+        status = attr::STATUS,
+        ttl = attr::TTL,
+        gsi1pk = attr::GSI1PK,
+        gsi1sk = attr::GSI1SK,
+        pk = attr::PK,
+        sk = attr::SK,
+    )
+}
+
 /// The DynamoDB adapter.
 #[derive(Debug, Clone)]
 pub struct DynamoStatusStore {
     client: Client,
-    table_name: String,
-    /// The batched mark's statement ([`mark_published_statement`]), built once.
-    mark_published_statement: String,
+    /// The mark statements ([`mark_statement`]), built once: published, dead-lettered.
+    published_statement: String,
+    dead_lettered_statement: String,
     ttl: TtlPolicy,
     call_tasks: crate::CallTasks,
 }
@@ -227,8 +204,8 @@ impl DynamoStatusStore {
         let table_name = table_name.into();
         Self {
             client,
-            mark_published_statement: mark_published_statement(&table_name),
-            table_name,
+            published_statement: mark_statement(&table_name, OutboxStatus::Published),
+            dead_lettered_statement: mark_statement(&table_name, OutboxStatus::DeadLettered),
             ttl,
             call_tasks: crate::CallTasks::Inline,
         }
@@ -241,106 +218,38 @@ impl DynamoStatusStore {
         self
     }
 
-    /// An update of the item at `key` on the condition that it is still pending (in the index),
-    /// with `#gsi1pk`, `#ttl` and `:ttl` (= `ttl`) defined.
-    fn while_pending(&self, key: &ItemKey, ttl: i64) -> UpdateItemFluentBuilder {
-        self.client
-            .update_item()
-            .table_name(&self.table_name)
-            .key(attr::PK, AttributeValue::S(key.pk.clone()))
-            .key(attr::SK, AttributeValue::S(key.sk.clone()))
-            .condition_expression("attribute_exists(#gsi1pk)")
-            .expression_attribute_names("#gsi1pk", attr::GSI1PK)
-            .expression_attribute_names("#ttl", attr::TTL)
-            .expression_attribute_values(":ttl", AttributeValue::N(ttl.to_string()))
-    }
-
-    async fn mark(
-        &self,
-        key: &ItemKey,
-        status: OutboxStatus,
-        reason: Option<&str>,
-    ) -> Result<MarkOutcome, StatusError> {
-        let now = Utc::now();
-        let ttl = ttl_after(now, self.ttl.retention(status));
-        let now = format_timestamp(now);
-        let mut update = self
-            .while_pending(key, ttl)
-            .expression_attribute_names("#gsi1sk", attr::GSI1SK)
-            .expression_attribute_names("#status", attr::STATUS)
-            .expression_attribute_names(
-                "#at",
-                match status {
-                    OutboxStatus::DeadLettered => attr::DEAD_LETTERED_AT,
-                    _ => attr::PUBLISHED_AT,
-                },
-            )
-            .expression_attribute_values(":status", AttributeValue::S(status.as_str().to_owned()))
-            .expression_attribute_values(":now", AttributeValue::S(now));
-        update = match reason {
-            Some(reason) => update
-                .update_expression(
-                    "SET #status = :status, #at = :now, #ttl = :ttl, #reason = :reason REMOVE #gsi1pk, #gsi1sk",
-                )
-                .expression_attribute_names("#reason", attr::DEAD_LETTER_REASON)
-                .expression_attribute_values(
-                    ":reason",
-                    AttributeValue::S(truncate(reason, MAX_STORED_REASON_BYTES).to_owned()),
-                ),
-            None => update
-                .update_expression(
-                    "SET #status = :status, #at = :now, #ttl = :ttl REMOVE #gsi1pk, #gsi1sk",
-                ),
-        };
-        let applied = applied(key, status, self.call_tasks.run(update.send()).await)?;
-        Ok(if applied {
-            MarkOutcome::Marked
-        } else {
-            MarkOutcome::AlreadyMarked
-        })
-    }
-}
-
-/// The PartiQL statement that marks one pending item of `table` published: the update and
-/// condition of [`DynamoStatusStore::mark`]. Parameters: status, time, `ttl`, then the key (`PK`,
-/// `SK`) last.
-fn mark_published_statement(table: &str) -> String {
-    format!(
-        r#"UPDATE "{table}" SET "{status}" = ? SET "{at}" = ? SET "{ttl}" = ? REMOVE "{gsi1pk}" REMOVE "{gsi1sk}" WHERE "{pk}" = ? AND "{sk}" = ? AND "{gsi1pk}" IS NOT MISSING"#,
-        status = attr::STATUS,
-        at = attr::PUBLISHED_AT,
-        ttl = attr::TTL,
-        gsi1pk = attr::GSI1PK,
-        gsi1sk = attr::GSI1SK,
-        pk = attr::PK,
-        sk = attr::SK,
-    )
-}
-
-impl DynamoStatusStore {
-    /// Marks `keys` (distinct, at most [`MARK_BATCH_MAX`]) published in one call: each
-    /// statement's result, or the call's failure (after the SDK's retries).
+    /// Marks `keys` (distinct, at most [`MARK_BATCH_MAX`]) with `status` (and `reason`, for a
+    /// dead letter) in one call: each statement's result, or the call's failure (after the SDK's
+    /// retries).
     async fn mark_batch(
         &self,
         keys: &[&ItemKey],
+        status: OutboxStatus,
+        reason: Option<&str>,
     ) -> Result<Vec<Result<MarkOutcome, StatusError>>, SdkFailure> {
         let now = Utc::now();
-        let ttl = ttl_after(now, self.ttl.retention(OutboxStatus::Published));
-        let ttl = AttributeValue::N(ttl.to_string());
-        let at = AttributeValue::S(format_timestamp(now));
-        let status = AttributeValue::S(OutboxStatus::Published.as_str().to_owned());
+        let mut fields = vec![
+            AttributeValue::S(status.as_str().to_owned()),
+            AttributeValue::S(format_timestamp(now)),
+            AttributeValue::N(ttl_after(now, self.ttl.retention(status)).to_string()),
+        ];
+        let statement = match status {
+            OutboxStatus::DeadLettered => {
+                let reason = truncate(reason.unwrap_or_default(), MAX_STORED_REASON_BYTES);
+                fields.push(AttributeValue::S(reason.to_owned()));
+                &self.dead_lettered_statement
+            }
+            _ => &self.published_statement,
+        };
         let statements = keys
             .iter()
             .map(|key| {
+                let mut parameters = fields.clone();
+                parameters.push(AttributeValue::S(key.pk.clone()));
+                parameters.push(AttributeValue::S(key.sk.clone()));
                 BatchStatementRequest::builder()
-                    .statement(&self.mark_published_statement)
-                    .set_parameters(Some(vec![
-                        status.clone(),
-                        at.clone(),
-                        ttl.clone(),
-                        AttributeValue::S(key.pk.clone()),
-                        AttributeValue::S(key.sk.clone()),
-                    ]))
+                    .statement(statement)
+                    .set_parameters(Some(parameters))
                     .build()
                     .expect("the statement is set")
             })
@@ -379,7 +288,7 @@ impl DynamoStatusStore {
                         .map_or("Unknown", BatchStatementErrorCodeEnum::as_str);
                     Err(StatusError {
                         key: (*key).clone(),
-                        status: OutboxStatus::Published,
+                        status,
                         failure: Box::new(SdkFailure::part(
                             BATCH_EXECUTE_STATEMENT,
                             code,
@@ -391,11 +300,16 @@ impl DynamoStatusStore {
             .collect())
     }
 
-    /// Marks `keys` (at most [`MARK_BATCH_MAX`]) published: one batch, then the statements that
-    /// failed with a retryable code (throttling, a conflict) again, as the SDK retries a whole
-    /// call. A key repeated gets the first one's result, and `AlreadyMarked` where that marked it
-    /// (a batch names each item once).
-    async fn mark_chunk(&self, keys: &[ItemKey]) -> Vec<Result<MarkOutcome, StatusError>> {
+    /// Marks `keys` (at most [`MARK_BATCH_MAX`]) with `status`: one batch, then the statements
+    /// that failed with a retryable code (throttling, a conflict) again, as the SDK retries a
+    /// whole call. A key repeated gets the first one's result, and `AlreadyMarked` where that
+    /// marked it (a batch names each item once).
+    async fn mark_chunk(
+        &self,
+        keys: &[ItemKey],
+        status: OutboxStatus,
+        reason: Option<&str>,
+    ) -> Vec<Result<MarkOutcome, StatusError>> {
         let mut first = HashMap::with_capacity(keys.len());
         let mut distinct = Vec::with_capacity(keys.len());
         let at: Vec<usize> = keys
@@ -413,7 +327,7 @@ impl DynamoStatusStore {
         loop {
             let batch: Vec<&ItemKey> = todo.iter().map(|&i| distinct[i]).collect();
             let mut again = Vec::new();
-            match self.mark_batch(&batch).await {
+            match self.mark_batch(&batch, status, reason).await {
                 Ok(results) => {
                     for (&i, result) in todo.iter().zip(results) {
                         if result.as_ref().is_err_and(|e| e.class().is_retryable()) {
@@ -426,7 +340,7 @@ impl DynamoStatusStore {
                     for &i in &todo {
                         marked[i] = Some(Err(StatusError {
                             key: distinct[i].clone(),
-                            status: OutboxStatus::Published,
+                            status,
                             failure: Box::new(failure.clone()),
                         }));
                     }
@@ -453,8 +367,8 @@ impl DynamoStatusStore {
 }
 
 /// Whether a conditional `UpdateItem` applied: `false` when its condition failed; any other
-/// error is the call's. The one reading of a conditional update's answer, for every status and
-/// hold update and the redrive's put-back.
+/// error is the call's. The one reading of a conditional update's answer, for every hold update,
+/// the TTL refresh and the redrive's put-back.
 ///
 /// # Errors
 /// The call's failure, when it failed for another reason than its condition.
@@ -473,29 +387,11 @@ pub fn update_applied<O>(result: Result<O, SdkError<UpdateItemError>>) -> Result
     }
 }
 
-/// Whether a conditional update on a pending item applied: `false` when its condition failed,
-/// that is, the item is no longer pending.
-fn applied<T>(
-    key: &ItemKey,
-    status: OutboxStatus,
-    result: Result<T, SdkError<UpdateItemError>>,
-) -> Result<bool, StatusError> {
-    update_applied(result).map_err(|failure| StatusError {
-        key: key.clone(),
-        status,
-        failure: Box::new(failure),
-    })
-}
-
 impl StatusStore for DynamoStatusStore {
-    async fn mark_published(&self, key: &ItemKey) -> Result<MarkOutcome, StatusError> {
-        self.mark(key, OutboxStatus::Published, None).await
-    }
-
-    async fn mark_all_published(&self, keys: &[ItemKey]) -> Vec<Result<MarkOutcome, StatusError>> {
+    async fn mark_published(&self, keys: &[ItemKey]) -> Vec<Result<MarkOutcome, StatusError>> {
         let mut results = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(MARK_BATCH_MAX) {
-            results.extend(self.mark_chunk(chunk).await);
+            results.extend(self.mark_chunk(chunk, OutboxStatus::Published, None).await);
         }
         results
     }
@@ -505,22 +401,14 @@ impl StatusStore for DynamoStatusStore {
         key: &ItemKey,
         reason: &str,
     ) -> Result<MarkOutcome, StatusError> {
-        self.mark(key, OutboxStatus::DeadLettered, Some(reason))
-            .await
-    }
-
-    async fn extend_ttl(&self, key: &ItemKey) -> Result<TtlOutcome, StatusError> {
-        let ttl = ttl_after(Utc::now(), self.ttl.published);
-        let result = self
-            .while_pending(key, ttl)
-            .update_expression("SET #ttl = :ttl")
-            .send()
+        let mut results = self
+            .mark_chunk(
+                std::slice::from_ref(key),
+                OutboxStatus::DeadLettered,
+                Some(reason),
+            )
             .await;
-        Ok(if applied(key, OutboxStatus::Pending, result)? {
-            TtlOutcome::Extended
-        } else {
-            TtlOutcome::NotPending
-        })
+        results.remove(0)
     }
 }
 

@@ -2,6 +2,7 @@
 //! that records what it was given and answers with scripted outcomes, a status store, a hold
 //! store and a dead-letter sink that record their calls. Nothing here talks to AWS.
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -13,9 +14,10 @@ use aws_smithy_types::body::SdkBody;
 use outbox_shared::{ItemKey, OutboundEvent, OutboxStatus, SdkFailure};
 
 use crate::dead_letter::{DeadLetter, DeadLetterError, DeadLetterSink};
-use crate::holds::{Hold, HoldStore};
+use crate::deadline::Deadline;
+use crate::holds::{AggregateHolds, Hold};
 use crate::publisher::{ENTRY_TOO_LARGE, PublishOutcome, Publisher};
-use crate::status_store::{MarkOutcome, StatusError, StatusStore, TtlOutcome};
+use crate::status_store::{MarkOutcome, StatusError, StatusStore};
 
 /// The `Source` a fake publisher sizes entries with.
 pub const FAKE_SOURCE: &str = "test.orders";
@@ -75,12 +77,13 @@ impl FakePublisher {
 }
 
 impl Publisher for FakePublisher {
-    async fn publish_until(
+    async fn publish<E: Borrow<OutboundEvent> + Sync>(
         &self,
-        events: &[OutboundEvent],
-        stop_at: Option<tokio::time::Instant>,
+        events: &[E],
+        deadline: Deadline,
     ) -> Vec<PublishOutcome> {
-        if stop_at.is_some_and(|at| tokio::time::Instant::now() >= at) {
+        let events: Vec<&OutboundEvent> = events.iter().map(Borrow::borrow).collect();
+        if deadline.publish_passed() {
             return vec![PublishOutcome::NotSent; events.len()];
         }
         *self.calls.lock().expect("not poisoned") += 1;
@@ -124,7 +127,7 @@ impl Publisher for FakePublisher {
                 .iter()
                 .zip(&outcomes)
                 .filter(|(_, o)| o.is_published())
-                .map(|(e, _)| e.clone()),
+                .map(|(e, _)| (*e).clone()),
         );
         outcomes
     }
@@ -167,8 +170,10 @@ impl FakeStatusStore {
 }
 
 impl StatusStore for FakeStatusStore {
-    async fn mark_published(&self, key: &ItemKey) -> Result<MarkOutcome, StatusError> {
-        self.mark(key, OutboxStatus::Published)
+    async fn mark_published(&self, keys: &[ItemKey]) -> Vec<Result<MarkOutcome, StatusError>> {
+        keys.iter()
+            .map(|key| self.mark(key, OutboxStatus::Published))
+            .collect()
     }
 
     async fn mark_dead_lettered(
@@ -178,21 +183,13 @@ impl StatusStore for FakeStatusStore {
     ) -> Result<MarkOutcome, StatusError> {
         self.mark(key, OutboxStatus::DeadLettered)
     }
-
-    async fn extend_ttl(&self, key: &ItemKey) -> Result<TtlOutcome, StatusError> {
-        if self.fail {
-            return Err(StatusError {
-                key: key.clone(),
-                status: OutboxStatus::Pending,
-                failure: Box::new(throttled_update()),
-            });
-        }
-        Ok(TtlOutcome::Extended)
-    }
 }
 
 /// Keeps holds in memory, with the same conditions as the DynamoDB adapter; fails every write
-/// when built with [`FakeHoldStore::failing`].
+/// when built with [`FakeHoldStore::failing`]. The stream relay's side is the
+/// [`AggregateHolds`] port; the poller's side ([`crate::holds::HoldRelease`]) needs to know what
+/// is pending, which a test's table knows: it implements that port with [`FakeHoldStore::list`],
+/// [`FakeHoldStore::release`] and [`FakeHoldStore::extend`], and its own pending events.
 #[derive(Debug, Default)]
 pub struct FakeHoldStore {
     fail: bool,
@@ -270,7 +267,33 @@ fn add_left(record: &mut Vec<ItemKey>, left: &[ItemKey]) {
     }
 }
 
-impl HoldStore for FakeHoldStore {
+impl AggregateHolds for FakeHoldStore {
+    async fn held(
+        &self,
+        ordering_keys: &[String],
+    ) -> Result<std::collections::HashSet<String>, SdkFailure> {
+        let holds = self.holds.lock().expect("not poisoned");
+        Ok(ordering_keys
+            .iter()
+            .filter(|k| holds.contains_key(*k))
+            .cloned()
+            .collect())
+    }
+
+    async fn leave(&self, ordering_key: &str, left: &[ItemKey]) -> Result<bool, SdkFailure> {
+        if self.fail {
+            return Err(throttled_update());
+        }
+        let mut holds = self.holds.lock().expect("not poisoned");
+        Ok(match holds.get_mut(ordering_key) {
+            Some(hold) => {
+                add_left(&mut hold.left, left);
+                true
+            }
+            None => false,
+        })
+    }
+
     async fn hold(
         &self,
         ordering_key: &str,
@@ -292,36 +315,13 @@ impl HoldStore for FakeHoldStore {
         add_left(&mut hold.left, left);
         Ok(())
     }
+}
 
-    async fn leave(&self, ordering_key: &str, left: &[ItemKey]) -> Result<bool, SdkFailure> {
-        if self.fail {
-            return Err(throttled_update());
-        }
-        let mut holds = self.holds.lock().expect("not poisoned");
-        Ok(match holds.get_mut(ordering_key) {
-            Some(hold) => {
-                add_left(&mut hold.left, left);
-                true
-            }
-            None => false,
-        })
-    }
-
-    async fn held(
-        &self,
-        ordering_keys: &[String],
-    ) -> Result<std::collections::HashSet<String>, SdkFailure> {
-        let holds = self.holds.lock().expect("not poisoned");
-        Ok(ordering_keys
-            .iter()
-            .filter(|k| holds.contains_key(*k))
-            .cloned()
-            .collect())
-    }
-
-    async fn list(&self) -> Result<Vec<Hold>, SdkFailure> {
-        Ok(self
-            .holds
+/// The poller's side, for a test's [`crate::holds::HoldRelease`].
+impl FakeHoldStore {
+    /// Every hold.
+    pub fn list(&self) -> Vec<Hold> {
+        self.holds
             .lock()
             .expect("not poisoned")
             .iter()
@@ -332,10 +332,11 @@ impl HoldStore for FakeHoldStore {
                 left: hold.left.clone(),
                 ttl: hold.ttl,
             })
-            .collect())
+            .collect()
     }
 
-    async fn release(&self, hold: &Hold) -> Result<bool, SdkFailure> {
+    /// Deletes `hold` if it was not set again and nothing was left under it since it was read.
+    pub fn release(&self, hold: &Hold) -> bool {
         let mut holds = self.holds.lock().expect("not poisoned");
         let unchanged = holds
             .get(&hold.ordering_key)
@@ -343,26 +344,24 @@ impl HoldStore for FakeHoldStore {
         if unchanged {
             holds.remove(&hold.ordering_key);
         }
-        Ok(unchanged)
+        unchanged
     }
 
-    /// Pushes the `ttl` out a week from now, as the adapter's retention does.
-    async fn extend(&self, hold: &Hold) -> Result<bool, SdkFailure> {
+    /// Pushes the `ttl` out a week from now, as the adapter's retention does, if the hold exists.
+    pub fn extend(&self, hold: &Hold) -> bool {
         let week = chrono::Duration::days(7);
-        Ok(
-            match self
-                .holds
-                .lock()
-                .expect("not poisoned")
-                .get_mut(&hold.ordering_key)
-            {
-                Some(held) => {
-                    held.ttl = Some((chrono::Utc::now() + week).timestamp());
-                    true
-                }
-                None => false,
-            },
-        )
+        match self
+            .holds
+            .lock()
+            .expect("not poisoned")
+            .get_mut(&hold.ordering_key)
+        {
+            Some(held) => {
+                held.ttl = Some((chrono::Utc::now() + week).timestamp());
+                true
+            }
+            None => false,
+        }
     }
 }
 

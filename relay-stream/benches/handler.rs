@@ -6,15 +6,16 @@
 //! Run: `cargo bench -p relay-stream --bench handler` (criterion; the report's time per element is
 //! the cost per event).
 
-use std::hint::black_box;
-
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use std::borrow::Borrow;
+use std::hint::black_box;
+
 use outbox_shared::{ItemKey, OutboundEvent};
 use relay_runtime::testing::FakeHoldStore;
 use relay_runtime::{
-    DeadLetter, DeadLetterError, DeadLetterSink, MarkOutcome, PublishOutcome, Publisher,
-    StatusError, StatusStore, TtlOutcome,
+    DeadLetter, DeadLetterError, DeadLetterSink, Deadline, MarkOutcome, PublishOutcome, Publisher,
+    StatusError, StatusStore,
 };
 use relay_stream::{HandlerOptions, StreamRelay};
 use serde_json::json;
@@ -24,10 +25,10 @@ const BATCH: usize = 1_000;
 struct NoopPublisher;
 
 impl Publisher for NoopPublisher {
-    async fn publish_until(
+    async fn publish<E: Borrow<OutboundEvent> + Sync>(
         &self,
-        events: &[OutboundEvent],
-        _stop_at: Option<tokio::time::Instant>,
+        events: &[E],
+        _deadline: Deadline,
     ) -> Vec<PublishOutcome> {
         vec![PublishOutcome::Published; events.len()]
     }
@@ -36,8 +37,8 @@ impl Publisher for NoopPublisher {
 struct NoopStatus;
 
 impl StatusStore for NoopStatus {
-    async fn mark_published(&self, _key: &ItemKey) -> Result<MarkOutcome, StatusError> {
-        Ok(MarkOutcome::Marked)
+    async fn mark_published(&self, keys: &[ItemKey]) -> Vec<Result<MarkOutcome, StatusError>> {
+        vec![Ok(MarkOutcome::Marked); keys.len()]
     }
 
     async fn mark_dead_lettered(
@@ -46,10 +47,6 @@ impl StatusStore for NoopStatus {
         _reason: &str,
     ) -> Result<MarkOutcome, StatusError> {
         Ok(MarkOutcome::Marked)
-    }
-
-    async fn extend_ttl(&self, _key: &ItemKey) -> Result<TtlOutcome, StatusError> {
-        Ok(TtlOutcome::Extended)
     }
 }
 
@@ -115,7 +112,7 @@ fn bench_handler(c: &mut Criterion) {
     group.throughput(Throughput::Elements(BATCH as u64));
     group.bench_function("1000_records_noop_publisher", |b| {
         b.iter(|| {
-            let report = runtime.block_on(relay.handle(black_box(&records)));
+            let report = runtime.block_on(relay.handle(black_box(&records), Deadline::NONE));
             assert_eq!(report.counts().published, BATCH as u64);
         });
     });
@@ -123,7 +120,7 @@ fn bench_handler(c: &mut Criterion) {
     group.bench_function("1000_records_parse_and_handle", |b| {
         b.iter(|| {
             let event: Event = serde_json::from_str(black_box(&body)).expect("valid event");
-            let report = runtime.block_on(relay.handle(&event.records));
+            let report = runtime.block_on(relay.handle(&event.records, Deadline::NONE));
             assert_eq!(report.counts().published, BATCH as u64);
         });
     });

@@ -73,7 +73,10 @@ impl LambdaRelay {
         }
         // One invocation at a time per instance: the counter's rise is this batch's.
         let deduplicated_before = self.relay.publisher().stats().deduplicated;
-        let report = self.relay.handle_until(records, deadline).await;
+        let deadline = deadline.map_or(relay_runtime::Deadline::NONE, |at| {
+            self.relay.deadline_of(at)
+        });
+        let report = self.relay.handle(records, deadline).await;
         let deduplicated = self.relay.publisher().stats().deduplicated - deduplicated_before;
         if deduplicated > 0 {
             tracing::info!(

@@ -44,10 +44,9 @@ use outbox_tests::TestEnv;
 use outbox_tests::fixtures;
 use outbox_tests::latency_model::{Clock, LatencyModel};
 use relay_poller::CancellationToken;
-use relay_poller::app::{AwsClients, aws_poller};
+use relay_poller::app::{AwsClients, aws_poller, aws_poller_with};
 use relay_poller::config::{RelayArgs, ShardSelection, TableArgs};
 use relay_runtime::{BusKind, PublisherArgs};
-use relay_runtime::{DynamoStatusStore, StatusStore};
 
 /// The allocator the relay binaries declare, so this process measures what ships.
 #[global_allocator]
@@ -97,28 +96,41 @@ impl CallCounter {
     }
 }
 
-fn counted_clients(env: &TestEnv, counter: &CallCounter) -> AwsClients {
+/// `env`'s DynamoDB and EventBridge clients, their calls counted by `counter`.
+fn counted_clients(
+    env: &TestEnv,
+    counter: &CallCounter,
+) -> (aws_sdk_dynamodb::Client, aws_sdk_eventbridge::Client) {
     let sdk = &env.sdk_config;
-    AwsClients {
-        dynamodb: aws_sdk_dynamodb::Client::from_conf(
+    (
+        aws_sdk_dynamodb::Client::from_conf(
             aws_sdk_dynamodb::config::Builder::from(sdk)
                 .interceptor(counter.clone())
                 .build(),
         ),
-        bus: relay_runtime::BusClients {
-            classic: aws_sdk_eventbridge::Client::from_conf(
-                aws_sdk_eventbridge::config::Builder::from(sdk)
-                    .interceptor(counter.clone())
-                    .build(),
-            ),
-            custom: aws_sdk_eventbridgev2::Client::from_conf(
-                aws_sdk_eventbridgev2::config::Builder::from(sdk)
-                    .interceptor(counter.clone())
-                    .build(),
-            ),
-        },
-        sqs: aws_sdk_sqs::Client::new(sdk),
-    }
+        aws_sdk_eventbridge::Client::from_conf(
+            aws_sdk_eventbridge::config::Builder::from(sdk)
+                .interceptor(counter.clone())
+                .build(),
+        ),
+    )
+}
+
+/// The poller of `config` (a classic bus) on `env`, its DynamoDB and EventBridge calls counted by
+/// `counter`.
+fn counted_poller(
+    env: &TestEnv,
+    counter: &CallCounter,
+    config: &relay_poller::RelayConfig,
+) -> relay_poller::app::AwsPoller {
+    let (dynamodb, eventbridge) = counted_clients(env, counter);
+    let clients = AwsClients {
+        dynamodb,
+        sqs: aws_sdk_sqs::Client::new(&env.sdk_config),
+    };
+    let publisher =
+        outbox_tests::fixtures::classic_publisher(eventbridge, config.publisher.clone());
+    aws_poller_with(clients, publisher, config)
 }
 
 async fn seed(env: &TestEnv, items: &[OutboxItem]) {
@@ -219,10 +231,15 @@ async fn poller_on_emulator(events: usize) -> Run {
     let config = relay_args(&env.table_name, &bus, &env.dead_letter_queue_url)
         .validate()
         .unwrap();
-    let poller = aws_poller(counted_clients(&env, &counter), &config).unwrap();
+    let poller = counted_poller(&env, &counter, &config);
     let started = Instant::now();
     let summary = poller
-        .drain(Duration::ZERO, 3, &CancellationToken::new())
+        .drain(
+            &config.fixed_shards(),
+            Duration::ZERO,
+            3,
+            &CancellationToken::new(),
+        )
         .await;
     let elapsed = started.elapsed();
     assert!(
@@ -243,19 +260,13 @@ async fn baseline_on_emulator(events: usize) -> Run {
     let bus = env.create_bus_without_rules().await;
     seed(&env, &pending_items(&env.table_name, events)).await;
     let counter = CallCounter::default();
-    let clients = counted_clients(&env, &counter);
-    let store = DynamoStatusStore::new(
-        clients.dynamodb.clone(),
-        &env.table_name,
-        relay_runtime::TtlPolicy::default(),
-    );
+    let (dynamodb, eventbridge) = counted_clients(&env, &counter);
     let before = schema::pending_sort_key(&outbox_shared::time::format_timestamp(Utc::now()), "");
     let started = Instant::now();
     let mut published = 0;
     for shard in ShardCount::default().shards() {
         loop {
-            let page = clients
-                .dynamodb
+            let page = dynamodb
                 .query()
                 .table_name(&env.table_name)
                 .index_name(schema::DEFAULT_INDEX_NAME)
@@ -287,16 +298,37 @@ async fn baseline_on_emulator(events: usize) -> Run {
                     .detail(&event.detail)
                     .set_time(event.time)
                     .build();
-                let out = clients
-                    .bus
-                    .classic
+                let out = eventbridge
                     .put_events()
                     .entries(entry)
                     .send()
                     .await
                     .expect("put events");
                 assert_eq!(out.failed_entry_count(), 0);
-                store.mark_published(&item.key()).await.expect("mark");
+                // The classic mark: one conditional UpdateItem per event.
+                dynamodb
+                    .update_item()
+                    .table_name(&env.table_name)
+                    .key(
+                        attr::PK,
+                        aws_sdk_dynamodb::types::AttributeValue::S(item.pk.clone()),
+                    )
+                    .key(
+                        attr::SK,
+                        aws_sdk_dynamodb::types::AttributeValue::S(item.sk.clone()),
+                    )
+                    .update_expression("SET #status = :published REMOVE #gsi1pk, #gsi1sk")
+                    .condition_expression("attribute_exists(#gsi1pk)")
+                    .expression_attribute_names("#status", attr::STATUS)
+                    .expression_attribute_names("#gsi1pk", attr::GSI1PK)
+                    .expression_attribute_names("#gsi1sk", attr::GSI1SK)
+                    .expression_attribute_values(
+                        ":published",
+                        aws_sdk_dynamodb::types::AttributeValue::S("PUBLISHED".into()),
+                    )
+                    .send()
+                    .await
+                    .expect("mark");
                 published += 1;
             }
         }
@@ -321,10 +353,15 @@ async fn poller_on_latency_model(kind: BusKind, events: usize) -> Run {
     )
     .validate()
     .unwrap();
-    let poller = aws_poller(AwsClients::new(&sdk), &config).unwrap();
+    let poller = aws_poller(&sdk, &config).unwrap();
     let started = Instant::now();
     let summary = poller
-        .drain(Duration::ZERO, 3, &CancellationToken::new())
+        .drain(
+            &config.fixed_shards(),
+            Duration::ZERO,
+            3,
+            &CancellationToken::new(),
+        )
         .await;
     let elapsed = started.elapsed();
     assert!(
@@ -353,7 +390,8 @@ async fn fleet_on_latency_model(events: usize, pollers: u16, shard_concurrency: 
                 .unwrap();
             args.table.shards = Some(shards);
             args.shard_concurrency = shard_concurrency;
-            aws_poller(AwsClients::new(&sdk), &args.validate().unwrap()).unwrap()
+            let config = args.validate().unwrap();
+            (aws_poller(&sdk, &config).unwrap(), config.fixed_shards())
         })
         .collect();
     let cancel = CancellationToken::new();
@@ -361,7 +399,7 @@ async fn fleet_on_latency_model(events: usize, pollers: u16, shard_concurrency: 
     let summaries = futures::future::join_all(
         fleet
             .iter()
-            .map(|poller| poller.drain(Duration::ZERO, 3, &cancel)),
+            .map(|(poller, shards)| poller.drain(shards, Duration::ZERO, 3, &cancel)),
     )
     .await;
     let elapsed = started.elapsed();

@@ -12,6 +12,7 @@
 //! The model waits on its exact clock (`LATENCY_MODEL_CLOCK=tokio` runs it on tokio's timer,
 //! which adds about 1.2 ms to each call; see `latency_model::Clock`).
 
+use relay_runtime::Deadline;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -84,12 +85,7 @@ fn main() {
                         ..fixtures::publisher_args_of(kind, bench_bus(kind))
                     },
                 );
-                relay_stream::build_relay_with(
-                    &args,
-                    relay_runtime::BusClients::new(&sdk),
-                    aws_sdk_dynamodb::Client::new(&sdk),
-                    aws_sdk_sqs::Client::new(&sdk),
-                )
+                relay_stream::build_relay(&args, &sdk)
                 .expect("valid configuration")
             })
             .collect();
@@ -104,7 +100,7 @@ fn main() {
                     .map(|(i, item)| fixtures::insert_record(item, i))
                     .collect();
                 let started = Instant::now();
-                let report = relay.handle(&records).await;
+                let report = relay.handle(&records, Deadline::NONE).await;
                 let elapsed = started.elapsed();
                 assert_eq!(report.counts().published, EVENTS as u64);
                 assert_eq!(model.pending(), 0, "every event marked published");

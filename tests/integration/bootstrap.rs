@@ -90,7 +90,7 @@ async fn bootstrap_relays_a_stream_batch_through_the_runtime_api() {
                 .event_id,
         );
     }
-    let records = relay_stream::local::read_stream_records(&env.streams, &env.stream_arn)
+    let records = relay_stream_local::read_stream_records(&env.streams, &env.stream_arn)
         .await
         .unwrap();
     assert_eq!(records.len(), 16);

@@ -84,7 +84,9 @@ async fn relay_order_created(env: &TestEnv) -> Value {
     let publisher = EventBridgePublisher::new(env.eventbridge.clone(), env.publisher_config())
         .expect("valid publisher config");
     let event = OutboundEvent::from_item(&item).expect("envelope");
-    let outcomes = publisher.publish(&[event]).await;
+    let outcomes = publisher
+        .publish(&[event], relay_runtime::Deadline::NONE)
+        .await;
     assert!(outcomes[0].is_published(), "{outcomes:?}");
     let delivered = env.wait_for_sink(1, Duration::from_secs(20)).await;
     assert_eq!(delivered.len(), 1);
@@ -413,7 +415,7 @@ async fn fifo_batch(
 async fn on_the_fifo_queue_the_consumer_stops_at_a_failure_and_leaves_the_rest_for_their_turn() {
     // Given a Custom Event Bus with the template's FIFO subscriber, and three orders' OrderCreated
     // events published to it through the relay's publisher
-    use relay_runtime::{BusKind, BusPublisher, PublisherConfig};
+    use relay_runtime::{BusKind, PublisherConfig};
     let env = TestEnv::new().await;
     let bus_arn = outbox_infra::create_custom_event_bus(&env.eventbridgev2, &unique_name("bus"))
         .await
@@ -426,14 +428,16 @@ async fn on_the_fifo_queue_the_consumer_stops_at_a_failure_and_leaves_the_rest_f
     )
     .await
     .unwrap();
-    let publisher = BusPublisher::new(
-        env.bus_clients(),
-        PublisherConfig::of_kind(BusKind::Custom, &bus_arn, outbox_tests::TEST_SOURCE),
-    )
-    .unwrap();
+    let publisher = env.publisher(PublisherConfig::of_kind(
+        BusKind::Custom,
+        &bus_arn,
+        outbox_tests::TEST_SOURCE,
+    ));
     let events =
         ["ord-a", "ord-b", "ord-c"].map(|id| order_created(&env, id, &format!("SKU-{id}")));
-    let outcomes = publisher.publish(&events).await;
+    let outcomes = publisher
+        .publish(&events, relay_runtime::Deadline::NONE)
+        .await;
     assert!(
         outcomes.iter().all(PublishOutcome::is_published),
         "{outcomes:?}"

@@ -13,7 +13,7 @@ use outbox_tests::fault_proxy::{FaultProxy, FaultRates};
 use outbox_tests::latency_model::LatencyModel;
 use outbox_tests::{TestEnv, emulator_endpoints, fixtures};
 use relay_poller::CancellationToken;
-use relay_poller::app::{AwsClients, aws_poller};
+use relay_poller::app::aws_poller;
 use relay_poller::{Cli, Command};
 
 use crate::relay_faults::{assert_all_once_or_more, run_through, sink_counts};
@@ -25,7 +25,14 @@ const LAGGING_EVENTS: usize = 1000;
 const INDEX_LAG: Duration = Duration::from_secs(2);
 
 /// The poller `relay-poller drain` builds from `flags` (its defaults otherwise), on `model`.
-fn drain_poller(model: &LatencyModel, flags: &[&str]) -> relay_poller::app::AwsPoller {
+/// `relay-poller drain` with `flags` on `model`, and the shards it drains.
+fn drain_poller(
+    model: &LatencyModel,
+    flags: &[&str],
+) -> (
+    relay_poller::app::AwsPoller,
+    relay_poller::assignment::StaticShards,
+) {
     let mut argv = vec![
         "relay-poller",
         "drain",
@@ -42,11 +49,11 @@ fn drain_poller(model: &LatencyModel, flags: &[&str]) -> relay_poller::app::AwsP
     let Command::Drain(args) = Cli::try_parse_from(argv).expect("valid flags").command else {
         unreachable!("parsed a drain");
     };
-    aws_poller(
-        AwsClients::new(&model.sdk_config()),
-        &args.relay.validate().expect("valid arguments"),
+    let config = args.relay.validate().expect("valid arguments");
+    (
+        aws_poller(&model.sdk_config(), &config).expect("poller"),
+        config.fixed_shards(),
     )
-    .expect("poller")
 }
 
 #[tokio::test(start_paused = true)]
@@ -61,12 +68,12 @@ async fn a_drain_through_an_index_that_lags_by_2_s_publishes_at_most_1_percent_d
         LAGGING_EVENTS,
         Utc::now() - chrono::Duration::minutes(1),
     ));
-    let poller = drain_poller(&model, &[]);
+    let (poller, shards) = drain_poller(&model, &[]);
 
     // When it drains
     let started = tokio::time::Instant::now();
     let summary = poller
-        .drain(Duration::ZERO, 3, &CancellationToken::new())
+        .drain(&shards, Duration::ZERO, 3, &CancellationToken::new())
         .await;
     let elapsed = started.elapsed();
 

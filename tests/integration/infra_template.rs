@@ -444,15 +444,15 @@ fn failed_calls_query(group_by: &str) -> String {
 #[tokio::test]
 async fn the_lease_table_a_poller_creates_is_the_templates() {
     // Given the template's lease table and one `relay-poller run --create-lease-table` creates
-    use relay_poller::lease::attr as lease_attr;
+    use relay_poller::assignment::attr as lease_attr;
     let spec = Template::embedded().unwrap().lease_table().unwrap();
     let env = TestEnv::new().await;
     let name = unique_name("leases");
-    relay_poller::lease::create_lease_table(&env.dynamodb, &name)
+    relay_poller::assignment::create_lease_table(&env.dynamodb, &name)
         .await
         .unwrap();
     // (a second poller starting at the same time finds it created)
-    relay_poller::lease::create_lease_table(&env.dynamodb, &name)
+    relay_poller::assignment::create_lease_table(&env.dynamodb, &name)
         .await
         .unwrap();
 
@@ -1455,7 +1455,7 @@ fn each_bus_kind_gives_both_relays_its_bus_and_kind_and_lets_them_publish_to_tha
     };
     assert_eq!(env_of("event_bus_kind").as_deref(), Some("EVENT_BUS_KIND"));
     assert_eq!(env_of("event_bus_name").as_deref(), Some("EVENT_BUS_NAME"));
-    assert_eq!(relay_runtime::BusKind::VALUES, [CLASSIC, CUSTOM]);
+    assert_eq!(relay_runtime::BusKind::names(), [CLASSIC, CUSTOM]);
 
     // The bus each kind creates, and how the relays' setting and IAM statement name it: the
     // classic bus by name, its ARN from GetAtt; the Custom Event Bus by its ARN, its Ref

@@ -255,18 +255,17 @@ async fn run_passes_leave_events_younger_than_the_grace_period_alone() {
         idle_backoff_max: Duration::from_secs(5),
         shutdown_timeout: Duration::from_secs(5),
     };
-    let poller = relay_poller::app::aws_poller(
-        relay_poller::app::AwsClients::new(&env.sdk_config),
-        &args.validate().unwrap(),
-    )
-    .unwrap();
+    let config = args.validate().unwrap();
+    let poller = relay_poller::app::aws_poller(&env.sdk_config, &config).unwrap();
+    let shards = config.fixed_shards();
     let grace = Duration::from_secs(60);
     let cancel = CancellationToken::new();
 
     // When the run loop is driven pass by pass until it reports empty
     let mut published = 0;
     loop {
-        let stats = poller.pass_now(grace, &cancel).await;
+        let cutoff = relay_poller::cutoff(chrono::Utc::now(), grace);
+        let stats = poller.pass(&shards, cutoff, &cancel).await;
         published += stats.published;
         if stats.outcome() == PassOutcome::Empty {
             break;

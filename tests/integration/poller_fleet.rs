@@ -17,7 +17,7 @@ use futures::StreamExt;
 use outbox_shared::schema;
 use outbox_shared::{NewOutboxEvent, OutboxItem};
 use outbox_tests::{TestEnv, unique_name};
-use relay_poller::lease::attr;
+use relay_poller::assignment::attr;
 use tokio::process::Child;
 
 /// Short periods, so the "within N lease periods" are seconds; long enough that a lease
@@ -152,7 +152,7 @@ impl Fleet {
             .iter()
             .filter_map(|item| {
                 let key = item[attr::LEASE_KEY].as_s().ok()?;
-                let shard = relay_poller::lease::parse_shard_key(key)?;
+                let shard = relay_poller::assignment::parse_shard_key(key)?;
                 Some((
                     shard,
                     LeaseRow {
@@ -175,7 +175,7 @@ impl Fleet {
                 .await
                 .iter()
                 .filter_map(|item| item[attr::LEASE_KEY].as_s().ok())
-                .filter_map(|key| relay_poller::lease::parse_poller_key(key))
+                .filter_map(|key| relay_poller::assignment::parse_poller_key(key))
                 .filter_map(pid_of)
                 .collect();
             if pids.iter().all(|p| announced.contains(p)) {
@@ -633,7 +633,7 @@ async fn a_hand_over_whose_reply_was_lost_leaves_the_holder_stopped_while_the_re
     use outbox_tests::fault_proxy::{FaultProxy, FaultRates};
     use relay_poller::ShardAssignment;
     use relay_poller::assignment::PageStart;
-    use relay_poller::lease::{
+    use relay_poller::assignment::{
         DynamoLeaseStore, LeaseManager, LeaseSettings, SystemClock, create_lease_table,
     };
 

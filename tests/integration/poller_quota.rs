@@ -13,7 +13,8 @@ use outbox_shared::schema;
 use outbox_tests::fixtures;
 use outbox_tests::latency_model::LatencyModel;
 use relay_poller::CancellationToken;
-use relay_poller::app::{AwsClients, aws_poller};
+use relay_poller::app::aws_poller;
+use relay_poller::assignment::StaticShards;
 use relay_poller::config::{RelayArgs, TableArgs};
 
 const QUOTA: u32 = 500;
@@ -61,15 +62,17 @@ async fn drain_at_quota(args: &RelayArgs) -> AtQuota {
         EVENTS,
         Utc::now() - chrono::Duration::minutes(1),
     ));
-    let poller = aws_poller(
-        AwsClients::new(&model.sdk_config()),
-        &args.validate().expect("valid arguments"),
-    )
-    .expect("poller");
+    let config = args.validate().expect("valid arguments");
+    let poller = aws_poller(&model.sdk_config(), &config).expect("poller");
 
     let started = tokio::time::Instant::now();
     let summary = poller
-        .drain(Duration::ZERO, 3, &CancellationToken::new())
+        .drain(
+            &config.fixed_shards(),
+            Duration::ZERO,
+            3,
+            &CancellationToken::new(),
+        )
         .await;
     let elapsed = started.elapsed();
 
@@ -156,11 +159,7 @@ fn poller_on(model: &LatencyModel, events: usize) -> relay_poller::app::AwsPolle
         .into_builder()
         .timeout_config(default_sdk_timeouts())
         .build();
-    aws_poller(
-        AwsClients::new(&sdk),
-        &default_args().validate().expect("valid arguments"),
-    )
-    .expect("poller")
+    aws_poller(&sdk, &default_args().validate().expect("valid arguments")).expect("poller")
 }
 
 #[tokio::test(start_paused = true)]
@@ -176,7 +175,7 @@ async fn a_drain_against_a_slow_bus_slows_down_to_its_pace_and_loses_nothing() {
     // When it drains, as `relay-poller drain` does (3 stalled passes at most)
     let started = tokio::time::Instant::now();
     let summary = poller
-        .drain(Duration::ZERO, 3, &CancellationToken::new())
+        .drain(&all_shards(), Duration::ZERO, 3, &CancellationToken::new())
         .await;
     let elapsed = started.elapsed().as_secs_f64();
 
@@ -211,7 +210,7 @@ async fn a_drain_against_a_bus_that_answers_nothing_gives_up_in_minutes() {
     // When it drains
     let started = tokio::time::Instant::now();
     let summary = poller
-        .drain(Duration::ZERO, 3, &CancellationToken::new())
+        .drain(&all_shards(), Duration::ZERO, 3, &CancellationToken::new())
         .await;
     let elapsed = started.elapsed();
 
@@ -229,4 +228,9 @@ async fn a_drain_against_a_bus_that_answers_nothing_gives_up_in_minutes() {
     assert!(!summary.complete, "{summary:?}");
     assert_eq!(model.pending(), 200);
     assert!(elapsed < Duration::from_secs(120), "{elapsed:?}");
+}
+
+/// Every shard of the default shard count: what `default_args` polls.
+fn all_shards() -> StaticShards {
+    StaticShards(outbox_shared::ShardCount::default().shards().collect())
 }

@@ -49,13 +49,7 @@ async fn a_slow_endpoint_mid_batch_does_not_run_the_invocation_past_its_deadline
             },
         )
     };
-    let relay = relay_stream::build_relay_with(
-        &args,
-        relay_runtime::BusClients::new(&sdk),
-        aws_sdk_dynamodb::Client::new(&sdk),
-        aws_sdk_sqs::Client::new(&sdk),
-    )
-    .unwrap();
+    let relay = relay_stream::build_relay(&args, &sdk).unwrap();
     let records: Vec<EventRecord> = items
         .iter()
         .enumerate()
@@ -65,7 +59,7 @@ async fn a_slow_endpoint_mid_batch_does_not_run_the_invocation_past_its_deadline
     // When the invocation has 4 s left
     let started = Instant::now();
     let deadline = started + Duration::from_secs(4);
-    let report = relay.handle_until(&records, Some(deadline)).await;
+    let report = relay.handle(&records, relay.deadline_of(deadline)).await;
     let returned = Instant::now();
 
     // Then it returns before its deadline

@@ -7,6 +7,7 @@
 //! every call holding a marked event with HTTP 500; a marked event is always rejected with
 //! `MalformedDetail`.
 
+use relay_runtime::Deadline;
 use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
@@ -293,12 +294,12 @@ async fn no_event_is_lost_under_put_events_faults() {
     let args = relay_args(&env);
     let relay = relay_stream::build_relay_with(
         &args,
-        env.bus_clients().with_classic(eventbridge),
+        fixtures::classic_publisher(eventbridge, args.publisher_config().unwrap()),
         env.dynamodb.clone(),
         env.sqs.clone(),
     )
     .unwrap();
-    let records = relay_stream::local::read_stream_records(&env.streams, &env.stream_arn)
+    let records = relay_stream_local::read_stream_records(&env.streams, &env.stream_arn)
         .await
         .unwrap();
     let outbox_index = |event_id: &str| {
@@ -319,7 +320,7 @@ async fn no_event_is_lost_under_put_events_faults() {
         .lock()
         .unwrap()
         .push("late-order-".to_owned());
-    let report = relay.handle(&records).await;
+    let report = relay.handle(&records, Deadline::NONE).await;
     let response = report.response(&records);
 
     // Then the batch item failure names the first unpublished record: order 30's event
@@ -349,7 +350,7 @@ async fn no_event_is_lost_under_put_events_faults() {
 
     // When the outage ends and Lambda re-delivers from the reported record
     faults.0.outage_markers.lock().unwrap().clear();
-    let redelivered = relay.handle(&records[first_late..]).await;
+    let redelivered = relay.handle(&records[first_late..], Deadline::NONE).await;
     assert_eq!(redelivered.first_unpublished, None);
 
     // Then no event is missing from the sink queue; duplicates, if any, carry the same eventId
@@ -468,20 +469,22 @@ async fn the_stream_relay_keeps_each_aggregates_order_when_its_first_event_fails
     args.publisher.publish_max_attempts = 4;
     let relay = relay_stream::build_relay_with(
         &args,
-        env.bus_clients()
-            .with_classic(faulty_eventbridge(&env, &faults)),
+        fixtures::classic_publisher(
+            faulty_eventbridge(&env, &faults),
+            args.publisher_config().unwrap(),
+        ),
         env.dynamodb.clone(),
         env.sqs.clone(),
     )
     .unwrap();
-    let records = relay_stream::local::read_stream_records(&env.streams, &env.stream_arn)
+    let records = relay_stream_local::read_stream_records(&env.streams, &env.stream_arn)
         .await
         .unwrap();
 
     // When the batch is handled, and Lambda re-delivers from the reported record
-    let first = relay.handle(&records).await;
+    let first = relay.handle(&records, Deadline::NONE).await;
     let checkpoint = first.first_unpublished.expect("a record to re-deliver");
-    let second = relay.handle(&records[checkpoint..]).await;
+    let second = relay.handle(&records[checkpoint..], Deadline::NONE).await;
     assert_eq!(second.first_unpublished, None, "{:?}", second.outcomes);
 
     // Then every order's events reached the sink in Sequence order, none missing
@@ -528,18 +531,23 @@ async fn the_poller_keeps_each_aggregates_order_when_its_first_event_fails() {
     let relay_poller::Command::Drain(drain) = config.command else {
         panic!("a drain")
     };
+    let config = drain.relay.validate().unwrap();
     let clients = relay_poller::app::AwsClients {
         dynamodb: env.dynamodb.clone(),
-        bus: env
-            .bus_clients()
-            .with_classic(faulty_eventbridge(&env, &faults)),
         sqs: env.sqs.clone(),
     };
-    let poller = relay_poller::app::aws_poller(clients, &drain.relay.validate().unwrap()).unwrap();
+    let publisher =
+        fixtures::classic_publisher(faulty_eventbridge(&env, &faults), config.publisher.clone());
+    let poller = relay_poller::app::aws_poller_with(clients, publisher, &config);
 
     // When it drains
     let summary = poller
-        .drain(Duration::ZERO, 3, &relay_poller::CancellationToken::new())
+        .drain(
+            &config.fixed_shards(),
+            Duration::ZERO,
+            3,
+            &relay_poller::CancellationToken::new(),
+        )
         .await;
 
     // Then every order's events reached the sink in Sequence order, none missing
@@ -570,20 +578,22 @@ async fn with_hold_mode_a_failing_aggregate_goes_to_the_poller_and_the_stream_mo
     args.hold_failed_aggregates = true;
     let relay = relay_stream::build_relay_with(
         &args,
-        env.bus_clients()
-            .with_classic(faulty_eventbridge(&env, &faults)),
+        fixtures::classic_publisher(
+            faulty_eventbridge(&env, &faults),
+            args.publisher_config().unwrap(),
+        ),
         env.dynamodb.clone(),
         env.sqs.clone(),
     )
     .unwrap();
-    let records = relay_stream::local::read_stream_records(&env.streams, &env.stream_arn)
+    let records = relay_stream_local::read_stream_records(&env.streams, &env.stream_arn)
         .await
         .unwrap();
 
     // When the stream arrives in two batches
     let (first, second) = records.split_at(records.len() / 2);
-    let first_report = relay.handle(first).await;
-    let second_report = relay.handle(second).await;
+    let first_report = relay.handle(first, Deadline::NONE).await;
+    let second_report = relay.handle(second, Deadline::NONE).await;
 
     // Then neither batch asks for re-delivery, and every other order's events are on the sink
     // at once, in order
@@ -611,19 +621,22 @@ async fn with_hold_mode_a_failing_aggregate_goes_to_the_poller_and_the_stream_mo
 
     // When EventBridge recovers and the poller runs after its grace period
     faults.0.failing_first_events.lock().unwrap().clear();
-    let poller = relay_poller::app::aws_poller(
+    let config = poller_config(&env);
+    let poller = relay_poller::app::aws_poller_with(
         relay_poller::app::AwsClients {
             dynamodb: env.dynamodb.clone(),
-            bus: env
-                .bus_clients()
-                .with_classic(faulty_eventbridge(&env, &faults)),
             sqs: env.sqs.clone(),
         },
-        &poller_config(&env),
-    )
-    .unwrap();
+        fixtures::classic_publisher(faulty_eventbridge(&env, &faults), config.publisher.clone()),
+        &config,
+    );
     let summary = poller
-        .drain(Duration::ZERO, 3, &relay_poller::CancellationToken::new())
+        .drain(
+            &config.fixed_shards(),
+            Duration::ZERO,
+            3,
+            &relay_poller::CancellationToken::new(),
+        )
         .await;
 
     // Then it publishes the held order's 4 events in order, none missing, and releases the hold
@@ -672,16 +685,24 @@ mod hold_release {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
+    use std::borrow::Borrow;
+
     use chrono::Utc;
-    use outbox_shared::{ItemKey, NewOutboxEvent, OutboundEvent, OutboxConfig, OutboxItem};
+    use outbox_shared::{
+        ItemKey, NewOutboxEvent, OutboundEvent, OutboxConfig, OutboxItem, SdkFailure,
+    };
     use outbox_tests::fixtures;
+    use relay_poller::assignment::StaticShards;
     use relay_poller::index::{
-        Cursor, IndexError, PartitionCounts, PendingIndex, PendingPage, RawItem, ShardBacklog,
+        Cursor, IndexError, PartitionCounts, PendingCounts, PendingPage, PendingPages, RawItem,
+        ShardBacklog,
     };
     use relay_poller::poller::{Poller, PollerSettings};
+    use relay_poller::{PendingTtl, TtlOutcome};
     use relay_runtime::testing::{FakeDeadLetters, FakeHoldStore};
     use relay_runtime::{
-        Hold, MarkOutcome, PublishOutcome, Publisher, StatusError, StatusStore, TtlOutcome,
+        Deadline, Hold, HoldRelease, MarkOutcome, PublishOutcome, Publisher, StatusError,
+        StatusStore,
     };
     use relay_stream::{HandlerOptions, StreamRelay};
     use tokio::sync::Notify;
@@ -700,6 +721,8 @@ mod hold_release {
         interleave: AtomicBool,
         asking: Notify,
         answer: Notify,
+        /// The aggregate holds the stream relay sets and the poller releases.
+        holds: FakeHoldStore,
     }
 
     impl World {
@@ -739,14 +762,15 @@ mod hold_release {
     }
 
     impl Publisher for &World {
-        async fn publish_until(
+        async fn publish<E: Borrow<OutboundEvent> + Sync>(
             &self,
-            events: &[OutboundEvent],
-            _stop_at: Option<tokio::time::Instant>,
+            events: &[E],
+            _deadline: Deadline,
         ) -> Vec<PublishOutcome> {
             events
                 .iter()
-                .map(|e| {
+                .map(Borrow::borrow)
+                .map(|e: &OutboundEvent| {
                     if self.fail_once.lock().unwrap().remove(&e.event_id) {
                         PublishOutcome::Failed {
                             code: "ThrottlingException".into(),
@@ -762,8 +786,8 @@ mod hold_release {
     }
 
     impl StatusStore for &World {
-        async fn mark_published(&self, key: &ItemKey) -> Result<MarkOutcome, StatusError> {
-            Ok(self.mark(key))
+        async fn mark_published(&self, keys: &[ItemKey]) -> Vec<Result<MarkOutcome, StatusError>> {
+            keys.iter().map(|key| Ok(self.mark(key))).collect()
         }
 
         async fn mark_dead_lettered(
@@ -773,13 +797,20 @@ mod hold_release {
         ) -> Result<MarkOutcome, StatusError> {
             Ok(self.mark(key))
         }
+    }
 
-        async fn extend_ttl(&self, _key: &ItemKey) -> Result<TtlOutcome, StatusError> {
-            Ok(TtlOutcome::Extended)
+    impl PendingTtl for &World {
+        async fn extend_ttl(&self, key: &ItemKey) -> Result<TtlOutcome, StatusError> {
+            let pending = self.pending.lock().unwrap();
+            Ok(if pending.iter().any(|(item, _)| item.key() == *key) {
+                TtlOutcome::Extended
+            } else {
+                TtlOutcome::NotPending
+            })
         }
     }
 
-    impl PendingIndex for &World {
+    impl PendingPages for &World {
         async fn query_page(
             &self,
             partition: &str,
@@ -807,9 +838,23 @@ mod hold_release {
                 next: None,
             })
         }
+    }
 
-        async fn backlog(&self, _shard: u16) -> Result<ShardBacklog, IndexError> {
-            unreachable!("a pass does not count the backlog")
+    impl PendingCounts for &World {
+        async fn backlog(&self, shard: u16) -> Result<ShardBacklog, IndexError> {
+            let partition = outbox_shared::schema::pending_shard_pk(shard);
+            let pending = self.pending.lock().unwrap();
+            let mut in_shard: Vec<&OutboxItem> = pending
+                .iter()
+                .filter(|(item, in_index)| *in_index && item.gsi1pk.as_deref() == Some(&partition))
+                .map(|(item, _)| item)
+                .collect();
+            in_shard.sort_by_key(|item| item.gsi1sk.clone());
+            Ok(ShardBacklog {
+                shard,
+                pending: in_shard.len() as u64,
+                oldest_created_at: in_shard.first().map(|item| item.created_at.clone()),
+            })
         }
 
         async fn partitions(&self) -> Result<PartitionCounts, IndexError> {
@@ -821,8 +866,14 @@ mod hold_release {
             }
             Ok(counts)
         }
+    }
 
-        async fn has_pending(&self, hold: &Hold) -> Result<bool, IndexError> {
+    impl HoldRelease for &World {
+        async fn list(&self) -> Result<Vec<Hold>, SdkFailure> {
+            Ok(self.holds.list())
+        }
+
+        async fn has_pending(&self, hold: &Hold) -> Result<bool, SdkFailure> {
             if self.interleave.swap(false, Ordering::SeqCst) {
                 self.asking.notify_one();
                 self.answer.notified().await;
@@ -832,6 +883,14 @@ mod hold_release {
                     && item.gsi1pk.as_deref() == Some(hold.partition.as_str())
                     && item.ordering_key() == hold.ordering_key
             }))
+        }
+
+        async fn release(&self, hold: &Hold) -> Result<bool, SdkFailure> {
+            Ok(self.holds.release(hold))
+        }
+
+        async fn extend(&self, hold: &Hold) -> Result<bool, SdkFailure> {
+            Ok(self.holds.extend(hold))
         }
     }
 
@@ -859,11 +918,11 @@ mod hold_release {
         let config = OutboxConfig::new("orders");
         let (e1, e2, e3) = (event(&config, 1), event(&config, 2), event(&config, 3));
         let world = World::default();
-        let (holds, dead_letters) = (FakeHoldStore::default(), FakeDeadLetters::default());
+        let (holds, dead_letters) = (&world.holds, FakeDeadLetters::default());
         let stream = StreamRelay::new(
             &world,
             &world,
-            &holds,
+            holds,
             Some(&dead_letters),
             HandlerOptions {
                 hold_failed_aggregates: true,
@@ -875,9 +934,9 @@ mod hold_release {
             &world,
             &world,
             &dead_letters,
-            &holds,
+            &world,
+            &world,
             PollerSettings {
-                shards: config.shard_count.shards().collect(),
                 shard_count: config.shard_count,
                 page_size: 25,
                 shard_concurrency: 4,
@@ -889,11 +948,14 @@ mod hold_release {
             },
         );
         let cancel = relay_poller::CancellationToken::new();
+        let shards = StaticShards(config.shard_count.shards().collect());
         world.write(&e1, true);
         world.fail_once.lock().unwrap().insert(e1.event_id.clone());
-        stream.handle(&[fixtures::insert_record(&e1, 1)]).await;
+        stream
+            .handle(&[fixtures::insert_record(&e1, 1)], Deadline::NONE)
+            .await;
         assert!(holds.holds().contains_key(ORDER), "E1 failed: order held");
-        poller.pass(Utc::now(), &cancel).await;
+        poller.pass(&shards, Utc::now(), &cancel).await;
         let all = [&e1, &e2, &e3];
         assert_eq!(world.published(&all), ["E1"]);
 
@@ -904,7 +966,9 @@ mod hold_release {
         world.interleave.store(true, Ordering::SeqCst);
         let ((), e2_report) = tokio::join!(poller.release_holds(), async {
             world.asking.notified().await;
-            let report = stream.handle(&[fixtures::insert_record(&e2, 2)]).await;
+            let report = stream
+                .handle(&[fixtures::insert_record(&e2, 2)], Deadline::NONE)
+                .await;
             world.answer.notify_one();
             report
         });
@@ -913,9 +977,11 @@ mod hold_release {
         // And E3 comes through the stream, and the poller runs its next passes
         world.index_catches_up();
         world.write(&e3, true);
-        stream.handle(&[fixtures::insert_record(&e3, 3)]).await;
+        stream
+            .handle(&[fixtures::insert_record(&e3, 3)], Deadline::NONE)
+            .await;
         for _ in 0..3 {
-            poller.pass(Utc::now(), &cancel).await;
+            poller.pass(&shards, Utc::now(), &cancel).await;
             poller.release_holds().await;
         }
 
@@ -928,8 +994,7 @@ mod hold_release {
 #[tokio::test]
 async fn a_hold_is_released_only_when_nothing_was_left_under_it_since_it_was_read_and_nothing_it_recorded_is_pending()
  {
-    use relay_poller::PendingIndex;
-    use relay_runtime::{DynamoHoldStore, HoldStore, StatusStore};
+    use relay_runtime::{AggregateHolds, DynamoHoldStore, HoldRelease, StatusStore};
 
     // Given order-7's E1 held under shard partition P, and E2 pending under another partition (a
     // reshard) whose insertion the stream relay left under the hold after the poller read it
@@ -964,7 +1029,7 @@ async fn a_hold_is_released_only_when_nothing_was_left_under_it_since_it_was_rea
         &env.table_name,
         relay_runtime::TtlPolicy::new(Duration::from_secs(3600)),
     );
-    status.mark_published(&e1.key()).await.unwrap();
+    status.mark_published(&[e1.key()]).await.remove(0).unwrap();
 
     // When the poller releases the hold as it read it
     let released = holds.release(&read[0]).await.unwrap();
@@ -978,22 +1043,110 @@ async fn a_hold_is_released_only_when_nothing_was_left_under_it_since_it_was_rea
     expected.sort_by(|a, b| a.sk.cmp(&b.sk));
     assert_eq!(left, expected);
 
-    // And the index adapter finds E2 pending, though not under the hold's partition
-    let index = relay_poller::DynamoPendingIndex::new(
-        env.dynamodb.clone(),
-        &env.table_name,
-        outbox_shared::schema::DEFAULT_INDEX_NAME,
-    );
-    assert!(index.has_pending(&hold).await.unwrap());
+    // And the hold store finds E2 pending, though not under the hold's partition
+    assert!(holds.has_pending(&hold).await.unwrap());
 
     // When E2 is published too
-    status.mark_published(&e2.key()).await.unwrap();
+    status.mark_published(&[e2.key()]).await.remove(0).unwrap();
 
     // Then nothing the hold covers is pending, its release goes through, and the stream relay's
     // next leave finds it gone (the events are the stream relay's to publish again)
-    assert!(!index.has_pending(&hold).await.unwrap());
+    assert!(!holds.has_pending(&hold).await.unwrap());
     assert!(holds.release(&hold).await.unwrap());
     assert!(holds.list().await.unwrap().is_empty());
     assert!(!holds.leave("order-7", &[e2.key()]).await.unwrap());
+    // (with nothing to record too: a TTL deletion's event is left under no hold that is gone)
+    assert!(!holds.leave("order-7", &[]).await.unwrap());
     assert!(!holds.extend(&hold).await.unwrap());
+}
+
+/// The table's holds (the DynamoDB adapter), whose every hold the poller releases right after
+/// this relay read it, before this relay records what it leaves under it.
+struct ReleasedAfterTheRead(relay_runtime::DynamoHoldStore);
+
+impl relay_runtime::AggregateHolds for ReleasedAfterTheRead {
+    async fn held(
+        &self,
+        ordering_keys: &[String],
+    ) -> Result<HashSet<String>, outbox_shared::SdkFailure> {
+        use relay_runtime::HoldRelease;
+        let held = self.0.held(ordering_keys).await?;
+        for hold in self.0.list().await? {
+            assert!(self.0.release(&hold).await?, "the poller releases the hold");
+        }
+        Ok(held)
+    }
+
+    async fn leave(
+        &self,
+        ordering_key: &str,
+        left: &[outbox_shared::ItemKey],
+    ) -> Result<bool, outbox_shared::SdkFailure> {
+        self.0.leave(ordering_key, left).await
+    }
+
+    async fn hold(
+        &self,
+        ordering_key: &str,
+        partition: &str,
+        left: &[outbox_shared::ItemKey],
+    ) -> Result<(), outbox_shared::SdkFailure> {
+        self.0.hold(ordering_key, partition, left).await
+    }
+}
+
+#[tokio::test]
+async fn in_hold_mode_a_ttl_deletion_just_after_its_holds_release_is_published_not_dead_lettered() {
+    use relay_runtime::{AggregateHolds, HoldRelease};
+
+    // Given aggregate o-91 held on the table, and the recorded TTL deletion of its pending event,
+    // whose hold the poller releases just after the stream relay read it
+    let env = TestEnv::new().await;
+    let holds = relay_runtime::DynamoHoldStore::new(
+        env.dynamodb.clone(),
+        &env.table_name,
+        Duration::from_secs(7 * 24 * 3600),
+    );
+    holds.hold("o-91", "OUTBOX#PENDING#5", &[]).await.unwrap();
+    let relay = relay_stream::StreamRelay::new(
+        env.publisher(env.publisher_config()),
+        relay_runtime::DynamoStatusStore::new(
+            env.dynamodb.clone(),
+            &env.table_name,
+            relay_runtime::TtlPolicy::default(),
+        ),
+        ReleasedAfterTheRead(holds.clone()),
+        Some(relay_runtime::SqsDeadLetterSink::new(
+            env.sqs.clone(),
+            &env.dead_letter_queue_url,
+        )),
+        relay_stream::HandlerOptions {
+            hold_failed_aggregates: true,
+            ..relay_stream::HandlerOptions::default()
+        },
+    );
+    let mut records = serde_json::from_str::<relay_stream::aws_lambda_events::dynamodb::Event>(
+        include_str!("../fixtures/stream/removals-of-pending-events.json"),
+    )
+    .unwrap()
+    .records;
+    records.truncate(1);
+
+    // When the batch is handled in hold mode
+    let report = relay.handle(&records, Deadline::NONE).await;
+
+    // Then the event is published (its aggregate is not held any more), nothing is dead-lettered
+    // and no hold is written
+    assert!(
+        matches!(&report.outcomes[0], RecordOutcome::Published { .. }),
+        "{report:?}"
+    );
+    let delivered = env.wait_for_sink(1, Duration::from_secs(10)).await;
+    assert_eq!(delivered.len(), 1);
+    assert_eq!(
+        delivered[0].event_id(),
+        "0194b001-0000-7000-8000-000000000001"
+    );
+    assert!(env.drain_dead_letters().await.is_empty());
+    assert!(holds.list().await.unwrap().is_empty());
 }

@@ -339,3 +339,78 @@ async fn pending_events_deleted_by_ttl_are_published_from_their_removes(kind: Bu
     assert_eq!(summary["published"], 12 + canaries_published, "{summary}");
     assert_eq!(summary["failed"], 0, "{summary}");
 }
+
+/// The reader's own parts, without the emulator (its crate has no test harness of its own: each
+/// would link the whole AWS SDK once more).
+mod parts {
+    use aws_sdk_dynamodbstreams::types::{self as sdk, AttributeValue as Av, OperationType};
+    use relay_stream_local::Summary;
+    use relay_stream_local::records::to_event_record;
+    use serde_dynamo::AttributeValue;
+
+    #[test]
+    fn a_run_marked_none_only_when_events_left_and_every_mark_failed() {
+        let summary = |published, dead_lettered, not_marked| Summary {
+            published,
+            dead_lettered,
+            not_marked,
+            ..Summary::default()
+        };
+        assert!(summary(3, 1, 4).marked_none());
+        assert!(!summary(3, 1, 3).marked_none(), "one was marked");
+        assert!(!summary(0, 0, 0).marked_none(), "nothing to mark");
+        assert!(!summary(100, 0, 0).marked_none());
+    }
+
+    #[test]
+    fn converts_every_field_the_handler_reads() {
+        let change = sdk::StreamRecord::builder()
+            .approximate_creation_date_time(aws_smithy_types_dt(1_700_000_000_123))
+            .keys("PK", Av::S("USER#u".into()))
+            .new_image("EntityType", Av::S("OutboxEvent".into()))
+            .new_image("Sequence", Av::N("3".into()))
+            .sequence_number("000123")
+            .size_bytes(42)
+            .stream_view_type(sdk::StreamViewType::NewAndOldImages)
+            .build();
+        let record = sdk::Record::builder()
+            .event_id("ev1")
+            .event_name(OperationType::Insert)
+            .aws_region("us-east-1")
+            .user_identity(
+                sdk::Identity::builder()
+                    .r#type("Service")
+                    .principal_id("dynamodb.amazonaws.com")
+                    .build(),
+            )
+            .dynamodb(change)
+            .build();
+        let out = to_event_record(&record, "arn:stream");
+        assert_eq!(out.event_name, "INSERT");
+        assert_eq!(out.event_source_arn.as_deref(), Some("arn:stream"));
+        assert_eq!(out.change.sequence_number.as_deref(), Some("000123"));
+        assert_eq!(
+            out.change.approximate_creation_date_time.timestamp_millis(),
+            1_700_000_000_123
+        );
+        assert_eq!(
+            out.change.new_image.get("Sequence"),
+            Some(&AttributeValue::N("3".into()))
+        );
+        assert_eq!(
+            out.user_identity.map(|u| u.principal_id).as_deref(),
+            Some("dynamodb.amazonaws.com")
+        );
+        // The converted record serializes as Lambda's own JSON shape does.
+        let json = serde_json::to_value(to_event_record(
+            &sdk::Record::builder().build(),
+            "arn:stream",
+        ))
+        .unwrap();
+        assert!(json.get("dynamodb").is_some());
+    }
+
+    fn aws_smithy_types_dt(millis: i64) -> aws_sdk_dynamodbstreams::primitives::DateTime {
+        aws_sdk_dynamodbstreams::primitives::DateTime::from_millis(millis)
+    }
+}

@@ -33,13 +33,11 @@ async fn a_shard_at_the_bus_quota_adapts_its_rate_and_loses_nothing() {
         .collect();
     model.seed_pending(&items);
     let sdk = model.sdk_config();
-    let relay = relay_stream::build_relay_with(
+    let relay = relay_stream::build_relay(
         // The Lambda's defaults, with a failed record re-delivered by Lambda (no aggregate
         // holds: no poller here to release them)
         &fixtures::stream_relay_args("quota-table", fixtures::publisher_args("quota-bus")),
-        relay_runtime::BusClients::new(&sdk),
-        aws_sdk_dynamodb::Client::new(&sdk),
-        aws_sdk_sqs::Client::new(&sdk),
+        &sdk,
     )
     .expect("valid configuration");
 
@@ -50,7 +48,7 @@ async fn a_shard_at_the_bus_quota_adapts_its_rate_and_loses_nothing() {
     while position < records.len() {
         let batch = &records[position..(position + BATCH_SIZE).min(records.len())];
         let deadline = tokio::time::Instant::now() + INVOCATION_TIMEOUT;
-        let report = relay.handle_until(batch, Some(deadline)).await;
+        let report = relay.handle(batch, relay.deadline_of(deadline)).await;
         assert!(
             tokio::time::Instant::now() < deadline,
             "invocation timed out"

@@ -109,7 +109,7 @@ async fn each_job_calls_only_what_its_role_grants() {
     // When the poller service's `run` shares the shards through the lease table and publishes new
     // orders, until stopped with SIGTERM
     let lease_table = unique_name("leases");
-    relay_poller::lease::create_lease_table(&env.dynamodb, &lease_table)
+    relay_poller::assignment::create_lease_table(&env.dynamodb, &lease_table)
         .await
         .unwrap();
     env.create_orders(5, 5).await;

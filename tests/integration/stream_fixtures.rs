@@ -206,9 +206,10 @@ async fn records_after_ttl_deletions(
             .await
             .iter()
             .map(|r| {
-                let mut record =
-                    serde_json::to_value(relay_stream::records::to_event_record(r, stream_arn))
-                        .expect("a record serializes");
+                let mut record = serde_json::to_value(
+                    relay_stream_local::records::to_event_record(r, stream_arn),
+                )
+                .expect("a record serializes");
                 // Lambda leaves out an image the record does not carry; the event type writes
                 // an empty one
                 let change = record["dynamodb"].as_object_mut().expect("a change");

@@ -6,6 +6,7 @@
 //! travels: the stream record's image, and the `PutEvents` request of a real relay run, captured
 //! by an SDK interceptor on the relay's EventBridge client (it only reads the request).
 
+use relay_runtime::Deadline;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -96,12 +97,12 @@ async fn an_orders_trace_header_travels_to_the_put_events_entry() {
     };
     let relay = relay_stream::build_relay_with(
         &args,
-        env.bus_clients().with_classic(eventbridge),
+        outbox_tests::fixtures::classic_publisher(eventbridge, args.publisher_config().unwrap()),
         env.dynamodb.clone(),
         env.sqs.clone(),
     )
     .unwrap();
-    let records = relay_stream::local::read_stream_records(&env.streams, &env.stream_arn)
+    let records = relay_stream_local::read_stream_records(&env.streams, &env.stream_arn)
         .await
         .unwrap();
     let image_trace =
@@ -112,7 +113,7 @@ async fn an_orders_trace_header_travels_to_the_put_events_entry() {
                 _ => None,
             });
     assert_eq!(image_trace.as_deref(), Some(TRACE), "the stream record");
-    let report = relay.handle(&records).await;
+    let report = relay.handle(&records, Deadline::NONE).await;
     assert_eq!(report.counts().published, 1, "{report:?}");
 
     // Then the PutEvents entry carried the trace header, and the event reached the sink

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use outbox_shared::schema;
 use outbox_shared::{NewOutboxEvent, OutboxConfig, OutboxItem};
-use relay_runtime::PublisherArgs;
+use relay_runtime::{BusPublisher, ClassicBus, PublisherArgs, PublisherConfig};
 use relay_stream::aws_lambda_events::dynamodb::EventRecord;
 
 /// `count` pending `OrderCreated` events for `table`, one per aggregate (`order-{i}`) over 100
@@ -43,6 +43,19 @@ pub fn insert_record(item: &OutboxItem, sequence: usize) -> EventRecord {
     record.change.sequence_number = Some(format!("{sequence:020}"));
     record.change.approximate_creation_date_time = Utc::now();
     record
+}
+
+/// The classic bus's publisher of `config` through `eventbridge`, a client a test built (to inject
+/// faults or count calls).
+///
+/// # Panics
+/// When `config` is not a valid classic configuration.
+pub fn classic_publisher(
+    eventbridge: aws_sdk_eventbridge::Client,
+    config: PublisherConfig,
+) -> BusPublisher {
+    BusPublisher::on(std::sync::Arc::new(ClassicBus::new(eventbridge)), config)
+        .expect("a valid classic configuration")
 }
 
 /// The publisher's flags at their defaults (what both relays run with), for `bus` and the test

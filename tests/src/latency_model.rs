@@ -16,16 +16,17 @@
 //! - `DynamoDB_20120810.Query` on the pending index: the first `:`-value that is a pending-shard key
 //!   (`OUTBOX#PENDING#n`) selects the shard; a value with the sort-key prefix (`EVENT#`) is an exclusive upper bound
 //!   on `GSI1SK` (the grace-period cutoff); `Limit` and `ExclusiveStartKey` paginate, oldest first.
-//! - `DynamoDB_20120810.UpdateItem`: removes the item from the pending index; if it was not there, the
-//!   call fails with `ConditionalCheckFailedException` as the real condition would. With an index
-//!   lag ([`LatencyModel::lag_index`]) the table changes at once (a second mark fails its condition)
+//! - `DynamoDB_20120810.BatchExecuteStatement` (the relays' marks): each statement removes the item
+//!   its last two parameters name (`PK`, `SK`) from the pending index, and answers
+//!   `ConditionalCheckFailed` on its own when the item was not pending, as the real condition
+//!   would; a call of more than 25 statements, or naming one item twice, is refused whole as
+//!   DynamoDB refuses it ([`crate::dynamodb_rules`]). With an index lag
+//!   ([`LatencyModel::lag_index`]) the table changes at once (a second mark fails its condition)
 //!   while queries of the index keep returning the marked item for the lag, as a global secondary
 //!   index, eventually consistent, does on AWS (DynamoDB Local updates its indexes synchronously).
-//! - `DynamoDB_20120810.BatchExecuteStatement` (the relays' batched marks): each statement does what
-//!   `UpdateItem` does to the item its last two parameters name (`PK`, `SK`), and answers
-//!   `ConditionalCheckFailed` on its own when the item was not pending; a call of more than 25
-//!   statements, or naming one item twice, is refused whole as DynamoDB refuses it
-//!   ([`crate::dynamodb_rules`]).
+//! - `DynamoDB_20120810.UpdateItem` (the poller's TTL refresh, conditioned on the item being
+//!   pending): applied, the item left pending, when it is pending; otherwise it fails with
+//!   `ConditionalCheckFailedException` as the real condition would.
 //! - `DynamoDB_20120810.PutItem` / `TransactWriteItems` / `SQS SendMessage`-style calls: accepted.
 //!
 //! Calls are counted per operation ([`LatencyModel::calls`]).
@@ -326,7 +327,7 @@ impl LatencyModel {
                 );
                 let mut state = self.state.lock().expect("model state");
                 let calls = state.count(operation);
-                if state.unindex(&key) {
+                if state.keys.contains_key(&key) {
                     (200, "{}".to_owned(), calls, Duration::ZERO)
                 } else {
                     (
@@ -774,13 +775,21 @@ mod tests {
         // When the first is marked
         let key = seeded[0].key();
         assert_eq!(
-            store.mark_published(&key).await.unwrap(),
+            store
+                .mark_published(std::slice::from_ref(&key))
+                .await
+                .remove(0)
+                .unwrap(),
             relay_runtime::MarkOutcome::Marked
         );
 
         // Then the table has it marked at once (a second mark finds it already marked)...
         assert_eq!(
-            store.mark_published(&key).await.unwrap(),
+            store
+                .mark_published(std::slice::from_ref(&key))
+                .await
+                .remove(0)
+                .unwrap(),
             relay_runtime::MarkOutcome::AlreadyMarked
         );
         assert_eq!(model.pending(), 2);
@@ -836,22 +845,44 @@ mod tests {
         use relay_runtime::StatusStore;
         let key = seeded[0].key();
         assert_eq!(
-            store.mark_published(&key).await.unwrap(),
+            store
+                .mark_published(std::slice::from_ref(&key))
+                .await
+                .remove(0)
+                .unwrap(),
             relay_runtime::MarkOutcome::Marked
         );
         assert_eq!(
-            store.mark_published(&key).await.unwrap(),
+            store
+                .mark_published(std::slice::from_ref(&key))
+                .await
+                .remove(0)
+                .unwrap(),
             relay_runtime::MarkOutcome::AlreadyMarked
         );
         assert_eq!(model.pending(), 4);
         assert_eq!(model.calls()["Query"], 2);
+        assert_eq!(model.calls()["BatchExecuteStatement"], 2);
+
+        // A TTL refresh applies to a pending item, which stays pending, and not to a marked one
+        use relay_poller::PendingTtl;
+        let ttl = relay_poller::DynamoPendingTtl::new(client.clone(), "t", Duration::from_secs(60));
+        assert_eq!(
+            ttl.extend_ttl(&seeded[1].key()).await.unwrap(),
+            relay_poller::TtlOutcome::Extended
+        );
+        assert_eq!(
+            ttl.extend_ttl(&key).await.unwrap(),
+            relay_poller::TtlOutcome::NotPending
+        );
+        assert_eq!(model.pending(), 4);
         assert_eq!(model.calls()["UpdateItem"], 2);
 
         // A batch marks the pending ones and finds the one already marked done, in one call
         let keys: Vec<_> = seeded.iter().map(OutboxItem::key).collect();
         assert_eq!(
             store
-                .mark_all_published(&keys)
+                .mark_published(&keys)
                 .await
                 .into_iter()
                 .map(Result::unwrap)
@@ -865,7 +896,7 @@ mod tests {
             ]
         );
         assert_eq!(model.pending(), 0);
-        assert_eq!(model.calls()["BatchExecuteStatement"], 1);
+        assert_eq!(model.calls()["BatchExecuteStatement"], 3);
     }
 
     #[tokio::test]
@@ -980,7 +1011,9 @@ mod tests {
             .map(|i| outbox_shared::OutboundEvent::from_item(i).unwrap())
             .collect();
         use relay_runtime::Publisher;
-        let outcomes = publisher.publish(&events).await;
+        let outcomes = publisher
+            .publish(&events, relay_runtime::Deadline::NONE)
+            .await;
         assert!(
             outcomes
                 .iter()
@@ -1010,7 +1043,9 @@ mod tests {
 
         // When 250 events of as many aggregates are published
         use relay_runtime::Publisher;
-        let outcomes = publisher.publish(&events).await;
+        let outcomes = publisher
+            .publish(&events, relay_runtime::Deadline::NONE)
+            .await;
 
         // Then every one is published, in three calls of up to 100 entries, as the SDK read them
         assert!(

@@ -648,12 +648,13 @@ impl TestEnv {
         command
     }
 
-    /// The SDK clients of both bus kinds, as the relays build them (no fault, no interceptor).
-    pub fn bus_clients(&self) -> relay_runtime::BusClients {
-        relay_runtime::BusClients {
-            classic: self.eventbridge.clone(),
-            custom: self.eventbridgev2.clone(),
-        }
+    /// The publisher of `config` (this environment's bus kind or another), on a client of this
+    /// environment's (no fault, no interceptor).
+    ///
+    /// # Panics
+    /// When `config` is invalid.
+    pub fn publisher(&self, config: PublisherConfig) -> relay_runtime::BusPublisher {
+        relay_runtime::BusPublisher::new(&self.sdk_config, config).expect("a valid configuration")
     }
 
     /// The publisher configuration for this environment's bus, with [`TEST_SOURCE`].

@@ -6,9 +6,11 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use relay_runtime::Deadline;
+
+use super::owned::{Shared, State};
+use super::{Clock, LeaseStore, Millis, SystemClock};
 use super::{PageStart, PassShards, ShardAssignment};
-use crate::lease::owned::{Shared, State};
-use crate::lease::{Clock, LeaseStore, Millis, SystemClock};
 
 /// The poll loop's side of a poller's leases: it polls the shards whose lease it owns, up to
 /// each one's poll deadline, and none being handed over.
@@ -22,7 +24,7 @@ pub struct LeasedShards<C = SystemClock> {
 
 impl<C: Clock> LeasedShards<C> {
     /// The poll loop's side of the leases behind `shared` (see
-    /// [`crate::lease::LeaseManager::assignment`]).
+    /// [`super::LeaseManager::assignment`]).
     pub(crate) fn new(
         shared: Arc<Shared>,
         clock: C,
@@ -92,7 +94,9 @@ impl<C: Clock> ShardAssignment for LeasedShards<C> {
                 owned.busy += 1;
                 let left = u64::try_from(owned.poll_deadline - now).unwrap_or_default();
                 PageStart::Go {
-                    stop_at: Some(tokio::time::Instant::now() + Duration::from_millis(left)),
+                    deadline: Deadline::publish_by(
+                        tokio::time::Instant::now() + Duration::from_millis(left),
+                    ),
                 }
             }
             _ => PageStart::Stop,
@@ -175,7 +179,9 @@ impl<S: LeaseStore, C: Clock> ShardAssignment for RespectLeases<S, C> {
     }
 
     fn begin_page(&self, _shard: u16) -> PageStart {
-        PageStart::Go { stop_at: None }
+        PageStart::Go {
+            deadline: Deadline::NONE,
+        }
     }
 
     fn end_page(&self, _shard: u16) {}

@@ -1,12 +1,39 @@
-//! Which shards a pass polls: a fixed list (`--shards`), the leases a poller owns
-//! ([`LeasedShards`]), or every shard no other poller owns ([`RespectLeases`],
-//! `drain --respect-leases`).
+//! Which shards a pass polls, and until when each page may publish: a fixed list (`--shards`, or
+//! all: [`StaticShards`]), the leases a poller owns in a fleet ([`LeasedShards`]), or every shard
+//! no other poller owns ([`RespectLeases`], `drain --respect-leases`). A pass, `run` and `drain`
+//! take any of them through the one port, [`ShardAssignment`].
+//!
+//! The leases, a file a concept:
+//! - [`lease`]: what a lease is (one per shard, a heartbeat per poller, in a lease table of its
+//!   own), its settings, the clock, the errors;
+//! - [`plan`]: the decisions, pure functions (what to take, when to hand over);
+//! - `store`: the [`LeaseStore`] port and its DynamoDB adapter (the conditional writes);
+//! - `manager`: a poller's lease rounds ([`LeaseManager`]);
+//! - `owned`: the leases a poller owns, where its manager and its poll loop both see them;
+//! - `owner`: the poller's id (its ECS task);
+//! - `leased`: the poll loop's side of them ([`LeasedShards`], [`RespectLeases`]).
 
+pub mod lease;
 mod leased;
+mod manager;
+pub(crate) mod owned;
+mod owner;
+pub mod plan;
+pub mod store;
 
 use std::future::Future;
 
+use relay_runtime::Deadline;
+
+pub use lease::{
+    Clock, DEFAULT_LEASE_DURATION, DEFAULT_RENEW_INTERVAL, Expect, HEARTBEAT_RETENTION, Heartbeat,
+    Lease, LeaseError, LeaseSettings, LeaseView, MIN_RENEWALS_PER_DURATION, Millis, SystemClock,
+    Term, attr, parse_poller_key, parse_shard_key, poller_key, shard_key,
+};
 pub use leased::{LeasedShards, RespectLeases};
+pub use manager::{LeaseManager, RoundReport};
+pub use owner::{ECS_METADATA_ENV, discover_owner, fallback_owner};
+pub use store::{DynamoLeaseStore, LeaseStore, create_lease_table};
 
 /// The shards of one pass.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -22,10 +49,8 @@ pub struct PassShards {
 /// Whether a page may start, and until when its publishes may start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PageStart {
-    /// Go on; no publish starts after `stop_at` (the lease's poll deadline).
-    Go {
-        stop_at: Option<tokio::time::Instant>,
-    },
+    /// Go on; no publish starts after `deadline`'s publish-by time (the lease's poll deadline).
+    Go { deadline: Deadline },
     /// The shard is no longer this poller's to poll (lost, handed over, past its deadline).
     Stop,
 }
@@ -58,7 +83,9 @@ impl ShardAssignment for StaticShards {
     }
 
     fn begin_page(&self, _shard: u16) -> PageStart {
-        PageStart::Go { stop_at: None }
+        PageStart::Go {
+            deadline: Deadline::NONE,
+        }
     }
 
     fn end_page(&self, _shard: u16) {}

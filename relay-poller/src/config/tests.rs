@@ -232,10 +232,10 @@ fn lease_settings_default_and_are_checked_against_each_other() {
     let run = run_with(&["--lease-table", "leases", "--create-lease-table"]);
     let settings = run.leases.settings(false).unwrap().unwrap();
     assert_eq!(settings.table_name, "leases");
-    assert_eq!(settings.duration, crate::lease::DEFAULT_LEASE_DURATION);
+    assert_eq!(settings.duration, crate::assignment::DEFAULT_LEASE_DURATION);
     assert_eq!(
         settings.renew_interval,
-        crate::lease::DEFAULT_RENEW_INTERVAL
+        crate::assignment::DEFAULT_RENEW_INTERVAL
     );
     assert!(settings.create_table);
     assert_eq!(settings.poll_window(), Duration::from_secs(20));

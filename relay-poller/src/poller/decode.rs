@@ -1,11 +1,11 @@
-//! An item read from the index becomes an outbox item, or a poison case with a reason that names
-//! the attribute at fault and never quotes its value.
+//! An item read from the index becomes an event: ready to publish, or poison with a reason that
+//! names the attribute at fault and never quotes its value.
 
 use std::collections::HashMap;
 
 use outbox_shared::schema::{self, attr};
 use outbox_shared::{ItemKey, OutboxItem};
-use relay_runtime::Poison;
+use relay_runtime::{Event, State};
 
 use crate::index::RawItem;
 
@@ -21,46 +21,52 @@ pub(crate) fn item_key(raw: &RawItem) -> Option<ItemKey> {
     })
 }
 
-/// What an item read from the index is.
-pub(crate) enum Decoded {
-    /// The item, and the raw item kept whole for a dead letter should EventBridge reject it.
-    Item(Box<(OutboxItem, RawItem)>),
-    Poison(Box<Poison<RawItem>>),
-}
-
-/// Decodes an index item into an outbox item, or says why it is poison. `None` when even the
-/// table key is missing (not an item of this table's shape; nothing can be done with it).
-pub(crate) fn decode(raw: RawItem) -> Option<Decoded> {
-    let key = item_key(&raw)?;
+/// The event of an item read from the index (from `partition`): ready to publish, or poison
+/// with a reason that names the attribute at fault. An item without a string `PK` and `SK` is not
+/// an item of this table's shape: nothing can be done with it, not even a dead-letter mark, so it
+/// fails (logged, counted, left where it is).
+pub(crate) fn decode(raw: RawItem, partition: &str) -> Event<RawItem> {
+    let event_id = string_attr(&raw, attr::EVENT_ID);
+    let Some(key) = item_key(&raw) else {
+        tracing::error!(
+            partition,
+            "item in the pending index has no string PK/SK; skipped"
+        );
+        return Event {
+            source: raw,
+            key: None,
+            event_id,
+            aggregate: None,
+            state: State::Failed {
+                code: "NoItemKey".to_owned(),
+                message: "item in the pending index has no string PK/SK".to_owned(),
+            },
+        };
+    };
     // Decoded as the stream relay decodes an image, so a reason names the attribute and never
     // quotes its value (values may hold personal data; reasons go to logs and dead letters).
     let image: HashMap<String, serde_dynamo::AttributeValue> =
         serde_dynamo::Item::from(raw.clone()).into();
     let item: OutboxItem = match outbox_shared::image::from_image(&image) {
         Ok(item) => item,
-        Err(e) => {
-            let event_id = string_attr(&raw, attr::EVENT_ID);
-            return Some(Decoded::Poison(Box::new(Poison::undecodable(
-                Some(key),
-                event_id,
-                e,
-                raw,
-            ))));
-        }
+        Err(e) => return Event::undecodable(raw, Some(key), event_id, e),
     };
     if !item.is_outbox_event() {
-        return Some(Decoded::Poison(Box::new(Poison {
+        return Event {
+            source: raw,
             key: Some(key),
             event_id: Some(item.event_id),
-            reason: format!(
-                "item in the pending index is not an outbox event: its {} is not {}",
-                attr::ENTITY_TYPE,
-                schema::entity::OUTBOX_EVENT
-            ),
-            source: raw,
-        })));
+            aggregate: None,
+            state: State::Poison {
+                reason: format!(
+                    "item in the pending index is not an outbox event: its {} is not {}",
+                    attr::ENTITY_TYPE,
+                    schema::entity::OUTBOX_EVENT
+                ),
+            },
+        };
     }
-    Some(Decoded::Item(Box::new((item, raw))))
+    Event::of_item(raw, &item)
 }
 
 /// The item as the dead letter carries it: its attributes as plain JSON.

@@ -9,24 +9,31 @@
 //! DynamoDB's TTL never deletes a hold whose events the poller has not published yet (a poller
 //! that keeps failing to publish them).
 
-use relay_runtime::{DeadLetterSink, HoldStore, Publisher, StatusStore};
+use std::time::Duration;
 
-use super::Poller;
-use crate::index::PendingIndex;
+use relay_runtime::{Hold, HoldRelease};
 
-impl<I, P, S, D, H> Poller<I, P, S, D, H>
-where
-    I: PendingIndex,
-    P: Publisher,
-    S: StatusStore,
-    D: DeadLetterSink,
-    H: HoldStore,
-{
+/// The release of the aggregate holds: the poller's side of the holds, and nothing else.
+#[derive(Debug)]
+pub(super) struct HoldReleaser<H> {
+    holds: H,
+    /// A hold kept whose `ttl` is past or less than this away gets it pushed out.
+    ttl_refresh_margin: Duration,
+}
+
+impl<H: HoldRelease> HoldReleaser<H> {
+    pub(super) fn new(holds: H, ttl_refresh_margin: Duration) -> Self {
+        Self {
+            holds,
+            ttl_refresh_margin,
+        }
+    }
+
     /// Releases the aggregate holds whose aggregate has no pending event left (the poller has
     /// published what the stream relay left to it), so the stream relay publishes the aggregate's
     /// new events again. A hold set again, or with an event left under it, meanwhile stays; a
     /// hold that stays and whose `ttl` is within the TTL refresh margin gets it pushed out.
-    pub async fn release_holds(&self) {
+    pub(super) async fn release(&self) {
         let holds = match self.holds.list().await {
             Ok(holds) => holds,
             Err(err) => {
@@ -35,7 +42,7 @@ where
             }
         };
         for hold in holds {
-            let released = match self.index.has_pending(&hold).await {
+            let released = match self.holds.has_pending(&hold).await {
                 Ok(false) => match self.holds.release(&hold).await {
                     Ok(true) => {
                         tracing::info!(ordering_key = %hold.ordering_key, "aggregate hold released");
@@ -54,7 +61,7 @@ where
                 }
             };
             if !released
-                && self.hold_expires_soon(&hold)
+                && self.expires_soon(&hold)
                 && let Err(err) = self.holds.extend(&hold).await
             {
                 tracing::warn!(error = %outbox_shared::error::describe(&err), "could not push out the ttl of an aggregate hold");
@@ -63,8 +70,8 @@ where
     }
 
     /// Whether `hold`'s `ttl` is past or within the TTL refresh margin.
-    fn hold_expires_soon(&self, hold: &relay_runtime::Hold) -> bool {
-        let margin = i64::try_from(self.settings.ttl_refresh_margin.as_secs()).unwrap_or(i64::MAX);
+    fn expires_soon(&self, hold: &Hold) -> bool {
+        let margin = i64::try_from(self.ttl_refresh_margin.as_secs()).unwrap_or(i64::MAX);
         hold.ttl
             .is_some_and(|ttl| ttl <= chrono::Utc::now().timestamp().saturating_add(margin))
     }

@@ -1,12 +1,18 @@
-//! What a pass counts, what it achieved, and the one-line summary `drain` prints; the metrics
-//! read these, the loops fill them.
+//! What a pass counts, what it achieved, the poller's totals and the one-line summary `drain`
+//! prints. A page's settled events are recorded once ([`Totals::record`]): in the pass's
+//! statistics, the poller's totals and the metrics, all from the runtime's one [`Tally`].
 
 use std::collections::HashSet;
 use std::sync::Mutex;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use outbox_shared::ItemKey;
+use relay_runtime::{Event, Tally};
 use serde::Serialize;
+
+use crate::index::RawItem;
+use crate::metrics;
 
 /// Counts of one pass, summed over its shards.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -23,9 +29,12 @@ pub struct PassStats {
     pub dead_lettered: u64,
     /// Not published (retries exhausted, or the dead-letter queue refused a poison item).
     pub failed: u64,
-    /// Held back: left pending because an earlier event of the same aggregate failed in this
-    /// pass.
+    /// Held back: left pending because an earlier event of the same aggregate was not published
+    /// in this pass (it failed, or it was not sent).
     pub held_back: u64,
+    /// Not sent: the publisher's stalled limit or the lease's poll deadline came first. Left
+    /// pending; not a failure.
+    pub not_sent: u64,
     /// Published (or dead-lettered), but the status update failed: the item stays pending and is
     /// handled again later.
     pub not_marked: u64,
@@ -69,6 +78,17 @@ impl PassStats {
         }
     }
 
+    /// Adds what a page's events came to.
+    fn add(&mut self, tally: &Tally) {
+        self.published += tally.marked;
+        self.already_marked += tally.already_marked;
+        self.dead_lettered += tally.dead_lettered;
+        self.failed += tally.failed + tally.not_dead_lettered;
+        self.held_back += tally.held_back;
+        self.not_sent += tally.not_sent;
+        self.not_marked += tally.all_not_marked();
+    }
+
     pub(crate) fn merge(&mut self, other: Self) {
         self.taken += other.taken;
         self.recently_marked += other.recently_marked;
@@ -77,6 +97,7 @@ impl PassStats {
         self.dead_lettered += other.dead_lettered;
         self.failed += other.failed;
         self.held_back += other.held_back;
+        self.not_sent += other.not_sent;
         self.not_marked += other.not_marked;
         self.ttl_extended += other.ttl_extended;
         self.ttl_errors += other.ttl_errors;
@@ -127,20 +148,59 @@ pub struct DrainSummary {
 /// Counters over the life of one poller, readable while it works.
 #[derive(Debug, Default)]
 pub(crate) struct Totals {
-    pub(crate) published: AtomicU64,
-    pub(crate) already_marked: AtomicU64,
-    pub(crate) dead_lettered: AtomicU64,
-    pub(crate) not_marked: AtomicU64,
-    /// Items whose last attempt failed and that have not left the index since.
-    pub(crate) failing: Mutex<HashSet<ItemKey>>,
+    published: AtomicU64,
+    already_marked: AtomicU64,
+    dead_lettered: AtomicU64,
+    not_marked: AtomicU64,
+    /// Items whose last attempt failed (not merely not sent) and that have not left the index
+    /// since.
+    failing: Mutex<HashSet<ItemKey>>,
 }
 
 impl Totals {
-    pub(crate) fn failing(&self, key: ItemKey) {
-        self.failing.lock().expect("not poisoned").insert(key);
+    /// Records a page's settled `events` once: in the pass's `stats`, these totals, and the
+    /// metrics.
+    pub(crate) fn record(&self, events: &[Event<RawItem>], stats: &mut PassStats) {
+        let tally = Tally::of(events);
+        stats.add(&tally);
+        self.published.fetch_add(tally.marked, Ordering::Relaxed);
+        self.already_marked
+            .fetch_add(tally.already_marked, Ordering::Relaxed);
+        self.dead_lettered
+            .fetch_add(tally.dead_lettered, Ordering::Relaxed);
+        self.not_marked
+            .fetch_add(tally.all_not_marked(), Ordering::Relaxed);
+        {
+            let mut failing = self.failing.lock().expect("not poisoned");
+            for event in events {
+                let Some(key) = &event.key else { continue };
+                if event.left_the_index() {
+                    failing.remove(key);
+                } else if event.is_failing() {
+                    failing.insert(key.clone());
+                }
+            }
+        }
+        metrics::relayed(&tally);
     }
 
-    pub(crate) fn done(&self, key: &ItemKey) {
-        self.failing.lock().expect("not poisoned").remove(key);
+    /// The totals so far as a drain's summary, `elapsed` after it started (the rest is the
+    /// drain's to fill in).
+    pub(crate) fn summary(&self, elapsed: Duration) -> DrainSummary {
+        DrainSummary {
+            published: self.published.load(Ordering::Relaxed),
+            already_marked: self.already_marked.load(Ordering::Relaxed),
+            dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
+            not_marked: self.not_marked.load(Ordering::Relaxed),
+            failed: self.failing.lock().expect("not poisoned").len() as u64,
+            remaining: None,
+            seconds: elapsed.as_secs_f64(),
+            passes: 0,
+            complete: false,
+            interrupted: false,
+            put_events_calls: 0,
+            deduplicated: 0,
+            skipped_shards: Vec::new(),
+        }
     }
 }

@@ -1,76 +1,94 @@
 //! The sweep: a scan of the whole index for the partitions (`GSI1PK` values) a pass would not
 //! query: outside the configured shard count (a writer or another client on more shards, a
-//! reshard), and the shards no poller has leased for a lease duration. Each is polled as a shard
-//! is, before the shards, so no event is stranded and, after a reshard, an aggregate's older
-//! events (under the old `GSI1PK`) leave before its newer ones.
+//! reshard), and the shards no poller has leased for a lease duration. A pass polls each as it
+//! polls a shard, before the shards, so no event is stranded and, after a reshard, an
+//! aggregate's older events (under the old `GSI1PK`) leave before its newer ones. This component
+//! finds them; the pass polls them.
 
-use std::collections::HashSet;
-use std::time::Instant;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use outbox_shared::ShardCount;
 use outbox_shared::schema;
-use relay_runtime::{DeadLetterSink, HoldStore, Publisher, StatusStore};
-use tokio_util::sync::CancellationToken;
 
-use super::Poller;
-use super::stats::PassStats;
-use crate::assignment::StaticShards;
-use crate::index::{PartitionCounts, PendingIndex};
+use crate::index::{IndexError, PartitionCounts, PendingCounts};
 use crate::metrics;
 
-impl<I, P, S, D, H> Poller<I, P, S, D, H>
-where
-    I: PendingIndex,
-    P: Publisher,
-    S: StatusStore,
-    D: DeadLetterSink,
-    H: HoldStore,
-{
-    /// Whether a sweep is due now; if so, it counts as started.
-    pub(super) fn sweep_due(&self) -> bool {
-        let mut last = self.last_sweep.lock().expect("not poisoned");
-        let due = last.is_none_or(|at| at.elapsed() >= self.settings.sweep_interval);
+/// What a sweep found: the partitions to poll before the shards, stray ones first (oldest
+/// partition name first), then the orphaned shards'.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Found {
+    pub(super) partitions: Vec<String>,
+    /// Pending events under partitions outside the shard count.
+    pub(super) stray_pending: u64,
+}
+
+/// The sweep of the whole index, once per interval or when asked for.
+#[derive(Debug)]
+pub(super) struct Sweep<C> {
+    index: C,
+    shard_count: ShardCount,
+    interval: Duration,
+    /// When the last sweep started.
+    last: Mutex<Option<Instant>>,
+    /// The next pass sweeps, whatever the interval says (a drain's first pass, and the pass that
+    /// would find the index empty).
+    requested: AtomicBool,
+}
+
+impl<C: PendingCounts> Sweep<C> {
+    pub(super) fn new(index: C, shard_count: ShardCount, interval: Duration) -> Self {
+        Self {
+            index,
+            shard_count,
+            interval,
+            last: Mutex::new(None),
+            requested: AtomicBool::new(false),
+        }
+    }
+
+    /// Makes the next pass sweep.
+    pub(super) fn request(&self) {
+        self.requested.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a sweep is due now (asked for, or an interval since the last); if so, it counts
+    /// as started.
+    pub(super) fn due(&self) -> bool {
+        let mut last = self.last.lock().expect("not poisoned");
+        let requested = self.requested.swap(false, Ordering::Relaxed);
+        let due = requested || last.is_none_or(|at| at.elapsed() >= self.interval);
         if due {
             *last = Some(Instant::now());
         }
         due
     }
 
-    /// Finds the partitions outside the shard count and polls each, oldest partition name first;
-    /// then the partitions of `orphaned` shards (no poller has owned their lease for a lease
-    /// duration). Returns the aggregates it held back after a failure, which the shards then hold
-    /// back too.
-    pub(super) async fn sweep(
-        &self,
-        before: &str,
-        orphaned: &[u16],
-        cancel: &CancellationToken,
-    ) -> (PassStats, HashSet<String>) {
-        let mut stats = PassStats::default();
-        let mut held_back = HashSet::new();
-        let (strays, orphans) = match self.index.partitions().await {
-            Ok(all) => {
-                let orphans: PartitionCounts = orphaned
-                    .iter()
-                    .map(|&shard| schema::pending_shard_pk(shard))
-                    .filter_map(|p| all.get(&p).map(|&n| (p, n)))
-                    .filter(|(_, n)| *n > 0)
-                    .collect();
-                (stray_partitions(all, self.settings.shard_count), orphans)
-            }
-            Err(err) => {
-                tracing::warn!(error = %outbox_shared::error::describe(&err), "sweep of the pending index failed; retrying next pass");
-                stats.read_errors += 1;
-                return (stats, held_back);
-            }
-        };
+    /// Finds the partitions outside the shard count, then the partitions of `orphaned` shards
+    /// (no poller has owned their lease for a lease duration) that hold events; records the
+    /// strays' count.
+    ///
+    /// # Errors
+    /// When the index can't be scanned (logged; the next pass sweeps again).
+    pub(super) async fn partitions(&self, orphaned: &[u16]) -> Result<Found, IndexError> {
+        let all = self.index.partitions().await.inspect_err(|err| {
+            tracing::warn!(error = %outbox_shared::error::describe(err), "sweep of the pending index failed; retrying next pass");
+        })?;
+        let orphans: PartitionCounts = orphaned
+            .iter()
+            .map(|&shard| schema::pending_shard_pk(shard))
+            .filter_map(|p| all.get(&p).map(|&n| (p, n)))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        let strays = stray_partitions(all, self.shard_count);
         let stray_pending: u64 = strays.values().sum();
         metrics::stray_pending(stray_pending);
         if stray_pending > 0 {
             tracing::warn!(
                 stray_pending,
                 partitions = ?strays.keys().collect::<Vec<_>>(),
-                shard_count = self.settings.shard_count.get(),
+                shard_count = self.shard_count.get(),
                 "pending events under partitions outside the shard count; publishing them"
             );
         }
@@ -81,27 +99,17 @@ where
                 "pending events under shards no poller has owned a lease on for a lease duration; publishing them"
             );
         }
-        for partition in strays.keys().chain(orphans.keys()) {
-            let partition_stats = self
-                .poll_partition(
-                    partition,
-                    None::<(&StaticShards, u16)>,
-                    before,
-                    &mut held_back,
-                    cancel,
-                )
-                .await;
-            stats.merge(partition_stats);
-        }
-        stats.stray_pending = Some(stray_pending);
-        (stats, held_back)
+        Ok(Found {
+            partitions: strays.into_keys().chain(orphans.into_keys()).collect(),
+            stray_pending,
+        })
     }
 
     /// Counts every event pending in the index, stray partitions included.
     ///
     /// # Errors
     /// When the index can't be read.
-    pub async fn count_pending(&self) -> Result<u64, crate::index::IndexError> {
+    pub(super) async fn count_pending(&self) -> Result<u64, IndexError> {
         Ok(self.index.partitions().await?.values().sum())
     }
 }

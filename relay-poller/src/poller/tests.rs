@@ -3,10 +3,11 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use outbox_shared::schema::{self, attr};
 use outbox_shared::{NewOutboxEvent, OutboxConfig, OutboxItem, ShardCount};
-use relay_runtime::testing::FakeHoldStore;
+use relay_runtime::AggregateHolds;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
+use crate::assignment::StaticShards;
 use crate::index::RawItem;
 
 mod table;
@@ -37,9 +38,13 @@ fn event(aggregate: &str, sequence: u64, offset_ms: i64) -> RawItem {
         .unwrap()
 }
 
-fn poller(table: &Table, page_size: i32) -> Poller<&Table, &Table, &Table, &Table, FakeHoldStore> {
+/// Every shard of the pollers' 16, each page allowed.
+fn all() -> StaticShards {
+    StaticShards((0..16).collect())
+}
+
+fn poller(table: &Table, page_size: i32) -> Poller<&Table, &Table, &Table, &Table, &Table, &Table> {
     let settings = PollerSettings {
-        shards: (0..16).collect(),
         shard_count: ShardCount::new(16).unwrap(),
         page_size,
         shard_concurrency: 4,
@@ -49,14 +54,7 @@ fn poller(table: &Table, page_size: i32) -> Poller<&Table, &Table, &Table, &Tabl
         sweep_interval: DEFAULT_SWEEP_INTERVAL,
         index_lag: DEFAULT_INDEX_LAG,
     };
-    Poller::new(
-        table,
-        table,
-        table,
-        table,
-        FakeHoldStore::default(),
-        settings,
-    )
+    Poller::new(table, table, table, table, table, table, settings)
 }
 
 fn later() -> DateTime<Utc> {
@@ -76,8 +74,8 @@ async fn steps_until_empty_publishing_each_aggregate_in_order() {
     let cancel = CancellationToken::new();
 
     // When the loop is driven pass by pass until it reports empty
-    let first = poller.pass(later(), &cancel).await;
-    let second = poller.pass(later(), &cancel).await;
+    let first = poller.pass(&all(), later(), &cancel).await;
+    let second = poller.pass(&all(), later(), &cancel).await;
 
     // Then the first pass took everything and the second found nothing
     assert_eq!(first.outcome(), PassOutcome::Progress);
@@ -109,6 +107,7 @@ async fn leaves_events_younger_than_the_cutoff_alone() {
     // When a pass runs with a cutoff between them
     let stats = poller(&table, 100)
         .pass(
+            &all(),
             t0() + chrono::Duration::seconds(5),
             &CancellationToken::new(),
         )
@@ -134,8 +133,12 @@ async fn poison_items_are_dead_lettered_and_do_not_stop_the_step() {
     let poller = poller(&table, 100);
 
     // When the loop runs until empty
-    let stats = poller.pass(later(), &CancellationToken::new()).await;
-    let next = poller.pass(later(), &CancellationToken::new()).await;
+    let stats = poller
+        .pass(&all(), later(), &CancellationToken::new())
+        .await;
+    let next = poller
+        .pass(&all(), later(), &CancellationToken::new())
+        .await;
 
     // Then both poison items are dead-lettered with reason and record, and marked
     assert_eq!((stats.published, stats.dead_lettered), (1, 2));
@@ -175,7 +178,7 @@ async fn a_failed_event_holds_back_the_rest_of_its_aggregate() {
 
     // When a drain runs while x keeps failing
     let summary = poller
-        .drain(Duration::ZERO, 2, &CancellationToken::new())
+        .drain(&all(), Duration::ZERO, 2, &CancellationToken::new())
         .await;
 
     // Then y is published, x stays pending, and the drain reports it incomplete
@@ -196,7 +199,7 @@ async fn a_failed_event_holds_back_the_rest_of_its_aggregate() {
     // And once x recovers, a drain completes with x in order
     table.failing_aggregates.lock().unwrap().clear();
     let summary = poller
-        .drain(Duration::ZERO, 2, &CancellationToken::new())
+        .drain(&all(), Duration::ZERO, 2, &CancellationToken::new())
         .await;
     assert!(summary.complete);
     assert_eq!(summary.failed, 0);
@@ -212,6 +215,45 @@ async fn a_failed_event_holds_back_the_rest_of_its_aggregate() {
 }
 
 #[tokio::test]
+async fn an_event_not_sent_holds_back_its_aggregates_later_event_on_a_later_page() {
+    // Given aggregate x's two events on two pages of one shard, the first not sent (the stalled
+    // publish limit, or the lease's poll deadline, came first)
+    let table = Table::default();
+    table.insert(event("x", 1, 1));
+    table.insert(event("x", 2, 2));
+    table.not_sent.lock().unwrap().insert("x-1".into());
+    let poller = poller(&table, 1);
+
+    // When a pass runs
+    let stats = poller
+        .pass(&all(), later(), &CancellationToken::new())
+        .await;
+
+    // Then x-2 is not published before x-1: it is held back for the rest of the pass, and both
+    // stay pending, neither counted as failed
+    assert!(
+        table.published.lock().unwrap().is_empty(),
+        "x-2 overtook x-1"
+    );
+    assert_eq!(table.pending(), 2);
+    assert_eq!((stats.held_back, stats.failed), (1, 0), "{stats:?}");
+
+    // And once x-1 is sent, the next pass publishes both in order
+    table.not_sent.lock().unwrap().clear();
+    poller
+        .pass(&all(), later(), &CancellationToken::new())
+        .await;
+    let x: Vec<_> = table
+        .published
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| e.event_id.clone())
+        .collect();
+    assert_eq!(x, ["x-1", "x-2"]);
+}
+
+#[tokio::test]
 async fn a_lost_mark_race_is_counted_not_an_error() {
     // Given an event another relay marks while this one publishes it
     let table = Table::default();
@@ -221,7 +263,7 @@ async fn a_lost_mark_race_is_counted_not_an_error() {
 
     // When the poller drains
     let summary = poller(&table, 10)
-        .drain(Duration::ZERO, 3, &CancellationToken::new())
+        .drain(&all(), Duration::ZERO, 3, &CancellationToken::new())
         .await;
 
     // Then it is counted as already published and the drain completes
@@ -243,7 +285,7 @@ async fn a_drain_whose_marks_all_fail_is_incomplete_and_counts_them_not_marked()
 
     // When a drain runs until it gives up after 2 stalled passes
     let summary = poller(&table, 10)
-        .drain(Duration::ZERO, 2, &CancellationToken::new())
+        .drain(&all(), Duration::ZERO, 2, &CancellationToken::new())
         .await;
 
     // Then it is incomplete (the binary exits non-zero), nothing counts as published, and each
@@ -264,9 +306,13 @@ async fn a_cancelled_poller_takes_no_work() {
     cancel.cancel();
 
     // When it passes, runs and drains
-    let stats = poller(&table, 10).pass(later(), &cancel).await;
-    poller(&table, 10).run(Duration::ZERO, cancel.clone()).await;
-    let summary = poller(&table, 10).drain(Duration::ZERO, 3, &cancel).await;
+    let stats = poller(&table, 10).pass(&all(), later(), &cancel).await;
+    poller(&table, 10)
+        .run(&all(), Duration::ZERO, cancel.clone())
+        .await;
+    let summary = poller(&table, 10)
+        .drain(&all(), Duration::ZERO, 3, &cancel)
+        .await;
 
     // Then nothing was taken and the event stays pending
     assert!(stats.interrupted);
@@ -301,7 +347,7 @@ async fn the_sweep_publishes_partitions_outside_the_shard_count_in_aggregate_ord
 
     // When a drain runs with the poller on 16 shards
     let summary = poller
-        .drain(Duration::ZERO, 2, &CancellationToken::new())
+        .drain(&all(), Duration::ZERO, 2, &CancellationToken::new())
         .await;
 
     // Then everything is published, m in sequence order, and the index is empty
@@ -329,7 +375,7 @@ async fn a_stray_aggregate_that_fails_holds_back_its_events_in_the_shards() {
 
     // When a pass runs
     let stats = poller(&table, 10)
-        .pass(later(), &CancellationToken::new())
+        .pass(&all(), later(), &CancellationToken::new())
         .await;
 
     // Then event 2 did not overtake event 1
@@ -347,16 +393,16 @@ async fn run_sweeps_once_per_interval_and_every_drain_pass_sweeps() {
     let cancel = CancellationToken::new();
 
     // When passes run back to back
-    let first = poller.pass(later(), &cancel).await;
+    let first = poller.pass(&all(), later(), &cancel).await;
     table.insert(under(event("n", 1, 0), &schema::pending_shard_pk(31)));
-    let second = poller.pass(later(), &cancel).await;
+    let second = poller.pass(&all(), later(), &cancel).await;
 
     // Then only the first swept, and the stray event waits for the next sweep...
     assert_eq!(first.stray_pending, Some(0));
     assert_eq!(second.stray_pending, None);
     assert_eq!(table.pending(), 1);
     // ...which a drain always does
-    let summary = poller.drain(Duration::ZERO, 2, &cancel).await;
+    let summary = poller.drain(&all(), Duration::ZERO, 2, &cancel).await;
     assert!(summary.complete);
     assert_eq!(table.pending(), 0);
 }
@@ -381,7 +427,7 @@ async fn pending_items_near_their_ttl_get_it_extended_before_anything_else() {
 
     // When a pass runs
     let stats = poller(&table, 10)
-        .pass(later(), &CancellationToken::new())
+        .pass(&all(), later(), &CancellationToken::new())
         .await;
 
     // Then the two items with a past ttl were extended (the one left pending included), the
@@ -414,7 +460,7 @@ async fn poison_reasons_name_attributes_and_never_quote_values() {
 
     // When they are drained
     let summary = poller(&table, 10)
-        .drain(Duration::ZERO, 2, &CancellationToken::new())
+        .drain(&all(), Duration::ZERO, 2, &CancellationToken::new())
         .await;
 
     // Then both are dead-lettered with reasons that name the attribute but not the value
@@ -488,8 +534,8 @@ async fn a_pass_right_after_one_that_marked_items_skips_those_the_lagging_index_
 
     // When a pass publishes them, and the next starts at once, while the index still returns
     // them
-    let first = poller.pass(later(), &cancel).await;
-    let second = poller.pass(later(), &cancel).await;
+    let first = poller.pass(&all(), later(), &cancel).await;
+    let second = poller.pass(&all(), later(), &cancel).await;
 
     // Then the second publishes nothing again: it skips the 3 and finds the index empty
     assert_eq!(
@@ -507,8 +553,8 @@ async fn a_pass_right_after_one_that_marked_items_skips_those_the_lagging_index_
     // And once the index has caught up and the lag is over, nothing is remembered or skipped
     table.catch_up_index();
     tokio::time::sleep(DEFAULT_INDEX_LAG).await;
-    assert!(poller.recently_marked.is_empty());
-    let third = poller.pass(later(), &cancel).await;
+    assert!(poller.pages.recently_marked.is_empty());
+    let third = poller.pass(&all(), later(), &cancel).await;
     assert_eq!((third.taken, third.recently_marked), (0, 0));
 }
 
@@ -529,8 +575,8 @@ async fn items_found_already_marked_are_not_published_again_by_the_next_pass() {
     let cancel = CancellationToken::new();
 
     // When two passes run back to back
-    let first = poller.pass(later(), &cancel).await;
-    let second = poller.pass(later(), &cancel).await;
+    let first = poller.pass(&all(), later(), &cancel).await;
+    let second = poller.pass(&all(), later(), &cancel).await;
 
     // Then the first found them already marked (no progress: the loops pause), and the second
     // skipped them instead of publishing them again
@@ -560,11 +606,11 @@ async fn the_ttl_refresh_metric_counts_each_extension_once() {
     }
     let recorder = metrics_util::debugging::DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
-    let _local = metrics::set_default_local_recorder(&recorder);
+    let _local = ::metrics::set_default_local_recorder(&recorder);
 
     // When a pass refreshes them, page by page
     let stats = poller(&table, 1)
-        .pass(later(), &CancellationToken::new())
+        .pass(&all(), later(), &CancellationToken::new())
         .await;
 
     // Then the pass and the metric both count 3 extensions
@@ -591,12 +637,12 @@ async fn a_hold_kept_while_its_events_are_pending_gets_its_ttl_pushed_out_and_is
     let raw = event("a", 1, 0);
     let partition = raw[attr::GSI1PK].as_s().unwrap().clone();
     table.insert(raw.clone());
-    let holds = FakeHoldStore::default();
+    let holds = &table.holds;
     holds.hold("a", &partition, &[key_of(&raw)]).await.unwrap();
     let soon = Utc::now().timestamp() + 3600;
     holds.set_ttl("a", soon);
     let settings = poller(&table, 10).settings().clone();
-    let poller = Poller::new(&table, &table, &table, &table, &holds, settings);
+    let poller = Poller::new(&table, &table, &table, &table, &table, &table, settings);
 
     // When the poller's release runs
     poller.release_holds().await;
@@ -608,7 +654,9 @@ async fn a_hold_kept_while_its_events_are_pending_gets_its_ttl_pushed_out_and_is
     assert!(ttl > soon + 24 * 3600, "ttl {ttl}, was {soon}");
 
     // And once the event is published, the next release deletes the hold
-    poller.pass(later(), &CancellationToken::new()).await;
+    poller
+        .pass(&all(), later(), &CancellationToken::new())
+        .await;
     assert_eq!(table.status(&key_of(&raw)), "PUBLISHED");
     poller.release_holds().await;
     assert!(holds.holds().is_empty());

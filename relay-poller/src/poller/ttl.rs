@@ -1,48 +1,175 @@
 //! The TTL refresh: a pending item whose `ttl` is past or within the refresh margin gets its `ttl`
 //! pushed forward, only while it is still pending, so DynamoDB's TTL never deletes an unpublished
-//! event the poller can read. A pass refreshes a page's expiring items before it publishes them.
+//! event the poller can read. A page's expiring items are refreshed before anything else happens
+//! to them. The room: the port ([`PendingTtl`]), its DynamoDB adapter ([`DynamoPendingTtl`]), and
+//! the component a page runs ([`TtlRefresh`]).
 
+use std::future::Future;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use futures::stream;
-use outbox_shared::ItemKey;
-use relay_runtime::{DeadLetterSink, HoldStore, Publisher, StatusStore, TtlOutcome};
+use outbox_shared::schema::attr;
+use outbox_shared::{ItemKey, OutboxStatus};
+use relay_runtime::status_store::{ttl_after, update_applied};
+use relay_runtime::{Event, StatusError};
 
-use super::Poller;
-use super::stats::PassStats;
-use crate::index::PendingIndex;
+use crate::index::RawItem;
 use crate::metrics;
 
-impl<I, P, S, D, H> Poller<I, P, S, D, H>
-where
-    I: PendingIndex,
-    P: Publisher,
-    S: StatusStore,
-    D: DeadLetterSink,
-    H: HoldStore,
-{
-    /// Pushes the `ttl` of pending items forward, concurrently; a failure is retried the next
-    /// time the item is read.
-    pub(super) async fn extend_ttls(&self, items: Vec<(ItemKey, String)>, stats: &mut PassStats) {
-        let results: Vec<_> = stream::iter(items)
-            .map(|(key, event_id)| async move {
-                let result = self.relay.status().extend_ttl(&key).await;
-                (event_id, result)
+/// What a TTL refresh of a pending item did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TtlOutcome {
+    /// The item was pending and its `ttl` now lies the retention ahead.
+    Extended,
+    /// The item was no longer pending (marked meanwhile, or gone): nothing to do.
+    NotPending,
+}
+
+/// Port: pushes a pending item's `ttl` forward.
+pub trait PendingTtl: Send + Sync {
+    /// Pushes the item's `ttl` to the published retention from now, only while it is still
+    /// pending, so DynamoDB's TTL never deletes an unpublished event.
+    fn extend_ttl(
+        &self,
+        key: &ItemKey,
+    ) -> impl Future<Output = Result<TtlOutcome, StatusError>> + Send;
+}
+
+/// A borrowed store is one (a test keeps its fake to inspect it).
+impl<T: PendingTtl> PendingTtl for &T {
+    fn extend_ttl(
+        &self,
+        key: &ItemKey,
+    ) -> impl Future<Output = Result<TtlOutcome, StatusError>> + Send {
+        (**self).extend_ttl(key)
+    }
+}
+
+/// The call of [`DynamoPendingTtl`]: a conditional `UpdateItem` naming only the `ttl` and the
+/// condition's `GSI1PK` (within [`relay_runtime::permissions::STATUS_ATTRIBUTES`]).
+pub const CALLS: &[relay_runtime::permissions::Call] = &[relay_runtime::permissions::Call::new(
+    "dynamodb:UpdateItem",
+    relay_runtime::permissions::Target::OutboxStatus,
+)];
+
+/// The DynamoDB adapter: `SET ttl = :ttl` on the condition `attribute_exists(GSI1PK)`.
+#[derive(Debug, Clone)]
+pub struct DynamoPendingTtl {
+    client: aws_sdk_dynamodb::Client,
+    table_name: String,
+    /// How far ahead a refreshed `ttl` lies (the published retention).
+    retention: Duration,
+}
+
+impl DynamoPendingTtl {
+    pub fn new(
+        client: aws_sdk_dynamodb::Client,
+        table_name: impl Into<String>,
+        retention: Duration,
+    ) -> Self {
+        Self {
+            client,
+            table_name: table_name.into(),
+            retention,
+        }
+    }
+}
+
+impl PendingTtl for DynamoPendingTtl {
+    async fn extend_ttl(&self, key: &ItemKey) -> Result<TtlOutcome, StatusError> {
+        let ttl = ttl_after(Utc::now(), self.retention);
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table_name)
+            .key(attr::PK, AttributeValue::S(key.pk.clone()))
+            .key(attr::SK, AttributeValue::S(key.sk.clone()))
+            .update_expression("SET #ttl = :ttl")
+            .condition_expression("attribute_exists(#gsi1pk)")
+            .expression_attribute_names("#gsi1pk", attr::GSI1PK)
+            .expression_attribute_names("#ttl", attr::TTL)
+            .expression_attribute_values(":ttl", AttributeValue::N(ttl.to_string()))
+            .send()
+            .await;
+        let applied = update_applied(result).map_err(|failure| StatusError {
+            key: key.clone(),
+            status: OutboxStatus::Pending,
+            failure: Box::new(failure),
+        })?;
+        Ok(if applied {
+            TtlOutcome::Extended
+        } else {
+            TtlOutcome::NotPending
+        })
+    }
+}
+
+/// The TTL refresh of a page's items.
+#[derive(Debug)]
+pub(super) struct TtlRefresh<T> {
+    store: T,
+    /// A pending item whose `ttl` is past or less than this away gets it pushed forward.
+    margin: Duration,
+    /// Refreshes in flight at once.
+    concurrency: usize,
+}
+
+impl<T: PendingTtl> TtlRefresh<T> {
+    pub(super) fn new(store: T, margin: Duration, concurrency: usize) -> Self {
+        Self {
+            store,
+            margin,
+            concurrency: concurrency.max(1),
+        }
+    }
+
+    /// Pushes forward, concurrently, the `ttl` of the events among `events` decoded from an
+    /// outbox item whose `ttl` is past or within the margin of `now`: how many were extended, and
+    /// how many refreshes failed (retried the next time the item is read).
+    pub(super) async fn refresh(
+        &self,
+        events: &[Event<RawItem>],
+        now: DateTime<Utc>,
+    ) -> (u64, u64) {
+        // `ttl` at or below this is pushed forward before the item can expire.
+        let refresh_below = ttl_after(now, self.margin);
+        // Owned keys and ids: the stream's closure then takes no borrowed argument, which keeps
+        // the future `Send`.
+        let expiring: Vec<(ItemKey, String)> = events
+            .iter()
+            .filter(|e| {
+                e.aggregate.is_some() && ttl_of(&e.source).is_some_and(|t| t <= refresh_below)
             })
-            .buffer_unordered(self.settings.mark_concurrency)
+            .filter_map(|e| Some((e.key.clone()?, e.id().to_owned())))
+            .collect();
+        if expiring.is_empty() {
+            return (0, 0);
+        }
+        let results: Vec<_> = stream::iter(expiring)
+            .map(|(key, event_id)| async move { (event_id, self.store.extend_ttl(&key).await) })
+            .buffer_unordered(self.concurrency)
             .collect()
             .await;
-        let mut extended = 0;
+        let (mut extended, mut errors) = (0, 0);
         for (event_id, result) in results {
             match result {
                 Ok(TtlOutcome::Extended) => extended += 1,
                 Ok(TtlOutcome::NotPending) => {}
                 Err(err) => {
                     tracing::warn!(event_id = %event_id, error = %err.failure, "could not extend the ttl of a pending event");
-                    stats.ttl_errors += 1;
+                    errors += 1;
                 }
             }
         }
-        stats.ttl_extended += extended;
         metrics::ttl_extended(extended);
+        (extended, errors)
     }
+}
+
+/// The `ttl` of an item read from the index, when it has a number there.
+fn ttl_of(raw: &RawItem) -> Option<i64> {
+    raw.get(attr::TTL)?.as_n().ok()?.parse().ok()
 }

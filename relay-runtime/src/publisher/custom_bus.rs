@@ -25,14 +25,121 @@
 use aws_sdk_eventbridgev2::types::{
     PutEventsRequestEntry, PutEventsResultEntry, PutEventsSystemMetadata, SuccessCode,
 };
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use outbox_shared::OutboundEvent;
 use outbox_shared::event_group::deduplication_id;
+use outbox_shared::limits::{CUSTOM_BUS_DEFAULT_MAX_BYTES, CUSTOM_BUS_PUT_EVENTS_MAX_ENTRIES};
 
+use super::BusSpec;
 use super::send::{
     BusAdapter, BusCall, CallAnswer, EntryResult, TimeoutsToThePublisher, answer_of,
 };
 use crate::CallTasks;
-use crate::config::{BusKind, PublisherConfig, PublisherConfigError, PublisherSetting};
+use crate::config::{BusKind, PublisherConfig, PublisherConfigError};
+
+/// The Custom Event Bus: 100 entries a call, 256 KiB by default (it documents no limit); its
+/// whole ARN; a `Source` of at most 256 characters.
+pub const SPEC: BusSpec = BusSpec {
+    max_entries_per_call: CUSTOM_BUS_PUT_EVENTS_MAX_ENTRIES,
+    default_max_bytes: CUSTOM_BUS_DEFAULT_MAX_BYTES,
+    named_by: "a Custom Event Bus ARN (event-busv2)",
+    claims: |name| name.contains(":event-busv2/"),
+    check_name,
+    check_source,
+    call: |sdk| {
+        std::sync::Arc::new(CustomBus::new(aws_sdk_eventbridgev2::Client::from_conf(
+            aws_sdk_eventbridgev2::config::Builder::from(sdk)
+                .interceptor(crate::metrics::FailedCallCounter)
+                .build(),
+        )))
+    },
+};
+
+/// Longest Custom Event Bus ARN `PutEvents` accepts as `EventBusArn`.
+const EVENT_BUS_ARN_MAX_CHARS: usize = 1011;
+
+/// Characters of the id the service appends to a Custom Event Bus's name in its ARN.
+const CUSTOM_BUS_ID_CHARS: usize = 25;
+
+/// Longest Custom Event Bus name.
+const CUSTOM_BUS_NAME_MAX_CHARS: usize = 256;
+
+/// Longest `Source` the Custom Event Bus accepts, in characters.
+const CUSTOM_BUS_SOURCE_MAX_CHARS: usize = 256;
+
+/// Checks that `value` is a Custom Event Bus's whole ARN (the service appends an id to the name,
+/// so the ARN cannot be built from the name).
+fn check_name(value: &str) -> Result<(), String> {
+    if is_custom_bus_arn(value) {
+        return Ok(());
+    }
+    Err(format!(
+        "must be the Custom Event Bus's whole ARN \
+         (arn:aws:events:REGION:ACCOUNT:event-busv2/NAME/ID, the ID {CUSTOM_BUS_ID_CHARS} \
+         lowercase letters and digits), at most {EVENT_BUS_ARN_MAX_CHARS} characters"
+    ))
+}
+
+/// Whether `value` is a Custom Event Bus ARN:
+/// `arn:aws…:events:REGION:ACCOUNT:event-busv2/NAME/ID`, NAME starting with a letter or digit
+/// (then `._-` too, at most 256), ID 25 lowercase letters and digits.
+fn is_custom_bus_arn(value: &str) -> bool {
+    let word = |part: &str| {
+        !part.is_empty()
+            && part
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+    };
+    let ["arn", partition, "events", region, account, resource] =
+        value.split(':').collect::<Vec<_>>()[..]
+    else {
+        return false;
+    };
+    let Some([name, id]) = resource
+        .strip_prefix("event-busv2/")
+        .map(|rest| rest.split('/').collect::<Vec<_>>())
+        .and_then(|parts| <[&str; 2]>::try_from(parts).ok())
+    else {
+        return false;
+    };
+    // `aws`, or `aws-` and lowercase words joined by `-` (`aws-cn`, `aws-us-gov`).
+    let partition_ok = partition.strip_prefix("aws").is_some_and(|rest| {
+        rest.is_empty()
+            || rest
+                .strip_prefix('-')
+                .is_some_and(|r| r.split('-').all(word))
+    });
+    partition_ok
+        && region.split('-').count() >= 3
+        && region.split('-').all(word)
+        && account.len() == 12
+        && account.chars().all(|c| c.is_ascii_digit())
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name.chars().count() <= CUSTOM_BUS_NAME_MAX_CHARS
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        && id.len() == CUSTOM_BUS_ID_CHARS
+        && word(id)
+        && value.chars().count() <= EVENT_BUS_ARN_MAX_CHARS
+}
+
+/// The Custom Event Bus refuses a call whose `Source` is over its model's 256 characters as a
+/// whole (`InvalidInputException`), which the publisher would take for an entry's fault.
+fn check_source(source: &str) -> Result<(), String> {
+    let chars = source.chars().count();
+    if chars > CUSTOM_BUS_SOURCE_MAX_CHARS {
+        return Err(format!(
+            "must have at most {CUSTOM_BUS_SOURCE_MAX_CHARS} characters on the Custom Event Bus, \
+             got {chars}"
+        ));
+    }
+    Ok(())
+}
 
 /// The Custom Event Bus's `PutEvents` call.
 #[derive(Debug, Clone)]
@@ -44,8 +151,7 @@ pub struct CustomBus {
 pub type CustomBusPublisher = BusAdapter<CustomBus>;
 
 impl BusAdapter<CustomBus> {
-    /// `client` keeps its settings, except that a call that times out is not retried by the SDK:
-    /// the publisher retries it, after lowering its calls in flight.
+    /// The Custom Event Bus's publisher on `client` ([`CustomBus::new`]).
     ///
     /// # Errors
     /// [`PublisherConfigError`] when the configuration is out of range, or is not for a Custom
@@ -54,12 +160,14 @@ impl BusAdapter<CustomBus> {
         client: aws_sdk_eventbridgev2::Client,
         config: PublisherConfig,
     ) -> Result<Self, PublisherConfigError> {
-        if config.bus_kind != BusKind::Custom {
-            return Err(PublisherConfigError {
-                setting: PublisherSetting::EventBusKind,
-                detail: "must be custom for the Custom Event Bus's publisher".into(),
-            });
-        }
+        Self::with_bus(CustomBus::new(client), config)
+    }
+}
+
+impl CustomBus {
+    /// The call on `client`, which keeps its settings, except that a call that times out is not
+    /// retried by the SDK: the publisher retries it, after lowering its calls in flight.
+    pub fn new(client: aws_sdk_eventbridgev2::Client) -> Self {
         let client = aws_sdk_eventbridgev2::Client::from_conf(
             client
                 .config()
@@ -67,11 +175,9 @@ impl BusAdapter<CustomBus> {
                 .retry_classifier(TimeoutsToThePublisher)
                 .build(),
         );
-        Self::with_bus(CustomBus { client }, config)
+        Self { client }
     }
-}
 
-impl CustomBus {
     /// The `PutEvents` entry of `event`, with the configured source, its group and its id.
     fn entry(config: &PublisherConfig, event: &OutboundEvent) -> PutEventsRequestEntry {
         PutEventsRequestEntry::builder()
@@ -91,16 +197,20 @@ impl CustomBus {
 }
 
 impl BusCall for CustomBus {
-    async fn put(
-        &self,
-        config: &PublisherConfig,
-        events: &[OutboundEvent],
+    fn kind(&self) -> BusKind {
+        BusKind::Custom
+    }
+
+    fn put<'a>(
+        &'a self,
+        config: &'a PublisherConfig,
+        events: &[&OutboundEvent],
         pending: &[usize],
         call_tasks: CallTasks,
-    ) -> CallAnswer {
+    ) -> BoxFuture<'a, CallAnswer> {
         let entries = pending
             .iter()
-            .map(|&i| Self::entry(config, &events[i]))
+            .map(|&i| Self::entry(config, events[i]))
             .collect();
         let call = self
             .client
@@ -108,9 +218,12 @@ impl BusCall for CustomBus {
             .event_bus_arn(&config.event_bus_name)
             .set_entries(Some(entries))
             .send();
-        answer_of(call_tasks.run(call).await, |output| {
-            output.entries().iter().map(entry_result).collect()
-        })
+        async move {
+            answer_of(call_tasks.run(call).await, |output| {
+                output.entries().iter().map(entry_result).collect()
+            })
+        }
+        .boxed()
     }
 }
 

@@ -4,15 +4,19 @@
 //! [`super::send`]'s, the same for every bus.
 
 use aws_sdk_eventbridge::types::{PutEventsRequestEntry, PutEventsResultEntry};
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use outbox_shared::OutboundEvent;
+use outbox_shared::limits::{PUT_EVENTS_DEFAULT_MAX_BYTES, PUT_EVENTS_MAX_ENTRIES};
 
+use super::BusSpec;
 #[cfg(test)]
 use super::send::{Attempt, read_results};
 use super::send::{
     BusAdapter, BusCall, CallAnswer, EntryResult, TimeoutsToThePublisher, answer_of,
 };
 use crate::CallTasks;
-use crate::config::{PublisherConfig, PublisherConfigError};
+use crate::config::{BusKind, PublisherConfig, PublisherConfigError};
 
 /// The calls of either bus's publisher: `events:PutEvents` on the bus (the Custom Event Bus's
 /// `PutEvents` is authorized under the same action, on its ARN).
@@ -20,6 +24,64 @@ pub const CALLS: &[crate::permissions::Call] = &[crate::permissions::Call::new(
     "events:PutEvents",
     crate::permissions::Target::EventBus,
 )];
+
+/// The classic bus: 10 entries a call, 256 KiB by default; a bus name or ARN; any `Source` but
+/// EventBridge's reserved ones (checked for every kind).
+pub const SPEC: BusSpec = BusSpec {
+    max_entries_per_call: PUT_EVENTS_MAX_ENTRIES,
+    default_max_bytes: PUT_EVENTS_DEFAULT_MAX_BYTES,
+    named_by: "a classic bus's name or ARN",
+    claims: |name| check_name(name).is_ok(),
+    check_name,
+    check_source: |_| Ok(()),
+    call: |sdk| {
+        std::sync::Arc::new(ClassicBus::new(aws_sdk_eventbridge::Client::from_conf(
+            aws_sdk_eventbridge::config::Builder::from(sdk)
+                .interceptor(crate::metrics::FailedCallCounter)
+                .build(),
+        )))
+    },
+};
+
+/// Longest `EventBusName` (a name or an ARN) EventBridge accepts on a `PutEvents` entry.
+const EVENT_BUS_NAME_MAX_CHARS: usize = 1600;
+
+/// Checks the bus against EventBridge's model constraint on a `PutEvents` entry's
+/// `EventBusName`: at most 1,600 characters, a name of `[/._A-Za-z0-9-]`, or the ARN of one
+/// (`arn:aws…:events:REGION:ACCOUNT:event-bus/NAME`). EventBridge refuses every call that names
+/// another bus as a whole with `ValidationException`, which the publisher would take for an
+/// entry's fault and dead-letter every event alone in its call: so it is refused at start.
+fn check_name(value: &str) -> Result<(), String> {
+    let name_chars = |name: &str| {
+        !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c))
+    };
+    let word = |part: &str| {
+        part.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-".contains(c))
+    };
+    let valid = match value.split(':').collect::<Vec<_>>()[..] {
+        [name] => name_chars(name),
+        ["arn", partition, "events", region, account, resource] => {
+            partition.strip_prefix("aws").is_some_and(word)
+                && region.split('-').count() >= 3
+                && region.split('-').all(|p| !p.is_empty() && word(p))
+                && account.len() == 12
+                && account.chars().all(|c| c.is_ascii_digit())
+                && resource.strip_prefix("event-bus/").is_some_and(name_chars)
+        }
+        _ => false,
+    };
+    if !valid || value.chars().count() > EVENT_BUS_NAME_MAX_CHARS {
+        return Err(format!(
+            "must be a bus name of letters, digits and /._- or an event bus ARN, at most \
+             {EVENT_BUS_NAME_MAX_CHARS} characters, as EventBridge accepts"
+        ));
+    }
+    Ok(())
+}
 
 /// The classic bus's `PutEvents` call.
 #[derive(Debug, Clone)]
@@ -31,8 +93,7 @@ pub struct ClassicBus {
 pub type EventBridgePublisher = BusAdapter<ClassicBus>;
 
 impl BusAdapter<ClassicBus> {
-    /// `client` keeps its settings, except that a call that times out is not retried by the SDK:
-    /// the publisher retries it, after lowering its calls in flight.
+    /// The classic bus's publisher on `client` ([`ClassicBus::new`]).
     ///
     /// # Errors
     /// [`PublisherConfigError`] when the configuration is out of range (or names a Custom Event
@@ -41,6 +102,14 @@ impl BusAdapter<ClassicBus> {
         client: aws_sdk_eventbridge::Client,
         config: PublisherConfig,
     ) -> Result<Self, PublisherConfigError> {
+        Self::with_bus(ClassicBus::new(client), config)
+    }
+}
+
+impl ClassicBus {
+    /// The call on `client`, which keeps its settings, except that a call that times out is not
+    /// retried by the SDK: the publisher retries it, after lowering its calls in flight.
+    pub fn new(client: aws_sdk_eventbridge::Client) -> Self {
         let client = aws_sdk_eventbridge::Client::from_conf(
             client
                 .config()
@@ -48,11 +117,9 @@ impl BusAdapter<ClassicBus> {
                 .retry_classifier(TimeoutsToThePublisher)
                 .build(),
         );
-        Self::with_bus(ClassicBus { client }, config)
+        Self { client }
     }
-}
 
-impl ClassicBus {
     /// The `PutEvents` entry of `event`, on the configured bus with the configured source.
     fn entry(config: &PublisherConfig, event: &OutboundEvent) -> PutEventsRequestEntry {
         PutEventsRequestEntry::builder()
@@ -67,21 +134,28 @@ impl ClassicBus {
 }
 
 impl BusCall for ClassicBus {
-    async fn put(
-        &self,
-        config: &PublisherConfig,
-        events: &[OutboundEvent],
+    fn kind(&self) -> BusKind {
+        BusKind::Classic
+    }
+
+    fn put<'a>(
+        &'a self,
+        config: &'a PublisherConfig,
+        events: &[&OutboundEvent],
         pending: &[usize],
         call_tasks: CallTasks,
-    ) -> CallAnswer {
+    ) -> BoxFuture<'a, CallAnswer> {
         let entries = pending
             .iter()
-            .map(|&i| Self::entry(config, &events[i]))
+            .map(|&i| Self::entry(config, events[i]))
             .collect();
         let call = self.client.put_events().set_entries(Some(entries)).send();
-        answer_of(call_tasks.run(call).await, |output| {
-            output.entries().iter().map(entry_result).collect()
-        })
+        async move {
+            answer_of(call_tasks.run(call).await, |output| {
+                output.entries().iter().map(entry_result).collect()
+            })
+        }
+        .boxed()
     }
 }
 

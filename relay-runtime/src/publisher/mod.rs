@@ -28,22 +28,26 @@
 //! and only while the process has fewer calls in flight than its [`PublishConcurrency`] allows
 //! (lowered when a call times out: a slow bus; see that module).
 //!
-//! Deadline: [`Publisher::publish_until`] starts no call, and no retry, after `stop_at`; the
-//! events not sent are [`PublishOutcome::NotSent`]. A call already sent is bounded by the SDK
-//! client's operation timeout.
+//! Deadline: [`Publisher::publish`] starts no call, and no retry, after its [`Deadline`]'s
+//! publish-by time; the events not sent are [`PublishOutcome::NotSent`]. A call already sent is
+//! bounded by the SDK client's operation timeout.
 //!
 //! The room: this module is the port, what every adapter answers with, and [`BusPublisher`], the
 //! publisher of the configured bus kind; [`request`] packs events into calls (what goes together,
 //! what waits for what), apart from the calls themselves; [`send`] sends them and retries what may
 //! succeed, for any bus; [`eventbridge`] is the classic bus's call, [`custom_bus`] the Custom
 //! Event Bus's (EventsV2: up to 100 entries, each with its aggregate as `EventGroupId` and its
-//! event id as `DeduplicationId`; `DEDUPLICATED` counts as published).
+//! event id as `DeduplicationId`; `DEDUPLICATED` counts as published). A bus kind is one
+//! [`BusCall`] in a file of its own, its [`BusSpec`] beside it, and one variant of [`BusKind`]:
+//! [`BusKind::spec`] is the one place a kind is chosen.
+//!
+//! [`Deadline`]: crate::deadline::Deadline
 
+use std::borrow::Borrow;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use outbox_shared::OutboundEvent;
-use tokio::time::Instant;
 
 #[cfg(doc)]
 use crate::{publish_concurrency::PublishConcurrency, publish_rate::PublishRate};
@@ -53,12 +57,13 @@ pub mod eventbridge;
 pub mod request;
 pub mod send;
 
-pub use custom_bus::CustomBusPublisher;
-pub use eventbridge::EventBridgePublisher;
+pub use custom_bus::{CustomBus, CustomBusPublisher};
+pub use eventbridge::{ClassicBus, EventBridgePublisher};
 pub use request::pack_calls;
+pub use send::{BusAdapter, BusCall};
 
-use crate::CallTasks;
-use crate::config::{BusKind, PublisherConfig, PublisherConfigError};
+use crate::config::BusKind;
+use crate::deadline::Deadline;
 
 /// What happened to one event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -172,152 +177,62 @@ impl PublishStats {
 
 /// Port: publishes events, one outcome per event, in input order.
 pub trait Publisher: Send + Sync {
-    /// Publishes `events`, starting nothing after `stop_at` (events not sent by then are
-    /// [`PublishOutcome::NotSent`]).
-    fn publish_until(
+    /// Publishes `events` (owned or borrowed), starting no call after `deadline`'s publish-by
+    /// time (events not sent by then are [`PublishOutcome::NotSent`]).
+    fn publish<E: Borrow<OutboundEvent> + Sync>(
         &self,
-        events: &[OutboundEvent],
-        stop_at: Option<Instant>,
+        events: &[E],
+        deadline: Deadline,
     ) -> impl Future<Output = Vec<PublishOutcome>> + Send;
-
-    /// Publishes `events` with no deadline.
-    fn publish(
-        &self,
-        events: &[OutboundEvent],
-    ) -> impl Future<Output = Vec<PublishOutcome>> + Send {
-        self.publish_until(events, None)
-    }
 }
 
 /// A borrowed publisher is a publisher (a test keeps its fake to inspect it after the relay ran).
 impl<P: Publisher> Publisher for &P {
-    fn publish_until(
+    fn publish<E: Borrow<OutboundEvent> + Sync>(
         &self,
-        events: &[OutboundEvent],
-        stop_at: Option<Instant>,
+        events: &[E],
+        deadline: Deadline,
     ) -> impl Future<Output = Vec<PublishOutcome>> + Send {
-        (**self).publish_until(events, stop_at)
-    }
-
-    fn publish(
-        &self,
-        events: &[OutboundEvent],
-    ) -> impl Future<Output = Vec<PublishOutcome>> + Send {
-        (**self).publish(events)
+        (**self).publish(events, deadline)
     }
 }
 
-/// The SDK clients of both bus kinds; a [`BusPublisher`] uses the one its configuration names.
-/// Both are built from one SDK configuration (no call is made by building one), each reached
-/// through its own standard endpoint setting (`AWS_ENDPOINT_URL_EVENTBRIDGE`,
-/// `AWS_ENDPOINT_URL_EVENTBRIDGEV2`), so no code branch differs for a local emulator.
-#[derive(Debug, Clone)]
-pub struct BusClients {
-    pub classic: aws_sdk_eventbridge::Client,
-    pub custom: aws_sdk_eventbridgev2::Client,
+/// What a bus kind is before it has a client: its limits, what names a bus of the kind, what
+/// `Source` it takes, and how its call is built. Each kind's is beside its [`BusCall`].
+#[derive(Debug)]
+pub struct BusSpec {
+    /// Most entries one `PutEvents` call takes.
+    pub max_entries_per_call: usize,
+    /// The default size budget of one entry and of one request.
+    pub default_max_bytes: usize,
+    /// What a bus of this kind is named by, in words, for a setting naming a bus of another kind.
+    pub named_by: &'static str,
+    /// Whether a name is one of this kind's, as far as telling kinds apart goes (a bus of another
+    /// kind configured by mistake).
+    pub claims: fn(&str) -> bool,
+    /// Checks that a name is a bus of this kind, as the bus accepts it: what it must be if not.
+    pub check_name: fn(&str) -> Result<(), String>,
+    /// Checks that a `Source` is one this kind takes: what is wrong with it if not.
+    pub check_source: fn(&str) -> Result<(), String>,
+    /// This kind's call, on a client built from `sdk` (counting its failed calls).
+    pub call: fn(&aws_config::SdkConfig) -> std::sync::Arc<dyn BusCall>,
 }
 
-impl BusClients {
-    /// Both clients from `sdk`, counting their failed calls ([`crate::clients`]).
-    pub fn new(sdk: &aws_config::SdkConfig) -> Self {
-        Self {
-            classic: crate::clients::eventbridge(sdk),
-            custom: crate::clients::eventbridgev2(sdk),
-        }
-    }
-
-    /// These clients with `classic` for the classic bus (tests inject faults through it).
-    #[must_use]
-    pub fn with_classic(self, classic: aws_sdk_eventbridge::Client) -> Self {
-        Self { classic, ..self }
-    }
-
-    /// These clients with `custom` for the Custom Event Bus (tests inject faults through it).
-    #[must_use]
-    pub fn with_custom(self, custom: aws_sdk_eventbridgev2::Client) -> Self {
-        Self { custom, ..self }
-    }
-}
-
-/// The publisher of the configured bus kind ([`PublisherConfig::bus_kind`]): what both relays
-/// run. An enum, not a trait object: the port's futures are not object-safe, and two variants
-/// cost one match per publish.
-#[derive(Debug, Clone)]
-pub enum BusPublisher {
-    Classic(EventBridgePublisher),
-    Custom(CustomBusPublisher),
-}
-
-impl BusPublisher {
-    /// The publisher `config.bus_kind` names, on its client of `clients`.
-    ///
-    /// # Errors
-    /// [`PublisherConfigError`] when the configuration is out of range.
-    pub fn new(clients: BusClients, config: PublisherConfig) -> Result<Self, PublisherConfigError> {
-        Ok(match config.bus_kind {
-            BusKind::Classic => Self::Classic(EventBridgePublisher::new(clients.classic, config)?),
-            BusKind::Custom => Self::Custom(CustomBusPublisher::new(clients.custom, config)?),
-        })
-    }
-
-    /// Runs its `PutEvents` calls as `call_tasks` says (default: in the caller's task).
-    #[must_use]
-    pub fn with_call_tasks(self, call_tasks: CallTasks) -> Self {
+impl BusKind {
+    /// What a bus of this kind is: the one place a kind is chosen.
+    pub fn spec(self) -> &'static BusSpec {
         match self {
-            Self::Classic(p) => Self::Classic(p.with_call_tasks(call_tasks)),
-            Self::Custom(p) => Self::Custom(p.with_call_tasks(call_tasks)),
-        }
-    }
-
-    pub fn config(&self) -> &PublisherConfig {
-        match self {
-            Self::Classic(p) => p.config(),
-            Self::Custom(p) => p.config(),
-        }
-    }
-
-    /// Counters since this publisher was built (shared by its clones).
-    pub fn stats(&self) -> PublishStatsSnapshot {
-        match self {
-            Self::Classic(p) => p.stats(),
-            Self::Custom(p) => p.stats(),
-        }
-    }
-
-    /// The entries per second it lets out now (`None`: no limit), shared by its clones.
-    pub fn publish_rate(&self) -> Option<f64> {
-        match self {
-            Self::Classic(p) => p.publish_rate(),
-            Self::Custom(p) => p.publish_rate(),
-        }
-    }
-
-    /// The `PutEvents` calls it lets be in flight at once, all publishes together.
-    pub fn publish_concurrency(&self) -> usize {
-        match self {
-            Self::Classic(p) => p.publish_concurrency(),
-            Self::Custom(p) => p.publish_concurrency(),
+            Self::Classic => &eventbridge::SPEC,
+            Self::Custom => &custom_bus::SPEC,
         }
     }
 }
 
-impl Publisher for BusPublisher {
-    async fn publish_until(
-        &self,
-        events: &[OutboundEvent],
-        stop_at: Option<Instant>,
-    ) -> Vec<PublishOutcome> {
-        match self {
-            Self::Classic(p) => p.publish_until(events, stop_at).await,
-            Self::Custom(p) => p.publish_until(events, stop_at).await,
-        }
-    }
-}
-
-/// Whether `stop_at` has come.
-pub(crate) fn past(stop_at: Option<Instant>) -> bool {
-    stop_at.is_some_and(|at| Instant::now() >= at)
-}
+/// The publisher of the configured bus kind ([`crate::config::PublisherConfig::bus_kind`]): what
+/// both relays run. The bus's call is chosen at start from the configuration, so it is a trait
+/// object (shared by the publisher's clones); what is done with the calls is the same
+/// [`BusAdapter`] for every kind.
+pub type BusPublisher = BusAdapter<std::sync::Arc<dyn BusCall>>;
 
 /// The outcome of an entry refused with the non-retryable `code`: poison when the event itself
 /// can never be accepted, a failure (it stays pending) otherwise.

@@ -1,7 +1,8 @@
 //! The publisher's request builder: which events share a `PutEvents` call, and which call waits
 //! for which, so that one aggregate's events leave in order. Pure functions of the events, apart
-//! from sending them ([`super::eventbridge`]).
+//! from sending them ([`super::send`]).
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 
 use outbox_shared::OutboundEvent;
@@ -9,8 +10,8 @@ use outbox_shared::OutboundEvent;
 /// Packs `indices` into calls of at most `max_entries` entries and `max_bytes` bytes (entries
 /// sized as published with `source`), at most one event of an aggregate per call, each event in
 /// a later call than its aggregate's previous one; within a call, events keep their input order.
-pub fn pack_calls(
-    events: &[OutboundEvent],
+pub fn pack_calls<E: Borrow<OutboundEvent>>(
+    events: &[E],
     indices: impl IntoIterator<Item = usize>,
     source: &str,
     max_entries: usize,
@@ -21,8 +22,9 @@ pub fn pack_calls(
     // Calls before this one are full.
     let mut first_open = 0;
     for index in indices {
-        let size = events[index].entry_size(source);
-        let key = events[index].ordering_key.as_str();
+        let event = events[index].borrow();
+        let size = event.entry_size(source);
+        let key = event.ordering_key.as_str();
         let earliest = last_call_of
             .get(key)
             .map_or(first_open, |&c| (c + 1).max(first_open));
@@ -48,7 +50,10 @@ pub fn pack_calls(
 
 /// For each call, the earlier calls it must wait for: the latest earlier call sharing an
 /// ordering key with it.
-pub(crate) fn call_dependencies(events: &[OutboundEvent], calls: &[Vec<usize>]) -> Vec<Vec<usize>> {
+pub(crate) fn call_dependencies<E: Borrow<OutboundEvent>>(
+    events: &[E],
+    calls: &[Vec<usize>],
+) -> Vec<Vec<usize>> {
     let mut last_call_of: HashMap<&str, usize> = HashMap::new();
     calls
         .iter()
@@ -56,7 +61,9 @@ pub(crate) fn call_dependencies(events: &[OutboundEvent], calls: &[Vec<usize>]) 
         .map(|(call, indices)| {
             let mut deps: Vec<usize> = indices
                 .iter()
-                .filter_map(|&i| last_call_of.insert(events[i].ordering_key.as_str(), call))
+                .filter_map(|&i| {
+                    last_call_of.insert(events[i].borrow().ordering_key.as_str(), call)
+                })
                 .filter(|&earlier| earlier != call)
                 .collect();
             deps.sort_unstable();
@@ -67,8 +74,8 @@ pub(crate) fn call_dependencies(events: &[OutboundEvent], calls: &[Vec<usize>]) 
 }
 
 /// For each packed event, the previous event of its aggregate (if any).
-pub(crate) fn previous_of_aggregate(
-    events: &[OutboundEvent],
+pub(crate) fn previous_of_aggregate<E: Borrow<OutboundEvent>>(
+    events: &[E],
     calls: &[Vec<usize>],
 ) -> HashMap<usize, usize> {
     let mut in_order: Vec<usize> = calls.concat();
@@ -77,7 +84,7 @@ pub(crate) fn previous_of_aggregate(
     in_order
         .into_iter()
         .filter_map(|index| {
-            last.insert(events[index].ordering_key.as_str(), index)
+            last.insert(events[index].borrow().ordering_key.as_str(), index)
                 .map(|previous| (index, previous))
         })
         .collect()

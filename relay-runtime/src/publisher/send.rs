@@ -7,10 +7,12 @@
 //!
 //! A bus is a [`BusCall`]: how one `PutEvents` of some entries is sent and its answer read. The
 //! classic bus's is [`super::eventbridge`], the Custom Event Bus's [`super::custom_bus`]; the
-//! publisher of each is a [`BusAdapter`] of it.
+//! publisher of each is a [`BusAdapter`] of it, and the relays' is a [`BusAdapter`] of the call
+//! their configuration chose ([`super::BusPublisher`]).
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
-use std::future::Future;
+use std::fmt;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -19,29 +21,50 @@ use futures::future::{BoxFuture, Shared, join_all};
 use outbox_shared::OutboundEvent;
 use outbox_shared::error::{ErrorClass, SdkFailure, classify_code};
 use tokio::sync::Semaphore;
-use tokio::time::Instant;
 
 use super::request::{call_dependencies, pack_calls, previous_of_aggregate};
 use super::{
     ENTRY_TOO_LARGE, PublishOutcome, PublishStats, PublishStatsSnapshot, Publisher, THROTTLED,
-    is_poison_code, past, permanent_outcome,
+    is_poison_code, permanent_outcome,
 };
 use crate::CallTasks;
-use crate::config::{PublisherConfig, PublisherConfigError};
+use crate::config::{BusKind, PublisherConfig, PublisherConfigError, PublisherSetting};
+use crate::deadline::Deadline;
 use crate::publish_concurrency::{Permit, PublishConcurrency};
 use crate::publish_rate::{PublishRate, Slot};
 
 /// One bus's `PutEvents`: the entries of some events sent in one call, and the answer read.
-pub trait BusCall: Send + Sync {
+/// Object-safe, so the relays choose the bus from their configuration at start.
+pub trait BusCall: Send + Sync + fmt::Debug {
+    /// The kind of bus this call publishes to.
+    fn kind(&self) -> BusKind;
+
     /// Sends one call of the events at `pending` (in that order) as `config` says, run as
     /// `call_tasks` says.
-    fn put(
-        &self,
-        config: &PublisherConfig,
-        events: &[OutboundEvent],
+    fn put<'a>(
+        &'a self,
+        config: &'a PublisherConfig,
+        events: &[&OutboundEvent],
         pending: &[usize],
         call_tasks: CallTasks,
-    ) -> impl Future<Output = CallAnswer> + Send;
+    ) -> BoxFuture<'a, CallAnswer>;
+}
+
+/// A shared call is a call (the relays' publisher shares its bus's call among its clones).
+impl<B: BusCall + ?Sized> BusCall for Arc<B> {
+    fn kind(&self) -> BusKind {
+        (**self).kind()
+    }
+
+    fn put<'a>(
+        &'a self,
+        config: &'a PublisherConfig,
+        events: &[&OutboundEvent],
+        pending: &[usize],
+        call_tasks: CallTasks,
+    ) -> BoxFuture<'a, CallAnswer> {
+        (**self).put(config, events, pending, call_tasks)
+    }
 }
 
 /// What a bus answered to one call.
@@ -79,10 +102,46 @@ pub struct BusAdapter<B> {
     pub(crate) call_tasks: CallTasks,
 }
 
-impl<B: BusCall> BusAdapter<B> {
+impl BusAdapter<Arc<dyn BusCall>> {
+    /// The publisher of `config`'s bus kind, its call on a client built from `sdk`.
+    ///
     /// # Errors
     /// [`PublisherConfigError`] when the configuration is out of range.
+    pub fn new(
+        sdk: &aws_config::SdkConfig,
+        config: PublisherConfig,
+    ) -> Result<Self, PublisherConfigError> {
+        Self::with_bus((config.bus_kind.spec().call)(sdk), config)
+    }
+
+    /// The publisher of `config` over `bus`, a call built elsewhere (tests inject faults through
+    /// its client).
+    ///
+    /// # Errors
+    /// [`PublisherConfigError`] when the configuration is out of range or for another bus kind.
+    pub fn on(
+        bus: Arc<dyn BusCall>,
+        config: PublisherConfig,
+    ) -> Result<Self, PublisherConfigError> {
+        Self::with_bus(bus, config)
+    }
+}
+
+impl<B: BusCall> BusAdapter<B> {
+    /// # Errors
+    /// [`PublisherConfigError`] when the configuration is out of range, or is for another kind of
+    /// bus than `bus`.
     pub(crate) fn with_bus(bus: B, config: PublisherConfig) -> Result<Self, PublisherConfigError> {
+        if config.bus_kind != bus.kind() {
+            return Err(PublisherConfigError {
+                setting: PublisherSetting::EventBusKind,
+                detail: format!(
+                    "must be {} for a {} bus's publisher",
+                    bus.kind(),
+                    bus.kind()
+                ),
+            });
+        }
         config.validate()?;
         Ok(Self {
             bus,
@@ -124,9 +183,9 @@ impl<B: BusCall> BusAdapter<B> {
     /// Sends one call's events, retrying retryable failures; an outcome for each index.
     async fn send_call(
         &self,
-        events: &[OutboundEvent],
+        events: &[&OutboundEvent],
         indices: &[usize],
-        stop_at: Option<Instant>,
+        deadline: Deadline,
     ) -> Vec<(usize, PublishOutcome)> {
         let mut done = Vec::with_capacity(indices.len());
         let mut pending: Vec<usize> = indices.to_vec();
@@ -134,7 +193,7 @@ impl<B: BusCall> BusAdapter<B> {
         let mut last_error: Option<(String, String)> = None;
         let mut backoff = self.config.retry.delays();
         loop {
-            let Some((slot, in_flight)) = self.turn(pending.len(), stop_at).await else {
+            let Some((slot, in_flight)) = self.turn(pending.len(), deadline).await else {
                 // Its turn would come after the deadline: it stays pending.
                 done.extend(pending.iter().map(|&i| {
                     let outcome = match &last_error {
@@ -152,7 +211,7 @@ impl<B: BusCall> BusAdapter<B> {
             self.pace(slot, pending.len(), &attempt);
             done.extend(attempt.done);
             if !attempt.split.is_empty() {
-                done.extend(self.send_halves(events, attempt.split, stop_at).await);
+                done.extend(self.send_halves(events, attempt.split, deadline).await);
             }
             if attempt.retry.is_empty() {
                 break;
@@ -161,7 +220,7 @@ impl<B: BusCall> BusAdapter<B> {
             // No retry that would start after the deadline: the entries stay pending.
             let Some(delay) = backoff
                 .next()
-                .filter(|delay| stop_at.is_none_or(|at| Instant::now() + *delay < at))
+                .filter(|delay| deadline.publish_allowed_after(*delay))
             else {
                 tracing::warn!(
                     code = %code,
@@ -199,29 +258,30 @@ impl<B: BusCall> BusAdapter<B> {
     /// calls that wait for this one wait for both. Boxed: it and `send_call` call each other.
     fn send_halves<'a>(
         &'a self,
-        events: &'a [OutboundEvent],
+        events: &'a [&'a OutboundEvent],
         entries: Vec<usize>,
-        stop_at: Option<Instant>,
+        deadline: Deadline,
     ) -> BoxFuture<'a, Vec<(usize, PublishOutcome)>> {
         async move {
-            if past(stop_at) {
+            if deadline.publish_passed() {
                 return entries
                     .into_iter()
                     .map(|i| (i, PublishOutcome::NotSent))
                     .collect();
             }
             let (first, second) = entries.split_at(entries.len() / 2);
-            let mut done = self.send_call(events, first, stop_at).await;
-            done.extend(self.send_call(events, second, stop_at).await);
+            let mut done = self.send_call(events, first, deadline).await;
+            done.extend(self.send_call(events, second, deadline).await);
             done
         }
         .boxed()
     }
 
     /// The turn of a call of `entries` entries: its slot at the publish rate, then its place
-    /// among the process's calls in flight; `None` when either would come at or after `stop_at`,
-    /// or when the bus answers nothing and the one place is taken.
-    async fn turn(&self, entries: usize, stop_at: Option<Instant>) -> Option<(Slot, Permit<'_>)> {
+    /// among the process's calls in flight; `None` when either would come at or after the
+    /// deadline's publish-by time, or when the bus answers nothing and the one place is taken.
+    async fn turn(&self, entries: usize, deadline: Deadline) -> Option<(Slot, Permit<'_>)> {
+        let stop_at = deadline.publish_until();
         let slot = self.rate.acquire(entries, stop_at).await?;
         let in_flight = self.concurrency.acquire(stop_at).await?;
         Some((slot, in_flight))
@@ -231,7 +291,7 @@ impl<B: BusCall> BusAdapter<B> {
     /// to each.
     async fn attempt(
         &self,
-        events: &[OutboundEvent],
+        events: &[&OutboundEvent],
         pending: &[usize],
         in_flight: Permit<'_>,
     ) -> Attempt {
@@ -312,11 +372,13 @@ impl<B: BusCall> BusAdapter<B> {
 type CallResult = Arc<Vec<(usize, PublishOutcome)>>;
 
 impl<B: BusCall> Publisher for BusAdapter<B> {
-    async fn publish_until(
+    async fn publish<E: Borrow<OutboundEvent> + Sync>(
         &self,
-        events: &[OutboundEvent],
-        stop_at: Option<Instant>,
+        events: &[E],
+        deadline: Deadline,
     ) -> Vec<PublishOutcome> {
+        let events: Vec<&OutboundEvent> = events.iter().map(Borrow::borrow).collect();
+        let events = events.as_slice();
         let mut outcomes: Vec<Option<PublishOutcome>> = vec![None; events.len()];
         let mut sendable = Vec::with_capacity(events.len());
         for (index, event) in events.iter().enumerate() {
@@ -370,10 +432,10 @@ impl<B: BusCall> Publisher for BusAdapter<B> {
                     .acquire()
                     .await
                     .expect("semaphore is never closed");
-                if past(stop_at) {
+                if deadline.publish_passed() {
                     results.extend(send.iter().map(|&i| (i, PublishOutcome::NotSent)));
                 } else if !send.is_empty() {
-                    results.extend(self.send_call(events, &send, stop_at).await);
+                    results.extend(self.send_call(events, &send, deadline).await);
                 }
                 let mut settled = settled.lock().expect("not poisoned");
                 // A rejected (poison) event goes to the dead-letter queue and does not hold its

@@ -2,6 +2,7 @@ use super::eventbridge::entry_results;
 use super::request::call_dependencies;
 use super::*;
 use crate::config::PublisherConfig;
+use crate::deadline::Deadline;
 use aws_sdk_eventbridge::Client;
 use aws_sdk_eventbridge::config::retry::RetryConfig;
 use aws_sdk_eventbridge::config::{BehaviorVersion, Credentials, Region};
@@ -11,6 +12,7 @@ use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http
 use outbox_shared::RetryPolicy;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::time::Instant;
 
 /// An EventBridge client answered by `rules` (SDK retries off: the publisher's own count).
 fn mock_eventbridge(rules: &[&Rule]) -> Client {
@@ -99,7 +101,7 @@ async fn the_publisher_stamps_its_bus_and_source_on_every_entry() {
     let events: Vec<_> = ["a", "b", "c"].iter().map(|k| event(k, 5)).collect();
 
     // When three events are published
-    let outcomes = publisher.publish(&events).await;
+    let outcomes = publisher.publish(&events, Deadline::NONE).await;
 
     // Then all three are published in one call
     assert!(
@@ -136,7 +138,9 @@ async fn a_throttled_entry_is_retried_until_it_is_published() {
 
     // When two events are published
     let started = Instant::now();
-    let outcomes = publisher.publish(&[event("a", 5), event("b", 5)]).await;
+    let outcomes = publisher
+        .publish(&[event("a", 5), event("b", 5)], Deadline::NONE)
+        .await;
 
     // Then both are published, the second after one retry
     assert_eq!(outcomes, vec![PublishOutcome::Published; 2]);
@@ -184,7 +188,7 @@ async fn a_throttled_entry_is_retried_until_it_is_published() {
 async fn a_publisher_with_no_ceiling_and_no_throttling_has_no_publish_rate_limit() {
     let put = mock!(Client::put_events).then_output(|| accepted(1));
     let publisher = EventBridgePublisher::new(mock_eventbridge(&[&put]), quick_config()).unwrap();
-    let outcomes = publisher.publish(&[event("a", 5)]).await;
+    let outcomes = publisher.publish(&[event("a", 5)], Deadline::NONE).await;
     assert_eq!(outcomes, vec![PublishOutcome::Published]);
     assert_eq!(publisher.publish_rate(), None);
     assert_eq!(publisher.stats().throttled, 0);
@@ -248,7 +252,7 @@ async fn once_an_event_fails_the_later_events_of_its_aggregate_are_held_back() {
     ];
 
     // When they are published
-    let outcomes = publisher.publish(&events).await;
+    let outcomes = publisher.publish(&events, Deadline::NONE).await;
 
     // Then a1 failed, a2 and a3 were never sent (they must not overtake a1), b1 and c1 left
     assert!(
@@ -276,7 +280,10 @@ async fn nothing_is_sent_after_the_deadline() {
 
     // When two events are published
     let outcomes = publisher
-        .publish_until(&[event("a", 5), event("b", 5)], Some(Instant::now()))
+        .publish(
+            &[event("a", 5), event("b", 5)],
+            Deadline::publish_by(Instant::now()),
+        )
         .await;
 
     // Then neither was sent
@@ -418,7 +425,7 @@ async fn a_call_refused_as_a_whole_is_split_until_the_entry_at_fault_is_alone() 
     events.push(event_of("a", 2));
 
     // When they are published
-    let outcomes = publisher.publish(&events).await;
+    let outcomes = publisher.publish(&events, Deadline::NONE).await;
 
     // Then the bad entry alone is poison, and every other event is published, the later events
     // of its aggregate and of its neighbours too
@@ -459,7 +466,7 @@ async fn a_call_refused_for_a_reason_of_no_entry_is_not_split() {
         .iter()
         .map(|k| event_of(k, 1))
         .collect();
-    let outcomes = publisher.publish(&events).await;
+    let outcomes = publisher.publish(&events, Deadline::NONE).await;
 
     // Then one call was made, and every event failed and stays pending: none is poison
     assert_eq!(denied.num_calls(), 1);
@@ -481,7 +488,7 @@ async fn a_lone_event_refused_with_a_validation_code_is_poison() {
 
     // When two events of one aggregate are published (a call each)
     let outcomes = publisher
-        .publish(&[event_of("a", 1), event_of("a", 2)])
+        .publish(&[event_of("a", 1), event_of("a", 2)], Deadline::NONE)
         .await;
 
     // Then each, alone in its call, is poison: the first does not hold the second back
@@ -642,7 +649,7 @@ async fn a_timed_out_call_lowers_the_calls_in_flight() {
 
     // When 12 events are published
     let started = Instant::now();
-    let outcomes = publisher.publish(&events).await;
+    let outcomes = publisher.publish(&events, Deadline::NONE).await;
 
     // Then all are published, the 4 calls of the first wave after their timeout
     assert_eq!(outcomes, vec![PublishOutcome::Published; 12]);
@@ -688,7 +695,7 @@ async fn the_sdk_does_not_retry_a_timed_out_put_events_the_publisher_does() {
     .unwrap();
 
     // When one event is published
-    let outcomes = publisher.publish(&[event("a", 5)]).await;
+    let outcomes = publisher.publish(&[event("a", 5)], Deadline::NONE).await;
 
     // Then it failed after two requests, one per attempt of the publisher: each timeout came
     // back to the publisher (which lowered its rate and calls in flight) instead of the SDK
@@ -716,14 +723,16 @@ async fn a_call_waiting_for_its_place_in_flight_is_not_sent_after_the_deadline()
     )
     .unwrap();
     let unanswered = [event("a", 5)];
-    let first = publisher.publish(&unanswered);
+    let first = publisher.publish(&unanswered, Deadline::NONE);
 
     // When another publish (another shard's page) must be done within 500 ms
     let stop_at = Instant::now() + Duration::from_millis(500);
     let waiting = [event("b", 5)];
     let second = async {
         tokio::task::yield_now().await;
-        publisher.publish_until(&waiting, Some(stop_at)).await
+        publisher
+            .publish(&waiting, Deadline::publish_by(stop_at))
+            .await
     };
     let (_, second) = tokio::join!(first, second);
 

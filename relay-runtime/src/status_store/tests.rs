@@ -76,7 +76,7 @@ async fn a_batch_marks_each_item_on_its_own_and_retries_only_what_may_succeed() 
 
     // When four items are marked
     let keys: Vec<ItemKey> = (0..4).map(key).collect();
-    let results = store.mark_all_published(&keys).await;
+    let results = store.mark_published(&keys).await;
 
     // Then each has its own outcome: marked, already done, marked on the retry, and the
     // refused one an error naming its code, not retried
@@ -104,7 +104,7 @@ async fn a_statement_throttled_on_every_attempt_is_a_retryable_error() {
     let store = store(&[&throttled]);
 
     // When it is marked
-    let results = store.mark_all_published(&[key(7)]).await;
+    let results = store.mark_published(&[key(7)]).await;
 
     // Then it was tried three times, and is left pending with a retryable error
     assert_eq!(throttled.num_calls(), 3);
@@ -133,7 +133,7 @@ async fn a_failed_call_fails_every_mark_in_it_and_batches_hold_at_most_25() {
 
     // When 30 items are marked
     let keys: Vec<ItemKey> = (0..30).map(key).collect();
-    let results = store.mark_all_published(&keys).await;
+    let results = store.mark_published(&keys).await;
 
     // Then the first 25 carry the call's retryable failure and the last 5 are marked
     assert_eq!(results.len(), 30);
@@ -156,7 +156,7 @@ async fn a_key_repeated_in_a_batch_is_named_once_and_the_repeat_is_already_done(
         .then_output(|| answer(&[None, None]));
     let store = store(&[&once]);
 
-    let results = store.mark_all_published(&[key(1), key(2), key(1)]).await;
+    let results = store.mark_published(&[key(1), key(2), key(1)]).await;
 
     assert_eq!(once.num_calls(), 1);
     let outcomes: Vec<MarkOutcome> = results.into_iter().map(Result::unwrap).collect();
@@ -172,11 +172,40 @@ async fn a_key_repeated_in_a_batch_is_named_once_and_the_repeat_is_already_done(
 
 #[test]
 fn the_mark_statement_updates_and_conditions_as_update_item_does() {
-    let statement = store(&[]).mark_published_statement;
+    let statement = store(&[]).published_statement;
     assert_eq!(
         statement,
         r#"UPDATE "outbox" SET "Status" = ? SET "PublishedAt" = ? SET "ttl" = ? REMOVE "GSI1PK" REMOVE "GSI1SK" WHERE "PK" = ? AND "SK" = ? AND "GSI1PK" IS NOT MISSING"#
     );
+    assert_eq!(
+        mark_statement("outbox", OutboxStatus::DeadLettered),
+        r#"UPDATE "outbox" SET "Status" = ? SET "DeadLetteredAt" = ? SET "ttl" = ? SET "DeadLetterReason" = ? REMOVE "GSI1PK" REMOVE "GSI1SK" WHERE "PK" = ? AND "SK" = ? AND "GSI1PK" IS NOT MISSING"#
+    );
+}
+
+#[tokio::test]
+async fn a_dead_letter_mark_is_one_statement_with_its_reason_cut_to_what_an_item_keeps() {
+    // Given a reason longer than the item keeps, and a call that finds the item already marked
+    let long_reason = "é".repeat(MAX_STORED_REASON_BYTES);
+    let call = mock!(Client::batch_execute_statement)
+        .match_requests(|input| {
+            let parameters = input.statements()[0].parameters();
+            input.statements().len() == 1
+                && parameters[0].as_s().unwrap() == "DEAD_LETTERED"
+                && parameters[3].as_s().unwrap().len() == MAX_STORED_REASON_BYTES
+                && parameters[4].as_s().unwrap() == "ORDER#3"
+                && parameters[5].as_s().unwrap() == "EVENT#3"
+        })
+        .then_output(|| answer(&[Some(BatchStatementErrorCodeEnum::ConditionalCheckFailed)]));
+    let store = store(&[&call]);
+
+    // When the item is marked dead-lettered
+    let outcome = store.mark_dead_lettered(&key(3), &long_reason).await;
+
+    // Then one statement went, with the reason cut on a character boundary, and finding the item
+    // already out of the index is an outcome, not an error
+    assert_eq!(call.num_calls(), 1);
+    assert_eq!(outcome.unwrap(), MarkOutcome::AlreadyMarked);
 }
 
 #[test]

@@ -1,15 +1,13 @@
 //! What each stream record is, before publishing: an outbox event (from an `INSERT`'s new image,
-//! or a TTL deletion's old image), poison, or not for this relay.
+//! or a TTL deletion's old image) ready to publish, poison, or not for this relay.
 
 use std::collections::HashMap;
 
 use aws_lambda_events::dynamodb::EventRecord;
 use outbox_shared::schema::{self, attr, entity};
 use outbox_shared::{ItemKey, OutboxItem, OutboxStatus};
-use relay_runtime::{Poison, ReadyEvents};
+use relay_runtime::{Event, IgnoreReason};
 use serde_dynamo::AttributeValue;
-
-use super::report::{IgnoreReason, RecordOutcome};
 
 /// The stream `eventName` of a new item.
 const INSERT: &str = "INSERT";
@@ -17,28 +15,6 @@ const INSERT: &str = "INSERT";
 const REMOVE: &str = "REMOVE";
 /// `userIdentity` of a deletion by DynamoDB's TTL: `type` and `principalId`.
 const TTL_DELETION_IDENTITY: (&str, &str) = ("Service", "dynamodb.amazonaws.com");
-
-/// Decodes every record of a batch: the events ready to publish (with their record's index), the
-/// poison, and an outcome in `outcomes` for each record ignored.
-pub(super) fn decode_batch(
-    records: &[EventRecord],
-    outcomes: &mut [Option<RecordOutcome>],
-) -> (ReadyEvents<usize>, Vec<Poison<usize>>) {
-    let mut ready = ReadyEvents::with_capacity(records.len());
-    let mut poison = Vec::new();
-    for (index, record) in records.iter().enumerate() {
-        match decode(record, index) {
-            Decoded::Ignore(reason) => outcomes[index] = Some(RecordOutcome::Ignored(reason)),
-            Decoded::Poison(p) => poison.push(*p),
-            Decoded::Item(item) => {
-                if let Err(p) = ready.push_item(*item, index) {
-                    poison.push(p);
-                }
-            }
-        }
-    }
-    (ready, poison)
-}
 
 /// The full stream record, as the dead letter carries it.
 pub(super) fn dead_letter_record(record: &EventRecord) -> serde_json::Value {
@@ -70,15 +46,6 @@ fn record_key(record: &EventRecord) -> Option<ItemKey> {
         .or_else(|| from(&record.change.old_image))
 }
 
-/// What a record is, before publishing.
-enum Decoded {
-    Ignore(IgnoreReason),
-    /// Boxed, like the item.
-    Poison(Box<Poison<usize>>),
-    /// Boxed: the common case moves one pointer, not the whole item.
-    Item(Box<OutboxItem>),
-}
-
 /// Whether the poller can see the event of `record`: an `INSERT` of an item in the pending index
 /// under a sort key its queries reach (`EVENT#{CreatedAt}#{EventId}`; any partition, which the
 /// sweep finds). A `REMOVE`'s item is gone, and an item another client wrote outside the index, or
@@ -108,32 +75,32 @@ pub(super) fn is_ttl_deletion(record: &EventRecord) -> bool {
         })
 }
 
-/// Decodes the record at `index` of its batch: an outbox `INSERT` (its new image), or a TTL
-/// deletion of a pending outbox item (its old image: the event was never published, and this
-/// record is the last place it exists).
-fn decode(record: &EventRecord, index: usize) -> Decoded {
+/// The event of `record`: an outbox `INSERT` (its new image), or a TTL deletion of a pending
+/// outbox item (its old image: the event was never published, and this record is the last place
+/// it exists), ready to publish or poison; any other record is ignored.
+pub(super) fn decode(record: &EventRecord) -> Event<&EventRecord> {
     let image = if record.event_name == INSERT {
         &record.change.new_image
     } else if is_ttl_deletion(record) {
         &record.change.old_image
     } else {
-        return Decoded::Ignore(IgnoreReason::NotInsert(record.event_name.clone()));
+        return Event::ignored(record, IgnoreReason::NotInsert(record.event_name.clone()));
     };
     if string_attr(image, attr::ENTITY_TYPE) != Some(entity::OUTBOX_EVENT) {
-        return Decoded::Ignore(IgnoreReason::NotOutboxEvent);
+        return Event::ignored(record, IgnoreReason::NotOutboxEvent);
     }
     // Decoded through a reference: the record stays whole for the dead-letter queue and the
     // response, and nothing is cloned but the item's own fields.
     match outbox_shared::image::from_image::<OutboxItem>(image) {
         Ok(item) if item.status != OutboxStatus::Pending => {
-            Decoded::Ignore(IgnoreReason::NotPending(item.status))
+            Event::ignored(record, IgnoreReason::NotPending(item.status))
         }
-        Ok(item) => Decoded::Item(Box::new(item)),
-        Err(err) => Decoded::Poison(Box::new(Poison::undecodable(
+        Ok(item) => Event::of_item(record, &item),
+        Err(err) => Event::undecodable(
+            record,
             record_key(record),
             string_attr(image, attr::EVENT_ID).map(str::to_owned),
             err,
-            index,
-        ))),
+        ),
     }
 }

@@ -1,304 +1,213 @@
 //! Hold mode (`HOLD_FAILED_AGGREGATES`): a failing aggregate does not block the stream shard.
 //! Before publishing, the events of aggregates already held are left to the poller; after it,
-//! each aggregate with an event that failed is held, and its events are left to the poller too.
-//! The holds themselves are the [`relay_runtime::holds`] port's.
+//! each aggregate with an event that *failed* is held, and its events are left to the poller too.
+//! An event that was only not sent (the deadline came first) takes no hold: it and the later
+//! events of its aggregate are re-delivered, in order. The holds themselves are the
+//! [`AggregateHolds`] port's; this component holds nothing else.
 //!
 //! Only an event the poller can see is ever left to it ([`poller_can_see`]). A TTL deletion's
 //! event exists only in its record: it is dead-lettered with the record instead (a redrive
-//! re-creates the item in its place in its aggregate's order). An event another client wrote
-//! outside the index is published even when its aggregate is held, and re-delivered (never held)
-//! when its publish fails.
+//! re-creates the item in its place in its aggregate's order), and only while its aggregate is
+//! held or behind a failure. An event another client wrote outside the index is published even
+//! when its aggregate is held, and re-delivered (never held) when its publish fails.
 
 use std::collections::{HashMap, HashSet};
 
 use aws_lambda_events::dynamodb::EventRecord;
+use outbox_shared::ItemKey;
 use outbox_shared::schema::attr;
-use relay_runtime::relay::{cut_by_deadline, within};
-use relay_runtime::{
-    DeadLetterSink, HoldStore, Poison, Publisher, ReadyEvents, Settled, StatusStore,
-};
-use tokio::time::Instant;
+use relay_runtime::{AggregateHolds, Behind, Deadline, Event, State};
 
-use super::StreamRelay;
-use super::decode::{dead_letter_record, is_ttl_deletion, poller_can_see, string_attr};
-use super::report::RecordOutcome;
+use super::decode::{is_ttl_deletion, poller_can_see, string_attr};
 use crate::metrics as m;
 
-impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<P, S, D, H> {
-    /// Hold mode, before publishing: the events of aggregates already held stay pending for the
-    /// poller, and a TTL deletion's event of a held aggregate joins `poison` (dead-lettered with
-    /// its record). If the holds can't be read, nothing is published (the batch is re-delivered):
-    /// an event must not overtake a held one.
-    pub(super) async fn leave_held_aggregates(
-        &self,
-        records: &[EventRecord],
-        ready: &mut ReadyEvents<usize>,
-        poison: &mut Vec<Poison<usize>>,
-        outcomes: &mut [Option<RecordOutcome>],
-        finish_by: Option<Instant>,
-    ) {
-        let mut keys: Vec<String> = ready
-            .events()
+/// Hold mode: the stream relay's side of the aggregate holds.
+#[derive(Debug, Clone)]
+pub(super) struct HoldMode<H> {
+    holds: H,
+}
+
+impl<H: AggregateHolds> HoldMode<H> {
+    pub(super) fn new(holds: H) -> Self {
+        Self { holds }
+    }
+
+    /// Before publishing: the ready events of aggregates already held stay pending for the
+    /// poller, recorded on their hold; a TTL deletion's event of a held aggregate becomes poison
+    /// (dead-lettered with its record). A hold released since it was read takes nothing: the
+    /// events are published. If the holds can't be read or the record written, the events are not
+    /// sent (the batch is re-delivered): an event must not overtake a held one.
+    pub(super) async fn leave_held(&self, events: &mut [Event<&EventRecord>], deadline: Deadline) {
+        let mut aggregates: Vec<String> = events
             .iter()
-            .map(|e| e.ordering_key.clone())
+            .filter(|e| e.is_ready())
+            .filter_map(|e| e.aggregate.clone())
             .collect();
-        keys.sort_unstable();
-        keys.dedup();
-        if keys.is_empty() {
+        aggregates.sort_unstable();
+        aggregates.dedup();
+        if aggregates.is_empty() {
             return;
         }
-        let held = within(finish_by, self.holds.held(&keys))
+        let held = match deadline
+            .finish("BatchGetItem", self.holds.held(&aggregates), |cut| cut)
             .await
-            .unwrap_or_else(|| Err(cut_by_deadline("BatchGetItem")));
-        let candidates: Vec<_> = match held {
+        {
             Ok(held) if held.is_empty() => return,
-            // An event outside the index stays: only this relay can publish it
-            Ok(held) => ready.take_if(|e, &index| {
-                held.contains(&e.ordering_key)
-                    && (poller_can_see(&records[index]) || is_ttl_deletion(&records[index]))
-            }),
+            Ok(held) => held,
             Err(err) => {
                 tracing::warn!(error = %outbox_shared::error::describe(&err), "could not read the aggregate holds; the batch is re-delivered");
-                for (_, event, index) in ready.take_if(|_, _| true) {
-                    outcomes[index] = Some(RecordOutcome::NotSent {
-                        event_id: event.event_id,
-                    });
-                }
+                events.iter_mut().for_each(Event::leave_unsent);
                 return;
             }
         };
-        let recorded = self.record_left(records, &candidates, finish_by).await;
-        let mut released = Vec::new();
-        for (key, event, index) in candidates {
-            match recorded.get(&event.ordering_key) {
-                Some(Recorded::Left) => {}
+        // The events of held aggregates the poller can see, or that only the dead-letter queue
+        // can keep (TTL deletions). An event outside the index stays: only this relay can
+        // publish it.
+        let leaving: Vec<usize> = (0..events.len())
+            .filter(|&i| {
+                let event = &events[i];
+                event.is_ready()
+                    && event.aggregate.as_ref().is_some_and(|a| held.contains(a))
+                    && (poller_can_see(event.source) || is_ttl_deletion(event.source))
+            })
+            .collect();
+        let recorded = self.record_left(events, &leaving, deadline).await;
+        for index in leaving {
+            let event = &mut events[index];
+            match event.aggregate.as_ref().and_then(|a| recorded.get(a)) {
+                Some(Recorded::Left) if is_ttl_deletion(event.source) => {
+                    event.state = gone_from_the_table("its aggregate is held");
+                }
+                Some(Recorded::Left) => {
+                    tracing::info!(event_id = %event.id(), sequence = ?event.source.change.sequence_number, "aggregate held: left to the poller");
+                    event.state = State::LeftToHold;
+                }
                 // Released since it was read: the poller published everything left under it,
                 // so the aggregate's events are this relay's again.
-                Some(Recorded::Released) | None => {
-                    released.push((key, event, index));
-                    continue;
-                }
-                Some(Recorded::Failed) => {
-                    outcomes[index] = Some(RecordOutcome::NotSent {
-                        event_id: event.event_id,
-                    });
-                    continue;
-                }
-            }
-            if is_ttl_deletion(&records[index]) {
-                poison.push(gone_from_the_table(
-                    key,
-                    event.event_id,
-                    "its aggregate is held",
-                    index,
-                ));
-                continue;
-            }
-            tracing::info!(event_id = %event.event_id, sequence = ?records[index].change.sequence_number, "aggregate held: left to the poller");
-            outcomes[index] = Some(RecordOutcome::Held {
-                event_id: event.event_id,
-            });
-        }
-        if !released.is_empty() {
-            // Back in the batch's order, which the publisher keeps per aggregate.
-            let mut back = ready.take_if(|_, _| true);
-            back.extend(released);
-            back.sort_by_key(|&(_, _, index)| index);
-            for (key, event, index) in back {
-                ready.push(key, event, index);
+                Some(Recorded::Released) | None => {}
+                Some(Recorded::Failed) => event.leave_unsent(),
             }
         }
     }
 
-    /// Records on each held aggregate's hold the events among `candidates` the poller can see
-    /// (the ones this relay leaves to it), one conditional write per aggregate: what each
-    /// answered. A hold released since it was read takes nothing.
+    /// Records on each held aggregate's hold the events among `leaving` the poller can see (the
+    /// ones this relay leaves to it), one conditional write per aggregate, which also says
+    /// whether the hold still exists: what each answered.
     async fn record_left(
         &self,
-        records: &[EventRecord],
-        candidates: &[(outbox_shared::ItemKey, outbox_shared::OutboundEvent, usize)],
-        finish_by: Option<Instant>,
+        events: &[Event<&EventRecord>],
+        leaving: &[usize],
+        deadline: Deadline,
     ) -> HashMap<String, Recorded> {
-        let mut left: HashMap<&str, Vec<outbox_shared::ItemKey>> = HashMap::new();
-        for (key, event, index) in candidates {
-            let keys = left.entry(event.ordering_key.as_str()).or_default();
-            if poller_can_see(&records[*index]) {
+        let mut left: HashMap<&str, Vec<ItemKey>> = HashMap::new();
+        for &index in leaving {
+            let event = &events[index];
+            let (Some(aggregate), Some(key)) = (&event.aggregate, &event.key) else {
+                continue;
+            };
+            let keys = left.entry(aggregate.as_str()).or_default();
+            if poller_can_see(event.source) {
                 keys.push(key.clone());
             }
         }
-        futures::future::join_all(left.into_iter().map(|(ordering_key, keys)| async move {
-            let result = within(finish_by, self.holds.leave(ordering_key, &keys))
-                .await
-                .unwrap_or_else(|| Err(cut_by_deadline("UpdateItem")));
+        futures::future::join_all(left.into_iter().map(|(aggregate, keys)| async move {
+            let result = deadline
+                .finish("UpdateItem", self.holds.leave(aggregate, &keys), |cut| cut)
+                .await;
             let recorded = match result {
                 Ok(true) => Recorded::Left,
                 Ok(false) => Recorded::Released,
                 Err(err) => {
-                    tracing::warn!(ordering_key, error = %outbox_shared::error::describe(&err), "could not record the events left under an aggregate hold; they are re-delivered");
+                    tracing::warn!(ordering_key = aggregate, error = %outbox_shared::error::describe(&err), "could not record the events left under an aggregate hold; they are re-delivered");
                     Recorded::Failed
                 }
             };
-            (ordering_key.to_owned(), recorded)
+            (aggregate.to_owned(), recorded)
         }))
         .await
         .into_iter()
         .collect()
     }
 
-    /// Hold mode, after publishing: each aggregate with an event that failed (and the later ones
-    /// held back behind it) is held, and those events are left to the poller. If the hold can't
-    /// be written, they are failures as without the mode (the batch is re-delivered from them).
-    /// A TTL deletion's event among them is dead-lettered with its record instead, and an event
-    /// outside the index is re-delivered: neither is left to a poller that can't see it.
-    pub(super) async fn hold_failed(
-        &self,
-        records: &[EventRecord],
-        settled: Vec<Settled<usize>>,
-        outcomes: &mut [Option<RecordOutcome>],
-        finish_by: Option<Instant>,
-    ) -> Vec<Settled<usize>> {
-        let (settled, gone) = self
-            .dead_letter_ttl_deletions(records, settled, finish_by)
-            .await;
-        // Per aggregate: the partition of its first event left, and every event left.
-        let mut partitions: HashMap<String, (String, Vec<outbox_shared::ItemKey>)> = HashMap::new();
-        for result in &settled {
-            if let Settled::Failed {
-                ordering_key,
-                key,
-                source,
-                ..
+    /// After publishing, before settling: each aggregate whose event failed (and so the later
+    /// ones held back behind it) is held, and those events are left to the poller. If the hold
+    /// can't be written, they stay failed as without the mode (the batch is re-delivered from
+    /// them). A TTL deletion's event among them becomes poison (dead-lettered with its record when
+    /// the batch is settled), and an event outside the index is re-delivered: neither is left to
+    /// a poller that can't see it. An aggregate whose events were only not sent is not held.
+    pub(super) async fn hold_failed(&self, events: &mut [Event<&EventRecord>], deadline: Deadline) {
+        for event in events.iter_mut() {
+            if !is_ttl_deletion(event.source) {
+                continue;
             }
-            | Settled::HeldBack {
-                ordering_key,
-                key,
-                source,
-                ..
-            } = result
-                && poller_can_see(&records[*source])
-            {
-                let partition = string_attr(&records[*source].change.new_image, attr::GSI1PK)
-                    .or_else(|| string_attr(&records[*source].change.old_image, attr::GSI1PK))
+            let why = match &event.state {
+                State::Failed { code, .. } => format!("its publish failed ({code})"),
+                State::HeldBack {
+                    behind: Behind::Failure,
+                } => "an earlier event of its aggregate failed".to_owned(),
+                _ => continue,
+            };
+            event.state = gone_from_the_table(&why);
+        }
+        // Per aggregate behind a failure: the partition of its first event left, and every event
+        // left.
+        let mut failing: HashMap<&str, (&str, Vec<ItemKey>)> = HashMap::new();
+        for event in events.iter() {
+            let (Some(aggregate), Some(key)) = (&event.aggregate, &event.key) else {
+                continue;
+            };
+            if event.blocks() == Some(Behind::Failure) && poller_can_see(event.source) {
+                let change = &event.source.change;
+                let partition = string_attr(&change.new_image, attr::GSI1PK)
+                    .or_else(|| string_attr(&change.old_image, attr::GSI1PK))
                     .unwrap_or_default();
-                partitions
-                    .entry(ordering_key.clone())
-                    .or_insert_with(|| (partition.to_owned(), Vec::new()))
+                failing
+                    .entry(aggregate.as_str())
+                    .or_insert_with(|| (partition, Vec::new()))
                     .1
                     .push(key.clone());
             }
         }
-        if partitions.is_empty() {
-            return settled.into_iter().chain(gone).collect();
+        if failing.is_empty() {
+            return;
         }
-        let holds = futures::future::join_all(partitions.iter().map(|(key, (partition, left))| async move {
-            let result = within(finish_by, self.holds.hold(key, partition, left))
-                .await
-                .unwrap_or_else(|| Err(cut_by_deadline("UpdateItem")));
-            if let Err(err) = &result {
-                tracing::warn!(ordering_key = %key, error = %outbox_shared::error::describe(&err), "could not hold the aggregate; its events are re-delivered");
-            }
-            (key.clone(), result.is_ok())
-        }))
-        .await;
-        let held: HashSet<String> = holds
-            .into_iter()
-            .filter_map(|(key, ok)| ok.then_some(key))
-            .collect();
+        let held: HashSet<String> = futures::future::join_all(failing.into_iter().map(
+            |(aggregate, (partition, left))| async move {
+                let result = deadline
+                    .finish(
+                        "UpdateItem",
+                        self.holds.hold(aggregate, partition, &left),
+                        |cut| cut,
+                    )
+                    .await;
+                if let Err(err) = &result {
+                    tracing::warn!(ordering_key = %aggregate, error = %outbox_shared::error::describe(err), "could not hold the aggregate; its events are re-delivered");
+                }
+                result.is_ok().then(|| aggregate.to_owned())
+            },
+        ))
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
         m::aggregates_held(held.len() as u64);
-        settled
-            .into_iter()
-            .filter_map(|result| match result {
-                Settled::Failed {
-                    ordering_key,
-                    event_id,
-                    source,
-                    ..
-                }
-                | Settled::HeldBack {
-                    ordering_key,
-                    event_id,
-                    source,
-                    ..
-                } if held.contains(&ordering_key) && poller_can_see(&records[source]) => {
-                    outcomes[source] = Some(RecordOutcome::Held { event_id });
-                    None
-                }
-                other => Some(other),
-            })
-            .chain(gone)
-            .collect()
-    }
-
-    /// Dead-letters, with their records, the TTL deletions' events among `settled` that were not
-    /// published (failed, or held back behind their aggregate's failure): the rest, and what the
-    /// dead-lettering settled.
-    async fn dead_letter_ttl_deletions(
-        &self,
-        records: &[EventRecord],
-        settled: Vec<Settled<usize>>,
-        finish_by: Option<Instant>,
-    ) -> (Vec<Settled<usize>>, Vec<Settled<usize>>) {
-        let mut rest = Vec::with_capacity(settled.len());
-        let mut poison = Vec::new();
-        for result in settled {
-            match result {
-                Settled::Failed {
-                    key,
-                    event_id,
-                    source,
-                    code,
-                    ..
-                } if is_ttl_deletion(&records[source]) => {
-                    let why = format!("its publish failed ({code})");
-                    poison.push(gone_from_the_table(key, event_id, &why, source));
-                }
-                Settled::HeldBack {
-                    key,
-                    event_id,
-                    source,
-                    ..
-                } if is_ttl_deletion(&records[source]) => poison.push(gone_from_the_table(
-                    key,
-                    event_id,
-                    "an earlier event of its aggregate failed",
-                    source,
-                )),
-                other => rest.push(other),
+        for event in events.iter_mut() {
+            let is_held = event.aggregate.as_ref().is_some_and(|a| held.contains(a));
+            if is_held && event.blocks() == Some(Behind::Failure) && poller_can_see(event.source) {
+                event.state = State::LeftToHold;
             }
         }
-        if poison.is_empty() {
-            return (rest, Vec::new());
-        }
-        let gone = self
-            .relay
-            .settle_until(
-                ReadyEvents::default(),
-                Vec::new(),
-                poison,
-                |&index| dead_letter_record(&records[index]),
-                finish_by,
-            )
-            .await;
-        (rest, gone)
     }
 }
 
 /// The TTL deletion of a pending event that could not be published now, for the dead-letter queue:
 /// its record is the only place the event exists, so it can't be left to the poller.
-fn gone_from_the_table(
-    key: outbox_shared::ItemKey,
-    event_id: String,
-    why: &str,
-    source: usize,
-) -> Poison<usize> {
-    Poison {
-        key: Some(key),
-        event_id: Some(event_id),
+fn gone_from_the_table(why: &str) -> State {
+    State::Poison {
         reason: format!(
             "not published: {why}; DynamoDB's TTL deleted the pending item, so only this record \
              holds the event and the poller can't publish it (redrive re-creates the item)"
         ),
-        source,
     }
 }
 

@@ -23,24 +23,35 @@
 //! is remembered, so nothing unpublished is skipped (at-least-once holds). A container that does
 //! not remember (a cold one after a re-delivery) publishes the batch again, duplicates as before.
 //!
-//! The per-event part (an item becomes an event or a poison case; dead-letter then mark; mark
-//! concurrently) is `relay_runtime::relay`, shared with the poller; this module is the batch
-//! loop around it: what the stream carries, strict order, and the checkpoint Lambda resumes from.
+//! One value carries each record of a batch from decode to the report
+//! (`relay_runtime::Event`): decoded, left to a hold, published, settled once, reported. The
+//! per-event part (publish, then mark or dead-letter then mark, concurrently) is
+//! `relay_runtime::relay`, shared with the poller; this module is the batch loop around it: what
+//! the stream carries, strict order, and the checkpoint Lambda resumes from.
 //!
-//! The room: [`batch`] is the batch loop (decode, publish, settle, report); [`decode`] says what
-//! each record is; [`holds`] is hold mode (`HOLD_FAILED_AGGREGATES`), before and after the
-//! publish; [`report`] is what a batch ends in, and the response Lambda reads.
+//! The room: this file is the relay and its one batch loop ([`StreamRelay::handle`]); [`decode`]
+//! says what each record is; [`holds`] is hold mode (`HOLD_FAILED_AGGREGATES`), a component of
+//! its own holding the holds port, before and after the publish; [`report`] is what a batch ends
+//! in, and the response Lambda reads.
 
 use std::sync::Arc;
 
-use relay_runtime::{DeadLetterSink, EventRelay, HoldStore, Publisher, RecentKeys, StatusStore};
+use aws_lambda_events::dynamodb::EventRecord;
+use chrono::Utc;
+use relay_runtime::{
+    AggregateHolds, DeadLetterSink, Deadline, Event, EventRelay, Publisher, RecentKeys, State,
+    StatusStore,
+};
 
-pub mod batch;
+use crate::handler::decode::{dead_letter_record, decode};
+use crate::handler::holds::HoldMode;
+
 pub mod decode;
 pub mod holds;
 pub mod report;
 
-pub use report::{BatchCounts, BatchReport, IgnoreReason, RecordOutcome};
+pub use relay_runtime::IgnoreReason;
+pub use report::{BatchCounts, BatchReport, RecordOutcome};
 
 /// `origin` of the dead letters this relay sends.
 pub const ORIGIN: &str = "relay-stream";
@@ -103,17 +114,17 @@ impl Default for HandlerOptions {
 #[derive(Debug, Clone)]
 pub struct StreamRelay<P, S, D, H> {
     relay: EventRelay<P, S, D>,
-    /// Aggregate holds (read and written in hold mode only).
-    holds: H,
+    /// Hold mode's component, when it is on.
+    hold_mode: Option<HoldMode<H>>,
     options: HandlerOptions,
     /// The event ids this process published lately, shared by the relay's clones (one per
     /// container, kept across invocations).
     recently_published: Arc<RecentKeys<String>>,
 }
 
-impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<P, S, D, H> {
+impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds> StreamRelay<P, S, D, H> {
     /// A relay that sends poison records to `dead_letters`, or reports them as batch item
-    /// failures when it is `None`, and keeps aggregate holds in `holds`.
+    /// failures when it is `None`, and keeps aggregate holds in `holds` (in hold mode).
     pub fn new(
         publisher: P,
         status: S,
@@ -129,7 +140,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
                 ORIGIN,
                 options.mark_concurrency,
             ),
-            holds,
+            hold_mode: options.hold_failed_aggregates.then(|| HoldMode::new(holds)),
             options,
             recently_published: Arc::new(RecentKeys::new(
                 RECENTLY_PUBLISHED_TTL,
@@ -144,6 +155,82 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> StreamRelay<
 
     pub fn options(&self) -> &HandlerOptions {
         &self.options
+    }
+
+    /// The deadline of a batch that must be done by `invocation` (the invocation's deadline): no
+    /// publish starts after it less the margin, and what follows the last publish ends
+    /// [`RESPONSE_RESERVE`] before it.
+    pub fn deadline_of(&self, invocation: tokio::time::Instant) -> Deadline {
+        Deadline::of_invocation(invocation, self.options.deadline_margin, RESPONSE_RESERVE)
+    }
+
+    /// Handles one batch of stream records by `deadline` ([`Self::deadline_of`] the
+    /// invocation's, or [`Deadline::NONE`]): each record is decoded, in hold mode left to the
+    /// poller if its aggregate is held, published unless this relay published it already, in hold
+    /// mode held if it failed, and settled once (marked, or dead-lettered then marked); the first
+    /// record not published is the batch item failure.
+    pub async fn handle(&self, records: &[EventRecord], deadline: Deadline) -> BatchReport {
+        let mut events: Vec<Event<&EventRecord>> = records.iter().map(decode).collect();
+        if let Some(hold_mode) = &self.hold_mode {
+            hold_mode.leave_held(&mut events, deadline).await;
+        }
+        self.publish(&mut events, deadline).await;
+        let published_at = Utc::now();
+        if let Some(hold_mode) = &self.hold_mode {
+            hold_mode.hold_failed(&mut events, deadline).await;
+        }
+        self.relay
+            .settle(&mut events, deadline, |record| dead_letter_record(record))
+            .await;
+        self.recently_published.remember(
+            events
+                .iter()
+                .filter(|e| matches!(e.state, State::Marked(_) | State::NotMarked(_)))
+                .filter_map(|e| e.event_id.clone()),
+        );
+        report::report(events, published_at)
+    }
+
+    /// Publishes the ready events, except those this relay published lately (a re-delivered
+    /// batch brings them again): they are published without a call, so they are marked again and
+    /// reported published. Only an event the bus accepted from this process is remembered, so
+    /// none is skipped that was not published. In strict mode it publishes a chunk at a time and
+    /// stops at the first chunk with an event not published: the rest are not sent.
+    async fn publish(&self, events: &mut [Event<&EventRecord>], deadline: Deadline) {
+        let mut skipped = 0;
+        for event in events.iter_mut().filter(|e| e.is_ready()) {
+            if event
+                .event_id
+                .as_ref()
+                .is_some_and(|id| self.recently_published.contains(id))
+            {
+                event.state = State::Published;
+                skipped += 1;
+            }
+        }
+        if skipped > 0 {
+            tracing::info!(
+                already_published = skipped,
+                "re-delivered records whose events this relay published: marked, not published again"
+            );
+        }
+        if !self.options.stop_at_first_failure {
+            return self.relay.publish(events, deadline).await;
+        }
+        let chunk = self.options.strict_chunk_size.max(1);
+        let mut rest = events;
+        while !rest.is_empty() {
+            // Up to `chunk` ready events (and whatever lies between them).
+            let ready: Vec<usize> = (0..rest.len()).filter(|&i| rest[i].is_ready()).collect();
+            let end = ready.get(chunk).copied().unwrap_or(rest.len());
+            let (now, later) = std::mem::take(&mut rest).split_at_mut(end);
+            self.relay.publish(now, deadline).await;
+            if ready.iter().any(|&i| i < end && now[i].blocks().is_some()) {
+                later.iter_mut().for_each(Event::leave_unsent);
+                break;
+            }
+            rest = later;
+        }
     }
 }
 

@@ -1,20 +1,12 @@
-//! What a batch ends in: an outcome per record, the counts, and the partial-batch response
-//! Lambda checkpoints from.
+//! What a batch ends in: an outcome per record, the counts (from the runtime's one
+//! [`Tally`]), and the partial-batch response Lambda checkpoints from.
 
 use aws_lambda_events::dynamodb::EventRecord;
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
-use outbox_shared::OutboxStatus;
+use chrono::{DateTime, Utc};
+use relay_runtime::{Event, IgnoreReason, State, Tally};
 
-/// Why a record was not for this relay.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IgnoreReason {
-    /// A `MODIFY`, or a `REMOVE` that is not a TTL deletion (a user's delete).
-    NotInsert(String),
-    /// The new image is not an outbox event (an order, an idempotency record, or no image).
-    NotOutboxEvent,
-    /// An outbox item inserted in a status other than `PENDING` (a restore or a copy).
-    NotPending(OutboxStatus),
-}
+use crate::metrics as m;
 
 /// What happened to one record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +64,20 @@ pub struct BatchCounts {
     pub not_marked: u64,
 }
 
+impl From<Tally> for BatchCounts {
+    fn from(tally: Tally) -> Self {
+        Self {
+            published: tally.published(),
+            ignored: tally.ignored,
+            dead_lettered: tally.all_dead_lettered(),
+            // Each is re-delivered: not published now.
+            failed: tally.failed + tally.not_dead_lettered + tally.not_sent + tally.held_back,
+            held: tally.left_to_hold,
+            not_marked: tally.all_not_marked(),
+        }
+    }
+}
+
 impl std::ops::AddAssign for BatchCounts {
     fn add_assign(&mut self, other: Self) {
         self.published += other.published;
@@ -89,29 +95,13 @@ pub struct BatchReport {
     pub outcomes: Vec<RecordOutcome>,
     /// Index of the first record that must be delivered again.
     pub first_unpublished: Option<usize>,
+    /// What happened to the batch's events.
+    pub tally: Tally,
 }
 
 impl BatchReport {
     pub fn counts(&self) -> BatchCounts {
-        let mut counts = BatchCounts::default();
-        for outcome in &self.outcomes {
-            match outcome {
-                RecordOutcome::Ignored(_) => counts.ignored += 1,
-                RecordOutcome::Published { marked, .. } => {
-                    counts.published += 1;
-                    counts.not_marked += u64::from(!marked);
-                }
-                RecordOutcome::DeadLettered { marked, .. } => {
-                    counts.dead_lettered += 1;
-                    counts.not_marked += u64::from(!marked);
-                }
-                RecordOutcome::Failed { .. } | RecordOutcome::NotSent { .. } => {
-                    counts.failed += 1;
-                }
-                RecordOutcome::Held { .. } => counts.held += 1,
-            }
-        }
-        counts
+        BatchCounts::from(self.tally)
     }
 
     /// The Lambda response: the first record to re-deliver, if any.
@@ -132,4 +122,83 @@ impl BatchReport {
         }
         response
     }
+}
+
+/// What a settled event means for its record. A failed mark is not a batch failure (see the
+/// module docs of [`super`]); it is counted `not_marked`.
+fn record_outcome(event: Event<&EventRecord>) -> RecordOutcome {
+    let Event {
+        event_id, state, ..
+    } = event;
+    let id = || event_id.clone().unwrap_or_default();
+    match state {
+        State::Ignored(reason) => RecordOutcome::Ignored(reason),
+        State::Marked(_) => RecordOutcome::Published {
+            event_id: id(),
+            marked: true,
+        },
+        // A publish whose mark never ran is as good as one whose mark failed.
+        State::NotMarked(_) | State::Published => RecordOutcome::Published {
+            event_id: id(),
+            marked: false,
+        },
+        State::DeadLettered { reason, mark } => RecordOutcome::DeadLettered {
+            event_id,
+            reason,
+            marked: !matches!(mark, Some(Err(_))),
+        },
+        State::NotDeadLettered {
+            reason,
+            error: None,
+        }
+        | State::Poison { reason } => RecordOutcome::Failed {
+            event_id,
+            reason: format!("poison (no dead-letter queue configured): {reason}"),
+        },
+        State::NotDeadLettered {
+            error: Some(err), ..
+        } => RecordOutcome::Failed {
+            event_id,
+            reason: format!("dead-letter queue unavailable: {err}"),
+        },
+        State::Failed { code, message } => RecordOutcome::Failed {
+            event_id,
+            reason: format!("{code}: {message}"),
+        },
+        State::Ready(_) | State::NotSent | State::HeldBack { .. } => {
+            RecordOutcome::NotSent { event_id: id() }
+        }
+        State::LeftToHold => RecordOutcome::Held { event_id: id() },
+    }
+}
+
+/// The batch's report from its settled events (one per record, in order), counted in the metrics
+/// and the log: the relay lag is `published_at` less the oldest published record's creation.
+pub(super) fn report(events: Vec<Event<&EventRecord>>, published_at: DateTime<Utc>) -> BatchReport {
+    let tally = Tally::of(&events);
+    let max_lag_ms = events
+        .iter()
+        .filter(|e| matches!(e.state, State::Marked(_) | State::NotMarked(_)))
+        .map(|e| (published_at - e.source.change.approximate_creation_date_time).num_milliseconds())
+        .max();
+    let records = events.len();
+    let outcomes: Vec<RecordOutcome> = events.into_iter().map(record_outcome).collect();
+    let first_unpublished = outcomes.iter().position(RecordOutcome::needs_redelivery);
+    let report = BatchReport {
+        outcomes,
+        first_unpublished,
+        tally,
+    };
+    let counts = report.counts();
+    m::record_batch(&counts, max_lag_ms);
+    tracing::info!(
+        records,
+        published = counts.published,
+        ignored = counts.ignored,
+        dead_lettered = counts.dead_lettered,
+        failed = counts.failed,
+        not_marked = counts.not_marked,
+        "batch handled"
+    );
+    report
 }

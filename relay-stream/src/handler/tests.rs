@@ -4,8 +4,8 @@ use std::collections::HashMap;
 
 use aws_lambda_events::dynamodb::EventRecord;
 use outbox_shared::{ItemKey, OutboxStatus};
-use relay_runtime::PublishOutcome;
 use relay_runtime::testing::{FakeDeadLetters, FakeHoldStore, FakePublisher, FakeStatusStore};
+use relay_runtime::{AggregateHolds, Deadline, PublishOutcome};
 use serde_dynamo::AttributeValue;
 use serde_json::json;
 
@@ -102,7 +102,10 @@ async fn aws_sample_events_are_ignored() {
         assert!(!records.is_empty());
 
         // When the handler runs
-        let report = ports.relay(true, false).handle(&records).await;
+        let report = ports
+            .relay(true, false)
+            .handle(&records, Deadline::NONE)
+            .await;
 
         // Then nothing is published, nothing fails
         assert!(
@@ -132,7 +135,10 @@ async fn only_outbox_inserts_are_published_and_marked() {
     );
 
     // When the handler runs
-    let report = ports.relay(true, false).handle(&records).await;
+    let report = ports
+        .relay(true, false)
+        .handle(&records, Deadline::NONE)
+        .await;
 
     // Then exactly the two outbox INSERTs are published, with the documented envelope
     let id = "0194f7c2-8a4b-7d3e-9c1a-2b3c4d5e6f70";
@@ -204,12 +210,12 @@ async fn a_failing_aggregate_is_left_to_the_poller_and_the_rest_is_published_at_
         aggregate_insert(2, "y1", "y"),
         aggregate_insert(3, "x2", "x"),
     ];
-    let first = relay.handle(&first_batch).await;
+    let first = relay.handle(&first_batch, Deadline::NONE).await;
     let second_batch = vec![
         aggregate_insert(4, "x3", "x"),
         aggregate_insert(5, "y2", "y"),
     ];
-    let second = relay.handle(&second_batch).await;
+    let second = relay.handle(&second_batch, Deadline::NONE).await;
 
     // Then y's events are published at once and x's are left pending for the poller, with
     // no record re-delivered
@@ -260,7 +266,10 @@ async fn without_the_mode_a_failing_aggregate_is_the_batch_item_failure() {
     ];
 
     // When it is handled
-    let report = ports.relay(true, false).handle(&batch).await;
+    let report = ports
+        .relay(true, false)
+        .handle(&batch, Deadline::NONE)
+        .await;
 
     // Then x1 is the batch item failure, x2 was not sent, y1 was published
     assert_eq!(report.first_unpublished, Some(0));
@@ -276,7 +285,10 @@ async fn a_ttl_deletion_of_a_pending_event_is_published_and_a_users_delete_is_no
     assert_eq!(records.len(), 2);
 
     // When the handler runs
-    let report = ports.relay(true, false).handle(&records).await;
+    let report = ports
+        .relay(true, false)
+        .handle(&records, Deadline::NONE)
+        .await;
 
     // Then the TTL-deleted event is published once from its old image, with its event id,
     // and the user's delete is ignored
@@ -313,7 +325,10 @@ async fn a_ttl_deletion_of_a_poison_event_is_dead_lettered_with_its_record() {
         .insert("Payload".into(), AttributeValue::S("not json {".into()));
 
     // When the handler runs
-    let report = ports.relay(true, false).handle(&records).await;
+    let report = ports
+        .relay(true, false)
+        .handle(&records, Deadline::NONE)
+        .await;
 
     // Then it is dead-lettered with the whole record (the old image in it)
     assert!(
@@ -346,7 +361,10 @@ async fn poison_goes_to_the_dead_letter_queue_without_blocking() {
     ];
 
     // When the handler runs
-    let report = ports.relay(true, false).handle(&records).await;
+    let report = ports
+        .relay(true, false)
+        .handle(&records, Deadline::NONE)
+        .await;
 
     // Then both poison records are dead-lettered with a reason and the full record
     assert!(
@@ -379,7 +397,10 @@ async fn poison_goes_to_the_dead_letter_queue_without_blocking() {
 async fn without_a_dead_letter_queue_poison_is_a_batch_item_failure() {
     let ports = Ports::new(FakePublisher::default());
     let records = vec![outbox_insert(1, "e1", "{}"), outbox_insert(2, "e2", "nope")];
-    let report = ports.relay(false, false).handle(&records).await;
+    let report = ports
+        .relay(false, false)
+        .handle(&records, Deadline::NONE)
+        .await;
     let response = report.response(&records);
     assert_eq!(response.batch_item_failures.len(), 1);
     assert_eq!(
@@ -400,7 +421,10 @@ async fn a_failed_event_is_the_batch_item_failure_and_later_events_still_publish
         .collect();
 
     // When the handler runs (default: not strict)
-    let report = ports.relay(true, false).handle(&records).await;
+    let report = ports
+        .relay(true, false)
+        .handle(&records, Deadline::NONE)
+        .await;
 
     // Then e2's record is reported, e2 is not marked, and e3, e4 were published
     assert_eq!(report.first_unpublished, Some(1));
@@ -433,11 +457,11 @@ async fn a_redelivered_batch_does_not_publish_again_what_the_relay_published() {
     let records: Vec<_> = (1..=4)
         .map(|i| outbox_insert(i, &format!("e{i}"), "{}"))
         .collect();
-    let first = relay.handle(&records).await;
+    let first = relay.handle(&records, Deadline::NONE).await;
     let failed_at = first.first_unpublished.expect("e2 is re-delivered");
 
     // When Lambda re-delivers the batch from e2 to the same (warm) relay
-    let again = relay.handle(&records[failed_at..]).await;
+    let again = relay.handle(&records[failed_at..], Deadline::NONE).await;
 
     // Then e2 is attempted again (it was never published) and still the item failure, while
     // e3 and e4 are reported published and marked again, not published a second time
@@ -479,7 +503,10 @@ async fn strict_mode_stops_at_the_first_failure() {
         .collect();
 
     // When the handler runs
-    let report = ports.relay(true, true).handle(&records).await;
+    let report = ports
+        .relay(true, true)
+        .handle(&records, Deadline::NONE)
+        .await;
 
     // Then the chunk holding e3 is the last one attempted
     let published: Vec<_> = ports
@@ -509,7 +536,10 @@ async fn rejected_entries_are_dead_lettered() {
         },
     ));
     let records = vec![outbox_insert(1, "e1", "{}"), outbox_insert(2, "e2", "{}")];
-    let report = ports.relay(true, false).handle(&records).await;
+    let report = ports
+        .relay(true, false)
+        .handle(&records, Deadline::NONE)
+        .await;
     assert!(
         matches!(&report.outcomes[0], RecordOutcome::DeadLettered { reason, .. } if reason.contains("MalformedDetail"))
     );
@@ -532,7 +562,10 @@ async fn a_failed_mark_is_not_a_batch_failure_and_is_counted_not_marked() {
     };
     let records = vec![outbox_insert(1, "e1", "{}"), outbox_insert(2, "e2", "x")];
     // When the batch is handled
-    let report = ports.relay(true, false).handle(&records).await;
+    let report = ports
+        .relay(true, false)
+        .handle(&records, Deadline::NONE)
+        .await;
     // Then the event is reported published and the poison dead-lettered, both not marked (the
     // poller handles them again later, with the same id), and no record is re-delivered
     assert_eq!(
@@ -561,7 +594,10 @@ async fn an_unavailable_dead_letter_queue_fails_the_record() {
         ..Ports::new(FakePublisher::default())
     };
     let records = vec![outbox_insert(1, "e1", "{}"), outbox_insert(2, "e2", "x")];
-    let report = ports.relay(true, false).handle(&records).await;
+    let report = ports
+        .relay(true, false)
+        .handle(&records, Deadline::NONE)
+        .await;
     assert_eq!(report.first_unpublished, Some(1));
 }
 
@@ -571,7 +607,10 @@ async fn a_record_without_sequence_number_fails_the_whole_batch() {
     let mut record = outbox_insert(1, "e1", "{}");
     record.change.sequence_number = None;
     let records = vec![record];
-    let report = ports.relay(true, false).handle(&records).await;
+    let report = ports
+        .relay(true, false)
+        .handle(&records, Deadline::NONE)
+        .await;
     let response = report.response(&records);
     assert_eq!(
         response.batch_item_failures[0].item_identifier.as_deref(),
@@ -695,7 +734,7 @@ mod properties {
         fn every_record_ends_ignored_published_or_dead_lettered(records in prop::collection::vec(record(), 0..12)) {
             let ports = Ports::new(FakePublisher::default().with_max_entry_bytes(4_096));
             let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
-            let report = runtime.block_on(ports.relay(true, false).handle(&records));
+            let report = runtime.block_on(ports.relay(true, false).handle(&records, Deadline::NONE));
 
             prop_assert_eq!(report.outcomes.len(), records.len());
             prop_assert_eq!(report.first_unpublished, None);
@@ -758,7 +797,7 @@ async fn in_hold_mode_a_ttl_deleted_event_of_a_held_aggregate_is_dead_lettered_n
     let records = vec![ttl_deletion_of_a_pending_event()];
 
     // When the batch is handled in hold mode
-    let report = hold_mode(&ports).handle(&records).await;
+    let report = hold_mode(&ports).handle(&records, Deadline::NONE).await;
 
     // Then the event is dead-lettered with its record (a redrive re-creates it in its place in
     // its aggregate's order), not left to a poller that can never publish it
@@ -785,7 +824,7 @@ async fn in_hold_mode_a_ttl_deleted_event_that_fails_to_publish_is_dead_lettered
     let records = vec![ttl_deletion_of_a_pending_event()];
 
     // When the batch is handled in hold mode
-    let report = hold_mode(&ports).handle(&records).await;
+    let report = hold_mode(&ports).handle(&records, Deadline::NONE).await;
 
     // Then it is dead-lettered with its record, and its aggregate is not held for a poller that
     // can't see the event
@@ -828,7 +867,7 @@ async fn in_hold_mode_an_event_outside_the_index_is_published_even_when_its_aggr
     let records = vec![insert_outside_the_index(1, "e1"), odd_sort_key];
 
     // When the batch is handled in hold mode
-    let report = hold_mode(&ports).handle(&records).await;
+    let report = hold_mode(&ports).handle(&records, Deadline::NONE).await;
 
     // Then both are published: only this relay can
     assert_eq!(
@@ -853,7 +892,7 @@ async fn in_hold_mode_an_event_outside_the_index_that_fails_is_re_delivered_not_
     let records = vec![insert_outside_the_index(1, "e1")];
 
     // When the batch is handled in hold mode
-    let report = hold_mode(&ports).handle(&records).await;
+    let report = hold_mode(&ports).handle(&records, Deadline::NONE).await;
 
     // Then it is the batch item failure (Lambda re-delivers it), and nothing is held
     assert_eq!(report.first_unpublished, Some(0));
@@ -869,10 +908,10 @@ struct SlowStatus {
 impl relay_runtime::StatusStore for SlowStatus {
     async fn mark_published(
         &self,
-        key: &ItemKey,
-    ) -> Result<relay_runtime::MarkOutcome, relay_runtime::StatusError> {
+        keys: &[ItemKey],
+    ) -> Vec<Result<relay_runtime::MarkOutcome, relay_runtime::StatusError>> {
         tokio::time::sleep(self.delay).await;
-        self.inner.mark_published(key).await
+        self.inner.mark_published(keys).await
     }
 
     async fn mark_dead_lettered(
@@ -882,14 +921,6 @@ impl relay_runtime::StatusStore for SlowStatus {
     ) -> Result<relay_runtime::MarkOutcome, relay_runtime::StatusError> {
         tokio::time::sleep(self.delay).await;
         self.inner.mark_dead_lettered(key, reason).await
-    }
-
-    async fn extend_ttl(
-        &self,
-        key: &ItemKey,
-    ) -> Result<relay_runtime::TtlOutcome, relay_runtime::StatusError> {
-        tokio::time::sleep(self.delay).await;
-        self.inner.extend_ttl(key).await
     }
 }
 
@@ -920,7 +951,7 @@ async fn what_runs_after_the_last_publish_ends_before_the_invocations_deadline()
     let deadline = started + std::time::Duration::from_secs(15);
 
     // When the batch is handled
-    let report = relay.handle_until(&records, Some(deadline)).await;
+    let report = relay.handle(&records, relay.deadline_of(deadline)).await;
 
     // Then the handler answered before the deadline, with the reserve to return its response
     let took = started.elapsed();
@@ -956,16 +987,7 @@ struct ReleasedMeanwhile {
     leave: Result<bool, ()>,
 }
 
-impl relay_runtime::HoldStore for ReleasedMeanwhile {
-    async fn hold(&self, _: &str, _: &str, _: &[ItemKey]) -> Result<(), outbox_shared::SdkFailure> {
-        Ok(())
-    }
-
-    async fn leave(&self, _: &str, _: &[ItemKey]) -> Result<bool, outbox_shared::SdkFailure> {
-        self.leave
-            .map_err(|()| relay_runtime::testing::throttled_update())
-    }
-
+impl AggregateHolds for ReleasedMeanwhile {
     async fn held(
         &self,
         keys: &[String],
@@ -977,16 +999,13 @@ impl relay_runtime::HoldStore for ReleasedMeanwhile {
             .collect())
     }
 
-    async fn list(&self) -> Result<Vec<relay_runtime::Hold>, outbox_shared::SdkFailure> {
-        unreachable!("the stream relay does not list holds")
+    async fn leave(&self, _: &str, _: &[ItemKey]) -> Result<bool, outbox_shared::SdkFailure> {
+        self.leave
+            .map_err(|()| relay_runtime::testing::throttled_update())
     }
 
-    async fn release(&self, _: &relay_runtime::Hold) -> Result<bool, outbox_shared::SdkFailure> {
-        unreachable!("the stream relay does not release holds")
-    }
-
-    async fn extend(&self, _: &relay_runtime::Hold) -> Result<bool, outbox_shared::SdkFailure> {
-        unreachable!("the stream relay does not extend holds")
+    async fn hold(&self, _: &str, _: &str, _: &[ItemKey]) -> Result<(), outbox_shared::SdkFailure> {
+        Ok(())
     }
 }
 
@@ -1023,7 +1042,7 @@ async fn handled_with_a_hold_that(
         outbox_insert(2, "y1", "{}"),
         of_aggregate(outbox_insert(3, "x2", "{}"), "o-x"),
     ];
-    let report = relay.handle(&records).await;
+    let report = relay.handle(&records, Deadline::NONE).await;
     let published = ports
         .publisher
         .published()
@@ -1059,4 +1078,34 @@ async fn in_hold_mode_events_that_could_not_be_recorded_on_their_hold_are_re_del
     let failures = report.response(&records).batch_item_failures;
     assert_eq!(failures.len(), 1);
     assert_eq!(failures[0].item_identifier.as_deref(), Some("00000001"));
+}
+
+#[tokio::test]
+async fn in_hold_mode_an_event_cut_by_the_deadline_holds_nothing_and_dead_letters_nothing() {
+    // Given aggregate o-91's two INSERTs and then the TTL deletion of its pending event, the
+    // first INSERT not sent (the invocation's deadline came before its call): the rest of the
+    // aggregate is held back behind it, though nothing failed
+    let ports = Ports::new(FakePublisher::default().with_outcome("x1", PublishOutcome::NotSent));
+    let records = vec![
+        of_aggregate(outbox_insert(1, "x1", "{}"), "o-91"),
+        of_aggregate(outbox_insert(2, "x2", "{}"), "o-91"),
+        ttl_deletion_of_a_pending_event(),
+    ];
+
+    // When the batch is handled in hold mode
+    let report = hold_mode(&ports).handle(&records, Deadline::NONE).await;
+
+    // Then no hold is written and nothing is dead-lettered: the batch is re-delivered from x1,
+    // and the aggregate's events are published then, in order
+    assert!(ports.holds.holds().is_empty(), "{:?}", ports.holds.holds());
+    assert!(ports.dead_letters.letters().is_empty(), "{report:?}");
+    assert_eq!(report.first_unpublished, Some(0));
+    assert!(
+        report
+            .outcomes
+            .iter()
+            .all(|o| matches!(o, RecordOutcome::NotSent { .. })),
+        "{report:?}"
+    );
+    assert!(ports.publisher.published().is_empty());
 }

@@ -1,20 +1,25 @@
-//! The index, the table, the bus and the dead-letter queue in one, in memory: the four ports a
-//! pass publishes through (holds are `relay_runtime::testing::FakeHoldStore`).
+//! The index, the table, the bus and the dead-letter queue in one, in memory: every port a pass
+//! publishes through, the TTL refresh's, and the poller's side of the holds (kept in a
+//! `relay_runtime::testing::FakeHoldStore`, pending as the table says).
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
-use outbox_shared::schema::attr;
-use outbox_shared::{ItemKey, OutboundEvent};
+use outbox_shared::schema::{self, attr};
+use outbox_shared::{ItemKey, OutboundEvent, SdkFailure};
+use relay_runtime::testing::FakeHoldStore;
 use relay_runtime::{
-    DeadLetter, DeadLetterError, DeadLetterSink, MarkOutcome, PublishOutcome, Publisher,
-    StatusError, StatusStore, TtlOutcome,
+    DeadLetter, DeadLetterError, DeadLetterSink, Deadline, Hold, HoldRelease, MarkOutcome,
+    PublishOutcome, Publisher, StatusError, StatusStore,
 };
 
 use crate::index::{
-    Cursor, IndexError, PartitionCounts, PendingIndex, PendingPage, RawItem, ShardBacklog,
+    Cursor, IndexError, PartitionCounts, PendingCounts, PendingPage, PendingPages, RawItem,
+    ShardBacklog,
 };
 use crate::poller::decode::string_attr;
+use crate::poller::ttl::{PendingTtl, TtlOutcome};
 
 /// The index and the table in one: partition (GSI1PK) -> GSI1SK -> item; marks remove from
 /// the index.
@@ -28,6 +33,9 @@ pub(super) struct Table {
     pub(super) failing_aggregates: Mutex<HashSet<String>>,
     /// Event ids EventBridge rejects as malformed.
     pub(super) rejected: Mutex<HashSet<String>>,
+    /// Event ids the publisher does not send (its stalled limit, or a lease's poll deadline, came
+    /// first).
+    pub(super) not_sent: Mutex<HashSet<String>>,
     pub(super) published: Mutex<Vec<OutboundEvent>>,
     pub(super) dead_letters: Mutex<Vec<DeadLetter>>,
     /// Keys whose mark "another relay" wins: the item leaves the index without our mark.
@@ -39,6 +47,8 @@ pub(super) struct Table {
     pub(super) lag_index: std::sync::atomic::AtomicBool,
     /// Marked items the lagging index still returns.
     pub(super) lagging: Mutex<HashSet<ItemKey>>,
+    /// The aggregate holds the stream relay set.
+    pub(super) holds: FakeHoldStore,
 }
 
 pub(super) fn key_of(raw: &RawItem) -> ItemKey {
@@ -136,7 +146,7 @@ impl Table {
     }
 }
 
-impl PendingIndex for &Table {
+impl PendingPages for &Table {
     async fn query_page(
         &self,
         shard: &str,
@@ -161,12 +171,39 @@ impl PendingIndex for &Table {
         });
         Ok(PendingPage { items, next })
     }
+}
 
-    async fn backlog(&self, _shard: u16) -> Result<ShardBacklog, IndexError> {
-        unreachable!("not used by the poller")
+impl PendingCounts for &Table {
+    async fn backlog(&self, shard: u16) -> Result<ShardBacklog, IndexError> {
+        let index = self.index.lock().unwrap();
+        let items = index.get(&schema::pending_shard_pk(shard));
+        Ok(ShardBacklog {
+            shard,
+            pending: items.map_or(0, |items| items.len() as u64),
+            oldest_created_at: items
+                .and_then(|items| items.values().next())
+                .and_then(|raw| string_attr(raw, attr::CREATED_AT)),
+        })
     }
 
-    async fn has_pending(&self, hold: &relay_runtime::Hold) -> Result<bool, IndexError> {
+    async fn partitions(&self) -> Result<PartitionCounts, IndexError> {
+        Ok(self
+            .index
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, items)| !items.is_empty())
+            .map(|(partition, items)| (partition.clone(), items.len() as u64))
+            .collect())
+    }
+}
+
+impl HoldRelease for &Table {
+    async fn list(&self) -> Result<Vec<Hold>, SdkFailure> {
+        Ok(self.holds.list())
+    }
+
+    async fn has_pending(&self, hold: &Hold) -> Result<bool, SdkFailure> {
         let statuses = self.statuses.lock().unwrap();
         let recorded = hold
             .left
@@ -186,30 +223,31 @@ impl PendingIndex for &Table {
         Ok(recorded || in_partition)
     }
 
-    async fn partitions(&self) -> Result<PartitionCounts, IndexError> {
-        Ok(self
-            .index
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(_, items)| !items.is_empty())
-            .map(|(partition, items)| (partition.clone(), items.len() as u64))
-            .collect())
+    async fn release(&self, hold: &Hold) -> Result<bool, SdkFailure> {
+        Ok(self.holds.release(hold))
+    }
+
+    async fn extend(&self, hold: &Hold) -> Result<bool, SdkFailure> {
+        Ok(self.holds.extend(hold))
     }
 }
 
 impl Publisher for Table {
-    async fn publish_until(
+    async fn publish<E: Borrow<OutboundEvent> + Sync>(
         &self,
-        events: &[OutboundEvent],
-        _stop_at: Option<tokio::time::Instant>,
+        events: &[E],
+        _deadline: Deadline,
     ) -> Vec<PublishOutcome> {
         let failing = self.failing_aggregates.lock().unwrap().clone();
         let rejected = self.rejected.lock().unwrap().clone();
+        let not_sent = self.not_sent.lock().unwrap().clone();
         events
             .iter()
-            .map(|e| {
-                if failing.contains(&e.ordering_key) {
+            .map(Borrow::borrow)
+            .map(|e: &OutboundEvent| {
+                if not_sent.contains(&e.event_id) {
+                    PublishOutcome::NotSent
+                } else if failing.contains(&e.ordering_key) {
                     PublishOutcome::Failed {
                         code: "ThrottlingException".into(),
                         message: "slow down".into(),
@@ -229,8 +267,8 @@ impl Publisher for Table {
 }
 
 impl StatusStore for Table {
-    async fn mark_published(&self, key: &ItemKey) -> Result<MarkOutcome, StatusError> {
-        self.mark(key, "PUBLISHED")
+    async fn mark_published(&self, keys: &[ItemKey]) -> Vec<Result<MarkOutcome, StatusError>> {
+        keys.iter().map(|key| self.mark(key, "PUBLISHED")).collect()
     }
 
     async fn mark_dead_lettered(
@@ -240,7 +278,9 @@ impl StatusStore for Table {
     ) -> Result<MarkOutcome, StatusError> {
         self.mark(key, "DEAD_LETTERED")
     }
+}
 
+impl PendingTtl for Table {
     async fn extend_ttl(&self, key: &ItemKey) -> Result<TtlOutcome, StatusError> {
         self.extended.lock().unwrap().push(key.clone());
         Ok(TtlOutcome::Extended)

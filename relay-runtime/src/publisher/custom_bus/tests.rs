@@ -23,6 +23,7 @@ use outbox_shared::{OutboundEvent, RetryPolicy};
 
 use super::CustomBusPublisher;
 use crate::config::{BusKind, PublisherConfig};
+use crate::deadline::Deadline;
 use crate::publisher::{PublishOutcome, Publisher};
 
 const BUS_ARN: &str =
@@ -165,7 +166,7 @@ async fn every_entry_carries_its_group_and_its_event_id_on_the_bus_arn_up_to_100
     let events: Vec<_> = (0..150).map(|i| event_of(&format!("o{i}"), 1)).collect();
 
     // When they are published
-    let outcomes = publisher.publish(&events).await;
+    let outcomes = publisher.publish(&events, Deadline::NONE).await;
 
     // Then all are published in two calls of 100 and 50, each entry with its aggregate as its
     // group and its event id as its deduplication id, from the configured source
@@ -191,7 +192,7 @@ async fn a_deduplicated_entry_is_published_and_counted() {
 
     // When two events are published
     let outcomes = publisher
-        .publish(&[event_of("a", 1), event_of("b", 1)])
+        .publish(&[event_of("a", 1), event_of("b", 1)], Deadline::NONE)
         .await;
 
     // Then both are published (they stay on the bus once), and counted as deduplicated
@@ -222,7 +223,7 @@ async fn a_call_whose_answer_was_lost_is_sent_again_and_comes_back_deduplicated(
 
     // When three events are published
     let events = [event_of("a", 1), event_of("b", 1), event_of("c", 1)];
-    let outcomes = publisher.publish(&events).await;
+    let outcomes = publisher.publish(&events, Deadline::NONE).await;
 
     // Then all three are published after one retry of the call, each counted as deduplicated
     assert_eq!(outcomes, vec![PublishOutcome::Published; 3]);
@@ -247,7 +248,7 @@ async fn a_throttled_call_is_retried_and_lowers_the_publish_rate() {
 
     // When two events are published
     let outcomes = publisher
-        .publish(&[event_of("a", 1), event_of("b", 1)])
+        .publish(&[event_of("a", 1), event_of("b", 1)], Deadline::NONE)
         .await;
 
     // Then both are published after a retry, counted as throttled, and the rate has a limit
@@ -272,7 +273,10 @@ async fn call_errors_of_the_bus_itself_fail_every_entry_without_splitting_the_ca
 
         // When three events are published, the third a later event of the first's aggregate
         let outcomes = publisher
-            .publish(&[event_of("a", 1), event_of("b", 1), event_of("a", 2)])
+            .publish(
+                &[event_of("a", 1), event_of("b", 1), event_of("a", 2)],
+                Deadline::NONE,
+            )
             .await;
 
         // Then one call was made: the first two failed and stay pending, the third held back
@@ -307,7 +311,7 @@ async fn a_call_refused_as_invalid_input_is_split_until_the_entry_at_fault_is_al
     events[2].detail_type = "bad".into();
 
     // When they are published
-    let outcomes = publisher.publish(&events).await;
+    let outcomes = publisher.publish(&events, Deadline::NONE).await;
 
     // Then the bad entry alone is poison and the others are published
     for (i, outcome) in outcomes.iter().enumerate() {
@@ -368,7 +372,7 @@ async fn a_group_never_has_two_events_in_one_call_nor_one_after_its_failure() {
     let events: Vec<_> = (1..=3)
         .flat_map(|n| [event_of("a", n), event_of("b", n)])
         .collect();
-    let outcomes = publisher.publish(&events).await;
+    let outcomes = publisher.publish(&events, Deadline::NONE).await;
 
     // Then no call held two events of a group; a1 failed and a2, a3 were never sent
     let groups = groups.lock().unwrap();

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64};
 use std::sync::{Mutex, MutexGuard};
 
 use super::*;
+use crate::assignment::{Lease, Term};
 use crate::assignment::{PageStart, ShardAssignment};
-use crate::lease::{Lease, Term};
 
 const DURATION: Millis = 3_000;
 const RENEW: Millis = 1_000;

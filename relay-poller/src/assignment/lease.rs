@@ -33,24 +33,16 @@
 //! leases as workers (a new worker is invisible until it holds one), steals only expired leases,
 //! has no release or hand-over, and no source repository. So the leases are written here.
 //!
-//! The decisions are pure functions ([`plan`]); the [`LeaseStore`] port holds the conditional
-//! writes, with a DynamoDB adapter ([`DynamoLeaseStore`]); the [`Clock`] is a port too, so tests
-//! drive rounds of several pollers with a fake clock and an in-memory store. The leases a poller
-//! owns are kept where its manager and its poll loop both see them (`owned`); the poll loop sees
-//! them as a [`crate::assignment::LeasedShards`].
-
-mod manager;
-pub(crate) mod owned;
-mod owner;
-pub mod plan;
-pub mod store;
+//! This file is what a lease is (the table's items, their keys and attributes, the settings, the
+//! clock and the errors). The decisions are pure functions ([`super::plan`]); the
+//! [`super::LeaseStore`] port holds the conditional writes, with a DynamoDB adapter
+//! ([`super::DynamoLeaseStore`]); the [`Clock`] is a port too, so tests drive rounds of several
+//! pollers with a fake clock and an in-memory store. The leases a poller owns are kept where its
+//! manager ([`super::LeaseManager`]) and its poll loop both see them (`owned`); the poll loop sees
+//! them as a [`super::LeasedShards`].
 
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-pub use manager::{LeaseManager, RoundReport};
-pub use owner::{ECS_METADATA_ENV, discover_owner, fallback_owner};
-pub use store::{DynamoLeaseStore, LeaseStore, create_lease_table};
 
 /// Wall-clock time as epoch milliseconds: what the lease table stores and compares.
 pub type Millis = i64;

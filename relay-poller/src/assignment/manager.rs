@@ -10,13 +10,13 @@ use std::time::Duration;
 use futures::future::join_all;
 use tokio_util::sync::CancellationToken;
 
+use super::LeasedShards;
 use super::owned::{OwnedLease, Shared};
 use super::plan::{acquisitions, should_hand_over};
 use super::{
     Clock, Expect, Heartbeat, LeaseError, LeaseSettings, LeaseStore, LeaseView, Millis,
     SystemClock, Term,
 };
-use crate::assignment::LeasedShards;
 use crate::metrics;
 
 /// What one round did (for logs and tests).

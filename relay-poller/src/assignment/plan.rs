@@ -186,8 +186,8 @@ pub fn should_hand_over(
 
 #[cfg(test)]
 mod tests {
+    use super::super::{Heartbeat, Lease};
     use super::*;
-    use crate::lease::{Heartbeat, Lease};
 
     const NOW: Millis = 1_000_000;
     const DURATION: Millis = 3_000;

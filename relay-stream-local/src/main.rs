@@ -1,13 +1,13 @@
 //! `relay-stream-local`: runs the stream relay locally against a table's DynamoDB Stream and prints
 //! a one-line JSON summary on exit (idle timeout, SIGTERM or ctrl-c). It exits 1 when it published
-//! (or dead-lettered) events and marked none of them ([`relay_stream::local::Summary::marked_none`]).
+//! (or dead-lettered) events and marked none of them ([`relay_stream_local::Summary::marked_none`]).
 
 use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use relay_stream::LocalArgs;
+use relay_stream_local::LocalArgs;
 use tokio_util::sync::CancellationToken;
 
 /// The relays' allocator (see [`relay_runtime::Allocator`]).
@@ -20,7 +20,7 @@ async fn main() -> anyhow::Result<ExitCode> {
     let args = LocalArgs::parse();
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
-    let summary = relay_stream::local::run(&args, &shutdown).await?;
+    let summary = relay_stream_local::run(&args, &shutdown).await?;
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{}", serde_json::to_string(&summary)?).context("writing the summary")?;
     if summary.marked_none() {

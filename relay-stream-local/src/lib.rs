@@ -1,10 +1,16 @@
-//! `relay-stream-local`: a local event source for the handler.
+//! `relay-stream-local`: a local event source for the stream relay's handler, for the demo and the
+//! tests (a crate of its own: the Lambda is the handler and its `main`).
 //!
 //! Reads the table's stream with `aws-sdk-dynamodbstreams` — every shard, parents before children,
 //! from `trim-horizon` or `latest` — and delivers batches to the same [`StreamRelay`] the Lambda
 //! runs, with the event source mapping's semantics: at most `batch_size` records per batch, a
 //! reported batch item failure re-delivers from that sequence number, a bounded number of times,
 //! after which the batch is given up (as the mapping would send it to its on-failure destination).
+//!
+//! [`records`] converts `aws-sdk-dynamodbstreams` records to the Lambda event shape, so the reader
+//! drives the very handler the Lambda runs.
+
+pub mod records;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -14,11 +20,12 @@ use aws_sdk_dynamodbstreams::Client as StreamsClient;
 use aws_sdk_dynamodbstreams::error::ProvideErrorMetadata;
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use futures::future::join_all;
-use relay_runtime::{DeadLetterSink, HoldStore, Publisher, SettingError, StatusStore};
+use relay_runtime::{
+    AggregateHolds, DeadLetterSink, Deadline, Publisher, SettingError, StatusStore,
+};
+use relay_stream::{BatchCounts, RelayArgs, StreamRelay};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::RelayArgs;
-use crate::handler::{BatchCounts, StreamRelay};
 use crate::records::to_event_record;
 
 /// `GetRecords` returns at most 1,000 records per call.
@@ -142,15 +149,7 @@ impl Summary {
 pub async fn run(args: &LocalArgs, shutdown: &CancellationToken) -> Result<Summary, RunnerError> {
     let sdk_config = relay_runtime::load_aws_config().await?;
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk_config);
-    let relay = crate::build_relay_with(
-        &args.relay,
-        relay_runtime::BusClients {
-            classic: aws_sdk_eventbridge::Client::new(&sdk_config),
-            custom: aws_sdk_eventbridgev2::Client::new(&sdk_config),
-        },
-        dynamodb.clone(),
-        aws_sdk_sqs::Client::new(&sdk_config),
-    )?;
+    let relay = relay_stream::build_relay(&args.relay, &sdk_config)?;
     let stream_arn = stream_arn_of(&dynamodb, &args.relay.table_name).await?;
     tracing::info!(stream_arn = %stream_arn, batch_size = args.batch_size, from = ?args.from, "relaying stream");
     let runner = LocalRunner::new(
@@ -240,7 +239,7 @@ pub struct LocalRunner<P, S, D, H> {
     redelivered: std::sync::atomic::AtomicU64,
 }
 
-impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> LocalRunner<P, S, D, H> {
+impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds> LocalRunner<P, S, D, H> {
     pub fn new(
         relay: StreamRelay<P, S, D, H>,
         streams: StreamsClient,
@@ -519,7 +518,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: HoldStore> LocalRunner<
         let mut start = 0;
         let mut retries = 0;
         loop {
-            let report = self.relay.handle(&batch[start..]).await;
+            let report = self.relay.handle(&batch[start..], Deadline::NONE).await;
             let mut delivered = report.counts();
             let Some(failed_at) = report.first_unpublished else {
                 counts += delivered;
@@ -625,23 +624,4 @@ pub async fn read_stream_records(
         }
     }
     Ok(records)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Summary;
-
-    #[test]
-    fn a_run_marked_none_only_when_events_left_and_every_mark_failed() {
-        let summary = |published, dead_lettered, not_marked| Summary {
-            published,
-            dead_lettered,
-            not_marked,
-            ..Summary::default()
-        };
-        assert!(summary(3, 1, 4).marked_none());
-        assert!(!summary(3, 1, 3).marked_none(), "one was marked");
-        assert!(!summary(0, 0, 0).marked_none(), "nothing to mark");
-        assert!(!summary(100, 0, 0).marked_none());
-    }
 }

@@ -1,0 +1,223 @@
+//! A partition's pages, each relayed: the items the index still returns after this poller marked
+//! them skipped, the rest decoded into events, their expiring `ttl`s refreshed, the aggregates
+//! held back for the pass held back, the rest published and settled through the per-event path
+//! both relays share (`relay_runtime::relay`), and the page's tally recorded once.
+
+use std::collections::HashMap;
+
+use chrono::Utc;
+use outbox_shared::ItemKey;
+use outbox_shared::schema::attr;
+use relay_runtime::{
+    Behind, DeadLetterSink, Deadline, Event, EventRelay, Publisher, RecentKeys, State, StatusStore,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::decode::{dead_letter_record, decode, item_key, string_attr};
+use super::stats::{PassStats, Totals};
+use super::ttl::{PendingTtl, TtlRefresh};
+use crate::assignment::{PageStart, ShardAssignment};
+use crate::index::{Cursor, PendingPages, RawItem};
+
+/// The pages of the pending index, relayed.
+#[derive(Debug)]
+pub(super) struct Pages<I, P, S, D, T> {
+    index: I,
+    relay: EventRelay<P, S, D>,
+    ttl: TtlRefresh<T>,
+    page_size: i32,
+    /// The items marked (by this poller, or found already marked) within the index's lag.
+    pub(super) recently_marked: RecentKeys<ItemKey>,
+    /// What this poller relayed since it started.
+    totals: Totals,
+}
+
+impl<I, P, S, D, T> Pages<I, P, S, D, T>
+where
+    I: PendingPages,
+    P: Publisher,
+    S: StatusStore,
+    D: DeadLetterSink,
+    T: PendingTtl,
+{
+    pub(super) fn new(
+        index: I,
+        relay: EventRelay<P, S, D>,
+        ttl: TtlRefresh<T>,
+        page_size: i32,
+        recently_marked: RecentKeys<ItemKey>,
+    ) -> Self {
+        Self {
+            index,
+            relay,
+            ttl,
+            page_size,
+            recently_marked,
+            totals: Totals::default(),
+        }
+    }
+
+    pub(super) fn publisher(&self) -> &P {
+        self.relay.publisher()
+    }
+
+    pub(super) fn totals(&self) -> &Totals {
+        &self.totals
+    }
+
+    /// Every page of `partition` below `before`, one after another. `held_back` holds the
+    /// aggregates with an event not published in this pass, and what they wait behind: their
+    /// later events must not overtake it.
+    ///
+    /// `lease` is the assignment and shard of a shard's partition, which says whether each page
+    /// may start, and until when it may publish (a lease can be lost or handed over mid-pass);
+    /// `None` for the partitions the sweep found, whose pages always may.
+    pub(super) async fn poll<A: ShardAssignment>(
+        &self,
+        partition: &str,
+        lease: Option<(&A, u16)>,
+        before: &str,
+        held_back: &mut HashMap<String, Behind>,
+        cancel: &CancellationToken,
+    ) -> PassStats {
+        let mut stats = PassStats::default();
+        let mut start: Option<Cursor> = None;
+        loop {
+            if cancel.is_cancelled() {
+                stats.interrupted = true;
+                break;
+            }
+            let page_start = lease.map_or(
+                PageStart::Go {
+                    deadline: Deadline::NONE,
+                },
+                |(a, shard)| a.begin_page(shard),
+            );
+            let PageStart::Go { deadline } = page_start else {
+                tracing::debug!(
+                    partition,
+                    "no longer this poller's shard; pass over it stopped"
+                );
+                break;
+            };
+            let page = self
+                .index
+                .query_page(partition, before, self.page_size, start.take())
+                .await;
+            let page = match page {
+                Ok(page) => page,
+                Err(err) => {
+                    if let Some((a, shard)) = lease {
+                        a.end_page(shard);
+                    }
+                    tracing::warn!(partition, error = %err.failure, "pending index query failed; retrying next pass");
+                    stats.read_errors += 1;
+                    break;
+                }
+            };
+            let items = self.without_recently_marked(page.items, &mut stats);
+            if stats.oldest_created_at.is_none() {
+                stats.oldest_created_at = items
+                    .first()
+                    .and_then(|item| string_attr(item, attr::CREATED_AT));
+            }
+            self.relay_page(partition, items, deadline, held_back, &mut stats)
+                .await;
+            if let Some((a, shard)) = lease {
+                a.end_page(shard);
+            }
+            match page.next {
+                Some(next) => start = Some(next),
+                None => {
+                    if let Some((a, shard)) = lease {
+                        a.shard_polled(shard);
+                    }
+                    break;
+                }
+            }
+        }
+        stats
+    }
+
+    /// `items` without those this poller marked (or found already marked) within the index's lag:
+    /// the index, eventually consistent, can still return an item for a while after the table
+    /// marked it, and publishing it again would only be a duplicate. Counted in `stats`.
+    fn without_recently_marked(&self, items: Vec<RawItem>, stats: &mut PassStats) -> Vec<RawItem> {
+        let before = items.len();
+        let items: Vec<RawItem> = items
+            .into_iter()
+            .filter(|raw| !item_key(raw).is_some_and(|key| self.recently_marked.contains(&key)))
+            .collect();
+        stats.recently_marked += (before - items.len()) as u64;
+        items
+    }
+
+    /// Relays one page of `partition`: each item decoded into an event, its `ttl` refreshed when
+    /// it expires soon, held back behind an earlier event of its aggregate not published in this
+    /// pass, published (no publish starting after `deadline`) and settled; then what was not
+    /// published holds its aggregate back for the rest of the pass, what left the index is
+    /// remembered for the index's lag, and the page's tally is recorded.
+    async fn relay_page(
+        &self,
+        partition: &str,
+        items: Vec<RawItem>,
+        deadline: Deadline,
+        held_back: &mut HashMap<String, Behind>,
+        stats: &mut PassStats,
+    ) {
+        stats.taken += items.len() as u64;
+        let mut events: Vec<Event<RawItem>> = items
+            .into_iter()
+            .map(|raw| decode(raw, partition))
+            .collect();
+        let (extended, errors) = self.ttl.refresh(&events, Utc::now()).await;
+        stats.ttl_extended += extended;
+        stats.ttl_errors += errors;
+        for event in &mut events {
+            if let Some(&behind) = event.aggregate.as_ref().and_then(|a| held_back.get(a)) {
+                event.hold_back(behind);
+            }
+        }
+        if events
+            .iter()
+            .any(|e| e.is_ready() || matches!(e.state, State::Poison { .. }))
+        {
+            self.relay.publish(&mut events, deadline).await;
+            self.relay
+                .settle(&mut events, Deadline::NONE, dead_letter_record)
+                .await;
+        }
+        for event in &events {
+            if let (Some(aggregate), Some(behind)) = (&event.aggregate, event.blocks()) {
+                held_back.entry(aggregate.clone()).or_insert(behind);
+            }
+        }
+        // Out of the table's pending set, and possibly still in the index for its lag.
+        self.recently_marked.remember(
+            events
+                .iter()
+                .filter(|e| e.left_the_index())
+                .filter_map(|e| e.key.clone()),
+        );
+        self.totals.record(&events, stats);
+    }
+
+    /// Relays `items` in the given order, a page at a time, holding back an aggregate after an
+    /// event not published, with no deadline: `redrive`'s publish.
+    pub(super) async fn relay_items(&self, items: Vec<RawItem>) -> PassStats {
+        let mut stats = PassStats::default();
+        let mut held_back = HashMap::new();
+        let page_size = usize::try_from(self.page_size).unwrap_or(1).max(1);
+        for page in items.chunks(page_size) {
+            self.relay_page(
+                "redrive",
+                page.to_vec(),
+                Deadline::NONE,
+                &mut held_back,
+                &mut stats,
+            )
+            .await;
+        }
+        stats
+    }
+}
