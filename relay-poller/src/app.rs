@@ -10,8 +10,7 @@ use anyhow::Context;
 use aws_config::SdkConfig;
 use chrono::Utc;
 use relay_runtime::{
-    BusPublisher, CallTasks, DynamoHoldStore, DynamoStatusStore, PublisherConfigError,
-    SettingError, SqsDeadLetterSink,
+    BusPublisher, CallTasks, DynamoHoldStore, DynamoStatusStore, SettingError, SqsDeadLetterSink,
 };
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -71,10 +70,7 @@ impl AwsClients {
 ///
 /// # Errors
 /// When the publisher configuration is out of range.
-pub fn aws_poller(
-    sdk: &SdkConfig,
-    config: &RelayConfig,
-) -> Result<AwsPoller, PublisherConfigError> {
+pub fn aws_poller(sdk: &SdkConfig, config: &RelayConfig) -> Result<AwsPoller, SettingError> {
     let publisher = BusPublisher::new(sdk, config.publisher.clone())?;
     Ok(aws_poller_with(AwsClients::new(sdk), publisher, config))
 }
@@ -169,7 +165,7 @@ async fn start(
     )
     .context("installing the metrics recorder")?;
     let sdk = relay_runtime::load_aws_config().await?;
-    let poller = aws_poller(&sdk, config).map_err(SettingError::from)?;
+    let poller = aws_poller(&sdk, config)?;
     Ok((Arc::new(poller), metrics, AwsClients::new(&sdk)))
 }
 
@@ -474,7 +470,7 @@ async fn redrive(args: RedriveArgs) -> anyhow::Result<ExitCode> {
     };
     let (keys, mut summary) = redrive.run(source, &selection, args.dry_run).await?;
     if args.publish && !args.dry_run && !keys.is_empty() {
-        let poller = aws_poller(&sdk, &config).map_err(SettingError::from)?;
+        let poller = aws_poller(&sdk, &config)?;
         let items = redrive.pending_items(&keys).await?;
         let stats = poller.publish_items(items).await;
         summary.published = stats.published + stats.already_marked;
@@ -499,7 +495,7 @@ async fn redrive(args: RedriveArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
-    SettingError::non_empty("--table-name", "TABLE_NAME", &args.table_name)?;
+    SettingError::non_empty::<InspectArgs>("table_name", &args.table_name)?;
     let sdk = relay_runtime::load_aws_config().await?;
     let inspector = Inspector {
         dynamodb: aws_sdk_dynamodb::Client::new(&sdk),

@@ -416,25 +416,26 @@ impl LeaseArgs {
             return Ok(None);
         };
         if shards_selected {
-            return Err(SettingError::new(
-                "--shards",
-                "OUTBOX_SHARDS",
-                "leave it unset with --lease-table (OUTBOX_LEASE_TABLE): the leases decide which shards each poller polls",
+            return Err(SettingError::of::<TableArgs>(
+                "shards",
+                format!(
+                    "leave it unset with {}: the leases decide which shards each poller polls",
+                    SettingError::name_of::<LeaseTableArgs>("lease_table")
+                ),
             ));
         }
         if self.lease_renew_interval.is_zero() {
-            return Err(SettingError::new(
-                "--lease-renew-interval",
-                "OUTBOX_LEASE_RENEW_INTERVAL",
+            return Err(SettingError::of::<Self>(
+                "lease_renew_interval",
                 "must be longer than zero",
             ));
         }
         if self.lease_renew_interval * MIN_RENEWALS_PER_DURATION > self.lease_duration {
-            return Err(SettingError::new(
-                "--lease-renew-interval",
-                "OUTBOX_LEASE_RENEW_INTERVAL",
+            return Err(SettingError::of::<Self>(
+                "lease_renew_interval",
                 format!(
-                    "must be at most a third of --lease-duration ({}), so a lease is renewed {MIN_RENEWALS_PER_DURATION} times before it expires",
+                    "must be at most a third of {} ({}), so a lease is renewed {MIN_RENEWALS_PER_DURATION} times before it expires",
+                    SettingError::of::<Self>("lease_duration", "").flag,
                     humantime::format_duration(self.lease_duration)
                 ),
             ));
@@ -457,10 +458,12 @@ impl DrainArgs {
         match (self.respect_leases, self.lease_table.name()) {
             (false, _) => Ok(None),
             (true, Some(table)) => Ok(Some(table)),
-            (true, None) => Err(SettingError::new(
-                "--respect-leases",
-                "OUTBOX_RESPECT_LEASES",
-                "needs --lease-table (OUTBOX_LEASE_TABLE)",
+            (true, None) => Err(SettingError::of::<Self>(
+                "respect_leases",
+                format!(
+                    "needs {}",
+                    SettingError::name_of::<LeaseTableArgs>("lease_table")
+                ),
             )),
         }
     }
@@ -470,18 +473,18 @@ impl TableArgs {
     /// # Errors
     /// [`SettingError`] naming the flag and variable that is empty or out of range.
     pub fn validate(&self) -> Result<IndexConfig, SettingError> {
-        SettingError::non_empty("--table-name", "TABLE_NAME", &self.table_name)?;
-        SettingError::non_empty("--index-name", "OUTBOX_INDEX_NAME", &self.index_name)?;
+        SettingError::non_empty::<Self>("table_name", &self.table_name)?;
+        SettingError::non_empty::<Self>("index_name", &self.index_name)?;
         let selection = self
             .shards
             .clone()
             .unwrap_or_else(|| ShardSelection::all(self.shard_count));
         if let Some(&beyond) = selection.0.iter().find(|&&s| s >= self.shard_count.get()) {
-            return Err(SettingError::new(
-                "--shards",
-                "OUTBOX_SHARDS",
+            return Err(SettingError::of::<Self>(
+                "shards",
                 format!(
-                    "shard {beyond} does not exist with --shard-count {} (shards are 0-{})",
+                    "shard {beyond} does not exist with {} {} (shards are 0-{})",
+                    SettingError::of::<Self>("shard_count", "").flag,
                     self.shard_count,
                     self.shard_count.get() - 1
                 ),
@@ -507,44 +510,31 @@ impl RelayArgs {
         let publisher = self.publisher.config()?;
         let ttl = self.retention.ttl_policy()?;
         if self.ttl_refresh_margin >= ttl.published {
-            return Err(SettingError::new(
-                "--ttl-refresh-margin",
-                "OUTBOX_TTL_REFRESH_MARGIN",
+            return Err(SettingError::of::<Self>(
+                "ttl_refresh_margin",
                 format!(
-                    "must be shorter than --ttl-retention ({}), or every read would extend every ttl",
+                    "must be shorter than {} ({}), or every read would extend every ttl",
+                    SettingError::of::<Self>("ttl_retention", "").flag,
                     humantime::format_duration(ttl.published)
                 ),
             ));
         }
         if self.sweep_interval.is_zero() {
-            return Err(SettingError::new(
-                "--sweep-interval",
-                "OUTBOX_SWEEP_INTERVAL",
+            return Err(SettingError::of::<Self>(
+                "sweep_interval",
                 "must be longer than zero",
             ));
         }
-        SettingError::non_empty(
-            "--dead-letter-queue-url",
-            "DEAD_LETTER_QUEUE_URL",
-            &self.dead_letter_queue_url,
-        )?;
-        SettingError::in_range(
-            "--page-size",
-            "OUTBOX_PAGE_SIZE",
-            self.page_size,
-            1,
-            MAX_PAGE_SIZE,
-        )?;
-        SettingError::in_range(
-            "--shard-concurrency",
-            "OUTBOX_SHARD_CONCURRENCY",
+        SettingError::non_empty::<Self>("dead_letter_queue_url", &self.dead_letter_queue_url)?;
+        SettingError::in_range::<Self, _>("page_size", self.page_size, 1, MAX_PAGE_SIZE)?;
+        SettingError::in_range::<Self, _>(
+            "shard_concurrency",
             self.shard_concurrency,
             1,
             MAX_CONCURRENCY,
         )?;
-        SettingError::in_range(
-            "--mark-concurrency",
-            "MARK_CONCURRENCY",
+        SettingError::in_range::<Self, _>(
+            "mark_concurrency",
             self.mark_concurrency,
             1,
             MAX_CONCURRENCY,

@@ -1,8 +1,11 @@
-//! How both relays publish: one configuration, one set of flags and environment variables.
+//! How both relays publish: one configuration, one set of flags and environment variables; and
+//! the one error every relay's settings have.
 //!
 //! [`PublisherArgs`] is flattened into the command line of `relay-stream`, `relay-stream-local` and
 //! `relay-poller`, so every publisher setting has the same flag and the same variable everywhere.
-//! A value out of range is a [`SettingError`] naming that exact flag and variable.
+//! Settings are parsed by clap (their value parsers and `FromStr` types); a value out of range, or
+//! settings that contradict each other, is a [`SettingError`] naming the flag and the variable as
+//! clap declares them ([`SettingError::of`]): no name is written twice.
 
 use std::fmt;
 use std::num::NonZeroU32;
@@ -142,49 +145,47 @@ impl PublisherConfig {
     }
 
     /// # Errors
-    /// [`PublisherConfigError`] naming the setting that is empty or out of range.
-    pub fn validate(&self) -> Result<(), PublisherConfigError> {
-        use PublisherSetting as S;
-        non_empty(S::EventBusName, &self.event_bus_name)?;
+    /// [`SettingError`] naming the setting ([`PublisherArgs`]' flag and variable) that is empty,
+    /// out of range, or not what the bus of [`Self::bus_kind`] takes.
+    pub fn validate(&self) -> Result<(), SettingError> {
+        let of = SettingError::of::<PublisherArgs>;
+        SettingError::non_empty::<PublisherArgs>("event_bus_name", &self.event_bus_name)?;
         bus_of_kind(self.bus_kind, &self.event_bus_name)?;
-        non_empty(S::Source, &self.source)?;
+        SettingError::non_empty::<PublisherArgs>("source", &self.source)?;
         bus_source(self.bus_kind, &self.source)?;
-        in_range(
-            S::MaxEntriesPerCall,
+        SettingError::in_range::<PublisherArgs, _>(
+            "max_entries_per_call",
             self.max_entries_per_call,
             1,
             self.bus_kind.max_entries_per_call(),
         )?;
-        in_range(
-            S::MaxEntryBytes,
+        SettingError::in_range::<PublisherArgs, _>(
+            "max_entry_bytes",
             self.max_entry_bytes,
             1,
             PUT_EVENTS_ABSOLUTE_MAX_BYTES,
         )?;
-        in_range(
-            S::MaxRequestBytes,
+        SettingError::in_range::<PublisherArgs, _>(
+            "max_request_bytes",
             self.max_request_bytes,
             self.max_entry_bytes,
             PUT_EVENTS_ABSOLUTE_MAX_BYTES,
         )?;
-        in_range(
-            S::PublishConcurrency,
+        SettingError::in_range::<PublisherArgs, _>(
+            "publish_concurrency",
             self.max_concurrency,
             1,
             MAX_PUBLISH_CONCURRENCY,
         )?;
-        in_range(
-            S::PublishMaxAttempts,
+        SettingError::in_range::<PublisherArgs, _>(
+            "publish_max_attempts",
             self.max_attempts(),
             1,
             MAX_PUBLISH_ATTEMPTS,
         )?;
         self.retry
             .validate("publish retry")
-            .map_err(|e| PublisherConfigError {
-                setting: S::PublishMaxAttempts,
-                detail: e.to_string(),
-            })
+            .map_err(|e| of("publish_max_attempts", e.to_string()))
     }
 }
 
@@ -195,91 +196,6 @@ fn retry_policy(max_attempts: usize) -> RetryPolicy {
         base_delay: PUBLISH_BASE_RETRY_DELAY,
         max_delay: PUBLISH_MAX_RETRY_DELAY,
     }
-}
-
-/// One publisher setting, with the flag and the environment variable that set it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PublisherSetting {
-    EventBusKind,
-    EventBusName,
-    Source,
-    MaxEntriesPerCall,
-    MaxRequestBytes,
-    MaxEntryBytes,
-    PublishConcurrency,
-    PublishMaxAttempts,
-}
-
-impl PublisherSetting {
-    /// What the setting is, in words.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::EventBusKind => "event bus kind",
-            Self::EventBusName => "event bus name",
-            Self::Source => "event source",
-            Self::MaxEntriesPerCall => "max entries per call",
-            Self::MaxRequestBytes => "max request bytes",
-            Self::MaxEntryBytes => "max entry bytes",
-            Self::PublishConcurrency => "publish concurrency",
-            Self::PublishMaxAttempts => "publish max attempts",
-        }
-    }
-
-    /// The command-line flag.
-    pub fn flag(self) -> &'static str {
-        match self {
-            Self::EventBusKind => "--event-bus-kind",
-            Self::EventBusName => "--event-bus-name",
-            Self::Source => "--source",
-            Self::MaxEntriesPerCall => "--max-entries-per-call",
-            Self::MaxRequestBytes => "--max-request-bytes",
-            Self::MaxEntryBytes => "--max-entry-bytes",
-            Self::PublishConcurrency => "--publish-concurrency",
-            Self::PublishMaxAttempts => "--publish-max-attempts",
-        }
-    }
-
-    /// The environment variable.
-    pub fn env(self) -> &'static str {
-        match self {
-            Self::EventBusKind => "EVENT_BUS_KIND",
-            Self::EventBusName => "EVENT_BUS_NAME",
-            Self::Source => "EVENT_SOURCE",
-            Self::MaxEntriesPerCall => "MAX_ENTRIES_PER_CALL",
-            Self::MaxRequestBytes => "MAX_REQUEST_BYTES",
-            Self::MaxEntryBytes => "MAX_ENTRY_BYTES",
-            Self::PublishConcurrency => "PUBLISH_CONCURRENCY",
-            Self::PublishMaxAttempts => "PUBLISH_MAX_ATTEMPTS",
-        }
-    }
-}
-
-/// A publisher setting that is empty or out of range.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{} {detail}", setting.name())]
-pub struct PublisherConfigError {
-    pub setting: PublisherSetting,
-    pub detail: String,
-}
-
-impl From<PublisherConfigError> for SettingError {
-    fn from(err: PublisherConfigError) -> Self {
-        SettingError {
-            flag: err.setting.flag(),
-            env: err.setting.env(),
-            message: err.to_string(),
-        }
-    }
-}
-
-fn non_empty(setting: PublisherSetting, value: &str) -> Result<(), PublisherConfigError> {
-    if value.trim().is_empty() {
-        return Err(PublisherConfigError {
-            setting,
-            detail: "must not be empty".into(),
-        });
-    }
-    Ok(())
 }
 
 /// Both buses reserve `Source`s starting with `aws.` for AWS's services.
@@ -293,13 +209,8 @@ const RESERVED_SOURCE_PREFIX: &str = "aws.";
 ///   `InvalidInputException`, which the publisher would take for an entry's fault and dead-letter
 ///   every event alone in its call;
 /// - what the kind itself limits ([`crate::publisher::BusSpec::check_source`]).
-fn bus_source(kind: BusKind, source: &str) -> Result<(), PublisherConfigError> {
-    let refused = |detail: String| {
-        Err(PublisherConfigError {
-            setting: PublisherSetting::Source,
-            detail,
-        })
-    };
+fn bus_source(kind: BusKind, source: &str) -> Result<(), SettingError> {
+    let refused = |detail: String| Err(SettingError::of::<PublisherArgs>("source", detail));
     if source.starts_with(RESERVED_SOURCE_PREFIX) {
         return refused(format!(
             "must not start with {RESERVED_SOURCE_PREFIX:?}, which EventBridge reserves for AWS's \
@@ -311,7 +222,7 @@ fn bus_source(kind: BusKind, source: &str) -> Result<(), PublisherConfigError> {
 
 /// Checks `value` names a bus of `kind` ([`crate::publisher::BusSpec::check_name`]). A bus another
 /// kind claims is refused naming both settings: publishing to it would fail every call.
-fn bus_of_kind(kind: BusKind, value: &str) -> Result<(), PublisherConfigError> {
+fn bus_of_kind(kind: BusKind, value: &str) -> Result<(), SettingError> {
     let Err(detail) = (kind.spec().check_name)(value) else {
         return Ok(());
     };
@@ -319,82 +230,110 @@ fn bus_of_kind(kind: BusKind, value: &str) -> Result<(), PublisherConfigError> {
         .iter()
         .find(|other| **other != kind && (other.spec().claims)(value));
     let detail = match other {
-        Some(other) => format!(
-            "is {}, not {}, but --event-bus-kind (EVENT_BUS_KIND) is {kind}: set EVENT_BUS_KIND \
-             to the bus's kind ({})",
-            other.spec().named_by,
-            kind.spec().named_by,
-            BusKind::names().join(" or ")
-        ),
+        Some(other) => {
+            let kind_setting = SettingError::of::<PublisherArgs>("event_bus_kind", "");
+            format!(
+                "is {}, not {}, but {} is {kind}: set {} to the bus's kind ({})",
+                other.spec().named_by,
+                kind.spec().named_by,
+                kind_setting.setting(),
+                kind_setting.env,
+                BusKind::names().join(" or ")
+            )
+        }
         None => detail,
     };
-    Err(PublisherConfigError {
-        setting: PublisherSetting::EventBusName,
-        detail,
-    })
+    Err(SettingError::of::<PublisherArgs>("event_bus_name", detail))
 }
 
-fn in_range(
-    setting: PublisherSetting,
-    value: usize,
-    min: usize,
-    max: usize,
-) -> Result<(), PublisherConfigError> {
-    if !(min..=max).contains(&value) {
-        return Err(PublisherConfigError {
-            setting,
-            detail: format!("must be between {min} and {max}, got {value}"),
-        });
-    }
-    Ok(())
-}
-
-/// A setting of a relay binary that is missing or out of range, naming the flag and the
-/// environment variable that set it.
+/// A setting of a relay binary that is missing, malformed or out of range, or that contradicts
+/// another: the one configuration error. It names the flag and the environment variable as the
+/// command line declares them (a Lambda has only the variable, an operator types the flag).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {flag} ({env}): {message}")]
+#[error("invalid {}: {message}", self.setting())]
 pub struct SettingError {
-    /// The flag, with its dashes (`--page-size`).
-    pub flag: &'static str,
-    pub env: &'static str,
+    /// The flag, with its dashes (`--page-size`); empty for a variable no flag sets.
+    pub flag: String,
+    pub env: String,
     pub message: String,
 }
 
 impl SettingError {
-    pub fn new(flag: &'static str, env: &'static str, message: impl Into<String>) -> Self {
+    /// An error of the setting `A` declares as its field `id` (flattened settings included):
+    /// its flag and variable are read from `A`'s clap definition, never written again.
+    ///
+    /// # Panics
+    /// In debug builds, when `A` declares no setting `id` (a typo the tests catch).
+    pub fn of<A: clap::Args>(id: &str, message: impl Into<String>) -> Self {
+        let command = A::augment_args(clap::Command::new("relay"));
+        let arg = command.get_arguments().find(|arg| arg.get_id() == id);
+        debug_assert!(
+            arg.is_some(),
+            "no setting {id} in {}",
+            std::any::type_name::<A>()
+        );
         Self {
-            flag,
-            env,
+            flag: format!(
+                "--{}",
+                arg.and_then(clap::Arg::get_long)
+                    .map_or_else(|| id.replace('_', "-"), str::to_owned)
+            ),
+            env: arg
+                .and_then(clap::Arg::get_env)
+                .map(|env| env.to_string_lossy().into_owned())
+                .unwrap_or_default(),
             message: message.into(),
         }
     }
 
-    /// Checks that `value` is not blank.
+    /// An error of a setting that only an environment variable sets.
+    pub fn env_only(env: &str, message: impl Into<String>) -> Self {
+        Self {
+            flag: String::new(),
+            env: env.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    /// The setting `A` declares as `id` as a person names it (`--flag (VARIABLE)`), for a
+    /// message about another setting.
+    pub fn name_of<A: clap::Args>(id: &str) -> String {
+        Self::of::<A>(id, "").setting()
+    }
+
+    /// The setting as a person names it: `--flag (VARIABLE)`, or the variable alone.
+    pub fn setting(&self) -> String {
+        match (self.flag.is_empty(), self.env.is_empty()) {
+            (true, _) => self.env.clone(),
+            (false, true) => self.flag.clone(),
+            (false, false) => format!("{} ({})", self.flag, self.env),
+        }
+    }
+
+    /// Checks that `value`, the setting `A` declares as `id`, is not blank.
     ///
     /// # Errors
-    /// [`SettingError`] naming `flag` and `env`.
-    pub fn non_empty(flag: &'static str, env: &'static str, value: &str) -> Result<(), Self> {
+    /// [`SettingError`] naming the setting.
+    pub fn non_empty<A: clap::Args>(id: &str, value: &str) -> Result<(), Self> {
         if value.trim().is_empty() {
-            return Err(Self::new(flag, env, "must not be empty"));
+            return Err(Self::of::<A>(id, "must not be empty"));
         }
         Ok(())
     }
 
-    /// Checks that `min <= value <= max`.
+    /// Checks that `min <= value <= max` for the setting `A` declares as `id`.
     ///
     /// # Errors
-    /// [`SettingError`] naming `flag` and `env`.
-    pub fn in_range<T: PartialOrd + fmt::Display>(
-        flag: &'static str,
-        env: &'static str,
+    /// [`SettingError`] naming the setting, the range and the value.
+    pub fn in_range<A: clap::Args, T: PartialOrd + fmt::Display>(
+        id: &str,
         value: T,
         min: T,
         max: T,
     ) -> Result<(), Self> {
         if value < min || value > max {
-            return Err(Self::new(
-                flag,
-                env,
+            return Err(Self::of::<A>(
+                id,
                 format!("must be between {min} and {max}, got {value}"),
             ));
         }
@@ -461,13 +400,12 @@ impl PublisherArgs {
             ..defaults
         };
         // Attempts are checked before they become a retry count (0 attempts would wrap to 1).
-        if self.publish_max_attempts == 0 {
-            return Err(PublisherConfigError {
-                setting: PublisherSetting::PublishMaxAttempts,
-                detail: format!("must be between 1 and {MAX_PUBLISH_ATTEMPTS}, got 0"),
-            }
-            .into());
-        }
+        SettingError::in_range::<Self, _>(
+            "publish_max_attempts",
+            self.publish_max_attempts,
+            1,
+            MAX_PUBLISH_ATTEMPTS,
+        )?;
         config.validate()?;
         Ok(config)
     }
@@ -511,9 +449,8 @@ impl RetentionArgs {
     /// [`SettingError`] naming `--ttl-retention` when it is zero.
     pub fn ttl_policy(&self) -> Result<crate::status_store::TtlPolicy, SettingError> {
         if self.ttl_retention.is_zero() {
-            return Err(SettingError::new(
-                "--ttl-retention",
-                "OUTBOX_TTL_RETENTION",
+            return Err(SettingError::of::<Self>(
+                "ttl_retention",
                 "must be longer than zero (items would expire as they are marked)",
             ));
         }

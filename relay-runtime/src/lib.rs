@@ -84,9 +84,7 @@ pub(crate) fn mocked_dynamodb(
         .interceptor(mocks)
 }
 
-pub use config::{
-    BusKind, PublisherArgs, PublisherConfig, PublisherConfigError, RetentionArgs, SettingError,
-};
+pub use config::{BusKind, PublisherArgs, PublisherConfig, RetentionArgs, SettingError};
 pub use dead_letter::{
     DeadLetter, DeadLetterError, DeadLetterSink, RecordLeftOut, SqsDeadLetterSink,
 };
@@ -120,19 +118,20 @@ pub const SDK_OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
 /// [`SettingError`] naming the variable whose value is not a duration, or an attempt timeout
 /// longer than the operation timeout.
 pub fn sdk_timeouts() -> Result<aws_config::timeout::TimeoutConfig, SettingError> {
-    let read = |env: &'static str, default: Duration| match std::env::var(env) {
+    const ATTEMPT: &str = "SDK_ATTEMPT_TIMEOUT";
+    const OPERATION: &str = "SDK_OPERATION_TIMEOUT";
+    let read = |env: &str, default: Duration| match std::env::var(env) {
         Ok(text) => humantime::parse_duration(&text)
-            .map_err(|e| SettingError::new("(environment only)", env, format!("{text:?}: {e}"))),
+            .map_err(|e| SettingError::env_only(env, format!("{text:?}: {e}"))),
         Err(_) => Ok(default),
     };
-    let attempt = read("SDK_ATTEMPT_TIMEOUT", SDK_ATTEMPT_TIMEOUT)?;
-    let operation = read("SDK_OPERATION_TIMEOUT", SDK_OPERATION_TIMEOUT)?;
+    let attempt = read(ATTEMPT, SDK_ATTEMPT_TIMEOUT)?;
+    let operation = read(OPERATION, SDK_OPERATION_TIMEOUT)?;
     if attempt > operation || attempt.is_zero() {
-        return Err(SettingError::new(
-            "(environment only)",
-            "SDK_ATTEMPT_TIMEOUT",
+        return Err(SettingError::env_only(
+            ATTEMPT,
             format!(
-                "must be longer than zero and at most SDK_OPERATION_TIMEOUT ({})",
+                "must be longer than zero and at most {OPERATION} ({})",
                 humantime::format_duration(operation)
             ),
         ));

@@ -86,10 +86,9 @@ impl RelayArgs {
     /// # Errors
     /// [`SettingError`] when the table name is empty or the mark concurrency is out of range.
     pub fn handler_options(&self) -> Result<HandlerOptions, SettingError> {
-        SettingError::non_empty("--table-name", "TABLE_NAME", &self.table_name)?;
-        SettingError::in_range(
-            "--mark-concurrency",
-            "MARK_CONCURRENCY",
+        SettingError::non_empty::<Self>("table_name", &self.table_name)?;
+        SettingError::in_range::<Self, _>(
+            "mark_concurrency",
             self.mark_concurrency,
             1,
             MAX_MARK_CONCURRENCY,

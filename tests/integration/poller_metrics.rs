@@ -32,7 +32,7 @@ async fn a_busy_poller_writes_only_documents_cloudwatch_accepts_and_keeps_every_
         .args(["run", "--grace-period", "0s", "--idle-backoff-max", "1ms"])
         .envs(proxy.endpoint_env())
         // Each pass's own line ("pass done", debug) says whether its reads all succeeded
-        .env("RUST_LOG", "info,relay_poller::poller::run=debug")
+        .env("RUST_LOG", "info,relay_poller::poller=debug")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .kill_on_drop(true)

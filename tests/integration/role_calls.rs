@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use outbox_tests::fault_proxy::{FaultProxy, FaultRates};
 use outbox_tests::{TestEnv, emulator_endpoints, minimal_outbox_item, unique_name};
+use relay_runtime::AggregateHolds;
 use relay_runtime::permissions::{Call, action_of_target};
 
 /// The IAM actions of the operations called through `proxy` that `granted` lacks, besides
@@ -61,7 +62,7 @@ const STREAM_READER: &[&str] = &[
 async fn each_job_calls_only_what_its_role_grants() {
     // Given orders, and an item no relay can publish (its Payload is not JSON)
     let env = TestEnv::new().await;
-    env.create_orders(5, 5).await;
+    let event_ids = env.create_orders(5, 5).await;
     let poison = unique_name("poison");
     env.put_raw_item(minimal_outbox_item(
         "u-poison",
@@ -72,6 +73,27 @@ async fn each_job_calls_only_what_its_role_grants() {
         1,
     ))
     .await;
+
+    // And the first order held (an earlier event of it failed): the stream relay leaves its event
+    // under the hold, and the poller service publishes it and releases the hold
+    let first = env
+        .outbox_items()
+        .await
+        .into_iter()
+        .find(|item| item.event_id == event_ids[0])
+        .expect("the first order's event");
+    relay_runtime::DynamoHoldStore::new(
+        env.dynamodb.clone(),
+        &env.table_name,
+        Duration::from_secs(7 * 24 * 3600),
+    )
+    .hold(
+        first.ordering_key(),
+        first.gsi1pk.as_deref().expect("pending"),
+        &[],
+    )
+    .await
+    .unwrap();
 
     // When the stream relay relays them in hold mode, as the template runs it
     let stream = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 1).await;
@@ -86,8 +108,8 @@ async fn each_job_calls_only_what_its_role_grants() {
         .expect("relay-stream-local runs");
     assert!(output.status.success(), "{output:?}");
 
-    // Then it called only what its role grants: publishes, marks, the hold reads, a dead letter
-    // and its mark
+    // Then it called only what its role grants: publishes, marks, the hold reads, the record of
+    // the event it left under the hold, a dead letter and its mark
     let stream_calls = relay_stream::permissions::calls();
     assert_eq!(
         called_without_permission(&stream, &stream_calls, STREAM_READER),

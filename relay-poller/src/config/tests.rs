@@ -101,7 +101,7 @@ fn publisher_flags_are_the_stream_relays_and_allow_one_mebibyte_entries() {
     assert_eq!(config.publisher.max_concurrency, 4);
     let err = drain_with(&["--publish-concurrency", "0"]).unwrap_err();
     assert_eq!(
-        (err.flag, err.env),
+        (err.flag.as_str(), err.env.as_str()),
         ("--publish-concurrency", "PUBLISH_CONCURRENCY")
     );
     let err = drain_with(&["--page-size", "0"]).unwrap_err();
@@ -182,7 +182,7 @@ fn ttl_settings_are_checked_against_each_other() {
     let err =
         drain_with(&["--ttl-retention", "1day", "--ttl-refresh-margin", "2days"]).unwrap_err();
     assert_eq!(
-        (err.flag, err.env),
+        (err.flag.as_str(), err.env.as_str()),
         ("--ttl-refresh-margin", "OUTBOX_TTL_REFRESH_MARGIN")
     );
     let err = drain_with(&["--ttl-retention", "0s"]).unwrap_err();
@@ -250,7 +250,7 @@ fn lease_settings_default_and_are_checked_against_each_other() {
     ]);
     let err = run.leases.settings(false).unwrap_err();
     assert_eq!(
-        (err.flag, err.env),
+        (err.flag.as_str(), err.env.as_str()),
         ("--lease-renew-interval", "OUTBOX_LEASE_RENEW_INTERVAL")
     );
     assert!(err.to_string().contains("a third"), "{err}");

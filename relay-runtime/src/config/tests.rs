@@ -28,16 +28,22 @@ fn errors_name_the_setting() {
     let mut p = PublisherConfig::new("bus", "orders");
     p.max_entries_per_call = 11;
     let err = p.validate().unwrap_err().to_string();
-    assert_eq!(err, "max entries per call must be between 1 and 10, got 11");
+    assert_eq!(
+        err,
+        "invalid --max-entries-per-call (MAX_ENTRIES_PER_CALL): must be between 1 and 10, got 11"
+    );
     let err = PublisherConfig::new("", "orders").validate().unwrap_err();
-    assert_eq!(err.to_string(), "event bus name must not be empty");
+    assert_eq!(
+        err.to_string(),
+        "invalid --event-bus-name (EVENT_BUS_NAME): must not be empty"
+    );
     let mut p = PublisherConfig::new("bus", "orders");
     p.max_request_bytes = 1000;
     assert!(
         p.validate()
             .unwrap_err()
             .to_string()
-            .starts_with("max request bytes")
+            .starts_with("invalid --max-request-bytes (MAX_REQUEST_BYTES)")
     );
 }
 
@@ -64,9 +70,10 @@ fn a_bus_eventbridge_would_refuse_on_every_entry_is_refused_at_start() {
         let err = PublisherConfig::new(refused, "orders")
             .validate()
             .unwrap_err();
-        assert_eq!(err.setting, PublisherSetting::EventBusName, "{refused}");
+        assert_eq!(err.flag, "--event-bus-name", "{refused}");
         assert!(
-            err.to_string().starts_with("event bus name must be"),
+            err.to_string()
+                .starts_with("invalid --event-bus-name (EVENT_BUS_NAME): must be"),
             "{err}"
         );
     }
@@ -179,20 +186,18 @@ fn custom_bus_arns_are_checked_as_the_bus_documents_them() {
         assert!(config.validate().is_err(), "{refused}");
     }
     let reserved = PublisherConfig::of_kind(BusKind::Custom, CUSTOM_ARN, "aws.orders");
-    assert_eq!(
-        reserved.validate().unwrap_err().setting,
-        PublisherSetting::Source
-    );
+    assert_eq!(reserved.validate().unwrap_err().flag, "--source");
     let long = PublisherConfig::of_kind(BusKind::Custom, CUSTOM_ARN, "a".repeat(257));
     assert_eq!(
         long.validate().unwrap_err().to_string(),
-        "event source must have at most 256 characters on the Custom Event Bus, got 257"
+        "invalid --source (EVENT_SOURCE): must have at most 256 characters on the Custom Event \
+         Bus, got 257"
     );
     let mut too_many = PublisherConfig::of_kind(BusKind::Custom, CUSTOM_ARN, "orders");
     too_many.max_entries_per_call = 101;
     assert_eq!(
         too_many.validate().unwrap_err().to_string(),
-        "max entries per call must be between 1 and 100, got 101"
+        "invalid --max-entries-per-call (MAX_ENTRIES_PER_CALL): must be between 1 and 100, got 101"
     );
 }
 
@@ -207,11 +212,11 @@ fn a_source_with_the_reserved_aws_prefix_is_refused_on_either_bus() {
 
         // Then the relay refuses it at start, naming the setting and the value
         let err = config.validate().unwrap_err();
-        assert_eq!(err.setting, PublisherSetting::Source, "{kind}");
+        assert_eq!(err.flag, "--source", "{kind}");
         assert_eq!(
             err.to_string(),
-            "event source must not start with \"aws.\", which EventBridge reserves for AWS's \
-             services, got \"aws.orders\"",
+            "invalid --source (EVENT_SOURCE): must not start with \"aws.\", which EventBridge \
+             reserves for AWS's services, got \"aws.orders\"",
             "{kind}"
         );
     }
@@ -269,7 +274,11 @@ fn every_out_of_range_flag_is_named_with_its_variable() {
         ),
     ] {
         let err = parse(args).config().unwrap_err();
-        assert_eq!((err.flag, err.env), (flag, env), "{args:?}: {err}");
+        assert_eq!(
+            (err.flag.as_str(), err.env.as_str()),
+            (flag, env),
+            "{args:?}: {err}"
+        );
         assert!(err.to_string().contains(env), "{err}");
     }
 }

@@ -36,7 +36,7 @@ use super::send::{
     BusAdapter, BusCall, CallAnswer, EntryResult, TimeoutsToThePublisher, answer_of,
 };
 use crate::CallTasks;
-use crate::config::{BusKind, PublisherConfig, PublisherConfigError};
+use crate::config::{BusKind, PublisherConfig, SettingError};
 
 /// The Custom Event Bus: 100 entries a call, 256 KiB by default (it documents no limit); its
 /// whole ARN; a `Source` of at most 256 characters.
@@ -154,12 +154,12 @@ impl BusAdapter<CustomBus> {
     /// The Custom Event Bus's publisher on `client` ([`CustomBus::new`]).
     ///
     /// # Errors
-    /// [`PublisherConfigError`] when the configuration is out of range, or is not for a Custom
+    /// [`SettingError`] when the configuration is out of range, or is not for a Custom
     /// Event Bus.
     pub fn new(
         client: aws_sdk_eventbridgev2::Client,
         config: PublisherConfig,
-    ) -> Result<Self, PublisherConfigError> {
+    ) -> Result<Self, SettingError> {
         Self::with_bus(CustomBus::new(client), config)
     }
 }

@@ -16,7 +16,7 @@ use super::send::{
     BusAdapter, BusCall, CallAnswer, EntryResult, TimeoutsToThePublisher, answer_of,
 };
 use crate::CallTasks;
-use crate::config::{BusKind, PublisherConfig, PublisherConfigError};
+use crate::config::{BusKind, PublisherConfig, SettingError};
 
 /// The calls of either bus's publisher: `events:PutEvents` on the bus (the Custom Event Bus's
 /// `PutEvents` is authorized under the same action, on its ARN).
@@ -96,12 +96,12 @@ impl BusAdapter<ClassicBus> {
     /// The classic bus's publisher on `client` ([`ClassicBus::new`]).
     ///
     /// # Errors
-    /// [`PublisherConfigError`] when the configuration is out of range (or names a Custom Event
+    /// [`SettingError`] when the configuration is out of range (or names a Custom Event
     /// Bus).
     pub fn new(
         client: aws_sdk_eventbridge::Client,
         config: PublisherConfig,
-    ) -> Result<Self, PublisherConfigError> {
+    ) -> Result<Self, SettingError> {
         Self::with_bus(ClassicBus::new(client), config)
     }
 }

@@ -28,7 +28,7 @@ use super::{
     is_poison_code, permanent_outcome,
 };
 use crate::CallTasks;
-use crate::config::{BusKind, PublisherConfig, PublisherConfigError, PublisherSetting};
+use crate::config::{BusKind, PublisherArgs, PublisherConfig, SettingError};
 use crate::deadline::Deadline;
 use crate::publish_concurrency::{Permit, PublishConcurrency};
 use crate::publish_rate::{PublishRate, Slot};
@@ -106,11 +106,8 @@ impl BusAdapter<Arc<dyn BusCall>> {
     /// The publisher of `config`'s bus kind, its call on a client built from `sdk`.
     ///
     /// # Errors
-    /// [`PublisherConfigError`] when the configuration is out of range.
-    pub fn new(
-        sdk: &aws_config::SdkConfig,
-        config: PublisherConfig,
-    ) -> Result<Self, PublisherConfigError> {
+    /// [`SettingError`] when the configuration is out of range.
+    pub fn new(sdk: &aws_config::SdkConfig, config: PublisherConfig) -> Result<Self, SettingError> {
         Self::with_bus((config.bus_kind.spec().call)(sdk), config)
     }
 
@@ -118,29 +115,26 @@ impl BusAdapter<Arc<dyn BusCall>> {
     /// its client).
     ///
     /// # Errors
-    /// [`PublisherConfigError`] when the configuration is out of range or for another bus kind.
-    pub fn on(
-        bus: Arc<dyn BusCall>,
-        config: PublisherConfig,
-    ) -> Result<Self, PublisherConfigError> {
+    /// [`SettingError`] when the configuration is out of range or for another bus kind.
+    pub fn on(bus: Arc<dyn BusCall>, config: PublisherConfig) -> Result<Self, SettingError> {
         Self::with_bus(bus, config)
     }
 }
 
 impl<B: BusCall> BusAdapter<B> {
     /// # Errors
-    /// [`PublisherConfigError`] when the configuration is out of range, or is for another kind of
+    /// [`SettingError`] when the configuration is out of range, or is for another kind of
     /// bus than `bus`.
-    pub(crate) fn with_bus(bus: B, config: PublisherConfig) -> Result<Self, PublisherConfigError> {
+    pub(crate) fn with_bus(bus: B, config: PublisherConfig) -> Result<Self, SettingError> {
         if config.bus_kind != bus.kind() {
-            return Err(PublisherConfigError {
-                setting: PublisherSetting::EventBusKind,
-                detail: format!(
+            return Err(SettingError::of::<PublisherArgs>(
+                "event_bus_kind",
+                format!(
                     "must be {} for a {} bus's publisher",
                     bus.kind(),
                     bus.kind()
                 ),
-            });
+            ));
         }
         config.validate()?;
         Ok(Self {
