@@ -524,9 +524,11 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds> LocalRu
                 counts += delivered;
                 return counts;
             };
-            // Records that failed now are counted only if they are given up.
-            let failed = delivered.failed;
+            // Records not published now (failed, or not sent) are counted only if they are given
+            // up: as failed, since the reader leaves them to the poller.
+            let failed = delivered.failed + delivered.not_sent;
             delivered.failed = 0;
+            delivered.not_sent = 0;
             counts += delivered;
             let sequence = batch[start + failed_at].change.sequence_number.clone();
             if retries >= self.options.max_retries || shutdown.is_cancelled() {

@@ -56,7 +56,12 @@ pub struct BatchCounts {
     pub published: u64,
     pub ignored: u64,
     pub dead_lettered: u64,
+    /// Not published because something failed: the publish (after its retries), or the
+    /// dead-letter queue that did not take a poison record. Re-delivered.
     pub failed: u64,
+    /// Not sent, nothing having failed: the deadline came first, strict order stopped, or an
+    /// earlier event of the aggregate was not published. Re-delivered.
+    pub not_sent: u64,
     /// Left pending for the poller (`hold_failed_aggregates`).
     pub held: u64,
     /// Published or dead-lettered, but the status update failed: the item stays pending and the
@@ -70,8 +75,8 @@ impl From<Tally> for BatchCounts {
             published: tally.published(),
             ignored: tally.ignored,
             dead_lettered: tally.all_dead_lettered(),
-            // Each is re-delivered: not published now.
-            failed: tally.failed + tally.not_dead_lettered + tally.not_sent + tally.held_back,
+            failed: tally.failed + tally.not_dead_lettered,
+            not_sent: tally.not_sent + tally.held_back,
             held: tally.left_to_hold,
             not_marked: tally.all_not_marked(),
         }
@@ -84,6 +89,7 @@ impl std::ops::AddAssign for BatchCounts {
         self.ignored += other.ignored;
         self.dead_lettered += other.dead_lettered;
         self.failed += other.failed;
+        self.not_sent += other.not_sent;
         self.held += other.held;
         self.not_marked += other.not_marked;
     }
@@ -197,6 +203,7 @@ pub(super) fn report(events: Vec<Event<&EventRecord>>, published_at: DateTime<Ut
         ignored = counts.ignored,
         dead_lettered = counts.dead_lettered,
         failed = counts.failed,
+        not_sent = counts.not_sent,
         not_marked = counts.not_marked,
         "batch handled"
     );

@@ -182,6 +182,7 @@ async fn only_outbox_inserts_are_published_and_marked() {
             ignored: 3,
             dead_lettered: 0,
             failed: 0,
+            not_sent: 0,
             held: 0,
             not_marked: 0,
         }
