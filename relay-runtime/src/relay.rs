@@ -134,8 +134,13 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
                 .chunks(MARK_BATCH_MAX)
                 .map(<[_]>::to_vec)
                 .collect();
-            let poison: Vec<usize> = (0..events.len())
-                .filter(|&i| matches!(events[i].state, State::Poison { .. }))
+            let poison: Vec<(usize, String)> = events
+                .iter()
+                .enumerate()
+                .filter_map(|(i, e)| match &e.state {
+                    State::Poison { reason } => Some((i, reason.clone())),
+                    _ => None,
+                })
                 .collect();
             let record_of = &record_of;
             let (mut marked, dead_lettered) = futures::join!(
@@ -145,8 +150,9 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
                     .flat_map(futures::stream::iter)
                     .collect::<Vec<_>>(),
                 futures::stream::iter(poison)
-                    .map(|i| async move {
-                        (i, self.dead_letter(&events[i], record_of, deadline).await)
+                    .map(|(i, reason)| async move {
+                        let state = self.dead_letter(&events[i], reason, record_of, deadline);
+                        (i, state.await)
                     })
                     .buffer_unordered(self.mark_concurrency)
                     .collect::<Vec<_>>()
@@ -209,18 +215,15 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
             .collect()
     }
 
-    /// Sends one poison event to the dead-letter queue, then marks it: its state after both. If
-    /// the queue refuses it, it is never marked.
+    /// Sends one poison event to the dead-letter queue with `reason`, then marks it: its state
+    /// after both. If the queue refuses it, it is never marked.
     async fn dead_letter<R>(
         &self,
         event: &Event<R>,
+        reason: String,
         record_of: &(impl Fn(&R) -> serde_json::Value + Sync),
         deadline: Deadline,
     ) -> State {
-        let reason = match &event.state {
-            State::Poison { reason } => reason.clone(),
-            _ => String::new(),
-        };
         let Some(sink) = &self.dead_letters else {
             tracing::warn!(event_id = %event.id(), reason = %reason, "poison event and no dead-letter queue configured");
             return State::NotDeadLettered {
