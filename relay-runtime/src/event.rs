@@ -335,26 +335,8 @@ impl std::ops::AddAssign for Tally {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::pending_item as item;
 
-    fn item(id: &str, payload: &str) -> OutboxItem {
-        OutboxItem {
-            pk: "USER#u".into(),
-            sk: format!("OUTBOX#{id}"),
-            entity_type: "OutboxEvent".into(),
-            event_id: id.into(),
-            event_type: "OrderCreated".into(),
-            payload: payload.into(),
-            status: OutboxStatus::Pending,
-            created_at: "2026-11-22T10:00:00.000Z".into(),
-            gsi1pk: Some("OUTBOX#PENDING#1".into()),
-            gsi1sk: Some(format!("EVENT#2026-11-22T10:00:00.000Z#{id}")),
-            aggregate_type: Some("Order".into()),
-            aggregate_id: Some(format!("o-{id}")),
-            sequence: Some(1),
-            ttl: None,
-            trace_header: None,
-        }
-    }
 
     #[test]
     fn an_item_is_ready_with_its_entry_or_poison_with_a_reason() {

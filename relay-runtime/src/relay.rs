@@ -288,29 +288,11 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::pending_item as item;
     use crate::status_store::MarkOutcome;
     use crate::testing::{FakeDeadLetters, FakePublisher, FakeStatusStore};
-    use outbox_shared::{OutboxItem, OutboxStatus};
+    use outbox_shared::OutboxStatus;
 
-    fn item(id: &str, payload: &str) -> OutboxItem {
-        OutboxItem {
-            pk: "USER#u".into(),
-            sk: format!("OUTBOX#{id}"),
-            entity_type: "OutboxEvent".into(),
-            event_id: id.into(),
-            event_type: "OrderCreated".into(),
-            payload: payload.into(),
-            status: outbox_shared::OutboxStatus::Pending,
-            created_at: "2026-11-22T10:00:00.000Z".into(),
-            gsi1pk: Some("OUTBOX#PENDING#1".into()),
-            gsi1sk: Some(format!("EVENT#2026-11-22T10:00:00.000Z#{id}")),
-            aggregate_type: Some("Order".into()),
-            aggregate_id: Some(format!("o-{id}")),
-            sequence: Some(1),
-            ttl: None,
-            trace_header: None,
-        }
-    }
 
     /// A status store that answers a batch of marks for its first key only.
     struct AnswersOne(FakeStatusStore);

@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::error::{ErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_sqs::operation::send_message::SendMessageError;
 use aws_smithy_types::body::SdkBody;
-use outbox_shared::{ItemKey, OutboundEvent, OutboxStatus, SdkFailure};
+use outbox_shared::{ItemKey, OutboundEvent, OutboxItem, OutboxStatus, SdkFailure};
 
 use crate::dead_letter::{DeadLetter, DeadLetterError, DeadLetterSink};
 use crate::deadline::Deadline;
@@ -21,6 +21,27 @@ use crate::status_store::{MarkOutcome, StatusError, StatusStore};
 
 /// The `Source` a fake publisher sizes entries with.
 pub const FAKE_SOURCE: &str = "test.orders";
+
+/// A pending outbox item of aggregate `o-{id}` with event id `id` and `payload`, in shard 1.
+pub fn pending_item(id: &str, payload: &str) -> OutboxItem {
+    OutboxItem {
+        pk: "USER#u".into(),
+        sk: format!("OUTBOX#{id}"),
+        entity_type: "OutboxEvent".into(),
+        event_id: id.into(),
+        event_type: "OrderCreated".into(),
+        payload: payload.into(),
+        status: OutboxStatus::Pending,
+        created_at: "2026-11-22T10:00:00.000Z".into(),
+        gsi1pk: Some("OUTBOX#PENDING#1".into()),
+        gsi1sk: Some(format!("EVENT#2026-11-22T10:00:00.000Z#{id}")),
+        aggregate_type: Some("Order".into()),
+        aggregate_id: Some(format!("o-{id}")),
+        sequence: Some(1),
+        ttl: None,
+        trace_header: None,
+    }
+}
 
 /// A throttled `UpdateItem`, as DynamoDB answers it.
 pub fn throttled_update() -> SdkFailure {
