@@ -145,7 +145,7 @@ impl<R> Event<R> {
     /// A `TraceHeader` EventBridge would refuse is left off the entry with a warning, and the
     /// event published without it: dead-lettering a business event for its tracing context is
     /// worse than losing the trace ([`OutboundEvent::from_item`]).
-    pub fn of_item(source: R, item: &OutboxItem) -> Self {
+    pub fn of_item(source: R, item: OutboxItem) -> Self {
         if let Some(Err(error)) = item.trace_header.as_deref().map(check_trace_header) {
             tracing::warn!(
                 event_id = %item.event_id,
@@ -153,17 +153,27 @@ impl<R> Event<R> {
                 "publishing the event without its TraceHeader, which EventBridge would refuse"
             );
         }
-        let state = match OutboundEvent::from_item(item) {
-            Ok(entry) => State::Ready(entry),
-            Err(err) => State::Poison {
-                reason: err.to_string(),
-            },
+        let (state, aggregate) = match OutboundEvent::from_item(&item) {
+            Ok(entry) => {
+                let aggregate = entry.ordering_key.clone();
+                (State::Ready(entry), aggregate)
+            }
+            Err(err) => (
+                State::Poison {
+                    reason: err.to_string(),
+                },
+                item.ordering_key().to_owned(),
+            ),
         };
+        // The item's own strings move into the event: nothing else of it is kept.
         Self {
             source,
-            key: Some(item.key()),
-            event_id: Some(item.event_id.clone()),
-            aggregate: Some(item.ordering_key().to_owned()),
+            key: Some(ItemKey {
+                pk: item.pk,
+                sk: item.sk,
+            }),
+            event_id: Some(item.event_id),
+            aggregate: Some(aggregate),
             state,
         }
     }
@@ -337,13 +347,12 @@ mod tests {
     use super::*;
     use crate::testing::pending_item as item;
 
-
     #[test]
     fn an_item_is_ready_with_its_entry_or_poison_with_a_reason() {
-        let ready = Event::of_item((), &item("a", "{}"));
+        let ready = Event::of_item((), item("a", "{}"));
         assert_eq!(ready.entry().map(|e| e.event_id.as_str()), Some("a"));
         assert_eq!(ready.aggregate.as_deref(), Some("o-a"));
-        let poison = Event::of_item((), &item("b", "not json"));
+        let poison = Event::of_item((), item("b", "not json"));
         assert!(
             matches!(&poison.state, State::Poison { reason } if reason.contains("not valid JSON")),
             "{poison:?}"
@@ -353,10 +362,10 @@ mod tests {
 
     #[test]
     fn only_a_ready_event_is_held_back_or_left_unsent() {
-        let mut held = Event::of_item((), &item("a", "{}"));
+        let mut held = Event::of_item((), item("a", "{}"));
         held.hold_back(Behind::NotSent);
         assert_eq!(held.blocks(), Some(Behind::NotSent));
-        let mut poison = Event::of_item((), &item("b", "nope"));
+        let mut poison = Event::of_item((), item("b", "nope"));
         poison.hold_back(Behind::Failure);
         poison.leave_unsent();
         assert!(matches!(poison.state, State::Poison { .. }));

@@ -85,27 +85,31 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
         let mut blocked: HashMap<String, Behind> = HashMap::new();
         for (index, outcome) in ready.into_iter().zip(outcomes) {
             let event = &mut events[index];
-            let aggregate = event.aggregate.clone().unwrap_or_default();
-            event.state = match outcome {
+            let aggregate = || event.aggregate.clone().unwrap_or_default();
+            let state = match outcome {
                 PublishOutcome::Published => State::Published,
                 PublishOutcome::Rejected { code, message } => State::Poison {
                     reason: format!("EventBridge rejected the entry: {code}: {message}"),
                 },
                 PublishOutcome::Failed { code, message } => {
                     tracing::warn!(event_id = %event.id(), code = %code, "event not published; it stays pending");
-                    blocked.entry(aggregate).or_insert(Behind::Failure);
+                    blocked.entry(aggregate()).or_insert(Behind::Failure);
                     State::Failed { code, message }
                 }
                 PublishOutcome::NotSent => {
-                    blocked.entry(aggregate).or_insert(Behind::NotSent);
+                    blocked.entry(aggregate()).or_insert(Behind::NotSent);
                     State::NotSent
                 }
                 PublishOutcome::HeldBack => State::HeldBack {
                     // The publisher holds back only behind an event of this call; should it not
                     // say which, nothing failed that this relay saw.
-                    behind: blocked.get(&aggregate).copied().unwrap_or(Behind::NotSent),
+                    behind: blocked
+                        .get(&aggregate())
+                        .copied()
+                        .unwrap_or(Behind::NotSent),
                 },
             };
+            event.state = state;
         }
     }
 
@@ -288,11 +292,10 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::pending_item as item;
     use crate::status_store::MarkOutcome;
+    use crate::testing::pending_item as item;
     use crate::testing::{FakeDeadLetters, FakePublisher, FakeStatusStore};
     use outbox_shared::OutboxStatus;
-
 
     /// A status store that answers a batch of marks for its first key only.
     struct AnswersOne(FakeStatusStore);
@@ -322,7 +325,7 @@ mod tests {
         let mut events: Vec<Event<usize>> = ["a", "b", "c"]
             .into_iter()
             .enumerate()
-            .map(|(n, id)| Event::of_item(n, &item(id, "{}")))
+            .map(|(n, id)| Event::of_item(n, item(id, "{}")))
             .collect();
 
         // When three published events are settled
@@ -372,7 +375,7 @@ mod tests {
         ]
         .into_iter()
         .enumerate()
-        .map(|(n, (id, payload))| Event::of_item(n, &item(id, payload)))
+        .map(|(n, (id, payload))| Event::of_item(n, item(id, payload)))
         .collect();
 
         // When they are published and settled
@@ -420,7 +423,7 @@ mod tests {
         let without_queue =
             EventRelay::<_, _, &FakeDeadLetters>::new(&publisher, &status, None, "test", 1);
         for relay in [with_queue, without_queue] {
-            let mut events = vec![Event::of_item((), &item("bad", "nope"))];
+            let mut events = vec![Event::of_item((), item("bad", "nope"))];
 
             // When it is settled
             relay
@@ -456,7 +459,7 @@ mod tests {
         let of = |id: &str, aggregate: &str| {
             let mut item = item(id, "{}");
             item.aggregate_id = Some(aggregate.into());
-            Event::of_item((), &item)
+            Event::of_item((), item)
         };
         let mut events = vec![of("x1", "x"), of("y1", "y"), of("x2", "x"), of("y2", "y")];
 

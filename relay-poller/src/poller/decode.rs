@@ -66,7 +66,7 @@ pub(crate) fn decode(raw: RawItem, partition: &str) -> Event<RawItem> {
             },
         };
     }
-    Event::of_item(raw, &item)
+    Event::of_item(raw, item)
 }
 
 /// The item as the dead letter carries it: its attributes as plain JSON.

@@ -95,7 +95,7 @@ pub(super) fn decode(record: &EventRecord) -> Event<&EventRecord> {
         Ok(item) if item.status != OutboxStatus::Pending => {
             Event::ignored(record, IgnoreReason::NotPending(item.status))
         }
-        Ok(item) => Event::of_item(record, &item),
+        Ok(item) => Event::of_item(record, item),
         Err(err) => Event::undecodable(
             record,
             record_key(record),
