@@ -11,7 +11,7 @@
 //! - [`sweep`]: a scan of the whole index for partitions (`GSI1PK` values) outside the configured
 //!   shard count (a writer or another client on more shards, a reshard) and shards nobody has
 //!   leased for a lease duration, polled before the shards, so no event is stranded under a
-//!   `GSI1PK` nobody queries. Due once per sweep interval; a drain asks for one on its first pass
+//!   `GSI1PK` nobody queries. Due once per sweep interval in `run`; in `drain`, on the first pass
 //!   and on the pass that would find the index empty. Port: the index's counts.
 //! - [`ttl`]: the TTL refresh: a pending item whose `ttl` is past or within the refresh margin gets
 //!   its `ttl` pushed forward (still only while it is pending) before anything else happens to it,
@@ -185,13 +185,25 @@ where
         cutoff: DateTime<Utc>,
         cancel: &CancellationToken,
     ) -> PassStats {
+        self.pass_sweeping(assignment, cutoff, self.sweep.due(), cancel)
+            .await
+    }
+
+    /// [`Self::pass`], sweeping first when `sweep` says so (a drain decides for itself when).
+    async fn pass_sweeping<A: ShardAssignment>(
+        &self,
+        assignment: &A,
+        cutoff: DateTime<Utc>,
+        sweep: bool,
+        cancel: &CancellationToken,
+    ) -> PassStats {
         // The smallest sort key at `cutoff`: every event created before it sorts below.
         let before = schema::pending_sort_key(&format_timestamp(cutoff), "");
         let before = before.as_str();
         let shards = assignment.for_pass().await;
         let mut stats = PassStats::default();
         let mut held_back: HashMap<String, Behind> = HashMap::new();
-        if self.sweep.due() {
+        if sweep {
             match self.sweep.partitions(&shards.orphaned).await {
                 Ok(found) => {
                     for partition in &found.partitions {
@@ -292,12 +304,15 @@ where
         let (mut passes, mut stalled, mut complete) = (0, 0, false);
         // The first pass sweeps, and so does the pass that would declare the drain complete: a
         // drain is complete only when no partition, stray or not, holds an event.
-        self.sweep.request();
+        let mut sweep = true;
         let max_pause = self.settings.idle_backoff_max;
         let mut pause = MIN_IDLE_BACKOFF.min(max_pause);
         while !cancel.is_cancelled() {
             let now = Utc::now();
-            let stats = self.pass(assignment, cutoff(now, grace), cancel).await;
+            let swept = std::mem::take(&mut sweep);
+            let stats = self
+                .pass_sweeping(assignment, cutoff(now, grace), swept, cancel)
+                .await;
             self.holds.release().await;
             passes += 1;
             metrics::pass(&stats, now);
@@ -313,7 +328,7 @@ where
                 "drain pass done"
             );
             match stats.outcome() {
-                PassOutcome::Empty if stats.stray_pending.is_none() => self.sweep.request(),
+                PassOutcome::Empty if !swept => sweep = true,
                 PassOutcome::Empty => {
                     complete = !stats.interrupted;
                     break;

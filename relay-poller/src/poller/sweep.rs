@@ -6,7 +6,6 @@
 //! finds them; the pass polls them.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use outbox_shared::ShardCount;
@@ -24,17 +23,15 @@ pub(super) struct Found {
     pub(super) stray_pending: u64,
 }
 
-/// The sweep of the whole index, once per interval or when asked for.
+/// The sweep of the whole index.
 #[derive(Debug)]
 pub(super) struct Sweep<C> {
     index: C,
     shard_count: ShardCount,
+    /// How often a sweep is due (`run`).
     interval: Duration,
-    /// When the last sweep started.
+    /// When the last sweep that was due started.
     last: Mutex<Option<Instant>>,
-    /// The next pass sweeps, whatever the interval says (a drain's first pass, and the pass that
-    /// would find the index empty).
-    requested: AtomicBool,
 }
 
 impl<C: PendingCounts> Sweep<C> {
@@ -44,21 +41,14 @@ impl<C: PendingCounts> Sweep<C> {
             shard_count,
             interval,
             last: Mutex::new(None),
-            requested: AtomicBool::new(false),
         }
     }
 
-    /// Makes the next pass sweep.
-    pub(super) fn request(&self) {
-        self.requested.store(true, Ordering::Relaxed);
-    }
-
-    /// Whether a sweep is due now (asked for, or an interval since the last); if so, it counts
-    /// as started.
+    /// Whether a sweep is due now (an interval since the last, or never); if so, it counts as
+    /// started.
     pub(super) fn due(&self) -> bool {
         let mut last = self.last.lock().expect("not poisoned");
-        let requested = self.requested.swap(false, Ordering::Relaxed);
-        let due = requested || last.is_none_or(|at| at.elapsed() >= self.interval);
+        let due = last.is_none_or(|at| at.elapsed() >= self.interval);
         if due {
             *last = Some(Instant::now());
         }
