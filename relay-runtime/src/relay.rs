@@ -128,16 +128,19 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
             let events = &*events;
             // Owned batches and indices: the stream's closures then take no borrowed arguments,
             // which keeps the future `Send` for every caller.
-            let published: Vec<(usize, ItemKey)> = events
-                .iter()
-                .enumerate()
-                .filter(|(_, e)| matches!(e.state, State::Published))
-                .filter_map(|(i, e)| Some((i, e.key.clone()?)))
-                .collect();
-            let batches: Vec<Vec<(usize, ItemKey)>> = published
-                .chunks(MARK_BATCH_MAX)
-                .map(<[_]>::to_vec)
-                .collect();
+            let batches: Vec<Vec<(usize, ItemKey)>> = {
+                let mut published = events
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, e)| matches!(e.state, State::Published))
+                    .filter_map(|(i, e)| Some((i, e.key.clone()?)))
+                    .peekable();
+                let mut batches = Vec::new();
+                while published.peek().is_some() {
+                    batches.push(published.by_ref().take(MARK_BATCH_MAX).collect());
+                }
+                batches
+            };
             let poison: Vec<(usize, String)> = events
                 .iter()
                 .enumerate()
@@ -176,7 +179,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
         batch: Vec<(usize, ItemKey)>,
         deadline: Deadline,
     ) -> Vec<(usize, State)> {
-        let keys: Vec<ItemKey> = batch.iter().map(|(_, key)| key.clone()).collect();
+        let (indices, keys): (Vec<usize>, Vec<ItemKey>) = batch.into_iter().unzip();
         let (mut marks, why_unanswered) = match deadline
             .finish(
                 BATCH_EXECUTE_STATEMENT,
@@ -201,16 +204,16 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
                 )),
             })
         }));
-        batch
+        indices
             .into_iter()
             .zip(marks)
-            .map(|((index, key), mark)| {
+            .map(|(index, mark)| {
                 let state = match mark {
                     Ok(outcome) => State::Marked(outcome),
                     Err(err) => {
                         // Published but still pending: the poller publishes it again after its
                         // grace period, with the same eventId.
-                        tracing::warn!(key = %key, retryable = err.class().is_retryable(), error = %err.failure, "event published but not marked published");
+                        tracing::warn!(key = %err.key, retryable = err.class().is_retryable(), error = %err.failure, "event published but not marked published");
                         State::NotMarked(err)
                     }
                 };
