@@ -51,6 +51,18 @@ pub struct IndexError {
 /// Pending events per partition (`GSI1PK` value) over the whole index.
 pub type PartitionCounts = BTreeMap<String, u64>;
 
+/// What the whole index holds: pending events per partition, and the aggregate holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IndexCounts {
+    /// Pending events per partition.
+    pub pending: PartitionCounts,
+    /// Aggregate holds per partition of their last event (an earlier release's holds under
+    /// [`schema::LEGACY_HOLD_PARTITION`] itself).
+    pub holds: PartitionCounts,
+    /// `HeldSince` of the oldest hold, if any.
+    pub oldest_hold: Option<String>,
+}
+
 /// Port: pages of pending events, as a pass reads them.
 pub trait PendingPages: Send + Sync {
     /// Up to `limit` pending events of `partition` (a `GSI1PK` value) whose sort key is below
@@ -69,9 +81,10 @@ pub trait PendingCounts: Send + Sync {
     /// Counts the pending events of `shard` and finds the oldest.
     fn backlog(&self, shard: u16) -> impl Future<Output = Result<ShardBacklog, IndexError>> + Send;
 
-    /// Counts the pending events of every partition the index holds (a paginated `Scan`; the
-    /// index is sparse, so it holds only pending events and is small when the relays keep up).
-    fn partitions(&self) -> impl Future<Output = Result<PartitionCounts, IndexError>> + Send;
+    /// Counts the pending events of every partition the index holds, and the aggregate holds (a
+    /// paginated `Scan`; the index is sparse, so it holds only pending events and holds, and is
+    /// small when the relays keep up).
+    fn partitions(&self) -> impl Future<Output = Result<IndexCounts, IndexError>> + Send;
 }
 
 /// The calls of [`DynamoPendingIndex`]: a shard's pages and backlog (`Query`), the sweep's and
@@ -191,8 +204,8 @@ impl PendingCounts for DynamoPendingIndex {
         })
     }
 
-    async fn partitions(&self) -> Result<PartitionCounts, IndexError> {
-        let mut counts = PartitionCounts::new();
+    async fn partitions(&self) -> Result<IndexCounts, IndexError> {
+        let mut counts = IndexCounts::default();
         let mut start = None;
         loop {
             let page = self
@@ -200,8 +213,9 @@ impl PendingCounts for DynamoPendingIndex {
                 .scan()
                 .table_name(&self.table_name)
                 .index_name(&self.index_name)
-                .projection_expression("#pk")
+                .projection_expression("#pk, #since")
                 .expression_attribute_names("#pk", attr::GSI1PK)
+                .expression_attribute_names("#since", attr::HELD_SINCE)
                 .set_exclusive_start_key(start)
                 .send()
                 .await
@@ -210,12 +224,11 @@ impl PendingCounts for DynamoPendingIndex {
                     failure: SdkFailure::new("Scan", e),
                 })?;
             for item in page.items() {
-                if let Some(partition) = item
-                    .get(attr::GSI1PK)
-                    .and_then(|v| v.as_s().ok())
-                    .filter(|p| p.as_str() != schema::HOLD_PARTITION)
-                {
-                    *counts.entry(partition.clone()).or_default() += 1;
+                if let Some(partition) = item.get(attr::GSI1PK).and_then(|v| v.as_s().ok()) {
+                    counts.count(
+                        partition,
+                        item.get(attr::HELD_SINCE).and_then(|v| v.as_s().ok()),
+                    );
                 }
             }
             start = page.last_evaluated_key().cloned();
@@ -224,5 +237,31 @@ impl PendingCounts for DynamoPendingIndex {
             }
         }
         Ok(counts)
+    }
+}
+
+impl IndexCounts {
+    /// Counts one index item under `gsi1pk`: a pending event, or a hold (`held_since` its
+    /// `HeldSince`).
+    pub fn count(&mut self, gsi1pk: &str, held_since: Option<&String>) {
+        if schema::is_hold_partition(gsi1pk) {
+            let partition = schema::parse_hold_partition(gsi1pk).unwrap_or(gsi1pk);
+            *self.holds.entry(partition.to_owned()).or_default() += 1;
+            if let Some(since) = held_since
+                && self
+                    .oldest_hold
+                    .as_ref()
+                    .is_none_or(|oldest| since < oldest)
+            {
+                self.oldest_hold = Some(since.clone());
+            }
+        } else {
+            *self.pending.entry(gsi1pk.to_owned()).or_default() += 1;
+        }
+    }
+
+    /// Aggregate holds in the whole index.
+    pub fn hold_count(&self) -> u64 {
+        self.holds.values().sum()
     }
 }

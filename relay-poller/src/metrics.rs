@@ -15,8 +15,9 @@ use chrono::{DateTime, Utc};
 use outbox_shared::time::parse_timestamp;
 use relay_runtime::Tally;
 use relay_runtime::metrics::{
-    ALREADY_MARKED, BACKLOG, DEAD_LETTERED, LEASE_TAKEOVERS, LEASES_OWNED, NOT_MARKED,
-    OLDEST_PENDING_AGE, PUBLISH_FAILED, PUBLISHED, STRAY_PENDING, TTL_EXTENDED, count, observe,
+    ALREADY_MARKED, BACKLOG, DEAD_LETTERED, HOLDS, HOLDS_RELEASED, LEASE_TAKEOVERS, LEASES_OWNED,
+    NOT_MARKED, OLDEST_HOLD_AGE, OLDEST_PENDING_AGE, PUBLISH_FAILED, PUBLISHED, STRAY_PENDING,
+    TTL_EXTENDED, count, observe,
 };
 
 use crate::poller::stats::PassStats;
@@ -42,6 +43,17 @@ pub(crate) fn leases_owned(n: usize) {
 
 pub(crate) fn lease_takeovers(n: u64) {
     count(LEASE_TAKEOVERS, n);
+}
+
+pub(crate) fn holds_released(n: u64) {
+    count(HOLDS_RELEASED, n);
+}
+
+/// The aggregate holds a sweep found, and the age of the oldest (`held_since`), 0 without any.
+pub(crate) fn holds(n: u64, held_since: Option<&str>, now: DateTime<Utc>) {
+    #[allow(clippy::cast_precision_loss)] // far below 2^52
+    observe(HOLDS, n as f64);
+    observe(OLDEST_HOLD_AGE, oldest_age(held_since, now));
 }
 
 pub(crate) fn stray_pending(n: u64) {

@@ -32,6 +32,11 @@ pub struct StatusReport {
     pub partitions: Vec<PartitionBacklog>,
     /// Pending events under stray partitions.
     pub stray_pending: u64,
+    /// Aggregate holds in the index (the stream relay's hold mode): aggregates whose events the
+    /// poller publishes until it releases them.
+    pub holds: u64,
+    /// Seconds since the oldest hold was set (0 without holds).
+    pub oldest_hold_age_seconds: f64,
     /// Pending events whose `ttl` is past or within the refresh margin (a poller that reads them
     /// pushes it forward; if none does, TTL deletes them and the stream relay publishes them from
     /// the deletion record).
@@ -174,9 +179,11 @@ pub async fn collect(
         .iter()
         .filter_map(|s| s.oldest_created_at.clone())
         .min();
-    let partitions: Vec<PartitionBacklog> = index
-        .partitions()
-        .await?
+    let counts = index.partitions().await?;
+    let holds = counts.hold_count();
+    let oldest_hold_age_seconds = oldest_age(counts.oldest_hold.as_deref(), now);
+    let partitions: Vec<PartitionBacklog> = counts
+        .pending
         .into_iter()
         .map(|(partition, pending)| PartitionBacklog {
             stray: schema::parse_pending_shard_pk(&partition)
@@ -196,6 +203,8 @@ pub async fn collect(
             .map(|p| p.pending)
             .sum(),
         partitions,
+        holds,
+        oldest_hold_age_seconds,
         total_pending: per_shard.iter().map(|s| s.pending).sum(),
         oldest_pending_age_seconds: oldest_age(oldest_created_at.as_deref(), now),
         oldest_created_at,
@@ -251,6 +260,11 @@ impl StatusReport {
             count(self.expiring_pending),
             count(self.dead_lettered_items),
             count(self.dead_letter_queue_depth)
+        );
+        let _ = writeln!(
+            out,
+            "aggregate holds: {} (oldest {:.1} s)",
+            self.holds, self.oldest_hold_age_seconds
         );
         let strays: Vec<&PartitionBacklog> = self.partitions.iter().filter(|p| p.stray).collect();
         if strays.is_empty() {
@@ -410,7 +424,7 @@ mod tests {
     use chrono::TimeZone;
 
     use super::*;
-    use crate::index::PartitionCounts;
+    use crate::index::{IndexCounts, PartitionCounts};
 
     /// An index with a fixed backlog per shard and fixed partition counts.
     struct Fixed {
@@ -427,8 +441,11 @@ mod tests {
             })
         }
 
-        async fn partitions(&self) -> Result<PartitionCounts, IndexError> {
-            Ok(self.partitions.clone())
+        async fn partitions(&self) -> Result<IndexCounts, IndexError> {
+            Ok(IndexCounts {
+                pending: self.partitions.clone(),
+                ..IndexCounts::default()
+            })
         }
     }
 
@@ -539,6 +556,8 @@ mod tests {
             oldest_pending_age_seconds: 0.0,
             partitions: Vec::new(),
             stray_pending: 0,
+            holds: 0,
+            oldest_hold_age_seconds: 0.0,
             expiring_pending: None,
             dead_lettered_items: None,
             dead_letter_queue_depth: None,

@@ -1,25 +1,40 @@
 //! Strongly consistent `BatchGetItem` reads of one table, by key, with DynamoDB's unprocessed keys
-//! asked again: what the relays read when the eventually consistent index will not do (whether an
-//! aggregate is held, whether the events left under a hold are still pending).
+//! asked again after a backoff: what the relays read when the eventually consistent index will
+//! not do (whether an aggregate is held, whether the last event left under a hold is still
+//! pending).
+//!
+//! DynamoDB answers a `BatchGetItem` it could only partly serve (throttling, a response over
+//! 16 MB) with the rest as `UnprocessedKeys`, and AWS says to ask for them again with exponential
+//! backoff: asked again at once, they meet the same throttling. The SDK's own retries do not see
+//! them (the call succeeded), so this module backs off with the project's full jitter
+//! ([`UNPROCESSED_KEYS_RETRY`]) between rounds. A caller under a deadline bounds the whole read
+//! with it (`Deadline::finish`).
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
-use outbox_shared::SdkFailure;
+use outbox_shared::{RetryPolicy, SdkFailure};
 
 /// An item as DynamoDB returns it.
 pub type Item = HashMap<String, AttributeValue>;
 
 /// Keys one `BatchGetItem` may ask for (DynamoDB's limit).
 pub const BATCH_GET_MAX_KEYS: usize = 100;
-/// `BatchGetItem` rounds for unprocessed keys before giving up (the SDK already retried each
-/// call; a key still unprocessed after this many rounds is a failure, never a "not found").
-pub const BATCH_GET_MAX_ROUNDS: u32 = 5;
+
+/// The rounds after the first for keys DynamoDB left unprocessed, and the full-jitter backoff
+/// before each (from 50 ms, doubling, capped at 1 s: at most about 2.6 s in all). A key still
+/// unprocessed after them is a failure, never a "not found".
+pub const UNPROCESSED_KEYS_RETRY: RetryPolicy = RetryPolicy {
+    max_retries: 6,
+    base_delay: Duration::from_millis(50),
+    max_delay: Duration::from_secs(1),
+};
 
 /// The items of `table` under `keys` that exist, read strongly consistent, `BATCH_GET_MAX_KEYS`
-/// to a call, with only the attribute `projection` if given. `what` names the keys in the error
-/// when some stay unprocessed after [`BATCH_GET_MAX_ROUNDS`] rounds.
+/// to a call, with only the attributes `projection` names (all when it is empty). `what` names
+/// the keys in the error when some stay unprocessed after [`UNPROCESSED_KEYS_RETRY`]'s rounds.
 ///
 /// # Errors
 /// [`SdkFailure`] when a call fails, or keys stay unprocessed.
@@ -27,7 +42,7 @@ pub async fn consistent_items(
     client: &Client,
     table: &str,
     keys: Vec<Item>,
-    projection: Option<&str>,
+    projection: &[&str],
     what: &'static str,
 ) -> Result<Vec<Item>, SdkFailure> {
     let mut items = Vec::new();
@@ -35,15 +50,16 @@ pub async fn consistent_items(
         let mut request = KeysAndAttributes::builder()
             .set_keys(Some(chunk.to_vec()))
             .consistent_read(true);
-        if let Some(attribute) = projection {
-            request = request
-                .projection_expression("#projected")
-                .expression_attribute_names("#projected", attribute);
+        if !projection.is_empty() {
+            let names: Vec<String> = (0..projection.len()).map(|i| format!("#p{i}")).collect();
+            request = request.projection_expression(names.join(", "));
+            for (name, attribute) in names.into_iter().zip(projection) {
+                request = request.expression_attribute_names(name, *attribute);
+            }
         }
         let mut request = Some(request.build().expect("keys are set"));
-        let mut rounds = 0;
+        let mut backoff = UNPROCESSED_KEYS_RETRY.delays();
         while let Some(keys) = request.take() {
-            rounds += 1;
             let mut output = client
                 .batch_get_item()
                 .request_items(table, keys)
@@ -62,8 +78,11 @@ pub async fn consistent_items(
                 .unprocessed_keys
                 .and_then(|mut u| u.remove(table))
                 .filter(|k| !k.keys().is_empty());
-            if request.is_some() && rounds >= BATCH_GET_MAX_ROUNDS {
-                return Err(SdkFailure::incomplete("BatchGetItem", what));
+            if request.is_some() {
+                let Some(delay) = backoff.next() else {
+                    return Err(SdkFailure::incomplete("BatchGetItem", what));
+                };
+                tokio::time::sleep(delay).await;
             }
         }
     }

@@ -90,7 +90,9 @@ pub use dead_letter::{
 };
 pub use deadline::Deadline;
 pub use event::{Behind, Event, IgnoreReason, State, Tally};
-pub use holds::{AggregateHolds, DynamoHoldStore, Hold, HoldRelease};
+pub use holds::{
+    AggregateHolds, DynamoHoldStore, Hold, HoldCursor, HoldPage, HoldRelease, LeftEvent,
+};
 pub use publisher::{
     BusCall, BusPublisher, ClassicBus, CustomBus, CustomBusPublisher, EventBridgePublisher,
     PublishOutcome, PublishStats, Publisher,

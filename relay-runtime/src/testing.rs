@@ -15,7 +15,7 @@ use outbox_shared::{ItemKey, OutboundEvent, OutboxItem, OutboxStatus, SdkFailure
 
 use crate::dead_letter::{DeadLetter, DeadLetterError, DeadLetterSink};
 use crate::deadline::Deadline;
-use crate::holds::{AggregateHolds, Hold};
+use crate::holds::{AggregateHolds, Hold, HoldCursor, HoldPage, LeftEvent, last_left};
 use crate::publisher::{ENTRY_TOO_LARGE, PublishOutcome, Publisher};
 use crate::status_store::{MarkOutcome, StatusError, StatusStore};
 
@@ -206,27 +206,74 @@ impl StatusStore for FakeStatusStore {
     }
 }
 
+/// The table key of the hold item of `ordering_key`, for a test that reads the item itself.
+pub fn hold_item_key(
+    ordering_key: &str,
+) -> HashMap<String, aws_sdk_dynamodb::types::AttributeValue> {
+    use outbox_shared::schema::{self, attr};
+    HashMap::from([
+        (
+            attr::PK.to_owned(),
+            aws_sdk_dynamodb::types::AttributeValue::S(schema::hold_pk(ordering_key)),
+        ),
+        (
+            attr::SK.to_owned(),
+            aws_sdk_dynamodb::types::AttributeValue::S(schema::HOLD_SK.to_owned()),
+        ),
+    ])
+}
+
+/// The event `id` of [`pending_item`]'s shape as left under a hold, in `partition`.
+pub fn left_event(id: &str, partition: &str) -> LeftEvent {
+    LeftEvent {
+        key: ItemKey {
+            pk: "USER#u".into(),
+            sk: format!("OUTBOX#{id}"),
+        },
+        partition: partition.into(),
+        sort_key: format!("EVENT#2026-11-22T10:00:00.000Z#{id}"),
+    }
+}
+
 /// Keeps holds in memory, with the same conditions as the DynamoDB adapter; fails every write
 /// when built with [`FakeHoldStore::failing`]. The stream relay's side is the
 /// [`AggregateHolds`] port; the poller's side ([`crate::holds::HoldRelease`]) needs to know what
-/// is pending, which a test's table knows: it implements that port with [`FakeHoldStore::list`],
+/// is pending, which a test's table knows: it implements that port with [`FakeHoldStore::page`],
 /// [`FakeHoldStore::release`] and [`FakeHoldStore::extend`], and its own pending events.
 #[derive(Debug, Default)]
 pub struct FakeHoldStore {
     fail: bool,
     /// Held aggregates by ordering key.
     holds: Mutex<HashMap<String, FakeHold>>,
-    /// Bumped by every hold set: each hold's `held_since`.
+    /// Bumped by every hold created: each hold's `held_since`.
     sets: Mutex<u64>,
 }
 
-/// One hold as [`FakeHoldStore`] keeps it.
+/// One hold as [`FakeHoldStore`] keeps it: what the adapter's item holds.
 #[derive(Debug, Clone, Default)]
 struct FakeHold {
+    /// The `GSI1PK` of its last event left.
     partition: String,
+    sort_key: String,
+    last_left: Option<ItemKey>,
+    left_count: u64,
     held_since: String,
-    left: Vec<ItemKey>,
     ttl: Option<i64>,
+}
+
+impl FakeHold {
+    /// Records `left` as the adapter does: the hold follows the last of them if it sorts after
+    /// the one it follows, and counts them all.
+    fn record(&mut self, left: &[LeftEvent]) {
+        if let Some(last) = last_left(left)
+            && (self.last_left.is_none() || last.sort_key > self.sort_key)
+        {
+            self.partition.clone_from(&last.partition);
+            self.sort_key.clone_from(&last.sort_key);
+            self.last_left = Some(last.key.clone());
+        }
+        self.left_count += left.len() as u64;
+    }
 }
 
 impl FakeHoldStore {
@@ -238,7 +285,7 @@ impl FakeHoldStore {
         }
     }
 
-    /// Held aggregates and the partition of their held event.
+    /// Held aggregates and the partition of their last event left.
     pub fn holds(&self) -> HashMap<String, String> {
         self.holds
             .lock()
@@ -269,22 +316,13 @@ impl FakeHoldStore {
             .and_then(|h| h.ttl)
     }
 
-    /// The events recorded as left under the hold of `ordering_key`.
-    pub fn left(&self, ordering_key: &str) -> Vec<ItemKey> {
+    /// The last event left under the hold of `ordering_key`, and how many were left.
+    pub fn left(&self, ordering_key: &str) -> Option<(ItemKey, u64)> {
         self.holds
             .lock()
             .expect("not poisoned")
             .get(ordering_key)
-            .map(|h| h.left.clone())
-            .unwrap_or_default()
-    }
-}
-
-fn add_left(record: &mut Vec<ItemKey>, left: &[ItemKey]) {
-    for key in left {
-        if !record.contains(key) {
-            record.push(key.clone());
-        }
+            .and_then(|h| Some((h.last_left.clone()?, h.left_count)))
     }
 }
 
@@ -301,67 +339,88 @@ impl AggregateHolds for FakeHoldStore {
             .collect())
     }
 
-    async fn leave(&self, ordering_key: &str, left: &[ItemKey]) -> Result<bool, SdkFailure> {
+    async fn leave(&self, ordering_key: &str, left: &[LeftEvent]) -> Result<bool, SdkFailure> {
         if self.fail {
             return Err(throttled_update());
         }
         let mut holds = self.holds.lock().expect("not poisoned");
         Ok(match holds.get_mut(ordering_key) {
             Some(hold) => {
-                add_left(&mut hold.left, left);
+                hold.record(left);
                 true
             }
             None => false,
         })
     }
 
-    async fn hold(
-        &self,
-        ordering_key: &str,
-        partition: &str,
-        left: &[ItemKey],
-    ) -> Result<(), SdkFailure> {
+    async fn hold(&self, ordering_key: &str, left: &[LeftEvent]) -> Result<(), SdkFailure> {
         if self.fail {
             return Err(throttled_update());
         }
-        let since = {
+        let mut holds = self.holds.lock().expect("not poisoned");
+        let hold = holds.entry(ordering_key.to_owned()).or_insert_with(|| {
             let mut sets = self.sets.lock().expect("not poisoned");
             *sets += 1;
-            sets.to_string()
-        };
-        let mut holds = self.holds.lock().expect("not poisoned");
-        let hold = holds.entry(ordering_key.to_owned()).or_default();
-        hold.partition = partition.to_owned();
-        hold.held_since = since;
-        add_left(&mut hold.left, left);
+            FakeHold {
+                held_since: sets.to_string(),
+                ..FakeHold::default()
+            }
+        });
+        hold.record(left);
         Ok(())
     }
 }
 
 /// The poller's side, for a test's [`crate::holds::HoldRelease`].
 impl FakeHoldStore {
-    /// Every hold.
-    pub fn list(&self) -> Vec<Hold> {
-        self.holds
+    /// The holds whose last event is under `partition` and sorts below `before`, in order, up to
+    /// `limit` after `start` (a cursor naming the last hold's `GSI1SK`).
+    pub fn page(
+        &self,
+        partition: &str,
+        before: &str,
+        limit: i32,
+        start: Option<HoldCursor>,
+    ) -> HoldPage {
+        let after = start
+            .as_ref()
+            .and_then(|c| c.get(outbox_shared::schema::attr::GSI1SK))
+            .and_then(|v| v.as_s().ok())
+            .cloned();
+        let mut holds: Vec<Hold> = self
+            .holds
             .lock()
             .expect("not poisoned")
             .iter()
-            .map(|(ordering_key, hold)| Hold {
+            .filter(|(_, h)| h.partition == partition && h.sort_key.as_str() < before)
+            .filter(|(_, h)| after.as_ref().is_none_or(|a| h.sort_key > *a))
+            .map(|(ordering_key, h)| Hold {
                 ordering_key: ordering_key.clone(),
-                partition: hold.partition.clone(),
-                held_since: hold.held_since.clone(),
-                left: hold.left.clone(),
-                ttl: hold.ttl,
+                held_since: h.held_since.clone(),
+                sort_key: h.sort_key.clone(),
+                last_left: h.last_left.clone(),
+                left_count: Some(h.left_count),
+                ttl: h.ttl,
             })
-            .collect()
+            .collect();
+        holds.sort_by(|a, b| a.sort_key.cmp(&b.sort_key));
+        let limit = usize::try_from(limit).unwrap_or(1).max(1);
+        let next = (holds.len() > limit).then(|| {
+            holds.truncate(limit);
+            HoldCursor::from([(
+                outbox_shared::schema::attr::GSI1SK.to_owned(),
+                aws_sdk_dynamodb::types::AttributeValue::S(holds[limit - 1].sort_key.clone()),
+            )])
+        });
+        HoldPage { holds, next }
     }
 
     /// Deletes `hold` if it was not set again and nothing was left under it since it was read.
     pub fn release(&self, hold: &Hold) -> bool {
         let mut holds = self.holds.lock().expect("not poisoned");
-        let unchanged = holds
-            .get(&hold.ordering_key)
-            .is_some_and(|h| h.held_since == hold.held_since && h.left.len() == hold.left.len());
+        let unchanged = holds.get(&hold.ordering_key).is_some_and(|h| {
+            h.held_since == hold.held_since && Some(h.left_count) == hold.left_count
+        });
         if unchanged {
             holds.remove(&hold.ordering_key);
         }

@@ -118,6 +118,9 @@ pub struct Summary {
     pub ignored: u64,
     pub dead_lettered: u64,
     pub failed: u64,
+    /// Left to the poller under their aggregate's hold (hold mode): still pending, the poller
+    /// publishes them in order and then releases the hold.
+    pub left_to_hold: u64,
     /// Published or dead-lettered, but the status update failed: the item stays pending and the
     /// poller publishes it again (a part of `published` and `dead_lettered`).
     pub not_marked: u64,
@@ -164,6 +167,7 @@ pub async fn run(args: &LocalArgs, shutdown: &CancellationToken) -> Result<Summa
         ignored: counts.ignored,
         dead_lettered: counts.dead_lettered,
         failed: counts.failed,
+        left_to_hold: counts.left_to_hold,
         not_marked: counts.not_marked,
         put_events_calls: runner.relay().publisher().stats().put_events_calls,
         redelivered: runner.redelivered(),

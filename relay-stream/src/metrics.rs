@@ -5,8 +5,8 @@
 //! invocation; elsewhere (the local runner, tests) no recorder is installed and these are no-ops.
 
 use relay_runtime::metrics::{
-    AGGREGATES_HELD, DEAD_LETTERED, IGNORED, NOT_MARKED, PUBLISH_FAILED, PUBLISHED, RELAY_LAG,
-    count, observe,
+    AGGREGATES_HELD, DEAD_LETTERED, IGNORED, LEFT_TO_HOLD, NOT_MARKED, PUBLISH_FAILED, PUBLISHED,
+    RELAY_LAG, count, observe,
 };
 
 use crate::handler::report::BatchCounts;
@@ -16,6 +16,7 @@ pub(crate) fn record_batch(counts: &BatchCounts, max_lag_ms: Option<i64>) {
     count(IGNORED, counts.ignored);
     count(DEAD_LETTERED, counts.dead_lettered);
     count(PUBLISH_FAILED, counts.failed);
+    count(LEFT_TO_HOLD, counts.left_to_hold);
     count(NOT_MARKED, counts.not_marked);
     if let Some(lag) = max_lag_ms {
         // Precision loss is irrelevant for a latency in milliseconds.

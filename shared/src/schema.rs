@@ -46,13 +46,22 @@ pub mod attr {
     /// Aggregate hold: the aggregate (`AggregateId`, or `PK` without one) the stream relay left
     /// to the poller.
     pub const ORDERING_KEY: &str = "OrderingKey";
-    /// Aggregate hold: the `GSI1PK` of the held event, where the poller looks for what is left.
-    pub const HELD_PARTITION: &str = "HeldPartition";
-    /// Aggregate hold: when it was last set, ISO-8601 UTC.
+    /// Aggregate hold: when it was set, ISO-8601 UTC (kept while the hold lasts: a hold released
+    /// and set again has a new one).
     pub const HELD_SINCE: &str = "HeldSince";
-    /// Aggregate hold: the events the stream relay left to the poller under it, a string set of
-    /// their item keys (each a JSON array `[PK, SK]`). Only ever added to while the hold exists,
-    /// so its size says whether anything was left since the poller read it.
+    /// Aggregate hold: the item key of the last event (the highest `GSI1SK`) the stream relay
+    /// left to the poller under it, a JSON array `[PK, SK]`. Its `GSI1PK` and `GSI1SK` are the
+    /// hold's own, with the hold prefix ([`super::hold_partition`]), so the poller of that
+    /// partition finds the hold once it has published past it.
+    pub const LAST_LEFT: &str = "LastLeft";
+    /// Aggregate hold: how many events were left under it, a number only ever added to while the
+    /// hold exists, so it says whether anything was left since the poller read it.
+    pub const LEFT_COUNT: &str = "LeftCount";
+    /// Aggregate hold of an earlier release: the `GSI1PK` of the held event. Read only to migrate
+    /// such a hold ([`super::LEGACY_HOLD_PARTITION`]).
+    pub const HELD_PARTITION: &str = "HeldPartition";
+    /// Aggregate hold of an earlier release: every event left under it, a string set of item keys
+    /// that grew with each. Removed when the hold is migrated.
     pub const LEFT_EVENTS: &str = "LeftEvents";
 
     /// Idempotency record written by an idempotent create (see the writer).
@@ -83,9 +92,33 @@ const HOLD_PREFIX: &str = "HOLD#";
 /// `SK` of an aggregate hold.
 pub const HOLD_SK: &str = "HOLD";
 
-/// `GSI1PK` of every aggregate hold: the poller lists them with one query. Not a pending-event
-/// partition: the sweep and the backlog leave it out.
-pub const HOLD_PARTITION: &str = "OUTBOX#HOLD";
+/// `GSI1PK` prefix of aggregate holds: a hold is in the index under [`hold_partition`] of the
+/// partition of the last event left under it.
+const HOLD_PARTITION_PREFIX: &str = "OUTBOX#HOLD#";
+
+/// `GSI1PK` under which every aggregate hold of an earlier release was kept (one partition for
+/// all of them, which DynamoDB's per-partition write limit caps). The poller migrates such holds
+/// to [`hold_partition`]; nothing writes it any more.
+pub const LEGACY_HOLD_PARTITION: &str = "OUTBOX#HOLD";
+
+/// `GSI1PK` of the aggregate holds whose last event left is under the index partition
+/// `partition`: `OUTBOX#HOLD#{partition}`. The holds spread over the index's partitions as the
+/// events do, and the poller that polls `partition` releases them. Not a pending-event
+/// partition: the sweep and the backlog count holds apart.
+pub fn hold_partition(partition: &str) -> String {
+    format!("{HOLD_PARTITION_PREFIX}{partition}")
+}
+
+/// The event partition of a hold partition ([`hold_partition`]), if `gsi1pk` is one.
+pub fn parse_hold_partition(gsi1pk: &str) -> Option<&str> {
+    gsi1pk.strip_prefix(HOLD_PARTITION_PREFIX)
+}
+
+/// Whether `gsi1pk` is a partition of aggregate holds (this release's or the legacy one), not of
+/// pending events.
+pub fn is_hold_partition(gsi1pk: &str) -> bool {
+    gsi1pk == LEGACY_HOLD_PARTITION || parse_hold_partition(gsi1pk).is_some()
+}
 
 /// `PK` of the hold of the aggregate with `ordering_key`: `HOLD#{ordering_key}`.
 pub fn hold_pk(ordering_key: &str) -> String {
@@ -155,5 +188,17 @@ mod tests {
         assert_eq!(parse_pending_shard_pk(&pending_shard_pk(15)), Some(15));
         assert_eq!(parse_pending_shard_pk("OUTBOX#PENDING#x"), None);
         assert_eq!(parse_pending_shard_pk("USER#1"), None);
+    }
+
+    #[test]
+    fn a_hold_partition_names_its_event_partition_and_is_no_shard() {
+        let holds = hold_partition(&pending_shard_pk(7));
+        assert_eq!(holds, "OUTBOX#HOLD#OUTBOX#PENDING#7");
+        assert_eq!(parse_hold_partition(&holds), Some("OUTBOX#PENDING#7"));
+        assert_eq!(parse_pending_shard_pk(&holds), None);
+        assert!(is_hold_partition(&holds));
+        assert!(is_hold_partition(LEGACY_HOLD_PARTITION));
+        assert!(!is_hold_partition(&pending_shard_pk(7)));
+        assert_eq!(parse_hold_partition(LEGACY_HOLD_PARTITION), None);
     }
 }

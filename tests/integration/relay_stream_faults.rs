@@ -607,7 +607,7 @@ async fn with_hold_mode_a_failing_aggregate_goes_to_the_poller_and_the_stream_mo
         "{:?}",
         second_report.outcomes
     );
-    let held = first_report.counts().held + second_report.counts().held;
+    let held = first_report.counts().left_to_hold + second_report.counts().left_to_hold;
     assert_eq!(
         held, 4,
         "the failing order's 4 events are left to the poller"
@@ -694,15 +694,15 @@ mod hold_release {
     use outbox_tests::fixtures;
     use relay_poller::assignment::StaticShards;
     use relay_poller::index::{
-        Cursor, IndexError, PartitionCounts, PendingCounts, PendingPage, PendingPages, RawItem,
+        Cursor, IndexCounts, IndexError, PendingCounts, PendingPage, PendingPages, RawItem,
         ShardBacklog,
     };
     use relay_poller::poller::{Poller, PollerSettings};
     use relay_poller::{PendingTtl, TtlOutcome};
     use relay_runtime::testing::{FakeDeadLetters, FakeHoldStore};
     use relay_runtime::{
-        Deadline, Hold, HoldRelease, MarkOutcome, PublishOutcome, Publisher, StatusError,
-        StatusStore,
+        Deadline, Hold, HoldCursor, HoldPage, HoldRelease, MarkOutcome, PublishOutcome, Publisher,
+        StatusError, StatusStore,
     };
     use relay_stream::{HandlerOptions, StreamRelay};
     use tokio::sync::Notify;
@@ -717,7 +717,7 @@ mod hold_release {
         published: Mutex<Vec<String>>,
         /// Event ids whose next publish fails.
         fail_once: Mutex<HashSet<String>>,
-        /// The next `has_pending` waits, once it has said it is asking, for `answer`.
+        /// The next read of a page of holds waits, once it has said it is asking, for `answer`.
         interleave: AtomicBool,
         asking: Notify,
         answer: Notify,
@@ -857,11 +857,11 @@ mod hold_release {
             })
         }
 
-        async fn partitions(&self) -> Result<PartitionCounts, IndexError> {
-            let mut counts = PartitionCounts::new();
+        async fn partitions(&self) -> Result<IndexCounts, IndexError> {
+            let mut counts = IndexCounts::default();
             for (item, in_index) in self.pending.lock().unwrap().iter() {
                 if let (true, Some(partition)) = (*in_index, &item.gsi1pk) {
-                    *counts.entry(partition.clone()).or_default() += 1;
+                    counts.count(partition, None);
                 }
             }
             Ok(counts)
@@ -869,20 +869,30 @@ mod hold_release {
     }
 
     impl HoldRelease for &World {
-        async fn list(&self) -> Result<Vec<Hold>, SdkFailure> {
-            Ok(self.holds.list())
-        }
-
-        async fn has_pending(&self, hold: &Hold) -> Result<bool, SdkFailure> {
-            if self.interleave.swap(false, Ordering::SeqCst) {
+        /// The holds as they are when asked; with `interleave` set, answered only after the
+        /// stream relay has had its turn (the poller read the holds before it).
+        async fn page(
+            &self,
+            partition: &str,
+            before: &str,
+            limit: i32,
+            start: Option<HoldCursor>,
+        ) -> Result<HoldPage, SdkFailure> {
+            let page = self.holds.page(partition, before, limit, start);
+            if !page.holds.is_empty() && self.interleave.swap(false, Ordering::SeqCst) {
                 self.asking.notify_one();
                 self.answer.notified().await;
             }
-            Ok(self.pending.lock().unwrap().iter().any(|(item, in_index)| {
-                *in_index
-                    && item.gsi1pk.as_deref() == Some(hold.partition.as_str())
-                    && item.ordering_key() == hold.ordering_key
-            }))
+            Ok(page)
+        }
+
+        async fn still_pending(&self, keys: &[ItemKey]) -> Result<HashSet<ItemKey>, SdkFailure> {
+            let pending = self.pending.lock().unwrap();
+            Ok(keys
+                .iter()
+                .filter(|key| pending.iter().any(|(item, _)| item.key() == **key))
+                .cloned()
+                .collect())
         }
 
         async fn release(&self, hold: &Hold) -> Result<bool, SdkFailure> {
@@ -891,6 +901,11 @@ mod hold_release {
 
         async fn extend(&self, hold: &Hold) -> Result<bool, SdkFailure> {
             Ok(self.holds.extend(hold))
+        }
+
+        /// This world holds no hold of an earlier release.
+        async fn migrate_legacy(&self, _up_to: &str) -> Result<u64, SdkFailure> {
+            Ok(0)
         }
     }
 
@@ -955,16 +970,14 @@ mod hold_release {
             .handle(&[fixtures::insert_record(&e1, 1)], Deadline::NONE)
             .await;
         assert!(holds.holds().contains_key(ORDER), "E1 failed: order held");
-        poller.pass(&shards, Utc::now(), &cancel).await;
         let all = [&e1, &e2, &e3];
-        assert_eq!(world.published(&all), ["E1"]);
 
-        // When E2 is written (the index does not show it yet), and the poller's release asks the
-        // index whether the order has anything pending while the stream relay sees the hold and
-        // leaves E2 to the poller
+        // When E2 is written (the index does not show it yet), and the poller's pass publishes E1
+        // and reads the order's hold, while the stream relay sees the hold and leaves E2 to the
+        // poller before the poller releases what it read
         world.write(&e2, false);
         world.interleave.store(true, Ordering::SeqCst);
-        let ((), e2_report) = tokio::join!(poller.release_holds(), async {
+        let (_, e2_report) = tokio::join!(poller.pass(&shards, Utc::now(), &cancel), async {
             world.asking.notified().await;
             let report = stream
                 .handle(&[fixtures::insert_record(&e2, 2)], Deadline::NONE)
@@ -972,7 +985,9 @@ mod hold_release {
             world.answer.notify_one();
             report
         });
-        assert_eq!(e2_report.counts().held, 1, "E2 left to the poller");
+        assert_eq!(world.published(&all), ["E1"]);
+        assert_eq!(e2_report.counts().left_to_hold, 1, "E2 left to the poller");
+        assert!(holds.holds().contains_key(ORDER), "E2 keeps the order held");
 
         // And E3 comes through the stream, and the poller runs its next passes
         world.index_catches_up();
@@ -982,7 +997,6 @@ mod hold_release {
             .await;
         for _ in 0..3 {
             poller.pass(&shards, Utc::now(), &cancel).await;
-            poller.release_holds().await;
         }
 
         // Then the bus got order-7's events in order, and the hold is released once they are out
@@ -991,8 +1005,27 @@ mod hold_release {
     }
 }
 
+/// `item` as the stream relay leaves it under its aggregate's hold.
+fn left(item: &outbox_shared::OutboxItem) -> relay_runtime::LeftEvent {
+    relay_runtime::LeftEvent {
+        key: item.key(),
+        partition: item.gsi1pk.clone().unwrap(),
+        sort_key: item.gsi1sk.clone().unwrap(),
+    }
+}
+
+/// Every hold whose last event is under `partition`, as the poller reads them.
+async fn holds_of(
+    holds: &relay_runtime::DynamoHoldStore,
+    partition: &str,
+) -> Vec<relay_runtime::Hold> {
+    use relay_runtime::HoldRelease;
+    // `~` sorts after every `EVENT#…` sort key.
+    holds.page(partition, "~", 100, None).await.unwrap().holds
+}
+
 #[tokio::test]
-async fn a_hold_is_released_only_when_nothing_was_left_under_it_since_it_was_read_and_nothing_it_recorded_is_pending()
+async fn a_hold_is_released_only_when_nothing_was_left_under_it_since_it_was_read_and_its_last_event_is_out()
  {
     use relay_runtime::{AggregateHolds, DynamoHoldStore, HoldRelease, StatusStore};
 
@@ -1015,15 +1048,13 @@ async fn a_hold_is_released_only_when_nothing_was_left_under_it_since_it_was_rea
         Duration::from_secs(7 * 24 * 3600),
     );
     let partition = e1.gsi1pk.clone().unwrap();
-    holds
-        .hold("order-7", &partition, &[e1.key()])
-        .await
-        .unwrap();
-    let read = holds.list().await.unwrap();
+    holds.hold("order-7", &[left(e1)]).await.unwrap();
+    let read = holds_of(&holds, &partition).await;
     assert_eq!(read.len(), 1);
-    assert_eq!(read[0].left, [e1.key()]);
+    assert_eq!(read[0].last_left, Some(e1.key()));
+    assert_eq!(read[0].left_count, Some(1));
     assert!(read[0].ttl.is_some());
-    assert!(holds.leave("order-7", &[e2.key()]).await.unwrap());
+    assert!(holds.leave("order-7", &[left(e2)]).await.unwrap());
     let status = relay_runtime::DynamoStatusStore::new(
         env.dynamodb.clone(),
         &env.table_name,
@@ -1034,34 +1065,92 @@ async fn a_hold_is_released_only_when_nothing_was_left_under_it_since_it_was_rea
     // When the poller releases the hold as it read it
     let released = holds.release(&read[0]).await.unwrap();
 
-    // Then the hold stays: E2 was left under it since
+    // Then the hold stays: E2 was left under it since, and the hold now follows E2, under the
+    // hold partition of E2's partition, where the poller of that partition meets it
     assert!(!released);
-    let hold = holds.list().await.unwrap().remove(0);
-    let mut left = hold.left.clone();
-    left.sort_by(|a, b| a.sk.cmp(&b.sk));
-    let mut expected = vec![e1.key(), e2.key()];
-    expected.sort_by(|a, b| a.sk.cmp(&b.sk));
-    assert_eq!(left, expected);
+    assert!(holds_of(&holds, &partition).await.is_empty());
+    let hold = holds_of(&holds, e2.gsi1pk.as_deref().unwrap())
+        .await
+        .remove(0);
+    assert_eq!(hold.last_left, Some(e2.key()));
+    assert_eq!(hold.sort_key, e2.gsi1sk.clone().unwrap());
+    assert_eq!(hold.left_count, Some(2));
 
-    // And the hold store finds E2 pending, though not under the hold's partition
-    assert!(holds.has_pending(&hold).await.unwrap());
+    // And the hold store finds E2 pending
+    assert_eq!(
+        holds.still_pending(&[e1.key(), e2.key()]).await.unwrap(),
+        HashSet::from([e2.key()])
+    );
 
     // When E2 is published too
     status.mark_published(&[e2.key()]).await.remove(0).unwrap();
 
-    // Then nothing the hold covers is pending, its release goes through, and the stream relay's
-    // next leave finds it gone (the events are the stream relay's to publish again)
-    assert!(!holds.has_pending(&hold).await.unwrap());
+    // Then its last event is not pending, its release goes through, and the stream relay's next
+    // leave finds it gone (the events are the stream relay's to publish again)
+    assert!(holds.still_pending(&[e2.key()]).await.unwrap().is_empty());
     assert!(holds.release(&hold).await.unwrap());
-    assert!(holds.list().await.unwrap().is_empty());
-    assert!(!holds.leave("order-7", &[e2.key()]).await.unwrap());
+    assert!(
+        holds_of(&holds, e2.gsi1pk.as_deref().unwrap())
+            .await
+            .is_empty()
+    );
+    assert!(!holds.leave("order-7", &[left(e2)]).await.unwrap());
     // (with nothing to record too: a TTL deletion's event is left under no hold that is gone)
     assert!(!holds.leave("order-7", &[]).await.unwrap());
     assert!(!holds.extend(&hold).await.unwrap());
 }
 
-/// The table's holds (the DynamoDB adapter), whose every hold the poller releases right after
-/// this relay read it, before this relay records what it leaves under it.
+#[tokio::test]
+async fn a_holds_item_stays_the_same_size_however_many_events_are_left_under_it() {
+    use relay_runtime::{AggregateHolds, DynamoHoldStore};
+
+    // Given an aggregate held through a long outage: 5,000 events left under its hold, 100 to a
+    // batch (an item is at most 400 KB; a record of every event would pass it after about 4,000)
+    let env = TestEnv::new().await;
+    let holds = DynamoHoldStore::new(
+        env.dynamodb.clone(),
+        &env.table_name,
+        Duration::from_secs(7 * 24 * 3600),
+    );
+    let items = fixtures::pending_items(&env.table_name, 5_000, chrono::Utc::now());
+    let key = relay_runtime::testing::hold_item_key("order-hot");
+
+    // When the stream relay holds it and leaves the rest, a batch at a time
+    let mut sizes = Vec::new();
+    for (i, batch) in items.chunks(100).enumerate() {
+        let batch: Vec<_> = batch.iter().map(left).collect();
+        if i == 0 {
+            holds.hold("order-hot", &batch).await.unwrap();
+        } else {
+            assert!(holds.leave("order-hot", &batch).await.unwrap(), "batch {i}");
+        }
+        let item = env
+            .dynamodb
+            .get_item()
+            .table_name(&env.table_name)
+            .set_key(Some(key.clone()))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .item
+            .unwrap();
+        sizes.push(outbox_tests::dynamodb_rules::item_size(&item));
+    }
+
+    // Then every write succeeded and the item never grew past its first size by more than the
+    // digits of its count: the cost of a write does not grow with the events left
+    let (first, largest) = (sizes[0], *sizes.iter().max().unwrap());
+    assert!(largest <= first + 3, "sizes {sizes:?}");
+    assert!(largest < 1024, "largest {largest} bytes");
+}
+
+/// The partition of the event the held aggregate of [`ReleasedAfterTheRead`] left last.
+const HELD_PARTITION: &str = "OUTBOX#PENDING#5";
+
+/// The table's holds (the DynamoDB adapter), whose every hold (under [`HELD_PARTITION`]) the
+/// poller releases right after this relay read it, before this relay records what it leaves
+/// under it.
 struct ReleasedAfterTheRead(relay_runtime::DynamoHoldStore);
 
 impl relay_runtime::AggregateHolds for ReleasedAfterTheRead {
@@ -1071,7 +1160,7 @@ impl relay_runtime::AggregateHolds for ReleasedAfterTheRead {
     ) -> Result<HashSet<String>, outbox_shared::SdkFailure> {
         use relay_runtime::HoldRelease;
         let held = self.0.held(ordering_keys).await?;
-        for hold in self.0.list().await? {
+        for hold in holds_of(&self.0, HELD_PARTITION).await {
             assert!(self.0.release(&hold).await?, "the poller releases the hold");
         }
         Ok(held)
@@ -1080,7 +1169,7 @@ impl relay_runtime::AggregateHolds for ReleasedAfterTheRead {
     async fn leave(
         &self,
         ordering_key: &str,
-        left: &[outbox_shared::ItemKey],
+        left: &[relay_runtime::LeftEvent],
     ) -> Result<bool, outbox_shared::SdkFailure> {
         self.0.leave(ordering_key, left).await
     }
@@ -1088,16 +1177,15 @@ impl relay_runtime::AggregateHolds for ReleasedAfterTheRead {
     async fn hold(
         &self,
         ordering_key: &str,
-        partition: &str,
-        left: &[outbox_shared::ItemKey],
+        left: &[relay_runtime::LeftEvent],
     ) -> Result<(), outbox_shared::SdkFailure> {
-        self.0.hold(ordering_key, partition, left).await
+        self.0.hold(ordering_key, left).await
     }
 }
 
 #[tokio::test]
 async fn in_hold_mode_a_ttl_deletion_just_after_its_holds_release_is_published_not_dead_lettered() {
-    use relay_runtime::{AggregateHolds, HoldRelease};
+    use relay_runtime::AggregateHolds;
 
     // Given aggregate o-91 held on the table, and the recorded TTL deletion of its pending event,
     // whose hold the poller releases just after the stream relay read it
@@ -1107,7 +1195,16 @@ async fn in_hold_mode_a_ttl_deletion_just_after_its_holds_release_is_published_n
         &env.table_name,
         Duration::from_secs(7 * 24 * 3600),
     );
-    holds.hold("o-91", "OUTBOX#PENDING#5", &[]).await.unwrap();
+    holds
+        .hold(
+            "o-91",
+            &[relay_runtime::testing::left_event(
+                "earlier",
+                HELD_PARTITION,
+            )],
+        )
+        .await
+        .unwrap();
     let relay = relay_stream::StreamRelay::new(
         env.publisher(env.publisher_config()),
         relay_runtime::DynamoStatusStore::new(
@@ -1148,5 +1245,5 @@ async fn in_hold_mode_a_ttl_deletion_just_after_its_holds_release_is_published_n
         "0194b001-0000-7000-8000-000000000001"
     );
     assert!(env.drain_dead_letters().await.is_empty());
-    assert!(holds.list().await.unwrap().is_empty());
+    assert!(holds_of(&holds, HELD_PARTITION).await.is_empty());
 }

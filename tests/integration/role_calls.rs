@@ -89,8 +89,11 @@ async fn each_job_calls_only_what_its_role_grants() {
     )
     .hold(
         first.ordering_key(),
-        first.gsi1pk.as_deref().expect("pending"),
-        &[],
+        &[relay_runtime::LeftEvent {
+            key: first.key(),
+            partition: first.gsi1pk.clone().expect("pending"),
+            sort_key: first.gsi1sk.clone().expect("pending"),
+        }],
     )
     .await
     .unwrap();

@@ -79,6 +79,48 @@ pub fn statement_item(statement: &serde_json::Value) -> Option<(String, String, 
     Some((table, value_of(attr::PK)?, value_of(attr::SK)?))
 }
 
+/// The size of `item` as DynamoDB counts it against the 400 KB item limit and bills its writes
+/// ("Item sizes and formats" in the DynamoDB developer guide): each attribute's name (UTF-8
+/// bytes) and value, a string its UTF-8 bytes, a number about one byte per two significant digits
+/// plus one, a binary its bytes, a set or list the sum of its elements (and one byte per element
+/// of a list or map, three for the container).
+pub fn item_size(
+    item: &std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>,
+) -> usize {
+    item.iter()
+        .map(|(name, value)| name.len() + value_size(value))
+        .sum()
+}
+
+fn value_size(value: &aws_sdk_dynamodb::types::AttributeValue) -> usize {
+    use aws_sdk_dynamodb::types::AttributeValue as V;
+    let number = |n: &str| {
+        let digits = n
+            .trim_start_matches('-')
+            .replace('.', "")
+            .trim_matches('0')
+            .len();
+        digits.div_ceil(2) + 1
+    };
+    match value {
+        V::S(s) => s.len(),
+        V::N(n) => number(n),
+        V::B(b) => b.as_ref().len(),
+        V::Ss(set) => set.iter().map(String::len).sum(),
+        V::Ns(set) => set.iter().map(|n| number(n)).sum(),
+        V::Bs(set) => set.iter().map(|b| b.as_ref().len()).sum(),
+        V::Bool(_) | V::Null(_) => 1,
+        V::L(list) => 3 + list.iter().map(|v| 1 + value_size(v)).sum::<usize>(),
+        V::M(map) => {
+            3 + map
+                .iter()
+                .map(|(k, v)| 1 + k.len() + value_size(v))
+                .sum::<usize>()
+        }
+        _ => 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

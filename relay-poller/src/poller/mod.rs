@@ -16,8 +16,9 @@
 //! - [`ttl`]: the TTL refresh: a pending item whose `ttl` is past or within the refresh margin gets
 //!   its `ttl` pushed forward (still only while it is pending) before anything else happens to it,
 //!   so DynamoDB's TTL never deletes an unpublished event that the poller can read. Its own port.
-//! - [`holds`]: the release of the aggregate holds the stream relay set, once the poller has
-//!   published what it left. Port: the poller's side of the holds.
+//! - [`holds`]: the release of the aggregate holds the stream relay set, page by page as a pass
+//!   publishes past their last events, by the poller polling their partition. Port: the poller's
+//!   side of the holds.
 //!
 //! The items this poller marked are remembered for the index's lag
 //! ([`PollerSettings::index_lag`], `relay_runtime::RecentKeys`): `GSI1` is eventually consistent,
@@ -120,9 +121,8 @@ pub struct PollerSettings {
 /// the holds (`H`).
 #[derive(Debug)]
 pub struct Poller<I, P, S, D, T, H> {
-    pages: Pages<I, P, S, D, T>,
+    pages: Pages<I, P, S, D, T, H>,
     sweep: Sweep<I>,
-    holds: HoldReleaser<H>,
     settings: PollerSettings,
 }
 
@@ -157,10 +157,15 @@ where
                 index,
                 relay,
                 TtlRefresh::new(ttl, settings.ttl_refresh_margin, settings.mark_concurrency),
+                HoldReleaser::new(
+                    holds,
+                    settings.ttl_refresh_margin,
+                    settings.page_size,
+                    settings.mark_concurrency,
+                ),
                 settings.page_size,
                 RecentKeys::new(settings.index_lag, RECENTLY_MARKED_CAPACITY),
             ),
-            holds: HoldReleaser::new(holds, settings.ttl_refresh_margin),
             settings,
         }
     }
@@ -204,6 +209,7 @@ where
         let mut stats = PassStats::default();
         let mut held_back: HashMap<String, Behind> = HashMap::new();
         if sweep {
+            self.pages.holds().migrate_legacy(before).await;
             match self.sweep.partitions(&shards.orphaned).await {
                 Ok(found) => {
                     for partition in &found.partitions {
@@ -252,8 +258,7 @@ where
 
     /// Polls until `cancel` fires: passes over the shards `assignment` gives each pass, back to
     /// back while there is work, pausing with a doubling backoff (up to the configured maximum)
-    /// while the index is idle or stalled; after each pass, the holds whose events are out are
-    /// released.
+    /// while the index is idle or stalled.
     pub async fn run<A: ShardAssignment>(
         &self,
         assignment: &A,
@@ -265,7 +270,6 @@ where
         while !cancel.is_cancelled() {
             let now = Utc::now();
             let stats = self.pass(assignment, cutoff(now, grace), &cancel).await;
-            self.holds.release().await;
             metrics::pass(&stats, now);
             let outcome = stats.outcome();
             tracing::debug!(
@@ -313,7 +317,6 @@ where
             let stats = self
                 .pass_sweeping(assignment, cutoff(now, grace), swept, cancel)
                 .await;
-            self.holds.release().await;
             passes += 1;
             metrics::pass(&stats, now);
             tracing::info!(
@@ -325,6 +328,7 @@ where
                 dead_lettered = stats.dead_lettered,
                 failed = stats.failed,
                 not_marked = stats.not_marked,
+                holds_released = stats.holds_released,
                 "drain pass done"
             );
             match stats.outcome() {
@@ -359,12 +363,6 @@ where
             summary.remaining = self.count_remaining().await;
         }
         summary
-    }
-
-    /// Releases the aggregate holds whose aggregate has no pending event left (see [`holds`]);
-    /// the loops do it after each pass.
-    pub async fn release_holds(&self) {
-        self.holds.release().await;
     }
 
     /// What an unfinished drain leaves pending, for its summary; `None` when it can't be counted.

@@ -1,7 +1,8 @@
 //! A partition's pages, each relayed: the items the index still returns after this poller marked
 //! them skipped, the rest decoded into events, their expiring `ttl`s refreshed, the aggregates
 //! held back for the pass held back, the rest published and settled through the per-event path
-//! both relays share (`relay_runtime::relay`), and the page's tally recorded once.
+//! both relays share (`relay_runtime::relay`), the page's tally recorded once, and the aggregate
+//! holds the page published past released ([`super::holds`]).
 
 use std::collections::HashMap;
 
@@ -9,22 +10,25 @@ use chrono::Utc;
 use outbox_shared::ItemKey;
 use outbox_shared::schema::attr;
 use relay_runtime::{
-    Behind, DeadLetterSink, Deadline, Event, EventRelay, Publisher, RecentKeys, State, StatusStore,
+    Behind, DeadLetterSink, Deadline, Event, EventRelay, HoldRelease, Publisher, RecentKeys, State,
+    StatusStore,
 };
 use tokio_util::sync::CancellationToken;
 
 use super::decode::{dead_letter_record, decode, item_key, string_attr};
+use super::holds::HoldReleaser;
 use super::stats::{PassStats, Totals};
 use super::ttl::{PendingTtl, TtlRefresh};
 use crate::assignment::{PageStart, ShardAssignment};
 use crate::index::{Cursor, PendingPages, RawItem};
 
-/// The pages of the pending index, relayed.
+/// The pages of the pending index, relayed, and the holds they publish past released.
 #[derive(Debug)]
-pub(super) struct Pages<I, P, S, D, T> {
+pub(super) struct Pages<I, P, S, D, T, H> {
     index: I,
     relay: EventRelay<P, S, D>,
     ttl: TtlRefresh<T>,
+    holds: HoldReleaser<H>,
     page_size: i32,
     /// The items marked (by this poller, or found already marked) within the index's lag.
     pub(super) recently_marked: RecentKeys<ItemKey>,
@@ -32,18 +36,20 @@ pub(super) struct Pages<I, P, S, D, T> {
     totals: Totals,
 }
 
-impl<I, P, S, D, T> Pages<I, P, S, D, T>
+impl<I, P, S, D, T, H> Pages<I, P, S, D, T, H>
 where
     I: PendingPages,
     P: Publisher,
     S: StatusStore,
     D: DeadLetterSink,
     T: PendingTtl,
+    H: HoldRelease,
 {
     pub(super) fn new(
         index: I,
         relay: EventRelay<P, S, D>,
         ttl: TtlRefresh<T>,
+        holds: HoldReleaser<H>,
         page_size: i32,
         recently_marked: RecentKeys<ItemKey>,
     ) -> Self {
@@ -51,6 +57,7 @@ where
             index,
             relay,
             ttl,
+            holds,
             page_size,
             recently_marked,
             totals: Totals::default(),
@@ -65,9 +72,14 @@ where
         &self.totals
     }
 
-    /// Every page of `partition` below `before`, one after another. `held_back` holds the
-    /// aggregates with an event not published in this pass, and what they wait behind: their
-    /// later events must not overtake it.
+    pub(super) fn holds(&self) -> &HoldReleaser<H> {
+        &self.holds
+    }
+
+    /// Every page of `partition` below `before`, one after another, each followed by the release
+    /// of the holds it published past. `held_back` holds the aggregates with an event not
+    /// published in this pass, and what they wait behind: their later events must not overtake
+    /// it, and their holds stay.
     ///
     /// `lease` is the assignment and shard of a shard's partition, which says whether each page
     /// may start, and until when it may publish (a lease can be lost or handed over mid-pass);
@@ -82,6 +94,7 @@ where
     ) -> PassStats {
         let mut stats = PassStats::default();
         let mut start: Option<Cursor> = None;
+        let mut holds = self.holds.of_partition(partition, before);
         loop {
             if cancel.is_cancelled() {
                 stats.interrupted = true;
@@ -115,6 +128,15 @@ where
                     break;
                 }
             };
+            // Every event of the partition up to here was read in this pass: the last of the
+            // page, or, on the last page, everything below the cutoff.
+            let passed = match &page.next {
+                Some(_) => page
+                    .items
+                    .last()
+                    .and_then(|item| string_attr(item, attr::GSI1SK)),
+                None => Some(before.to_owned()),
+            };
             let items = self.without_recently_marked(page.items, &mut stats);
             if stats.oldest_created_at.is_none() {
                 stats.oldest_created_at = items
@@ -123,6 +145,14 @@ where
             }
             self.relay_page(partition, items, deadline, held_back, &mut stats)
                 .await;
+            if let Some(passed) = passed {
+                let released = stats.holds_released;
+                holds
+                    .passed(&passed, held_back, &self.recently_marked, &mut stats)
+                    .await;
+                self.totals.released(stats.holds_released - released);
+                crate::metrics::holds_released(stats.holds_released - released);
+            }
             if let Some((a, shard)) = lease {
                 a.end_page(shard);
             }

@@ -47,6 +47,13 @@ pub struct PassStats {
     pub stray_pending: Option<u64>,
     /// Reads of the index (a shard's query, the sweep's scan) that failed.
     pub read_errors: u64,
+    /// Aggregate holds released: the pass published everything left under them.
+    pub holds_released: u64,
+    /// Last events of aggregate holds read from the table (strongly consistent) to tell whether
+    /// the hold could go: those this poller had not just marked itself.
+    pub hold_reads: u64,
+    /// Reads of holds, or of their last events, that failed (the holds wait for the next pass).
+    pub hold_errors: u64,
     /// The pass stopped taking pages because of cancellation.
     pub interrupted: bool,
     /// `CreatedAt` of the oldest pending event seen (the first item of each shard).
@@ -106,6 +113,9 @@ impl PassStats {
             (a, b) => a.or(b),
         };
         self.read_errors += other.read_errors;
+        self.holds_released += other.holds_released;
+        self.hold_reads += other.hold_reads;
+        self.hold_errors += other.hold_errors;
         self.interrupted |= other.interrupted;
         self.oldest_created_at = match (self.oldest_created_at.take(), other.oldest_created_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -126,6 +136,8 @@ pub struct DrainSummary {
     /// Events published (or dead-lettered) whose status update failed, over every pass: each
     /// stayed pending and was published again by a later pass (or remains, when incomplete).
     pub not_marked: u64,
+    /// Aggregate holds released, over every pass.
+    pub holds_released: u64,
     /// Events still pending in the index when the drain stopped (0 when complete; `None` when
     /// they could not be counted).
     pub remaining: Option<u64>,
@@ -152,6 +164,7 @@ pub(crate) struct Totals {
     already_marked: AtomicU64,
     dead_lettered: AtomicU64,
     not_marked: AtomicU64,
+    holds_released: AtomicU64,
     /// Items whose last attempt failed (not merely not sent) and that have not left the index
     /// since.
     failing: Mutex<HashSet<ItemKey>>,
@@ -184,6 +197,11 @@ impl Totals {
         metrics::relayed(&tally);
     }
 
+    /// Records `n` aggregate holds released.
+    pub(crate) fn released(&self, n: u64) {
+        self.holds_released.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// The totals so far as a drain's summary, `elapsed` after it started (the rest is the
     /// drain's to fill in).
     pub(crate) fn summary(&self, elapsed: Duration) -> DrainSummary {
@@ -192,6 +210,7 @@ impl Totals {
             already_marked: self.already_marked.load(Ordering::Relaxed),
             dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
             not_marked: self.not_marked.load(Ordering::Relaxed),
+            holds_released: self.holds_released.load(Ordering::Relaxed),
             failed: self.failing.lock().expect("not poisoned").len() as u64,
             remaining: None,
             seconds: elapsed.as_secs_f64(),

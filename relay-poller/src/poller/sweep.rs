@@ -13,6 +13,7 @@ use outbox_shared::schema;
 
 use crate::index::{IndexError, PartitionCounts, PendingCounts};
 use crate::metrics;
+use outbox_shared::schema::LEGACY_HOLD_PARTITION;
 
 /// What a sweep found: the partitions to poll before the shards, stray ones first (oldest
 /// partition name first), then the orphaned shards'.
@@ -56,8 +57,9 @@ impl<C: PendingCounts> Sweep<C> {
     }
 
     /// Finds the partitions outside the shard count, then the partitions of `orphaned` shards
-    /// (no poller has owned their lease for a lease duration) that hold events; records the
-    /// strays' count.
+    /// (no poller has owned their lease for a lease duration) that hold events or aggregate holds
+    /// (a partition whose events are all out but whose holds are not is polled for them);
+    /// records the strays' count, the holds' and the age of the oldest.
     ///
     /// # Errors
     /// When the index can't be scanned (logged; the next pass sweeps again).
@@ -65,14 +67,26 @@ impl<C: PendingCounts> Sweep<C> {
         let all = self.index.partitions().await.inspect_err(|err| {
             tracing::warn!(error = %outbox_shared::error::describe(err), "sweep of the pending index failed; retrying next pass");
         })?;
+        metrics::holds(
+            all.hold_count(),
+            all.oldest_hold.as_deref(),
+            chrono::Utc::now(),
+        );
         let orphans: PartitionCounts = orphaned
             .iter()
             .map(|&shard| schema::pending_shard_pk(shard))
-            .filter_map(|p| all.get(&p).map(|&n| (p, n)))
-            .filter(|(_, n)| *n > 0)
+            .filter_map(|p| {
+                let n = all.pending.get(&p).copied().unwrap_or_default();
+                (n > 0 || all.holds.contains_key(&p)).then_some((p, n))
+            })
             .collect();
-        let strays = stray_partitions(all, self.shard_count);
+        let strays = stray_partitions(all.pending, self.shard_count);
         let stray_pending: u64 = strays.values().sum();
+        // Holds under a stray partition whose events are all out: polled for the holds alone.
+        let stray_holds: Vec<String> = stray_partitions(all.holds, self.shard_count)
+            .into_keys()
+            .filter(|p| p != LEGACY_HOLD_PARTITION && !strays.contains_key(p))
+            .collect();
         metrics::stray_pending(stray_pending);
         if stray_pending > 0 {
             tracing::warn!(
@@ -90,7 +104,11 @@ impl<C: PendingCounts> Sweep<C> {
             );
         }
         Ok(Found {
-            partitions: strays.into_keys().chain(orphans.into_keys()).collect(),
+            partitions: strays
+                .into_keys()
+                .chain(stray_holds)
+                .chain(orphans.into_keys())
+                .collect(),
             stray_pending,
         })
     }
@@ -100,7 +118,7 @@ impl<C: PendingCounts> Sweep<C> {
     /// # Errors
     /// When the index can't be read.
     pub(super) async fn count_pending(&self) -> Result<u64, IndexError> {
-        Ok(self.index.partitions().await?.values().sum())
+        Ok(self.index.partitions().await?.pending.values().sum())
     }
 }
 

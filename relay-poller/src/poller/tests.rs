@@ -628,6 +628,15 @@ async fn the_ttl_refresh_metric_counts_each_extension_once() {
     assert_eq!(counted, 3);
 }
 
+/// `raw` as the stream relay leaves it under its aggregate's hold.
+fn left(raw: &RawItem) -> relay_runtime::LeftEvent {
+    relay_runtime::LeftEvent {
+        key: key_of(raw),
+        partition: raw[attr::GSI1PK].as_s().unwrap().clone(),
+        sort_key: raw[attr::GSI1SK].as_s().unwrap().clone(),
+    }
+}
+
 #[tokio::test]
 async fn a_hold_kept_while_its_events_are_pending_gets_its_ttl_pushed_out_and_is_released_once_they_are_out()
  {
@@ -635,17 +644,18 @@ async fn a_hold_kept_while_its_events_are_pending_gets_its_ttl_pushed_out_and_is
     // ttl an hour away (the poller has kept failing to publish it)
     let table = Table::default();
     let raw = event("a", 1, 0);
-    let partition = raw[attr::GSI1PK].as_s().unwrap().clone();
     table.insert(raw.clone());
     let holds = &table.holds;
-    holds.hold("a", &partition, &[key_of(&raw)]).await.unwrap();
+    holds.hold("a", &[left(&raw)]).await.unwrap();
     let soon = Utc::now().timestamp() + 3600;
     holds.set_ttl("a", soon);
-    let settings = poller(&table, 10).settings().clone();
-    let poller = Poller::new(&table, &table, &table, &table, &table, &table, settings);
+    table.failing_aggregates.lock().unwrap().insert("a".into());
+    let poller = poller(&table, 10);
 
-    // When the poller's release runs
-    poller.release_holds().await;
+    // When a pass fails to publish the event
+    poller
+        .pass(&all(), later(), &CancellationToken::new())
+        .await;
 
     // Then the hold stays, its ttl pushed out past the refresh margin, so DynamoDB's TTL does not
     // delete it while its event is unpublished
@@ -653,11 +663,129 @@ async fn a_hold_kept_while_its_events_are_pending_gets_its_ttl_pushed_out_and_is
     let ttl = holds.ttl("a").unwrap();
     assert!(ttl > soon + 24 * 3600, "ttl {ttl}, was {soon}");
 
-    // And once the event is published, the next release deletes the hold
-    poller
+    // And once the event is published, the pass that published it deletes the hold
+    table.failing_aggregates.lock().unwrap().clear();
+    let stats = poller
         .pass(&all(), later(), &CancellationToken::new())
         .await;
     assert_eq!(table.status(&key_of(&raw)), "PUBLISHED");
-    poller.release_holds().await;
     assert!(holds.holds().is_empty());
+    assert_eq!(stats.holds_released, 1);
+}
+
+#[tokio::test]
+async fn holds_are_released_in_step_with_the_pages_that_publish_their_events() {
+    // Given 30 aggregates of one shard held, each with two events left to the poller, over 6
+    // pages of 10
+    let table = Table::default();
+    let aggregates: Vec<String> = (0..30).map(|i| format!("h{i:02}")).collect();
+    let partition = schema::pending_shard_pk(outbox_shared::shard_for(
+        "h00",
+        ShardCount::new(16).unwrap(),
+    ));
+    let mut events = Vec::new();
+    for (i, aggregate) in aggregates.iter().enumerate() {
+        let mut first = event(aggregate, 1, i64::try_from(i).unwrap());
+        let mut second = event(aggregate, 2, 1000 + i64::try_from(i).unwrap());
+        for raw in [&mut first, &mut second] {
+            // One shard for all, as in a hot partition after an outage
+            raw.insert(
+                attr::GSI1PK.into(),
+                aws_sdk_dynamodb::types::AttributeValue::S(partition.clone()),
+            );
+            table.insert(raw.clone());
+        }
+        table.holds.hold(aggregate, &[left(&first)]).await.unwrap();
+        table
+            .holds
+            .leave(aggregate, &[left(&second)])
+            .await
+            .unwrap();
+        events.push((first, second));
+    }
+    let poller = poller(&table, 10);
+
+    // When one pass publishes them
+    let stats = poller
+        .pass(&all(), later(), &CancellationToken::new())
+        .await;
+
+    // Then every event is published, in order, and every hold released in the same pass
+    assert_eq!(stats.published, 60);
+    assert!(table.holds.holds().is_empty(), "{:?}", table.holds.holds());
+    assert_eq!(stats.holds_released, 30);
+
+    // And no hold cost a read of its events: the pass had just marked each last event, and the
+    // holds were read a page of 10 at a time, each once
+    assert_eq!(stats.hold_reads, 0);
+    assert!(table.hold_reads.lock().unwrap().is_empty());
+    assert_eq!(table.hold_pages.lock().unwrap()[&partition], 3);
+}
+
+#[tokio::test]
+async fn a_hold_stays_while_an_earlier_event_of_its_aggregate_is_held_back() {
+    // Given aggregate x held with x-2 left under it, and x-1 (earlier, same shard) failing
+    let table = Table::default();
+    let (first, second) = (event("x", 1, 0), event("x", 2, 1));
+    table.insert(first.clone());
+    table.insert(second.clone());
+    table.holds.hold("x", &[left(&second)]).await.unwrap();
+    table.failing_aggregates.lock().unwrap().insert("x".into());
+
+    // When a pass runs past both
+    let stats = poller(&table, 1)
+        .pass(&all(), later(), &CancellationToken::new())
+        .await;
+
+    // Then x stays held: its events are pending, x-2 behind x-1
+    assert_eq!(stats.holds_released, 0);
+    assert!(table.holds.holds().contains_key("x"));
+    assert_eq!(table.pending(), 2);
+}
+
+#[tokio::test]
+async fn a_hold_whose_last_event_another_relay_published_is_released_after_one_read() {
+    // Given aggregate y held, its last event left already published by someone else (the
+    // index no longer holds it), nothing else of y pending
+    let table = Table::default();
+    let raw = event("y", 1, 0);
+    table.holds.hold("y", &[left(&raw)]).await.unwrap();
+    table
+        .statuses
+        .lock()
+        .unwrap()
+        .insert(key_of(&raw), "PUBLISHED".into());
+
+    // When a pass polls its shard
+    let stats = poller(&table, 10)
+        .pass(&all(), later(), &CancellationToken::new())
+        .await;
+
+    // Then the hold is released after one read of that event from the table
+    assert!(table.holds.holds().is_empty());
+    assert_eq!(stats.holds_released, 1);
+    assert_eq!(*table.hold_reads.lock().unwrap(), [key_of(&raw)]);
+}
+
+#[tokio::test]
+async fn a_hold_whose_last_event_is_younger_than_the_cutoff_stays() {
+    // Given aggregate z held with an event left under it that is younger than the pass's cutoff
+    let table = Table::default();
+    let raw = event("z", 1, 0);
+    table.insert(raw.clone());
+    table.holds.hold("z", &[left(&raw)]).await.unwrap();
+
+    // When a pass with a cutoff before the event runs
+    let stats = poller(&table, 10)
+        .pass(
+            &all(),
+            t0() - chrono::Duration::seconds(1),
+            &CancellationToken::new(),
+        )
+        .await;
+
+    // Then the hold stays: the pass did not publish past its event
+    assert_eq!(stats.holds_released, 0);
+    assert!(table.holds.holds().contains_key("z"));
+    assert!(table.hold_reads.lock().unwrap().is_empty());
 }

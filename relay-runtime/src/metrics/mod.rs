@@ -68,6 +68,18 @@ pub const FAILED_CALLS: &str = "FailedCalls";
 /// Aggregates the stream relay left to the poller after one of their events failed
 /// (`HOLD_FAILED_AGGREGATES`). Count; relay-stream.
 pub const AGGREGATES_HELD: &str = "AggregatesHeld";
+/// Stream records whose events were left to the poller under their aggregate's hold
+/// (`HOLD_FAILED_AGGREGATES`): still pending, the poller's to publish. Count; relay-stream.
+pub const LEFT_TO_HOLD: &str = "LeftToHold";
+/// Aggregate holds released once the poller had published what was left under them. Count;
+/// relay-poller.
+pub const HOLDS_RELEASED: &str = "HoldsReleased";
+/// Aggregate holds in the index, found by the last sweep (each poller of a fleet sweeps the
+/// whole index: read the Maximum, not the Sum). Count; relay-poller.
+pub const HOLDS: &str = "Holds";
+/// Age of the oldest aggregate hold (since it was set), found by the last sweep; 0 without
+/// holds. Seconds; relay-poller.
+pub const OLDEST_HOLD_AGE: &str = "OldestHoldAgeSeconds";
 /// Stream records that were not for the relay. Count; relay-stream.
 pub const IGNORED: &str = "Ignored";
 /// Publish time minus the oldest published record's creation time, per batch. Milliseconds;
@@ -169,6 +181,14 @@ fn describe() {
             AGGREGATES_HELD,
             "aggregates left to the poller after a failure",
         ),
+        (
+            LEFT_TO_HOLD,
+            "stream records left to the poller under their aggregate's hold",
+        ),
+        (
+            HOLDS_RELEASED,
+            "aggregate holds released after their events were published",
+        ),
         (TTL_EXTENDED, "pending items whose ttl was pushed forward"),
         (
             LEASE_TAKEOVERS,
@@ -211,6 +231,12 @@ fn describe() {
         STRAY_PENDING,
         Unit::Count,
         "pending events outside the shard count"
+    );
+    metrics::describe_histogram!(HOLDS, Unit::Count, "aggregate holds in the index");
+    metrics::describe_histogram!(
+        OLDEST_HOLD_AGE,
+        Unit::Seconds,
+        "age of the oldest aggregate hold"
     );
 }
 

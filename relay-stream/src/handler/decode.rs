@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use aws_lambda_events::dynamodb::EventRecord;
 use outbox_shared::schema::{self, attr, entity};
 use outbox_shared::{ItemKey, OutboxItem, OutboxStatus};
-use relay_runtime::{Event, IgnoreReason};
+use relay_runtime::{Event, IgnoreReason, LeftEvent};
 use serde_dynamo::AttributeValue;
 
 /// The stream `eventName` of a new item.
@@ -73,6 +73,21 @@ pub(super) fn is_ttl_deletion(record: &EventRecord) -> bool {
         && record.user_identity.as_ref().is_some_and(|identity| {
             (identity.type_.as_str(), identity.principal_id.as_str()) == TTL_DELETION_IDENTITY
         })
+}
+
+/// What the poller is left of `event` when its aggregate is held: its key and where the index
+/// holds it; `None` when the poller can't see it ([`poller_can_see`]).
+pub(super) fn left_event(event: &Event<&EventRecord>) -> Option<LeftEvent> {
+    let record = event.source;
+    if !poller_can_see(record) {
+        return None;
+    }
+    let image = &record.change.new_image;
+    Some(LeftEvent {
+        key: event.key.clone()?,
+        partition: string_attr(image, attr::GSI1PK)?.to_owned(),
+        sort_key: string_attr(image, attr::GSI1SK)?.to_owned(),
+    })
 }
 
 /// The event of `record`: an outbox `INSERT` (its new image), or a TTL deletion of a pending

@@ -12,24 +12,45 @@
 //! when its aggregate is held, and re-delivered (never held) when its publish fails.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 
 use aws_lambda_events::dynamodb::EventRecord;
-use outbox_shared::ItemKey;
-use outbox_shared::schema::attr;
-use relay_runtime::{AggregateHolds, Behind, Deadline, Event, State};
+use futures::StreamExt;
+use relay_runtime::{AggregateHolds, Behind, Deadline, Event, LeftEvent, State};
 
-use super::decode::{is_ttl_deletion, poller_can_see, string_attr};
+use super::decode::{is_ttl_deletion, left_event, poller_can_see};
 use crate::metrics as m;
 
 /// Hold mode: the stream relay's side of the aggregate holds.
 #[derive(Debug, Clone)]
 pub(super) struct HoldMode<H> {
     holds: H,
+    /// Hold writes in flight at once (an outage fails every aggregate of a batch at once).
+    concurrency: usize,
 }
 
 impl<H: AggregateHolds> HoldMode<H> {
-    pub(super) fn new(holds: H) -> Self {
-        Self { holds }
+    pub(super) fn new(holds: H, concurrency: usize) -> Self {
+        Self {
+            holds,
+            concurrency: concurrency.max(1),
+        }
+    }
+
+    /// `write` for each of `each`, `concurrency` at a time: their answers.
+    async fn bounded<T, A, F>(
+        &self,
+        each: impl IntoIterator<Item = A>,
+        write: impl Fn(A) -> F,
+    ) -> Vec<T>
+    where
+        F: Future<Output = T>,
+    {
+        futures::stream::iter(each)
+            .map(write)
+            .buffer_unordered(self.concurrency)
+            .collect()
+            .await
     }
 
     /// Before publishing: the ready events of aggregates already held stay pending for the
@@ -99,20 +120,18 @@ impl<H: AggregateHolds> HoldMode<H> {
         leaving: &[usize],
         deadline: Deadline,
     ) -> HashMap<String, Recorded> {
-        let mut left: HashMap<&str, Vec<ItemKey>> = HashMap::new();
+        let mut left: HashMap<&str, Vec<LeftEvent>> = HashMap::new();
         for &index in leaving {
             let event = &events[index];
-            let (Some(aggregate), Some(key)) = (&event.aggregate, &event.key) else {
+            let Some(aggregate) = &event.aggregate else {
                 continue;
             };
-            let keys = left.entry(aggregate.as_str()).or_default();
-            if poller_can_see(event.source) {
-                keys.push(key.clone());
-            }
+            let events_left = left.entry(aggregate.as_str()).or_default();
+            events_left.extend(left_event(event));
         }
-        futures::future::join_all(left.into_iter().map(|(aggregate, keys)| async move {
+        self.bounded(left, |(aggregate, events_left)| async move {
             let result = deadline
-                .finish("UpdateItem", self.holds.leave(aggregate, &keys), |cut| cut)
+                .finish("UpdateItem", self.holds.leave(aggregate, &events_left), |cut| cut)
                 .await;
             let recorded = match result {
                 Ok(true) => Recorded::Left,
@@ -123,7 +142,7 @@ impl<H: AggregateHolds> HoldMode<H> {
                 }
             };
             (aggregate.to_owned(), recorded)
-        }))
+        })
         .await
         .into_iter()
         .collect()
@@ -149,47 +168,35 @@ impl<H: AggregateHolds> HoldMode<H> {
             };
             event.state = gone_from_the_table(&why);
         }
-        // Per aggregate behind a failure: the partition of its first event left, and every event
-        // left.
-        let mut failing: HashMap<&str, (&str, Vec<ItemKey>)> = HashMap::new();
+        // Per aggregate behind a failure: every event left.
+        let mut failing: HashMap<&str, Vec<LeftEvent>> = HashMap::new();
         for event in events.iter() {
-            let (Some(aggregate), Some(key)) = (&event.aggregate, &event.key) else {
+            let Some(aggregate) = &event.aggregate else {
                 continue;
             };
-            if event.blocks() == Some(Behind::Failure) && poller_can_see(event.source) {
-                let change = &event.source.change;
-                let partition = string_attr(&change.new_image, attr::GSI1PK)
-                    .or_else(|| string_attr(&change.old_image, attr::GSI1PK))
-                    .unwrap_or_default();
-                failing
-                    .entry(aggregate.as_str())
-                    .or_insert_with(|| (partition, Vec::new()))
-                    .1
-                    .push(key.clone());
+            if event.blocks() == Some(Behind::Failure)
+                && let Some(left) = left_event(event)
+            {
+                failing.entry(aggregate.as_str()).or_default().push(left);
             }
         }
         if failing.is_empty() {
             return;
         }
-        let held: HashSet<String> = futures::future::join_all(failing.into_iter().map(
-            |(aggregate, (partition, left))| async move {
+        let held: HashSet<String> = self
+            .bounded(failing, |(aggregate, left)| async move {
                 let result = deadline
-                    .finish(
-                        "UpdateItem",
-                        self.holds.hold(aggregate, partition, &left),
-                        |cut| cut,
-                    )
+                    .finish("UpdateItem", self.holds.hold(aggregate, &left), |cut| cut)
                     .await;
                 if let Err(err) = &result {
                     tracing::warn!(ordering_key = %aggregate, error = %outbox_shared::error::describe(err), "could not hold the aggregate; its events are re-delivered");
                 }
                 result.is_ok().then(|| aggregate.to_owned())
-            },
-        ))
-        .await
-        .into_iter()
-        .flatten()
-        .collect();
+            })
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
         m::aggregates_held(held.len() as u64);
         for event in events.iter_mut() {
             let is_held = event.aggregate.as_ref().is_some_and(|a| held.contains(a));

@@ -140,7 +140,9 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds> StreamR
                 ORIGIN,
                 options.mark_concurrency,
             ),
-            hold_mode: options.hold_failed_aggregates.then(|| HoldMode::new(holds)),
+            hold_mode: options
+                .hold_failed_aggregates
+                .then(|| HoldMode::new(holds, options.mark_concurrency)),
             options,
             recently_published: Arc::new(RecentKeys::new(
                 RECENTLY_PUBLISHED_TTL,

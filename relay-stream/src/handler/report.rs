@@ -62,8 +62,9 @@ pub struct BatchCounts {
     /// Not sent, nothing having failed: the deadline came first, strict order stopped, or an
     /// earlier event of the aggregate was not published. Re-delivered.
     pub not_sent: u64,
-    /// Left pending for the poller (`hold_failed_aggregates`).
-    pub held: u64,
+    /// Left pending for the poller under their aggregate's hold (`hold_failed_aggregates`): the
+    /// poller publishes them, in order.
+    pub left_to_hold: u64,
     /// Published or dead-lettered, but the status update failed: the item stays pending and the
     /// poller publishes it again (a part of `published` and `dead_lettered`, not more).
     pub not_marked: u64,
@@ -77,7 +78,7 @@ impl From<Tally> for BatchCounts {
             dead_lettered: tally.all_dead_lettered(),
             failed: tally.failed + tally.not_dead_lettered,
             not_sent: tally.not_sent + tally.held_back,
-            held: tally.left_to_hold,
+            left_to_hold: tally.left_to_hold,
             not_marked: tally.all_not_marked(),
         }
     }
@@ -90,7 +91,7 @@ impl std::ops::AddAssign for BatchCounts {
         self.dead_lettered += other.dead_lettered;
         self.failed += other.failed;
         self.not_sent += other.not_sent;
-        self.held += other.held;
+        self.left_to_hold += other.left_to_hold;
         self.not_marked += other.not_marked;
     }
 }
@@ -204,6 +205,7 @@ pub(super) fn report(events: Vec<Event<&EventRecord>>, published_at: DateTime<Ut
         dead_lettered = counts.dead_lettered,
         failed = counts.failed,
         not_sent = counts.not_sent,
+        left_to_hold = counts.left_to_hold,
         not_marked = counts.not_marked,
         "batch handled"
     );

@@ -4,8 +4,10 @@ use std::collections::HashMap;
 
 use aws_lambda_events::dynamodb::EventRecord;
 use outbox_shared::{ItemKey, OutboxStatus};
-use relay_runtime::testing::{FakeDeadLetters, FakeHoldStore, FakePublisher, FakeStatusStore};
-use relay_runtime::{AggregateHolds, Deadline, PublishOutcome};
+use relay_runtime::testing::{
+    FakeDeadLetters, FakeHoldStore, FakePublisher, FakeStatusStore, left_event,
+};
+use relay_runtime::{AggregateHolds, Deadline, LeftEvent, PublishOutcome};
 use serde_dynamo::AttributeValue;
 use serde_json::json;
 
@@ -183,7 +185,7 @@ async fn only_outbox_inserts_are_published_and_marked() {
             dead_lettered: 0,
             failed: 0,
             not_sent: 0,
-            held: 0,
+            left_to_hold: 0,
             not_marked: 0,
         }
     );
@@ -253,7 +255,7 @@ async fn a_failing_aggregate_is_left_to_the_poller_and_the_rest_is_published_at_
         .collect();
     assert_eq!(sent, ["y1", "y2"]);
     assert_eq!(ports.status.marks().len(), 2);
-    assert_eq!(first.counts().held, 2);
+    assert_eq!(first.counts().left_to_hold, 2);
 }
 
 #[tokio::test]
@@ -792,7 +794,7 @@ async fn in_hold_mode_a_ttl_deleted_event_of_a_held_aggregate_is_dead_lettered_n
     let ports = Ports::new(FakePublisher::default());
     ports
         .holds
-        .hold("o-91", "OUTBOX#PENDING#5", &[])
+        .hold("o-91", &[left_event("earlier", "OUTBOX#PENDING#5")])
         .await
         .unwrap();
     let records = vec![ttl_deletion_of_a_pending_event()];
@@ -852,12 +854,12 @@ async fn in_hold_mode_an_event_outside_the_index_is_published_even_when_its_aggr
     let ports = Ports::new(FakePublisher::default());
     ports
         .holds
-        .hold("o-e1", "OUTBOX#PENDING#1", &[])
+        .hold("o-e1", &[left_event("earlier-1", "OUTBOX#PENDING#1")])
         .await
         .unwrap();
     ports
         .holds
-        .hold("o-e2", "OUTBOX#PENDING#1", &[])
+        .hold("o-e2", &[left_event("earlier-2", "OUTBOX#PENDING#1")])
         .await
         .unwrap();
     let mut odd_sort_key = outbox_insert(2, "e2", "{}");
@@ -1000,12 +1002,12 @@ impl AggregateHolds for ReleasedMeanwhile {
             .collect())
     }
 
-    async fn leave(&self, _: &str, _: &[ItemKey]) -> Result<bool, outbox_shared::SdkFailure> {
+    async fn leave(&self, _: &str, _: &[LeftEvent]) -> Result<bool, outbox_shared::SdkFailure> {
         self.leave
             .map_err(|()| relay_runtime::testing::throttled_update())
     }
 
-    async fn hold(&self, _: &str, _: &str, _: &[ItemKey]) -> Result<(), outbox_shared::SdkFailure> {
+    async fn hold(&self, _: &str, _: &[LeftEvent]) -> Result<(), outbox_shared::SdkFailure> {
         Ok(())
     }
 }
@@ -1062,7 +1064,7 @@ async fn in_hold_mode_a_hold_released_between_its_read_and_the_record_leaves_not
     let (report, published, _) = handled_with_a_hold_that(Ok(false)).await;
 
     // Then x1 and x2 are published by this relay, in order, with y1: nobody else would
-    assert_eq!(report.counts().held, 0, "{report:?}");
+    assert_eq!(report.counts().left_to_hold, 0, "{report:?}");
     assert_eq!(published, ["x1", "y1", "x2"]);
 }
 
@@ -1075,7 +1077,7 @@ async fn in_hold_mode_events_that_could_not_be_recorded_on_their_hold_are_re_del
     // Then neither is published nor left to the poller: the batch is re-delivered from x1, and
     // y1 is published
     assert_eq!(published, ["y1"]);
-    assert_eq!(report.counts().held, 0, "{report:?}");
+    assert_eq!(report.counts().left_to_hold, 0, "{report:?}");
     let failures = report.response(&records).batch_item_failures;
     assert_eq!(failures.len(), 1);
     assert_eq!(failures[0].item_identifier.as_deref(), Some("00000001"));

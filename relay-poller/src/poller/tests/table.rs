@@ -10,12 +10,12 @@ use outbox_shared::schema::{self, attr};
 use outbox_shared::{ItemKey, OutboundEvent, SdkFailure};
 use relay_runtime::testing::FakeHoldStore;
 use relay_runtime::{
-    DeadLetter, DeadLetterError, DeadLetterSink, Deadline, Hold, HoldRelease, MarkOutcome,
-    PublishOutcome, Publisher, StatusError, StatusStore,
+    DeadLetter, DeadLetterError, DeadLetterSink, Deadline, Hold, HoldCursor, HoldPage, HoldRelease,
+    MarkOutcome, PublishOutcome, Publisher, StatusError, StatusStore,
 };
 
 use crate::index::{
-    Cursor, IndexError, PartitionCounts, PendingCounts, PendingPage, PendingPages, RawItem,
+    Cursor, IndexCounts, IndexError, PendingCounts, PendingPage, PendingPages, RawItem,
     ShardBacklog,
 };
 use crate::poller::decode::string_attr;
@@ -49,6 +49,10 @@ pub(super) struct Table {
     pub(super) lagging: Mutex<HashSet<ItemKey>>,
     /// The aggregate holds the stream relay set.
     pub(super) holds: FakeHoldStore,
+    /// Pages of holds read, per event partition.
+    pub(super) hold_pages: Mutex<HashMap<String, u64>>,
+    /// Last events of holds read from the table.
+    pub(super) hold_reads: Mutex<Vec<ItemKey>>,
 }
 
 pub(super) fn key_of(raw: &RawItem) -> ItemKey {
@@ -186,41 +190,50 @@ impl PendingCounts for &Table {
         })
     }
 
-    async fn partitions(&self) -> Result<PartitionCounts, IndexError> {
-        Ok(self
-            .index
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(_, items)| !items.is_empty())
-            .map(|(partition, items)| (partition.clone(), items.len() as u64))
-            .collect())
+    async fn partitions(&self) -> Result<IndexCounts, IndexError> {
+        let mut counts = IndexCounts {
+            pending: self
+                .index
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(_, items)| !items.is_empty())
+                .map(|(partition, items)| (partition.clone(), items.len() as u64))
+                .collect(),
+            ..IndexCounts::default()
+        };
+        for partition in self.holds.holds().into_values() {
+            *counts.holds.entry(partition).or_default() += 1;
+        }
+        Ok(counts)
     }
 }
 
 impl HoldRelease for &Table {
-    async fn list(&self) -> Result<Vec<Hold>, SdkFailure> {
-        Ok(self.holds.list())
-    }
-
-    async fn has_pending(&self, hold: &Hold) -> Result<bool, SdkFailure> {
-        let statuses = self.statuses.lock().unwrap();
-        let recorded = hold
-            .left
-            .iter()
-            .any(|key| statuses.get(key).is_some_and(|s| s == "PENDING"));
-        let in_partition = self
-            .index
+    async fn page(
+        &self,
+        partition: &str,
+        before: &str,
+        limit: i32,
+        start: Option<HoldCursor>,
+    ) -> Result<HoldPage, SdkFailure> {
+        *self
+            .hold_pages
             .lock()
             .unwrap()
-            .get(&hold.partition)
-            .is_some_and(|items| {
-                items.values().any(|raw| {
-                    string_attr(raw, attr::AGGREGATE_ID).as_deref()
-                        == Some(hold.ordering_key.as_str())
-                })
-            });
-        Ok(recorded || in_partition)
+            .entry(partition.to_owned())
+            .or_default() += 1;
+        Ok(self.holds.page(partition, before, limit, start))
+    }
+
+    async fn still_pending(&self, keys: &[ItemKey]) -> Result<HashSet<ItemKey>, SdkFailure> {
+        self.hold_reads.lock().unwrap().extend(keys.iter().cloned());
+        let statuses = self.statuses.lock().unwrap();
+        Ok(keys
+            .iter()
+            .filter(|key| statuses.get(*key).is_some_and(|s| s == "PENDING"))
+            .cloned()
+            .collect())
     }
 
     async fn release(&self, hold: &Hold) -> Result<bool, SdkFailure> {
@@ -229,6 +242,11 @@ impl HoldRelease for &Table {
 
     async fn extend(&self, hold: &Hold) -> Result<bool, SdkFailure> {
         Ok(self.holds.extend(hold))
+    }
+
+    /// This table holds no hold of an earlier release.
+    async fn migrate_legacy(&self, _up_to: &str) -> Result<u64, SdkFailure> {
+        Ok(0)
     }
 }
 
