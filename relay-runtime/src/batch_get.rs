@@ -88,3 +88,82 @@ pub async fn consistent_items(
     }
     Ok(items)
 }
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemOutput;
+    use aws_smithy_mocks::{Rule, mock};
+
+    use super::*;
+
+    fn key(pk: &str) -> Item {
+        HashMap::from([
+            ("PK".to_owned(), AttributeValue::S(pk.to_owned())),
+            ("SK".to_owned(), AttributeValue::S("HOLD".to_owned())),
+        ])
+    }
+
+    /// A `BatchGetItem` answered with every key asked for left unprocessed, nothing read.
+    fn throttled() -> Rule {
+        mock!(Client::batch_get_item).then_output(|| {
+            BatchGetItemOutput::builder()
+                .unprocessed_keys(
+                    "t",
+                    KeysAndAttributes::builder()
+                        .keys(key("HOLD#a"))
+                        .build()
+                        .unwrap(),
+                )
+                .build()
+        })
+    }
+
+    /// A `BatchGetItem` answered with the item of `HOLD#a`.
+    fn served() -> Rule {
+        mock!(Client::batch_get_item).then_output(|| {
+            BatchGetItemOutput::builder()
+                .responses("t", vec![key("HOLD#a")])
+                .build()
+        })
+    }
+
+    async fn read(rules: &[&Rule]) -> Result<Vec<Item>, SdkFailure> {
+        let client = Client::from_conf(crate::mocked_dynamodb(rules).build());
+        consistent_items(&client, "t", vec![key("HOLD#a")], &["PK"], "hold keys").await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unprocessed_keys_are_asked_again_after_a_backoff_until_they_are_read() {
+        // Given a table that throttles the read of a key six times running, then serves it
+        let throttles: Vec<Rule> = (0..6).map(|_| throttled()).collect();
+        let served = served();
+        let mut rules: Vec<&Rule> = throttles.iter().collect();
+        rules.push(&served);
+        let started = tokio::time::Instant::now();
+
+        // When the key is read
+        let items = read(&rules).await.unwrap();
+
+        // Then it is read at the seventh call, after backing off between calls (full jitter:
+        // somewhere between nothing and the schedule's sum, 2.55 s)
+        assert_eq!(items, [key("HOLD#a")]);
+        assert_eq!(served.num_calls(), 1);
+        let waited = started.elapsed();
+        assert!(waited > Duration::ZERO, "no backoff");
+        assert!(waited <= Duration::from_millis(2_550), "waited {waited:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keys_still_unprocessed_after_every_round_are_a_failure_not_a_miss() {
+        // Given a table that throttles the read of a key on every call
+        let throttles: Vec<Rule> = (0..7).map(|_| throttled()).collect();
+        let rules: Vec<&Rule> = throttles.iter().collect();
+
+        // When the key is read
+        let failure = read(&rules).await.unwrap_err();
+
+        // Then the read fails, naming the keys, after the first call and six more
+        assert!(failure.to_string().contains("hold keys"), "{failure}");
+        assert_eq!(throttles.iter().map(Rule::num_calls).sum::<usize>(), 7);
+    }
+}

@@ -1247,3 +1247,44 @@ async fn in_hold_mode_a_ttl_deletion_just_after_its_holds_release_is_published_n
     assert!(env.drain_dead_letters().await.is_empty());
     assert!(holds_of(&holds, HELD_PARTITION).await.is_empty());
 }
+
+#[tokio::test]
+async fn in_hold_mode_a_throttling_burst_on_the_holds_read_is_outlasted_not_re_delivered() {
+    use outbox_tests::emulator_endpoints;
+    use outbox_tests::fault_proxy::{BATCH_GET_ITEM, FaultProxy, FaultRates};
+
+    // Given 3 orders on the stream, and a stream relay in hold mode whose DynamoDB calls meet a
+    // throttling burst: the next 5 BatchGetItem calls leave every key unprocessed
+    let env = TestEnv::new().await;
+    let ids: Vec<String> = (0..3).map(|i| format!("burst-{i}")).collect();
+    let event_ids = create_orders(&env.writer(), &ids).await;
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 11).await;
+    proxy.leave_keys_unprocessed(5);
+    let mut args = relay_args(&env);
+    args.hold_failed_aggregates = true;
+    let relay = relay_stream::build_relay_with(
+        &args,
+        env.publisher(args.publisher_config().unwrap()),
+        env.dynamodb_through(&proxy),
+        env.sqs.clone(),
+    )
+    .unwrap();
+    let records = relay_stream_local::read_stream_records(&env.streams, &env.stream_arn)
+        .await
+        .unwrap();
+
+    // When the batch is handled
+    let report = relay.handle(&records, Deadline::NONE).await;
+
+    // Then the relay read the holds after the burst and published every event: nothing is
+    // re-delivered
+    assert_eq!(report.first_unpublished, None, "{:?}", report.outcomes);
+    assert_eq!(report.counts().published, 3, "{:?}", report.outcomes);
+    assert_eq!(proxy.counts_for(BATCH_GET_ITEM).throttled_calls, 5);
+    let delivered = env.wait_for_sink(3, Duration::from_secs(10)).await;
+    let mut delivered: Vec<String> = delivered.iter().map(|d| d.event_id().to_owned()).collect();
+    delivered.sort();
+    let mut expected = event_ids;
+    expected.sort();
+    assert_eq!(delivered, expected);
+}

@@ -30,6 +30,10 @@
 //!   [`PUT_EVENTS_V2`]): the same entry failures (`InternalException`) and lost replies as the
 //!   classic `PutEvents`, in CBOR; a lost reply answers HTTP 500 `InternalException` as the bus
 //!   does. The double itself refuses what the bus refuses as a whole (`InvalidInputException`).
+//! - `DynamoDB_20120810.BatchGetItem`: a test can make its next calls answer every key
+//!   unprocessed ([`FaultProxy::leave_keys_unprocessed`]), HTTP 200 with the request's keys as
+//!   `UnprocessedKeys` and nothing read, as DynamoDB answers a read it throttled partway (DynamoDB
+//!   Local never does).
 //! - Everything else (DynamoDB Streams, other SQS calls, writes the test makes itself) goes
 //!   through untouched.
 //!
@@ -135,6 +139,9 @@ struct State {
     message_size_limits: Mutex<HashMap<String, usize>>,
     /// `X-Amz-Target`s answered `AccessDeniedException` (see [`FaultProxy::deny`]).
     denied: Mutex<HashSet<String>>,
+    /// How many of the next `BatchGetItem` calls answer every key unprocessed (see
+    /// [`FaultProxy::leave_keys_unprocessed`]).
+    unprocessed_batch_gets: Mutex<u32>,
     /// Whether an aggregate's first event fails its first attempt (see
     /// [`FaultProxy::fail_first_events_once`]), and the event ids failed so far.
     failing_first_events: Mutex<Option<HashSet<String>>>,
@@ -173,6 +180,7 @@ impl FaultProxy {
             scripted_lost_replies: Mutex::default(),
             message_size_limits: Mutex::default(),
             denied: Mutex::default(),
+            unprocessed_batch_gets: Mutex::default(),
             failing_first_events: Mutex::default(),
         });
         let serving = state.clone();
@@ -231,6 +239,17 @@ impl FaultProxy {
             .lock()
             .expect("denied targets")
             .insert(target.to_owned());
+    }
+
+    /// The next `calls` `BatchGetItem` calls read nothing and answer every key they asked for as
+    /// `UnprocessedKeys` (HTTP 200), as DynamoDB answers a read it throttled: a burst the caller
+    /// must outlast by asking again after a backoff.
+    pub fn leave_keys_unprocessed(&self, calls: u32) {
+        *self
+            .state
+            .unprocessed_batch_gets
+            .lock()
+            .expect("unprocessed batch gets") = calls;
     }
 
     /// From now on, each aggregate's first event (`Sequence` 1 in its envelope) fails its first
@@ -295,6 +314,8 @@ enum Plan {
     Pass,
     /// Answer this without sending the request on.
     Fail(StatusCode, Value),
+    /// Answer this, HTTP 200, without sending the request on.
+    Answer(Value),
     /// Send it on, then answer a 500.
     LoseReply,
     /// `PutEvents`: send on the entries not failed; put these failures back at their indices.
@@ -316,6 +337,9 @@ const SEND_MESSAGE: &str = "AmazonSQS.SendMessage";
 const GET_QUEUE_ATTRIBUTES: &str = "AmazonSQS.GetQueueAttributes";
 /// The relays' batched marks.
 pub const BATCH_EXECUTE_STATEMENT: &str = "DynamoDB_20120810.BatchExecuteStatement";
+
+/// `X-Amz-Target` of DynamoDB's `BatchGetItem`.
+pub const BATCH_GET_ITEM: &str = "DynamoDB_20120810.BatchGetItem";
 
 impl State {
     fn percent(&self, rng: &mut StdRng, rate: u32) -> bool {
@@ -343,6 +367,25 @@ impl State {
                     "Message": format!("injected: not authorized to perform {action} (no identity-based policy allows it)"),
                 }),
             );
+        }
+        if target == BATCH_GET_ITEM {
+            let mut unprocessed = self
+                .unprocessed_batch_gets
+                .lock()
+                .expect("unprocessed batch gets");
+            if *unprocessed > 0 {
+                *unprocessed -= 1;
+                counts.throttled_calls += 1;
+                let request: Value = serde_json::from_slice(body).unwrap_or_default();
+                let tables = request["RequestItems"]
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default();
+                return Plan::Answer(json!({
+                    "Responses": tables.keys().map(|t| (t.clone(), json!([]))).collect::<serde_json::Map<_, _>>(),
+                    "UnprocessedKeys": tables,
+                }));
+            }
         }
         if let Some(left) = self
             .scripted_lost_replies
@@ -496,6 +539,7 @@ impl State {
         match self.plan(&target, &body) {
             Plan::Pass => self.forward(&parts, body).await,
             Plan::Fail(status, error) => json_response(status, &error),
+            Plan::Answer(answer) => json_response(StatusCode::OK, &answer),
             Plan::LoseReply if target == PUT_EVENTS_V2 => {
                 let _ = self.forward(&parts, body).await;
                 cbor_response(
