@@ -1288,3 +1288,116 @@ async fn in_hold_mode_a_throttling_burst_on_the_holds_read_is_outlasted_not_re_d
     expected.sort();
     assert_eq!(delivered, expected);
 }
+
+#[tokio::test]
+async fn a_hold_of_the_earlier_layout_is_moved_beside_its_events_and_released_by_a_drain() {
+    // Given order-9's event pending and held under a hold as the earlier release wrote it: in
+    // the one partition of every hold, with every event left in a set
+    let env = TestEnv::new().await;
+    let mut items = fixtures::pending_items(&env.table_name, 1, chrono::Utc::now());
+    items[0].aggregate_id = Some("order-9".into());
+    let event = items[0].clone();
+    env.put_raw_item(serde_dynamo::to_item(&event).unwrap())
+        .await;
+    let s = |v: &str| aws_sdk_dynamodb::types::AttributeValue::S(v.to_owned());
+    let mut legacy = relay_runtime::testing::hold_item_key("order-9");
+    legacy.extend([
+        ("EntityType".to_owned(), s("AggregateHold")),
+        ("OrderingKey".to_owned(), s("order-9")),
+        (
+            "HeldPartition".to_owned(),
+            s(event.gsi1pk.as_deref().unwrap()),
+        ),
+        ("HeldSince".to_owned(), s("2026-11-20T10:00:00.000Z")),
+        ("GSI1PK".to_owned(), s("OUTBOX#HOLD")),
+        ("GSI1SK".to_owned(), s("HOLD#order-9")),
+        (
+            "LeftEvents".to_owned(),
+            aws_sdk_dynamodb::types::AttributeValue::Ss(vec![relay_runtime::holds::left_element(
+                &event.key(),
+            )]),
+        ),
+    ]);
+    env.put_raw_item(legacy).await;
+
+    // When the poller drains
+    let config = poller_config(&env);
+    let poller = relay_poller::app::aws_poller_with(
+        relay_poller::app::AwsClients {
+            dynamodb: env.dynamodb.clone(),
+            sqs: env.sqs.clone(),
+        },
+        env.publisher(config.publisher.clone()),
+        &config,
+    );
+    let summary = poller
+        .drain(
+            &config.fixed_shards(),
+            Duration::ZERO,
+            3,
+            &relay_poller::CancellationToken::new(),
+        )
+        .await;
+
+    // Then the event is published, and the hold moved beside it and released: nothing is left
+    // in the index, the old partition included
+    assert!(summary.complete, "{summary:?}");
+    assert_eq!(summary.published, 1, "{summary:?}");
+    assert_eq!(summary.holds_released, 1, "{summary:?}");
+    assert_eq!(
+        env.pending_in_index().await,
+        0,
+        "no event and no hold is left"
+    );
+}
+
+#[tokio::test]
+async fn the_stream_relay_moves_a_hold_of_the_earlier_layout_when_it_leaves_an_event_under_it() {
+    use relay_runtime::{AggregateHolds, DynamoHoldStore};
+
+    // Given order-8 held as the earlier release wrote it
+    let env = TestEnv::new().await;
+    let items = fixtures::pending_items(&env.table_name, 1, chrono::Utc::now());
+    let s = |v: &str| aws_sdk_dynamodb::types::AttributeValue::S(v.to_owned());
+    let mut legacy = relay_runtime::testing::hold_item_key("order-8");
+    legacy.extend([
+        ("EntityType".to_owned(), s("AggregateHold")),
+        ("OrderingKey".to_owned(), s("order-8")),
+        ("HeldPartition".to_owned(), s("OUTBOX#PENDING#3")),
+        ("HeldSince".to_owned(), s("2026-11-20T10:00:00.000Z")),
+        ("GSI1PK".to_owned(), s("OUTBOX#HOLD")),
+        ("GSI1SK".to_owned(), s("HOLD#order-8")),
+        (
+            "LeftEvents".to_owned(),
+            aws_sdk_dynamodb::types::AttributeValue::Ss(vec!["[\"USER#u\",\"OUTBOX#old\"]".into()]),
+        ),
+    ]);
+    env.put_raw_item(legacy).await;
+    let holds = DynamoHoldStore::new(
+        env.dynamodb.clone(),
+        &env.table_name,
+        Duration::from_secs(7 * 24 * 3600),
+    );
+
+    // When the stream relay leaves an event under it
+    assert!(holds.leave("order-8", &[left(&items[0])]).await.unwrap());
+
+    // Then the hold follows that event, without its set of every event, and keeps its age
+    let hold = holds_of(&holds, items[0].gsi1pk.as_deref().unwrap())
+        .await
+        .remove(0);
+    assert_eq!(hold.last_left, Some(items[0].key()));
+    assert_eq!(hold.held_since, "2026-11-20T10:00:00.000Z");
+    let item = env
+        .dynamodb
+        .get_item()
+        .table_name(&env.table_name)
+        .set_key(Some(relay_runtime::testing::hold_item_key("order-8")))
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    assert!(!item.contains_key("LeftEvents"), "{item:?}");
+    assert!(!item.contains_key("HeldPartition"), "{item:?}");
+}
