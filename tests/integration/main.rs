@@ -32,6 +32,7 @@ mod dead_letter_size;
 mod demo;
 mod duplicates;
 mod harness;
+mod hold_recovery;
 mod infra_template;
 mod operator_commands;
 mod poller_drain;
