@@ -8,6 +8,8 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use outbox_shared::SdkFailure;
 
+use crate::projection::Projection;
+
 /// An item as DynamoDB returns it.
 pub type Item = HashMap<String, AttributeValue>;
 
@@ -18,27 +20,31 @@ pub const BATCH_GET_MAX_KEYS: usize = 100;
 pub const BATCH_GET_MAX_ROUNDS: u32 = 5;
 
 /// The items of `table` under `keys` that exist, read strongly consistent, `BATCH_GET_MAX_KEYS`
-/// to a call, with only the attribute `projection` if given. `what` names the keys in the error
-/// when some stay unprocessed after [`BATCH_GET_MAX_ROUNDS`] rounds.
+/// to a call, with only the attributes `projection` names (never a whole item: a role may read
+/// only those, [`crate::projection`]). `what` names the keys in the error when some stay
+/// unprocessed after [`BATCH_GET_MAX_ROUNDS`] rounds.
 ///
 /// # Errors
 /// [`SdkFailure`] when a call fails, or keys stay unprocessed.
+///
+/// # Panics
+/// When `projection` is empty.
 pub async fn consistent_items(
     client: &Client,
     table: &str,
     keys: Vec<Item>,
-    projection: Option<&str>,
+    projection: &[&str],
     what: &'static str,
 ) -> Result<Vec<Item>, SdkFailure> {
+    let projection = Projection::of(projection);
     let mut items = Vec::new();
     for chunk in keys.chunks(BATCH_GET_MAX_KEYS) {
         let mut request = KeysAndAttributes::builder()
             .set_keys(Some(chunk.to_vec()))
-            .consistent_read(true);
-        if let Some(attribute) = projection {
-            request = request
-                .projection_expression("#projected")
-                .expression_attribute_names("#projected", attribute);
+            .consistent_read(true)
+            .projection_expression(&projection.expression);
+        for (placeholder, name) in &projection.names {
+            request = request.expression_attribute_names(placeholder, name);
         }
         let mut request = Some(request.build().expect("keys are set"));
         let mut rounds = 0;

@@ -187,7 +187,7 @@ pub const HOLD_CALLS: &[Call] = &[
 /// [`DynamoHoldStore::release`].
 pub const RELEASE_CALLS: &[Call] = &[
     Call::new("dynamodb:Query", Target::OutboxIndex),
-    Call::new("dynamodb:BatchGetItem", Target::OutboxTable),
+    Call::new("dynamodb:BatchGetItem", Target::PendingCheck),
     Call::new("dynamodb:UpdateItem", Target::HoldItems),
     Call::new("dynamodb:DeleteItem", Target::HoldItems),
 ];
@@ -245,7 +245,7 @@ impl AggregateHolds for DynamoHoldStore {
             &self.client,
             &self.table_name,
             keys,
-            Some(attr::ORDERING_KEY),
+            &[attr::ORDERING_KEY],
             "hold keys still unprocessed after retries",
         )
         .await?;
@@ -344,7 +344,7 @@ impl DynamoHoldStore {
             &self.client,
             &self.table_name,
             keys,
-            Some(attr::GSI1PK),
+            crate::permissions::PENDING_CHECK_ATTRIBUTES,
             "keys of events left under a hold still unprocessed after retries",
         )
         .await?;
