@@ -44,6 +44,10 @@
 //! deny one operation for good ([`FaultProxy::deny`]), as a policy without its permission or an
 //! endpoint without the operation does.
 //!
+//! It records every DynamoDB read of items it forwards, with what IAM's condition keys would see
+//! of it ([`FaultProxy::reads`], [`crate::dynamodb_reads`]): the emulators evaluate no IAM, so a
+//! test holds each read to what the caller's role allows.
+//!
 //! Decisions come from a seeded RNG, so a run is reproducible up to request interleaving; what
 //! was injected is counted, in all ([`FaultProxy::counts`]) and per operation
 //! ([`FaultProxy::counts_for`]), so a test can check the faults really happened where it means
@@ -146,6 +150,8 @@ struct State {
     /// Whether an aggregate's first event fails its first attempt (see
     /// [`FaultProxy::fail_first_events_once`]), and the event ids failed so far.
     failing_first_events: Mutex<Option<HashSet<String>>>,
+    /// Every read of items so far (see [`FaultProxy::reads`]).
+    reads: Mutex<Vec<crate::dynamodb_reads::Read>>,
 }
 
 /// The running proxy; it stops when dropped.
@@ -182,6 +188,7 @@ impl FaultProxy {
             message_size_limits: Mutex::default(),
             denied: Mutex::default(),
             failing_first_events: Mutex::default(),
+            reads: Mutex::default(),
         });
         let serving = state.clone();
         let task = tokio::spawn(async move {
@@ -284,6 +291,12 @@ impl FaultProxy {
             .filter(|t| !t.is_empty())
             .cloned()
             .collect()
+    }
+
+    /// Every DynamoDB read of items (`GetItem`, `BatchGetItem`, `Query`, `Scan`) made through the
+    /// proxy so far, whatever happened to the call: each as IAM's condition keys see it.
+    pub fn reads(&self) -> Vec<crate::dynamodb_reads::Read> {
+        self.state.reads.lock().expect("reads").clone()
     }
 
     /// What was injected so far into calls of `target` (an `X-Amz-Target`).
@@ -496,6 +509,10 @@ impl State {
                 .unwrap_or_default()
                 .to_owned(),
         };
+        self.reads
+            .lock()
+            .expect("reads")
+            .extend(crate::dynamodb_reads::reads_of(&target, &body));
         if target == SEND_MESSAGE
             && let Some(refused) = self.refuse_invalid_message(&body)
         {
