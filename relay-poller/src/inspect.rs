@@ -3,7 +3,7 @@
 //!
 //! By event id the item is found with a paginated `Scan` of the table (there is no index by
 //! `EventId`): fine for an operator's question, not for a hot path. By key (`--key PK SK`) it is
-//! one `GetItem`.
+//! one `GetItem`. Both read an outbox item's attributes only ([`crate::table`]).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -153,15 +153,16 @@ impl Inspection {
     }
 }
 
-/// The calls of [`Inspector`]: an item by key, a scan of the table by event id.
+/// The calls of [`Inspector`]: an item by key, a scan of the table by event id, each of an
+/// outbox item's attributes.
 pub const CALLS: &[relay_runtime::permissions::Call] = &[
     relay_runtime::permissions::Call::new(
         "dynamodb:GetItem",
-        relay_runtime::permissions::Target::OutboxTable,
+        relay_runtime::permissions::Target::OutboxAttributes,
     ),
     relay_runtime::permissions::Call::new(
         "dynamodb:Scan",
-        relay_runtime::permissions::Target::OutboxTable,
+        relay_runtime::permissions::Target::OutboxAttributes,
     ),
 ];
 
@@ -201,12 +202,14 @@ impl Inspector {
     ) -> Result<Vec<Inspection>, SdkFailure> {
         let mut found: HashMap<String, Attributes> = HashMap::new();
         let placeholders: Vec<String> = (0..event_ids.len()).map(|i| format!(":e{i}")).collect();
+        let projection = crate::table::outbox_projection();
         let mut start = None;
         loop {
             let mut scan = self
                 .dynamodb
                 .scan()
                 .table_name(&self.table_name)
+                .projection_expression(&projection.expression)
                 .filter_expression(format!(
                     "#entity = :outbox AND #id IN ({})",
                     placeholders.join(", ")
@@ -220,6 +223,9 @@ impl Inspector {
                 .set_exclusive_start_key(start);
             for (placeholder, id) in placeholders.iter().zip(event_ids) {
                 scan = scan.expression_attribute_values(placeholder, AttributeValue::S(id.clone()));
+            }
+            for (placeholder, name) in &projection.names {
+                scan = scan.expression_attribute_names(placeholder, name);
             }
             let page = scan.send().await.map_err(|e| SdkFailure::new("Scan", e))?;
             for item in page.items.unwrap_or_default() {

@@ -146,12 +146,12 @@ pub struct PartitionBacklog {
 }
 
 /// The calls of `status` besides the index's and the leases' (`crate::index::CALLS`,
-/// `crate::assignment::store::VIEW_CALLS`): the scan for dead-lettered and expiring items, the queue's
-/// depth.
+/// `crate::assignment::store::VIEW_CALLS`): the scan that counts dead-lettered items (a count,
+/// filtered on outbox attributes), the queue's depth.
 pub const CALLS: &[relay_runtime::permissions::Call] = &[
     relay_runtime::permissions::Call::new(
         "dynamodb:Scan",
-        relay_runtime::permissions::Target::OutboxTable,
+        relay_runtime::permissions::Target::OutboxAttributes,
     ),
     relay_runtime::permissions::Call::new(
         "sqs:GetQueueAttributes",

@@ -17,6 +17,8 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use outbox_shared::{RetryPolicy, SdkFailure};
 
+use crate::projection::Projection;
+
 /// An item as DynamoDB returns it.
 pub type Item = HashMap<String, AttributeValue>;
 
@@ -33,11 +35,15 @@ pub const UNPROCESSED_KEYS_RETRY: RetryPolicy = RetryPolicy {
 };
 
 /// The items of `table` under `keys` that exist, read strongly consistent, `BATCH_GET_MAX_KEYS`
-/// to a call, with only the attributes `projection` names (all when it is empty). `what` names
-/// the keys in the error when some stay unprocessed after [`UNPROCESSED_KEYS_RETRY`]'s rounds.
+/// to a call, with only the attributes `projection` names (never a whole item: a role may read
+/// only those, [`crate::projection`]). `what` names the keys in the error when some stay
+/// unprocessed after [`UNPROCESSED_KEYS_RETRY`]'s rounds.
 ///
 /// # Errors
 /// [`SdkFailure`] when a call fails, or keys stay unprocessed.
+///
+/// # Panics
+/// When `projection` is empty.
 pub async fn consistent_items(
     client: &Client,
     table: &str,
@@ -45,17 +51,15 @@ pub async fn consistent_items(
     projection: &[&str],
     what: &'static str,
 ) -> Result<Vec<Item>, SdkFailure> {
+    let projection = Projection::of(projection);
     let mut items = Vec::new();
     for chunk in keys.chunks(BATCH_GET_MAX_KEYS) {
         let mut request = KeysAndAttributes::builder()
             .set_keys(Some(chunk.to_vec()))
-            .consistent_read(true);
-        if !projection.is_empty() {
-            let names: Vec<String> = (0..projection.len()).map(|i| format!("#p{i}")).collect();
-            request = request.projection_expression(names.join(", "));
-            for (name, attribute) in names.into_iter().zip(projection) {
-                request = request.expression_attribute_names(name, *attribute);
-            }
+            .consistent_read(true)
+            .projection_expression(&projection.expression);
+        for (placeholder, name) in &projection.names {
+            request = request.expression_attribute_names(placeholder, name);
         }
         let mut request = Some(request.build().expect("keys are set"));
         let mut backoff = UNPROCESSED_KEYS_RETRY.delays();

@@ -6,8 +6,17 @@
 //! does not fit goes without its record ([`RecordLeftOut`] says so): the item itself, marked
 //! `DEAD_LETTERED` in the table with a `ttl` past the queue's retention, holds it, and `redrive`
 //! puts it back from there.
+//!
+//! A letter must also hold only characters SQS takes, or SQS refuses it for good
+//! (`InvalidMessageContents`) whatever its size: XML 1.0's characters, `#x9 | #xA | #xD |
+//! #x20-#xD7FF | #xE000-#xFFFD | #x10000-#x10FFFF`, in the body and in string attribute values. A
+//! payload may hold any other (U+FFFE, U+FFFF, a control character), so the body is JSON written
+//! with every such character escaped (`\uFFFE`): it parses back to exactly the record it was
+//! ([`encode`]). The message attributes are informational (the body has every value whole), so a
+//! character SQS refuses in them is replaced by U+FFFD ([`sqs_text`]).
 
 use std::future::Future;
+use std::io;
 use std::sync::Arc;
 
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
@@ -208,12 +217,63 @@ impl SqsDeadLetterSink {
 /// SQS message attribute values are at most 256 KiB with the body; keep the reason attribute short.
 const MAX_REASON_ATTRIBUTE_BYTES: usize = 256;
 
+/// Whether SQS takes `c` in a message body or a string attribute value (`SendMessage` answers
+/// `InvalidMessageContents` otherwise): XML 1.0's characters, `#x9 | #xA | #xD | #x20-#xD7FF |
+/// #xE000-#xFFFD | #x10000-#x10FFFF`. U+D800 to U+DFFF are no characters (no `str` holds them).
+pub fn sqs_allows(c: char) -> bool {
+    matches!(c, '\u{9}' | '\u{A}' | '\u{D}' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..='\u{10FFFF}')
+}
+
+/// `text` with each character SQS refuses replaced by U+FFFD, for a message attribute: the
+/// attributes are for filtering and reading at a glance, the body holds every value exactly.
+pub fn sqs_text(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().all(sqs_allows) {
+        return text.into();
+    }
+    text.chars()
+        .map(|c| {
+            if sqs_allows(c) {
+                c
+            } else {
+                char::REPLACEMENT_CHARACTER
+            }
+        })
+        .collect::<String>()
+        .into()
+}
+
 fn string_attribute(value: &str) -> MessageAttributeValue {
     MessageAttributeValue::builder()
         .data_type("String")
-        .string_value(value)
+        .string_value(sqs_text(value))
         .build()
         .expect("data type is set")
+}
+
+/// serde_json's compact output with each character SQS refuses written as a `\uXXXX` escape
+/// (a surrogate pair above U+FFFF, though SQS refuses none there). serde_json escapes the control
+/// characters below U+0020 itself; what reaches a string fragment are U+FFFE and U+FFFF. Every
+/// string goes through here, object keys too, and an escape stands for the same character in
+/// JSON, so the body parses back to the same value.
+struct SqsJson;
+
+impl serde_json::ser::Formatter for SqsJson {
+    fn write_string_fragment<W: ?Sized + io::Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> io::Result<()> {
+        let mut rest = fragment;
+        while let Some((at, c)) = rest.char_indices().find(|(_, c)| !sqs_allows(*c)) {
+            writer.write_all(&rest.as_bytes()[..at])?;
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                write!(writer, "\\u{unit:04x}")?;
+            }
+            rest = &rest[at + c.len_utf8()..];
+        }
+        writer.write_all(rest.as_bytes())
+    }
 }
 
 /// The message attributes of `letter`'s message.
@@ -247,11 +307,18 @@ fn message_size(body: &str, attributes: &[(&str, MessageAttributeValue)]) -> usi
     body.len() + attributes
 }
 
+/// `letter` as a message body: JSON holding only characters SQS takes ([`SqsJson`]).
 fn encode(letter: &DeadLetter) -> Result<String, DeadLetterError> {
-    serde_json::to_string(letter).map_err(|e| DeadLetterError::Encode {
-        event_id: letter.event_id.clone(),
-        message: e.to_string(),
-    })
+    let mut body = Vec::new();
+    letter
+        .serialize(&mut serde_json::Serializer::with_formatter(
+            &mut body, SqsJson,
+        ))
+        .map_err(|e| DeadLetterError::Encode {
+            event_id: letter.event_id.clone(),
+            message: e.to_string(),
+        })?;
+    Ok(String::from_utf8(body).expect("serde_json writes UTF-8"))
 }
 
 /// The body of `letter`'s message within `max_message_bytes` with `attributes`: the whole letter,
@@ -397,6 +464,146 @@ mod tests {
             message_size("€", &attributes),
             3 + ("reason".len() + "String".len() + 2) + ("id".len() + "String".len() + 2)
         );
+    }
+
+    /// Characters at and beside each boundary of the set SQS allows, and whether it allows each.
+    /// (U+D800 to U+DFFF, between `#xD7FF` and `#xE000`, are no `char`s.)
+    const BOUNDARIES: &[(char, bool)] = &[
+        ('\u{0}', false),
+        ('\u{8}', false),
+        ('\u{9}', true),
+        ('\u{A}', true),
+        ('\u{B}', false),
+        ('\u{C}', false),
+        ('\u{D}', true),
+        ('\u{E}', false),
+        ('\u{1F}', false),
+        ('\u{20}', true),
+        ('\u{7F}', true),
+        ('\u{D7FF}', true),
+        ('\u{E000}', true),
+        ('\u{FFFD}', true),
+        ('\u{FFFE}', false),
+        ('\u{FFFF}', false),
+        ('\u{10000}', true),
+        ('\u{1FFFE}', true),
+        ('\u{10FFFF}', true),
+    ];
+
+    #[test]
+    fn sqs_allows_exactly_xml_characters_at_every_boundary() {
+        for (c, allowed) in BOUNDARIES {
+            assert_eq!(sqs_allows(*c), *allowed, "{c:?}");
+        }
+    }
+
+    #[test]
+    fn a_body_holds_only_characters_sqs_allows_and_decodes_to_the_letter_it_was() {
+        // A letter whose record, key, id and reason hold every boundary character, alone and
+        // between others (in object keys too)
+        let all: String = BOUNDARIES.iter().map(|(c, _)| *c).collect();
+        let mut whole = letter(&format!("e-{all}"), key(&all), 10);
+        whole.reason = format!("reason {all}");
+        whole.record = serde_json::json!({
+            "Payload": format!("before{all}after"),
+            format!("key{all}"): [all.clone(), {"nested": all.clone()}],
+        });
+        for (c, _) in BOUNDARIES {
+            whole.record[format!("alone {:X}", u32::from(*c))] = c.to_string().into();
+        }
+
+        // When it is written as a body
+        let body = encode(&whole).unwrap();
+
+        // Then every character is one SQS allows, those it refuses written as JSON escapes
+        // (serde_json's own for the control characters, `\b` and `\f` among them)
+        assert!(body.chars().all(sqs_allows), "{body:?}");
+        for (c, allowed) in BOUNDARIES {
+            if !allowed {
+                let escape = match c {
+                    '\u{8}' => "\\b".to_owned(),
+                    '\u{C}' => "\\f".to_owned(),
+                    c => format!("\\u{:04x}", u32::from(*c)),
+                };
+                let alone = format!(r#""alone {:X}":"{escape}""#, u32::from(*c));
+                assert!(body.contains(&alone), "{alone} in {body}");
+            }
+        }
+        // And it decodes to exactly the letter (the JSON serde_json writes, but escaped)
+        assert_eq!(parse(&body), whole);
+        let plain = serde_json::to_string(&whole).unwrap();
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&body).unwrap(),
+            serde_json::from_str::<serde_json::Value>(&plain).unwrap()
+        );
+        // And a letter without such characters is the JSON serde_json writes
+        let ordinary = letter("e1", key("e1"), 10);
+        assert_eq!(
+            encode(&ordinary).unwrap(),
+            serde_json::to_string(&ordinary).unwrap()
+        );
+    }
+
+    #[test]
+    fn an_attribute_value_has_each_character_sqs_refuses_replaced() {
+        for (c, allowed) in BOUNDARIES {
+            let value = string_attribute(&format!("a{c}b"));
+            let expected = if *allowed {
+                *c
+            } else {
+                char::REPLACEMENT_CHARACTER
+            };
+            assert_eq!(value.string_value(), Some(format!("a{expected}b").as_str()));
+        }
+        assert!(matches!(
+            sqs_text("plain"),
+            std::borrow::Cow::Borrowed("plain")
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_letter_of_characters_sqs_refuses_is_sent_with_only_characters_it_allows() {
+        // Given a queue that takes messages
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let limit = queue_limit(SQS_MESSAGE_DEFAULT_MAX_BYTES);
+        let checked = sent.clone();
+        let send = mock!(Client::send_message)
+            .match_requests(move |req| {
+                let values: Vec<String> = req
+                    .message_attributes()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|(_, v)| v.string_value().map(str::to_owned))
+                    .collect();
+                checked
+                    .lock()
+                    .unwrap()
+                    .push((req.message_body().unwrap_or_default().to_owned(), values));
+                true
+            })
+            .then_output(|| SendMessageOutput::builder().message_id("m").build());
+        let sink = SqsDeadLetterSink::new(mock_sqs(&[&limit, &send]), "q");
+
+        // When a letter whose id, reason and record hold U+FFFE and U+FFFF is sent
+        let mut poison = letter("e\u{FFFE}\u{FFFF}", key("e"), 10);
+        poison.reason = "reason \u{FFFF}".into();
+        poison.record["Payload"] = "\u{FFFE}\u{1}\u{FFFF}".into();
+        sink.send(&poison).await.unwrap();
+
+        // Then its body and every attribute value hold only characters SQS allows, and the body
+        // decodes to the letter
+        let sent = sent.lock().unwrap().clone();
+        let (body, values) = &sent[0];
+        assert!(body.chars().all(sqs_allows), "{body:?}");
+        assert!(
+            values.iter().flat_map(|v| v.chars()).all(sqs_allows),
+            "{values:?}"
+        );
+        assert!(
+            values.contains(&"e\u{FFFD}\u{FFFD}".to_owned()),
+            "{values:?}"
+        );
+        assert_eq!(parse(body), poison);
     }
 
     #[tokio::test]

@@ -251,7 +251,7 @@ pub const HOLD_CALLS: &[Call] = &[
 /// [`DynamoHoldStore::release`].
 pub const RELEASE_CALLS: &[Call] = &[
     Call::new("dynamodb:Query", Target::OutboxIndex),
-    Call::new("dynamodb:BatchGetItem", Target::OutboxTable),
+    Call::new("dynamodb:BatchGetItem", Target::PendingCheck),
     Call::new("dynamodb:UpdateItem", Target::HoldItems),
     Call::new("dynamodb:DeleteItem", Target::HoldItems),
 ];
@@ -499,7 +499,7 @@ impl HoldRelease for DynamoHoldStore {
             &self.client,
             &self.table_name,
             requested,
-            &[attr::PK, attr::SK, attr::GSI1PK],
+            crate::permissions::PENDING_CHECK_ATTRIBUTES,
             "keys of the last events left under holds still unprocessed after retries",
         )
         .await?;

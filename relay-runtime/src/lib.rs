@@ -20,6 +20,7 @@
 //! - [`recent`]: a short memory of the events a process settled (bounded by count and age), so a
 //!   relay skips what AWS hands it again: a lagging index's marked items, a re-delivered batch.
 //! - [`dead_letter`]: the dead-letter port and its SQS adapter for poison events.
+//! - [`projection`]: reads that name the attributes they read (a role may be allowed no others).
 //! - [`config`]: the publisher's configuration and the flags and variables every relay reads it
 //!   from; setting errors that name the flag and the variable.
 //! - [`telemetry`]: the one logging set-up of every binary.
@@ -38,6 +39,7 @@ pub mod event;
 pub mod holds;
 pub mod metrics;
 pub mod permissions;
+pub mod projection;
 pub mod publish_concurrency;
 pub mod publish_rate;
 pub mod publisher;

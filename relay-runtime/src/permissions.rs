@@ -20,6 +20,13 @@ pub enum Target {
     /// The outbox table, only the aggregate hold items (keys `HOLD#…`, a `dynamodb:LeadingKeys`
     /// condition).
     HoldItems,
+    /// The outbox table, reading only an outbox item's attributes
+    /// ([`outbox_shared::schema::OUTBOX_ATTRIBUTES`]), never an order's own: the operator
+    /// commands' reads, each with a projection on them (or a count).
+    OutboxAttributes,
+    /// The outbox table, reading only whether an item is pending ([`PENDING_CHECK_ATTRIBUTES`]):
+    /// the poller's read of the events recorded on a hold, projected on those.
+    PendingCheck,
     /// The outbox table's pending index (`GSI1`).
     OutboxIndex,
     /// The poller fleet's lease table.
@@ -59,6 +66,51 @@ pub const STATUS_ATTRIBUTES: &[&str] = &[
     attr::GSI1PK,
     attr::GSI1SK,
 ];
+
+/// What the poller reads of each event recorded on an aggregate hold, to know whether it is still
+/// pending: its keys and `GSI1PK` (set while pending), strongly consistent, by `BatchGetItem`.
+pub const PENDING_CHECK_ATTRIBUTES: &[&str] = &[attr::PK, attr::SK, attr::GSI1PK];
+
+/// `dynamodb:Select` of a read that names its attributes (a `ProjectionExpression`, or `Select`
+/// set so); IAM sets it to `ALL_ATTRIBUTES` for a read of whole items.
+pub const SELECT_SPECIFIC: &str = "SPECIFIC_ATTRIBUTES";
+/// `dynamodb:Select` of a `Scan` or `Query` that counts items and returns none.
+pub const SELECT_COUNT: &str = "COUNT";
+
+impl Target {
+    /// The attributes a call on this target may name (`dynamodb:Attributes`: its projection, key,
+    /// condition, filter and update attributes), when its statement limits them; `None` when it
+    /// does not.
+    pub fn attributes(self) -> Option<&'static [&'static str]> {
+        match self {
+            Self::OutboxStatus => Some(STATUS_ATTRIBUTES),
+            Self::OutboxAttributes => Some(outbox_shared::schema::OUTBOX_ATTRIBUTES),
+            Self::PendingCheck => Some(PENDING_CHECK_ATTRIBUTES),
+            Self::OutboxTable
+            | Self::HoldItems
+            | Self::OutboxIndex
+            | Self::LeaseTable
+            | Self::EventBus
+            | Self::DeadLetterQueue => None,
+        }
+    }
+
+    /// The `dynamodb:Select` a read on this target may have, when its statement limits it to reads
+    /// of the attributes it names (never `ALL_ATTRIBUTES`); empty when it does not.
+    pub fn selects(self) -> &'static [&'static str] {
+        match self {
+            Self::OutboxAttributes => &[SELECT_SPECIFIC, SELECT_COUNT],
+            Self::PendingCheck => &[SELECT_SPECIFIC],
+            Self::OutboxTable
+            | Self::OutboxStatus
+            | Self::HoldItems
+            | Self::OutboxIndex
+            | Self::LeaseTable
+            | Self::EventBus
+            | Self::DeadLetterQueue => &[],
+        }
+    }
+}
 
 /// `X-Amz-Target` of a call (as the SDK sends it) to the IAM action that authorizes it; `None`
 /// for a target that is not DynamoDB, EventBridge or SQS. The relays' `BatchExecuteStatement`s
@@ -105,5 +157,15 @@ mod tests {
             Some("events:PutEvents")
         );
         assert_eq!(action_of_target(""), None);
+    }
+
+    #[test]
+    fn what_a_status_update_or_a_pending_check_names_is_an_outbox_attribute() {
+        for name in STATUS_ATTRIBUTES.iter().chain(PENDING_CHECK_ATTRIBUTES) {
+            assert!(
+                outbox_shared::schema::OUTBOX_ATTRIBUTES.contains(name),
+                "{name}"
+            );
+        }
     }
 }

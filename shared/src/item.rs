@@ -335,6 +335,34 @@ mod tests {
     }
 
     #[test]
+    fn every_attribute_of_an_outbox_item_is_an_outbox_attribute_and_none_is_an_orders_own() {
+        // An item with every optional attribute set
+        let item = OutboxItem {
+            trace_header: Some("Root=1-5759e988-bd862e3fe1be46a994272793".into()),
+            ..OutboxItem::pending(new_event(), &config(), Utc::now()).unwrap()
+        };
+        for name in item.to_item().unwrap().keys() {
+            assert!(
+                schema::OUTBOX_ATTRIBUTES.contains(&name.as_str()),
+                "{name} is not in OUTBOX_ATTRIBUTES"
+            );
+        }
+        for order_own in [
+            schema::attr::ORDER_ID,
+            schema::attr::USER_ID,
+            schema::attr::AMOUNT,
+            schema::attr::ITEMS,
+            schema::attr::VERSION,
+            schema::attr::UPDATED_AT,
+        ] {
+            assert!(
+                !schema::OUTBOX_ATTRIBUTES.contains(&order_own),
+                "{order_own}"
+            );
+        }
+    }
+
+    #[test]
     fn round_trips_through_attribute_values() {
         let item = OutboxItem::pending(new_event(), &config(), Utc::now()).unwrap();
         let av = item.to_item().unwrap();

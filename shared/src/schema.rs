@@ -160,6 +160,33 @@ pub fn pending_sort_key(created_at: &str, event_id: &str) -> String {
     format!("{EVENT_PREFIX}{created_at}#{event_id}")
 }
 
+/// Every attribute of an outbox item, keys and index keys included, and those a relay's mark
+/// sets (`PublishedAt`, `DeadLetteredAt`, `DeadLetterReason`): what a reader of outbox items may
+/// read, and none of an order's own (`OrderId`, `UserId`, `Amount`, `Items`, `Version`, …; an
+/// order shares only the keys, `Status` and `CreatedAt`). The operator commands read the table
+/// with a projection on these, the only attributes their role may read
+/// (`relay_runtime::permissions::Target::OutboxAttributes`).
+pub const OUTBOX_ATTRIBUTES: &[&str] = &[
+    attr::PK,
+    attr::SK,
+    attr::ENTITY_TYPE,
+    attr::EVENT_ID,
+    attr::EVENT_TYPE,
+    attr::AGGREGATE_TYPE,
+    attr::AGGREGATE_ID,
+    attr::SEQUENCE,
+    attr::PAYLOAD,
+    attr::TRACE_HEADER,
+    attr::STATUS,
+    attr::CREATED_AT,
+    attr::GSI1PK,
+    attr::GSI1SK,
+    attr::TTL,
+    attr::PUBLISHED_AT,
+    attr::DEAD_LETTERED_AT,
+    attr::DEAD_LETTER_REASON,
+];
+
 /// `Status` values of an outbox item.
 pub mod status {
     pub const PENDING: &str = "PENDING";

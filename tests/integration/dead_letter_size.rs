@@ -30,15 +30,15 @@ const QUEUE_LIMIT: usize = 262_144;
 const PAYLOAD_CHARS: usize = 100_000;
 
 /// What a relay binary did: its exit code, stdout and stderr.
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Run {
+    pub(crate) code: Option<i32>,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 impl Run {
     /// The one JSON line on stdout.
-    fn summary(&self) -> Value {
+    pub(crate) fn summary(&self) -> Value {
         serde_json::from_str(self.stdout.trim())
             .unwrap_or_else(|e| panic!("summary {:?}: {e}\n{}", self.stdout, self.stderr))
     }
@@ -46,7 +46,7 @@ impl Run {
 
 /// Runs a relay binary with `args` and `env`'s variables, with the dead-letter queue at
 /// `dead_letter_queue_url` and its AWS calls through `proxy` (when given).
-async fn run(
+pub(crate) async fn run(
     env: &TestEnv,
     proxy: Option<&FaultProxy>,
     dead_letter_queue_url: &str,

@@ -726,7 +726,7 @@ enum Granted {
 /// Every action `holder` (a role or a managed policy) grants, on what, read from its statements in
 /// either form of the template (`!GetAtt X.Arn` or `{"Fn::GetAtt": ["X", "Arn"]}`).
 fn granted(template: &Template, holder: &str) -> BTreeSet<Granted> {
-    use relay_runtime::permissions::{STATUS_ATTRIBUTES, Target};
+    use relay_runtime::permissions::Target;
     let props = properties(template, holder);
     let documents: Vec<Value> = match props.get("Policies") {
         Some(policies) => policies
@@ -749,17 +749,37 @@ fn granted(template: &Template, holder: &str) -> BTreeSet<Granted> {
             let holds_only = condition
                 .as_deref()
                 .is_some_and(|c| c.contains("dynamodb:LeadingKeys") && c.contains(r#"["HOLD#*"]"#));
-            let status_only = statement
+            // A statement that lists attributes is the target whose attributes they are: a status
+            // update returns none of them, a read names them (never all attributes)
+            let limited = statement
                 .pointer("/Condition/ForAllValues:StringEquals/dynamodb:Attributes")
                 .map(|attrs| {
-                    assert_eq!(attrs, &json!(STATUS_ATTRIBUTES), "{holder}: {statement}");
-                    assert_eq!(
-                        statement.pointer("/Condition/StringEqualsIfExists/dynamodb:ReturnValues"),
-                        Some(&json!(["NONE"])),
-                        "{holder}: a status update returns no attributes: {statement}"
-                    );
-                })
-                .is_some();
+                    let target = [
+                        Target::OutboxStatus,
+                        Target::OutboxAttributes,
+                        Target::PendingCheck,
+                    ]
+                    .into_iter()
+                    .find(|t| t.attributes().map(|a| json!(a)).as_ref() == Some(attrs))
+                    .unwrap_or_else(|| {
+                        panic!("{holder}: attributes no target of the code lists: {statement}")
+                    });
+                    if target == Target::OutboxStatus {
+                        assert_eq!(
+                            statement
+                                .pointer("/Condition/StringEqualsIfExists/dynamodb:ReturnValues"),
+                            Some(&json!(["NONE"])),
+                            "{holder}: a status update returns no attributes: {statement}"
+                        );
+                    } else {
+                        assert_eq!(
+                            statement.pointer("/Condition/StringEqualsIfExists/dynamodb:Select"),
+                            Some(&json!(target.selects())),
+                            "{holder}: a read names its attributes: {statement}"
+                        );
+                    }
+                    target
+                });
             for resource in list(&statement["Resource"]) {
                 let text = resource.to_string();
                 let on = if text.contains("/index/GSI1") {
@@ -767,11 +787,11 @@ fn granted(template: &Template, holder: &str) -> BTreeSet<Granted> {
                 } else if text.contains("/stream/") {
                     Err("the table's stream")
                 } else if text.contains("OutboxTable") {
-                    Ok(match (holds_only, status_only) {
-                        (true, false) => Target::HoldItems,
-                        (false, true) => Target::OutboxStatus,
-                        (false, false) => Target::OutboxTable,
-                        (true, true) => panic!("{holder}: two conditions: {statement}"),
+                    Ok(match (holds_only, limited) {
+                        (true, None) => Target::HoldItems,
+                        (false, Some(target)) => target,
+                        (false, None) => Target::OutboxTable,
+                        (true, Some(_)) => panic!("{holder}: two conditions: {statement}"),
                     })
                 } else if text.contains("LeaseTable") {
                     Ok(Target::LeaseTable)
@@ -878,6 +898,119 @@ fn each_role_grants_exactly_the_calls_its_job_makes_as_written_and_as_transforme
             task["ContainerDefinitions"][0]["Image"],
             service_task["ContainerDefinitions"][0]["Image"]
         );
+    }
+}
+
+/// IAM actions that read items of a table (`TransactGetItems` is authorized as `GetItem`, a
+/// PartiQL `SELECT` as `PartiQLSelect`).
+const ITEM_READS: &[&str] = &[
+    "dynamodb:GetItem",
+    "dynamodb:BatchGetItem",
+    "dynamodb:Query",
+    "dynamodb:Scan",
+    "dynamodb:PartiQLSelect",
+];
+
+/// Statements that may read the outbox table's items unconditioned, each with why: the order
+/// service's own policy reads the orders it writes (their `Version`, an idempotent create's
+/// record): the data is its own.
+const UNCONDITIONED_READERS: &[(&str, &str)] = &[("OrderServiceWriterPolicy", "ReadOrders")];
+
+#[test]
+fn every_read_of_the_outbox_table_is_of_outbox_items_or_of_their_attributes_only() {
+    use outbox_shared::schema::OUTBOX_ATTRIBUTES;
+    use relay_runtime::permissions::{SELECT_COUNT, SELECT_SPECIFIC};
+    for (form, template) in both_forms() {
+        let mut reads = 0;
+        for (holder, resource) in &template.resources {
+            let props = serde_json::to_value(&resource.properties).unwrap();
+            let documents: Vec<Value> = match resource.resource_type.as_str() {
+                "AWS::IAM::Role" => props["Policies"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| p["PolicyDocument"].clone())
+                    .collect(),
+                "AWS::IAM::ManagedPolicy" | "AWS::IAM::Policy" => {
+                    vec![props["PolicyDocument"].clone()]
+                }
+                _ => continue,
+            };
+            for statement in documents
+                .iter()
+                .flat_map(|d| d["Statement"].as_array().cloned().unwrap_or_default())
+            {
+                let list = |v: &Value| match v {
+                    Value::Array(items) => items.clone(),
+                    one => vec![one.clone()],
+                };
+                // A statement on the table itself (not only its index or its stream) that grants
+                // a read of items, or any action by a wildcard
+                let on_table = list(&statement["Resource"]).iter().any(|r| {
+                    let r = r.to_string();
+                    (r.contains("OutboxTable") && !r.contains("/index/") && !r.contains("/stream/"))
+                        || r == r#""*""#
+                });
+                let reads_items = list(&statement["Action"]).iter().any(|a| {
+                    let a = a.as_str().unwrap();
+                    ITEM_READS.contains(&a) || (a.starts_with("dynamodb:") && a.contains('*'))
+                });
+                if !(on_table && reads_items) {
+                    continue;
+                }
+                reads += 1;
+                let sid = statement["Sid"].as_str().unwrap_or("(no Sid)");
+                if UNCONDITIONED_READERS.contains(&(holder.as_str(), sid)) {
+                    continue;
+                }
+
+                // Then it reads hold items only (their keys begin HOLD#: no order's and no event's)
+                let leading =
+                    statement.pointer("/Condition/ForAllValues:StringLike/dynamodb:LeadingKeys");
+                if leading.is_some() {
+                    assert_eq!(leading, Some(&json!(["HOLD#*"])), "{form} {holder}.{sid}");
+                    continue;
+                }
+
+                // Or it reads outbox attributes only, each read naming them (a projection) or
+                // counting: never all of an item's attributes
+                let attributes = statement
+                    .pointer("/Condition/ForAllValues:StringEquals/dynamodb:Attributes")
+                    .and_then(Value::as_array)
+                    .unwrap_or_else(|| {
+                        panic!(
+                            "{form} {holder}.{sid} reads the table unconditioned (any order's \
+                             attributes): {statement}"
+                        )
+                    });
+                for attribute in attributes {
+                    let attribute = attribute.as_str().unwrap();
+                    assert!(
+                        OUTBOX_ATTRIBUTES.contains(&attribute),
+                        "{form} {holder}.{sid} may read {attribute}, no outbox attribute"
+                    );
+                }
+                let selects = statement
+                    .pointer("/Condition/StringEqualsIfExists/dynamodb:Select")
+                    .or_else(|| statement.pointer("/Condition/StringEquals/dynamodb:Select"))
+                    .and_then(Value::as_array)
+                    .unwrap_or_else(|| {
+                        panic!(
+                            "{form} {holder}.{sid} lets a read without a projection read whole \
+                             items (no dynamodb:Select): {statement}"
+                        )
+                    });
+                for select in selects {
+                    assert!(
+                        [json!(SELECT_SPECIFIC), json!(SELECT_COUNT)].contains(select),
+                        "{form} {holder}.{sid} allows Select {select}"
+                    );
+                }
+            }
+        }
+        // The statements above are the operator's, the poller's, the stream relay's and the
+        // order service's
+        assert!(reads >= 4, "{form}: {reads} statements read the table");
     }
 }
 

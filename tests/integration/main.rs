@@ -28,6 +28,7 @@ mod bootstrap;
 mod consumer_example;
 mod consumer_helpers;
 mod costs;
+mod dead_letter_characters;
 mod dead_letter_size;
 mod demo;
 mod duplicates;

@@ -3,15 +3,23 @@
 //! the calls the job's code lists (`relay_stream::permissions`, `relay_poller::permissions`),
 //! which `infra_template` compares with the roles in the template. A call added to a binary
 //! without its permission fails here, not with `AccessDeniedException` on AWS.
+//!
+//! The same holds for what each read of the outbox table asks for: a role may read some
+//! attributes only (a `dynamodb:Attributes` condition with `dynamodb:Select`), or hold items only
+//! (`dynamodb:LeadingKeys`), or the index; the proxy records each read as IAM's condition keys see
+//! it, and each must be one a call of its job's list allows, as the template's statement for that
+//! call does (a read without a projection is `ALL_ATTRIBUTES`, which no such statement allows).
 
 use std::collections::BTreeSet;
 use std::process::Stdio;
 use std::time::Duration;
 
+use outbox_shared::schema;
+use outbox_tests::dynamodb_reads::Read;
 use outbox_tests::fault_proxy::{FaultProxy, FaultRates};
 use outbox_tests::{TestEnv, emulator_endpoints, minimal_outbox_item, unique_name};
 use relay_runtime::AggregateHolds;
-use relay_runtime::permissions::{Call, action_of_target};
+use relay_runtime::permissions::{Call, Target, action_of_target};
 
 /// The IAM actions of the operations called through `proxy` that `granted` lacks, besides
 /// `platform` (calls made by the platform on the job's behalf, or by a local stand-in for it).
@@ -27,6 +35,51 @@ fn called_without_permission(
         .map(|t| action_of_target(t).unwrap_or_else(|| panic!("an unknown call: {t}")))
         .filter(|a| !granted.contains(a.as_str()) && !platform.contains(&a.as_str()))
         .collect()
+}
+
+/// Whether the template's statement for `call` lets `read` through, as IAM evaluates its
+/// condition: the index's reads, reads by hold keys only, or reads that name only the target's
+/// attributes with a `Select` it allows.
+fn allows(call: &Call, read: &Read) -> bool {
+    let action = action_of_target(&format!("DynamoDB_20120810.{}", read.operation));
+    if action.as_deref() != Some(call.action) {
+        return false;
+    }
+    match call.on {
+        Target::OutboxIndex => read.index.as_deref() == Some(schema::DEFAULT_INDEX_NAME),
+        Target::HoldItems => {
+            read.index.is_none()
+                && read.leading_keys.as_ref().is_some_and(|keys| {
+                    !keys.is_empty() && keys.iter().all(|k| k.starts_with("HOLD#"))
+                })
+        }
+        Target::OutboxTable => read.index.is_none(),
+        target => {
+            read.index.is_none()
+                && target.selects().contains(&read.select.as_str())
+                && target.attributes().is_some_and(|allowed| {
+                    read.attributes
+                        .iter()
+                        .all(|a| allowed.contains(&a.as_str()))
+                })
+        }
+    }
+}
+
+/// The reads of the table `table` made through `proxy` that no call of `granted` allows, and how
+/// many reads of it there were.
+fn reads_not_granted(proxy: &FaultProxy, granted: &[Call], table: &str) -> (Vec<Read>, usize) {
+    let reads: Vec<Read> = proxy
+        .reads()
+        .into_iter()
+        .filter(|read| read.table == table)
+        .collect();
+    let count = reads.len();
+    let refused = reads
+        .into_iter()
+        .filter(|read| !granted.iter().any(|call| allows(call, read)))
+        .collect();
+    (refused, count)
 }
 
 fn called(proxy: &FaultProxy) -> BTreeSet<String> {
@@ -118,6 +171,9 @@ async fn each_job_calls_only_what_its_role_grants() {
         called_without_permission(&stream, &stream_calls, STREAM_READER),
         Vec::<String>::new()
     );
+    let (refused, reads) = reads_not_granted(&stream, &stream_calls, &env.table_name);
+    assert_eq!(refused, Vec::<Read>::new(), "relay-stream's reads");
+    assert!(reads > 0, "relay-stream read no hold");
     assert_called(
         &stream,
         "relay-stream",
@@ -177,11 +233,22 @@ async fn each_job_calls_only_what_its_role_grants() {
         called_without_permission(&service, &service_calls, &[]),
         Vec::<String>::new()
     );
+    // And each of its reads of the table is one its role allows: the index, and the events a hold
+    // recorded, their keys and GSI1PK only
+    let (refused, reads) = reads_not_granted(&service, &service_calls, &env.table_name);
+    assert_eq!(refused, Vec::<Read>::new(), "relay-poller run's reads");
+    assert!(
+        service.reads().iter().any(|r| r.operation == "BatchGetItem"
+            && r.table == env.table_name
+            && r.select == "SPECIFIC_ATTRIBUTES"),
+        "the poller read no event recorded on a hold ({reads} reads)"
+    );
     assert_called(
         &service,
         "relay-poller run",
         &[
             "dynamodb:Query",
+            "dynamodb:BatchGetItem",
             "dynamodb:Scan",
             "events:PutEvents",
             "dynamodb:PartiQLUpdate",
@@ -217,6 +284,18 @@ async fn each_job_calls_only_what_its_role_grants() {
         called_without_permission(&operator, &operator_calls, &[]),
         Vec::<String>::new()
     );
+    // And each of their reads of the table reads an outbox item's attributes only (a projection on
+    // them, or a count), never a whole item: an order's own attributes are personal data
+    let (refused, reads) = reads_not_granted(&operator, &operator_calls, &env.table_name);
+    assert_eq!(refused, Vec::<Read>::new(), "the operator commands' reads");
+    for operation in ["GetItem", "Scan"] {
+        assert!(
+            operator.reads().iter().any(|r| r.operation == operation
+                && r.table == env.table_name
+                && r.index.is_none()),
+            "the operator commands made no {operation} of the table ({reads} reads)"
+        );
+    }
     assert_called(
         &operator,
         "the operator commands",

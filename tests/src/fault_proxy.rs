@@ -19,12 +19,17 @@
 //!   the rates: more than 10 entries, more than 256 KiB of entries, a `DetailType` over 128
 //!   characters, a `TraceHeader` outside 1 to 500 ([`put_events_refusal`]). moto checks none of
 //!   these, so without this a relay that sends such a call would pass here and fail on AWS.
-//! - `AmazonSQS.SendMessage`: a message larger than its queue's `MaximumMessageSize` as AWS counts
-//!   it (the body's UTF-8 bytes plus each message attribute's name, data type and value) is refused
-//!   as AWS refuses it (HTTP 400 `InvalidParameterValue`, "Message must be shorter than N bytes.").
+//! - `AmazonSQS.SendMessage`: a message whose body or a string attribute value holds a character
+//!   outside the set SQS allows (`#x9 | #xA | #xD | #x20-#xD7FF | #xE000-#xFFFD |
+//!   #x10000-#x10FFFF`: XML 1.0's characters) is refused as AWS refuses it (HTTP 400
+//!   `InvalidMessageContents`, [`sqs_invalid_contents`]); moto takes any character. And a message
+//!   larger than its queue's `MaximumMessageSize` as AWS counts it (the body's UTF-8 bytes plus
+//!   each message attribute's name, data type and value) is refused as AWS refuses it (HTTP 400
+//!   `InvalidParameterValue`, "Message must be shorter than N bytes.").
 //!   moto enforces the attribute too, but counts the body's characters and no attributes: a body
 //!   of multi-byte characters, or one near the limit with attributes, passes moto and not AWS. The
-//!   queue's limit is read from the queue itself (`GetQueueAttributes`, once per queue).
+//!   queue's limit is read from the queue itself (`GetQueueAttributes`, once per queue). The relays
+//!   send no `SendMessageBatch`, so it is not checked.
 //! - The Custom Event Bus's `PutEvents` (Smithy RPC v2 CBOR, `POST
 //!   /service/AWSEventsV2/operation/PutEvents`, no `X-Amz-Target`: counted under
 //!   [`PUT_EVENTS_V2`]): the same entry failures (`InternalException`) and lost replies as the
@@ -42,6 +47,10 @@
 //! one item twice, is answered HTTP 400 `ValidationException` and not sent on. And a test can
 //! deny one operation for good ([`FaultProxy::deny`]), as a policy without its permission or an
 //! endpoint without the operation does.
+//!
+//! It records every DynamoDB read of items it forwards, with what IAM's condition keys would see
+//! of it ([`FaultProxy::reads`], [`crate::dynamodb_reads`]): the emulators evaluate no IAM, so a
+//! test holds each read to what the caller's role allows.
 //!
 //! Decisions come from a seeded RNG, so a run is reproducible up to request interleaving; what
 //! was injected is counted, in all ([`FaultProxy::counts`]) and per operation
@@ -104,6 +113,8 @@ pub struct FaultCounts {
     pub refused_calls: u64,
     /// `SendMessage` calls refused as larger than their queue's `MaximumMessageSize`.
     pub oversized_messages: u64,
+    /// `SendMessage` calls refused for a character SQS does not allow ([`sqs_invalid_contents`]).
+    pub invalid_messages: u64,
     /// Calls refused as DynamoDB refuses them ([`crate::dynamodb_rules`]), not sent on.
     pub invalid_calls: u64,
     /// Calls answered `AccessDeniedException` ([`FaultProxy::deny`]), not sent on.
@@ -121,6 +132,7 @@ impl std::ops::AddAssign for FaultCounts {
         self.denied_calls += other.denied_calls;
         self.refused_calls += other.refused_calls;
         self.oversized_messages += other.oversized_messages;
+        self.invalid_messages += other.invalid_messages;
     }
 }
 
@@ -145,6 +157,8 @@ struct State {
     /// Whether an aggregate's first event fails its first attempt (see
     /// [`FaultProxy::fail_first_events_once`]), and the event ids failed so far.
     failing_first_events: Mutex<Option<HashSet<String>>>,
+    /// Every read of items so far (see [`FaultProxy::reads`]).
+    reads: Mutex<Vec<crate::dynamodb_reads::Read>>,
 }
 
 /// The running proxy; it stops when dropped.
@@ -182,6 +196,7 @@ impl FaultProxy {
             denied: Mutex::default(),
             unprocessed_batch_gets: Mutex::default(),
             failing_first_events: Mutex::default(),
+            reads: Mutex::default(),
         });
         let serving = state.clone();
         let task = tokio::spawn(async move {
@@ -295,6 +310,12 @@ impl FaultProxy {
             .filter(|t| !t.is_empty())
             .cloned()
             .collect()
+    }
+
+    /// Every DynamoDB read of items (`GetItem`, `BatchGetItem`, `Query`, `Scan`) made through the
+    /// proxy so far, whatever happened to the call: each as IAM's condition keys see it.
+    pub fn reads(&self) -> Vec<crate::dynamodb_reads::Read> {
+        self.state.reads.lock().expect("reads").clone()
     }
 
     /// What was injected so far into calls of `target` (an `X-Amz-Target`).
@@ -531,6 +552,15 @@ impl State {
                 .unwrap_or_default()
                 .to_owned(),
         };
+        self.reads
+            .lock()
+            .expect("reads")
+            .extend(crate::dynamodb_reads::reads_of(&target, &body));
+        if target == SEND_MESSAGE
+            && let Some(refused) = self.refuse_invalid_message(&body)
+        {
+            return refused;
+        }
         if target == SEND_MESSAGE
             && let Some(refused) = self.refuse_oversized_message(&parts, &body).await
         {
@@ -619,6 +649,20 @@ impl State {
         }
     }
 
+    /// AWS's answer to a `SendMessage` whose body or a string attribute value holds a character
+    /// SQS does not allow ([`sqs_invalid_contents`]); `None` when every character is allowed.
+    fn refuse_invalid_message(&self, body: &Bytes) -> Option<Response<Full<Bytes>>> {
+        let request: Value = serde_json::from_slice(body).ok()?;
+        let message = sqs_invalid_contents(&request)?;
+        self.counts
+            .lock()
+            .expect("counts")
+            .entry(SEND_MESSAGE.to_owned())
+            .or_default()
+            .invalid_messages += 1;
+        Some(sqs_error("InvalidMessageContents", &message))
+    }
+
     /// AWS's answer to a `SendMessage` whose message is larger than its queue's
     /// `MaximumMessageSize`; `None` when it fits (or the queue's limit can't be read).
     async fn refuse_oversized_message(
@@ -638,22 +682,12 @@ impl State {
             .entry(SEND_MESSAGE.to_owned())
             .or_default()
             .oversized_messages += 1;
-        let bytes = Bytes::from(
-            serde_json::to_vec(&json!({
-                "__type": "com.amazonaws.sqs#InvalidParameterValue",
-                "Message": format!("One or more parameters are invalid. Reason: Message must be shorter than {limit} bytes."),
-            }))
-            .expect("JSON"),
-        );
-        Some(
-            Response::builder()
-                .status(StatusCode::BAD_REQUEST)
-                .header(hyper::header::CONTENT_TYPE, "application/x-amz-json-1.0")
-                .header("x-amzn-query-error", "InvalidParameterValue;Sender")
-                .header(hyper::header::CONTENT_LENGTH, bytes.len())
-                .body(Full::new(bytes))
-                .expect("a valid response"),
-        )
+        Some(sqs_error(
+            "InvalidParameterValue",
+            &format!(
+                "One or more parameters are invalid. Reason: Message must be shorter than {limit} bytes."
+            ),
+        ))
     }
 
     /// The queue's `MaximumMessageSize`, asked of the emulator with the caller's own headers (the
@@ -945,6 +979,66 @@ fn sqs_message_size(request: &Value) -> usize {
     body + attributes
 }
 
+/// Whether SQS allows `c` in a message body or a string message attribute value: XML 1.0's
+/// characters, `#x9 | #xA | #xD | #x20-#xD7FF | #xE000-#xFFFD | #x10000-#x10FFFF` (what
+/// `SendMessage` documents; anything else is `InvalidMessageContents`).
+pub fn sqs_allows(c: char) -> bool {
+    matches!(c, '\u{9}' | '\u{A}' | '\u{D}' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..='\u{10FFFF}')
+}
+
+/// Why SQS would refuse this `SendMessage` request (JSON protocol) as `InvalidMessageContents`:
+/// the first character outside [`sqs_allows`]'s set in its body, then in its string attribute
+/// values, named as AWS names it in a body (`Invalid binary character '#xFFFE' was found in the
+/// message body, ...`; the wording for an attribute is modelled on it). The characters are those
+/// of the request after JSON decoding: a `\u0001` escape in the request is the character U+0001,
+/// refused, where six characters `\\u0001` in the body are allowed.
+pub fn sqs_invalid_contents(request: &Value) -> Option<String> {
+    let refused = |text: &str, place: &str| {
+        text.chars().find(|c| !sqs_allows(*c)).map(|c| {
+            format!(
+                "Invalid binary character '#x{:X}' was found in {place}, the set of allowed \
+                 characters is #x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] | \
+                 [#x10000-#x10FFFF]",
+                u32::from(c)
+            )
+        })
+    };
+    if let Some(message) = request["MessageBody"]
+        .as_str()
+        .and_then(|body| refused(body, "the message body"))
+    {
+        return Some(message);
+    }
+    request["MessageAttributes"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .find_map(|(name, value)| {
+            value["StringValue"]
+                .as_str()
+                .and_then(|text| refused(text, &format!("the value of message attribute '{name}'")))
+        })
+}
+
+/// An SQS error as the JSON protocol answers it: HTTP 400, the shape's id in `__type`, and the
+/// query-compatible code in `x-amzn-query-error` (the SDK reads the code from the header first).
+fn sqs_error(code: &str, message: &str) -> Response<Full<Bytes>> {
+    let bytes = Bytes::from(
+        serde_json::to_vec(&json!({
+            "__type": format!("com.amazonaws.sqs#{code}"),
+            "message": message,
+        }))
+        .expect("JSON"),
+    );
+    Response::builder()
+        .status(StatusCode::BAD_REQUEST)
+        .header(hyper::header::CONTENT_TYPE, "application/x-amz-json-1.0")
+        .header("x-amzn-query-error", format!("{code};Sender"))
+        .header(hyper::header::CONTENT_LENGTH, bytes.len())
+        .body(Full::new(bytes))
+        .expect("a valid response")
+}
+
 /// Why DynamoDB would refuse this call ([`crate::dynamodb_rules`]), if it would.
 fn refusal(target: &str, body: &[u8]) -> Option<String> {
     if target != BATCH_EXECUTE_STATEMENT {
@@ -1013,6 +1107,54 @@ mod tests {
         assert_eq!(
             put_events_entry_bytes(&json),
             event.entry_size("test.orders")
+        );
+    }
+
+    #[test]
+    fn refuses_what_sqs_refuses_as_invalid_message_contents() {
+        let message = |body: &str, attribute: &str| {
+            json!({"QueueUrl": "q", "MessageBody": body, "MessageAttributes": {
+                "eventId": {"DataType": "String", "StringValue": attribute}}})
+        };
+        // Each boundary of the allowed set, in the body and in an attribute value
+        for allowed in [
+            '\u{9}',
+            '\u{A}',
+            '\u{D}',
+            '\u{20}',
+            '\u{D7FF}',
+            '\u{E000}',
+            '\u{FFFD}',
+            '\u{10000}',
+            '\u{10FFFF}',
+        ] {
+            let text = format!("a{allowed}b");
+            assert_eq!(
+                sqs_invalid_contents(&message(&text, &text)),
+                None,
+                "{allowed:?}"
+            );
+        }
+        for refused in [
+            '\u{0}', '\u{8}', '\u{B}', '\u{C}', '\u{E}', '\u{1F}', '\u{FFFE}', '\u{FFFF}',
+        ] {
+            let text = format!("a{refused}b");
+            let hex = format!("'#x{:X}'", u32::from(refused));
+            let in_body = sqs_invalid_contents(&message(&text, "ok")).expect("refused");
+            assert!(
+                in_body.contains(&hex) && in_body.contains("message body"),
+                "{in_body}"
+            );
+            let in_attribute = sqs_invalid_contents(&message("ok", &text)).expect("refused");
+            assert!(
+                in_attribute.contains(&hex) && in_attribute.contains("'eventId'"),
+                "{in_attribute}"
+            );
+        }
+        // A JSON escape in the body is six allowed characters, not the character it stands for
+        assert_eq!(
+            sqs_invalid_contents(&message(r#"{"p":"\ufffe"}"#, "ok")),
+            None
         );
     }
 

@@ -7,6 +7,7 @@
 //! SQS) and points the SDK's standard endpoint variables at them.
 
 pub mod cbor;
+pub mod dynamodb_reads;
 pub mod dynamodb_rules;
 pub mod fault_proxy;
 pub mod fixtures;

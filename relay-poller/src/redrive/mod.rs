@@ -198,8 +198,9 @@ impl Candidate {
 }
 
 /// The calls of [`Redrive`] itself (its publish is the poller's, [`crate::permissions::operator`]):
-/// dead letters received, released and deleted; items read, scanned (`--from-table`), put back to
-/// pending (a status update) or re-created when gone.
+/// dead letters received, released and deleted; items read and scanned (`--from-table`), an
+/// outbox item's attributes only ([`crate::table`]), put back to pending (a status update) or
+/// re-created when gone.
 pub const CALLS: &[relay_runtime::permissions::Call] = &[
     relay_runtime::permissions::Call::new(
         "sqs:ReceiveMessage",
@@ -215,11 +216,11 @@ pub const CALLS: &[relay_runtime::permissions::Call] = &[
     ),
     relay_runtime::permissions::Call::new(
         "dynamodb:GetItem",
-        relay_runtime::permissions::Target::OutboxTable,
+        relay_runtime::permissions::Target::OutboxAttributes,
     ),
     relay_runtime::permissions::Call::new(
         "dynamodb:Scan",
-        relay_runtime::permissions::Target::OutboxTable,
+        relay_runtime::permissions::Target::OutboxAttributes,
     ),
     relay_runtime::permissions::Call::new(
         "dynamodb:PutItem",
@@ -426,12 +427,14 @@ impl Redrive {
     /// `DEAD_LETTERED` outbox items of the table (a paginated `Scan`), in `CreatedAt` order.
     async fn read_table(&self, selection: &Selection) -> Result<Vec<Candidate>, RedriveError> {
         let mut candidates = Vec::new();
+        let projection = crate::table::outbox_projection();
         let mut start = None;
         loop {
-            let page = self
+            let mut scan = self
                 .dynamodb
                 .scan()
                 .table_name(&self.table_name)
+                .projection_expression(&projection.expression)
                 .filter_expression("#status = :dead AND #entity = :outbox")
                 .expression_attribute_names("#status", attr::STATUS)
                 .expression_attribute_names("#entity", attr::ENTITY_TYPE)
@@ -443,7 +446,11 @@ impl Redrive {
                     ":outbox",
                     AttributeValue::S(entity::OUTBOX_EVENT.to_owned()),
                 )
-                .set_exclusive_start_key(start)
+                .set_exclusive_start_key(start);
+            for (placeholder, name) in &projection.names {
+                scan = scan.expression_attribute_names(placeholder, name);
+            }
+            let page = scan
                 .send()
                 .await
                 .map_err(|e| RedriveError(SdkFailure::new("Scan", e)))?;
