@@ -15,6 +15,8 @@
 //!   dead-lettered items, the dead-letter queue's depth.
 //! - [`redrive`]: dead-lettered events back to pending, then published (its `letters` reads the
 //!   dead-letter messages back).
+//! - [`recreate`]: a gone outbox item re-created from its last image, pending again (what
+//!   `redrive` does with a dead letter whose item is gone).
 //! - [`inspect`]: what happened to one event.
 //! - [`metrics`]: metric names and the CloudWatch EMF recorder.
 //! - [`app`]: the binary's wiring (clients, signals, exit codes).
@@ -27,6 +29,7 @@ pub mod inspect;
 pub mod metrics;
 pub mod permissions;
 pub mod poller;
+pub mod recreate;
 pub mod redrive;
 pub mod status;
 pub mod table;

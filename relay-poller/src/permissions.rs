@@ -21,10 +21,12 @@ pub fn service() -> Vec<Call> {
 }
 
 /// `redrive`, `inspect` and `status` (the operator's task definition). A redrive publishes what it
-/// put back with the poller's publish path: publishes, marks and dead letters, with their calls.
+/// put back with the poller's publish path: publishes, marks and dead letters, with their calls;
+/// it re-creates gone items ([`crate::recreate`]).
 pub fn operator() -> Vec<Call> {
     union(&[
         crate::redrive::CALLS,
+        crate::recreate::CALLS,
         relay_runtime::publisher::eventbridge::CALLS,
         relay_runtime::status_store::CALLS,
         relay_runtime::dead_letter::CALLS,
