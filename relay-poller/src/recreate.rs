@@ -5,7 +5,8 @@
 //! re-create of the same event, or one of an item that came back meanwhile (re-created and since
 //! published included), writes nothing.
 //!
-//! `redrive` re-creates a dead letter's gone item with it.
+//! The one path for both who re-create: `redrive`, for a dead letter whose item is gone, and the
+//! poller, for a TTL deletion in a stream batch the mapping discarded ([`crate::discarded`]).
 
 use std::future::Future;
 use std::time::Duration;
