@@ -30,6 +30,7 @@ mod consumer_helpers;
 mod costs;
 mod dead_letter_size;
 mod demo;
+mod discarded_batches;
 mod duplicates;
 mod harness;
 mod infra_template;
