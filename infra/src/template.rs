@@ -27,6 +27,8 @@ pub mod logical_id {
     pub const EVENT_ARCHIVE: &str = "EventArchive";
     /// The relays' dead-letter queue for poison events.
     pub const DEAD_LETTER_QUEUE: &str = "DeadLetterQueue";
+    /// The stream mapping's S3 on-failure destination (discarded batches).
+    pub const DISCARDED_BATCH_BUCKET: &str = "DiscardedBatchBucket";
     /// The stream Lambda's event source mapping.
     pub const RELAY_EVENT_SOURCE_MAPPING: &str = "RelayEventSourceMapping";
     /// The poller fleet's shard leases (`relay-poller run --create-lease-table` creates the same
@@ -306,6 +308,26 @@ impl Template {
             value = value.and_then(|v| v.get(*key));
         }
         Ok(value.and_then(|v| self.resolve_scalar(v)))
+    }
+
+    /// The list nested under `path` (e.g. a bucket's encryption rules), as written; empty when
+    /// absent or not a list.
+    ///
+    /// # Errors
+    /// [`TemplateError::MissingResource`] when the resource is missing.
+    pub fn sequence_at(
+        &self,
+        logical_id: &str,
+        path: &[&str],
+    ) -> Result<Vec<Value>, TemplateError> {
+        let mut value = Some(&self.resource(logical_id)?.properties);
+        for key in path {
+            value = value.and_then(|v| v.get(*key));
+        }
+        Ok(value
+            .and_then(Value::as_sequence)
+            .cloned()
+            .unwrap_or_default())
     }
 
     /// Every scalar property of a resource (after [`Self::scalar_property`] resolution), by name.

@@ -22,12 +22,15 @@ use crate::assignment::{
     create_lease_table, discover_owner,
 };
 use crate::config::{
-    Cli, Command, DrainArgs, InspectArgs, RedriveArgs, RelayConfig, RunArgs, StatusArgs,
+    Cli, Command, DrainArgs, InspectArgs, RecoverDiscardedArgs, RedriveArgs, RelayConfig, RunArgs,
+    StatusArgs,
 };
+use crate::discarded::{DiscardedBatches, S3DiscardedBatches};
 use crate::index::DynamoPendingIndex;
 use crate::inspect::Inspector;
 use crate::poller::ttl::DynamoPendingTtl;
 use crate::poller::{DrainSummary, Poller, PollerSettings};
+use crate::recreate::DynamoGoneItems;
 use crate::redrive::{Redrive, Selection, Source};
 use crate::status;
 
@@ -64,6 +67,32 @@ impl AwsClients {
             sqs: relay_runtime::clients::sqs(sdk),
         }
     }
+}
+
+/// The discarded stream batches on AWS: the bucket of the mapping's on-failure destination, and
+/// the outbox table their TTL-deleted events are re-created in.
+pub type AwsDiscardedBatches = DiscardedBatches<S3DiscardedBatches, DynamoGoneItems>;
+
+/// The discarded stream batches in `bucket`, re-created in `outbox`'s table with `ttl`'s published
+/// retention; the S3 client counts its failed calls as the others do.
+pub fn aws_discarded_batches(
+    sdk: &SdkConfig,
+    dynamodb: aws_sdk_dynamodb::Client,
+    bucket: &str,
+    outbox: &outbox_shared::OutboxConfig,
+    ttl: relay_runtime::TtlPolicy,
+) -> AwsDiscardedBatches {
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(sdk)
+            .interceptor(relay_runtime::metrics::FailedCallCounter)
+            .build(),
+    );
+    DiscardedBatches::new(
+        S3DiscardedBatches::new(s3, bucket),
+        DynamoGoneItems::new(dynamodb, &outbox.table_name),
+        outbox.shard_count,
+        ttl.published,
+    )
 }
 
 /// Builds the poller and its clients from `sdk`.
@@ -128,6 +157,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status(args) => show_status(args).await,
         Command::Redrive(args) => redrive(args).await,
         Command::Inspect(args) => inspect(args).await,
+        Command::RecoverDiscarded(args) => recover_discarded(args).await,
     }
 }
 
@@ -155,7 +185,12 @@ fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
 
 async fn start(
     config: &RelayConfig,
-) -> anyhow::Result<(Arc<AwsPoller>, relay_runtime::metrics::Emf, AwsClients)> {
+) -> anyhow::Result<(
+    Arc<AwsPoller>,
+    relay_runtime::metrics::Emf,
+    AwsClients,
+    SdkConfig,
+)> {
     // Flushed to stderr, through the logs' own writer: stdout carries the commands' results, and
     // CloudWatch Logs extracts EMF documents from either stream.
     let metrics = relay_runtime::metrics::install_emf(
@@ -166,7 +201,8 @@ async fn start(
     .context("installing the metrics recorder")?;
     let sdk = relay_runtime::load_aws_config().await?;
     let poller = aws_poller(&sdk, config)?;
-    Ok((Arc::new(poller), metrics, AwsClients::new(&sdk)))
+    let clients = AwsClients::new(&sdk);
+    Ok((Arc::new(poller), metrics, clients, sdk))
 }
 
 /// The last flush before the process exits.
@@ -207,8 +243,9 @@ pub async fn lease_manager(
 async fn run_continuously(args: RunArgs) -> anyhow::Result<ExitCode> {
     let config = args.relay.validate()?;
     let leases = args.leases.settings(args.relay.table.shards.is_some())?;
+    let discarded = args.discarded.settings()?;
     let shutdown = shutdown_signal()?;
-    let (poller, metrics, clients) = start(&config).await?;
+    let (poller, metrics, clients, sdk) = start(&config).await?;
     let manager = match &leases {
         Some(settings) => Some(Arc::new(
             lease_manager(&clients.dynamodb, &config, settings).await?,
@@ -244,6 +281,31 @@ async fn run_continuously(args: RunArgs) -> anyhow::Result<ExitCode> {
             }
         }
     });
+    // The discarded stream batches, swept on their own interval beside the passes: what they
+    // re-create goes back to the index, where the passes publish it.
+    let mut recovering = tokio::spawn({
+        let cancel = cancel.clone();
+        let recovery = discarded.map(|(bucket, interval)| {
+            tracing::info!(
+                bucket,
+                interval_ms = interval.as_millis() as u64,
+                "recovering discarded stream batches"
+            );
+            let batches = aws_discarded_batches(
+                &sdk,
+                clients.dynamodb.clone(),
+                bucket,
+                &config.index.outbox,
+                config.ttl,
+            );
+            (batches, interval)
+        });
+        async move {
+            if let Some((batches, interval)) = recovery {
+                batches.run(interval, &cancel).await;
+            }
+        }
+    });
     // The lease rounds go on while in-flight work finishes, so the leases are still this
     // poller's until it releases them.
     let stop_rounds = CancellationToken::new();
@@ -273,6 +335,8 @@ async fn run_continuously(args: RunArgs) -> anyhow::Result<ExitCode> {
             failure = Some(result.context("lease task")?.err());
         }
     }
+    // Stopped by the signal, by the lease rounds, or (never on its own) by the loop itself.
+    cancel.cancel();
     if !stopped
         && tokio::time::timeout(config.shutdown_timeout, &mut polling)
             .await
@@ -283,6 +347,13 @@ async fn run_continuously(args: RunArgs) -> anyhow::Result<ExitCode> {
             timeout_ms = config.shutdown_timeout.as_millis() as u64,
             "in-flight work abandoned at the shutdown timeout; its events stay pending"
         );
+    }
+    if tokio::time::timeout(config.shutdown_timeout, &mut recovering)
+        .await
+        .is_err()
+    {
+        // A batch not finished stays in the bucket: the next poller re-creates nothing twice.
+        recovering.abort();
     }
     stop_rounds.cancel();
     if failure.is_none() {
@@ -303,7 +374,7 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
     let config = args.relay.validate()?;
     let respected = args.respected_lease_table()?.map(str::to_owned);
     let shutdown = shutdown_signal()?;
-    let (poller, metrics, clients) = start(&config).await?;
+    let (poller, metrics, clients, _) = start(&config).await?;
     let respect = respected.map(|table| {
         Arc::new(RespectLeases::new(
             DynamoLeaseStore::new(clients.dynamodb.clone(), table),
@@ -492,6 +563,41 @@ async fn redrive(args: RedriveArgs) -> anyhow::Result<ExitCode> {
         .write_all(text.as_bytes())
         .context("writing the summary")?;
     Ok(ExitCode::SUCCESS)
+}
+
+async fn recover_discarded(args: RecoverDiscardedArgs) -> anyhow::Result<ExitCode> {
+    let index = args.table.validate()?;
+    let ttl = args.retention.ttl_policy()?;
+    SettingError::non_empty::<RecoverDiscardedArgs>(
+        "discarded_batch_bucket",
+        &args.discarded_batch_bucket,
+    )?;
+    let sdk = relay_runtime::load_aws_config().await?;
+    let batches = aws_discarded_batches(
+        &sdk,
+        relay_runtime::clients::dynamodb(&sdk),
+        &args.discarded_batch_bucket,
+        &index.outbox,
+        ttl,
+    );
+    let recovery = batches
+        .recover(args.dry_run, &CancellationToken::new())
+        .await
+        .context("listing the discarded stream batches")?;
+    let text = if args.json || !stdout_is_terminal() {
+        serde_json::to_string(&recovery)? + "\n"
+    } else {
+        recovery.to_text()
+    };
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .context("writing the summary")?;
+    // A batch left for a person, or for a later run, is not done: a script should see it.
+    if recovery.left_in_bucket + recovery.retry_later == 0 {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Ok(ExitCode::from(EXIT_FAILURE))
+    }
 }
 
 async fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {

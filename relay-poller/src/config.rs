@@ -58,6 +58,11 @@ pub enum Command {
     /// What happened to events: status, shard, age, ttl, published or dead-lettered time and
     /// reason, whether they are in the pending index.
     Inspect(InspectArgs),
+    /// Re-create, once, the TTL-deleted pending events of the stream batches the mapping
+    /// discarded (read from its on-failure destination's bucket), and delete each batch handled;
+    /// `run` does the same on an interval. The passes then publish them. Safe to run again;
+    /// `--dry-run` changes nothing.
+    RecoverDiscarded(RecoverDiscardedArgs),
 }
 
 /// Where the pending events are.
@@ -176,6 +181,64 @@ pub struct RunArgs {
     pub grace_period: Duration,
     #[command(flatten)]
     pub leases: LeaseArgs,
+    #[command(flatten)]
+    pub discarded: DiscardedBatchArgs,
+}
+
+/// Where `run` finds the stream batches the mapping discarded, and how often it looks.
+#[derive(Debug, Clone, Args)]
+pub struct DiscardedBatchArgs {
+    /// The bucket of the stream mapping's on-failure destination (the template's
+    /// `DiscardedBatchBucket`): `run` re-creates the TTL-deleted pending events of each discarded
+    /// batch in it, then deletes the batch. Unset (or empty): no bucket is read.
+    #[arg(long, env = "DISCARDED_BATCH_BUCKET")]
+    pub discarded_batch_bucket: Option<String>,
+    /// How often `run` reads that bucket.
+    #[arg(long, env = "DISCARDED_BATCH_INTERVAL", default_value = default_discarded_batch_interval(), value_parser = humantime::parse_duration)]
+    pub discarded_batch_interval: Duration,
+}
+
+impl DiscardedBatchArgs {
+    /// The bucket and the interval, `None` without a bucket.
+    ///
+    /// # Errors
+    /// [`SettingError`] when the interval is zero.
+    pub fn settings(&self) -> Result<Option<(&str, Duration)>, SettingError> {
+        let Some(bucket) = self
+            .discarded_batch_bucket
+            .as_deref()
+            .filter(|b| !b.trim().is_empty())
+        else {
+            return Ok(None);
+        };
+        if self.discarded_batch_interval.is_zero() {
+            return Err(SettingError::of::<Self>(
+                "discarded_batch_interval",
+                "must be longer than zero",
+            ));
+        }
+        Ok(Some((bucket, self.discarded_batch_interval)))
+    }
+}
+
+/// `relay-poller recover-discarded`.
+#[derive(Debug, Clone, Args)]
+pub struct RecoverDiscardedArgs {
+    #[command(flatten)]
+    pub table: TableArgs,
+    /// How far ahead a re-created item's `ttl` lies: the same flag in every relay.
+    #[command(flatten)]
+    pub retention: RetentionArgs,
+    /// The bucket of the stream mapping's on-failure destination (the template's
+    /// `DiscardedBatchBucket`).
+    #[arg(long, env = "DISCARDED_BATCH_BUCKET")]
+    pub discarded_batch_bucket: String,
+    /// Count what would be re-created and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the one-line JSON summary even on a terminal (it is the default elsewhere).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `relay-poller drain`.
@@ -296,6 +359,13 @@ fn default_ttl_refresh_margin() -> &'static str {
 fn default_sweep_interval() -> &'static str {
     static TEXT: OnceLock<String> = OnceLock::new();
     duration_text(&TEXT, crate::poller::DEFAULT_SWEEP_INTERVAL)
+}
+
+/// `--discarded-batch-interval`'s default as `--help` shows it and clap parses it back (`1m`): the
+/// value is written once, as [`crate::discarded::DEFAULT_INTERVAL`].
+fn default_discarded_batch_interval() -> &'static str {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    duration_text(&TEXT, crate::discarded::DEFAULT_INTERVAL)
 }
 
 /// `--index-lag`'s default as `--help` shows it and clap parses it back (`5s`): the value is

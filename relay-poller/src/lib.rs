@@ -15,6 +15,9 @@
 //!   dead-lettered items, the dead-letter queue's depth.
 //! - [`redrive`]: dead-lettered events back to pending, then published (its `letters` reads the
 //!   dead-letter messages back).
+//! - [`discarded`]: stream batches the mapping discarded, read back from its S3 on-failure
+//!   destination: each TTL deletion of a pending event in them re-created ([`recreate`], the path
+//!   `redrive` re-creates gone items with), the batch deleted once handled.
 //! - [`inspect`]: what happened to one event.
 //! - [`metrics`]: metric names and the CloudWatch EMF recorder.
 //! - [`app`]: the binary's wiring (clients, signals, exit codes).
@@ -22,11 +25,13 @@
 pub mod app;
 pub mod assignment;
 pub mod config;
+pub mod discarded;
 pub mod index;
 pub mod inspect;
 pub mod metrics;
 pub mod permissions;
 pub mod poller;
+pub mod recreate;
 pub mod redrive;
 pub mod status;
 pub mod table;

@@ -15,11 +15,13 @@ use chrono::{DateTime, Utc};
 use outbox_shared::time::parse_timestamp;
 use relay_runtime::Tally;
 use relay_runtime::metrics::{
-    ALREADY_MARKED, BACKLOG, DEAD_LETTERED, HOLDS, HOLDS_RELEASED, LEASE_TAKEOVERS, LEASES_OWNED,
-    NOT_MARKED, OLDEST_HOLD_AGE, OLDEST_PENDING_AGE, PUBLISH_FAILED, PUBLISHED, STRAY_PENDING,
-    TTL_EXTENDED, count, observe,
+    ALREADY_MARKED, BACKLOG, DEAD_LETTERED, DISCARDED_BATCHES_LEFT, DISCARDED_BATCHES_RECOVERED,
+    DISCARDED_EVENTS_RECREATED, HOLDS, HOLDS_RELEASED, LEASE_TAKEOVERS, LEASES_OWNED, NOT_MARKED,
+    OLDEST_HOLD_AGE, OLDEST_PENDING_AGE, PUBLISH_FAILED, PUBLISHED, STRAY_PENDING, TTL_EXTENDED,
+    count, observe,
 };
 
+use crate::discarded::Recovery;
 use crate::poller::stats::PassStats;
 
 /// What a page's events came to: published and marked by this poller, found already marked,
@@ -30,6 +32,16 @@ pub(crate) fn relayed(tally: &Tally) {
     count(DEAD_LETTERED, tally.dead_lettered);
     count(NOT_MARKED, tally.all_not_marked());
     count(PUBLISH_FAILED, tally.failed);
+}
+
+/// What a sweep of the discarded stream batches did (nothing on a dry run: it did nothing).
+pub(crate) fn discarded(recovery: &Recovery) {
+    if recovery.dry_run {
+        return;
+    }
+    count(DISCARDED_BATCHES_RECOVERED, recovery.recovered);
+    count(DISCARDED_EVENTS_RECREATED, recovery.recreated);
+    count(DISCARDED_BATCHES_LEFT, recovery.left_in_bucket);
 }
 
 pub(crate) fn ttl_extended(n: u64) {

@@ -7,9 +7,12 @@ use relay_runtime::permissions::{Call, union};
 
 /// `run` and a `drain` backfill (the service's task definition): the index, marks and TTL
 /// refreshes, the release of holds (and the read of the events recorded on them), publishes, dead
-/// letters, the shard leases.
+/// letters, the shard leases, and the discarded stream batches (read, their TTL-deleted events
+/// re-created, deleted).
 pub fn service() -> Vec<Call> {
     union(&[
+        crate::discarded::s3::CALLS,
+        crate::recreate::CALLS,
         crate::index::CALLS,
         relay_runtime::status_store::CALLS,
         crate::poller::ttl::CALLS,
@@ -20,11 +23,14 @@ pub fn service() -> Vec<Call> {
     ])
 }
 
-/// `redrive`, `inspect` and `status` (the operator's task definition). A redrive publishes what it
-/// put back with the poller's publish path: publishes, marks and dead letters, with their calls.
+/// `redrive`, `recover-discarded`, `inspect` and `status` (the operator's task definition). A
+/// redrive publishes what it put back with the poller's publish path: publishes, marks and dead
+/// letters, with their calls; it and `recover-discarded` re-create gone items.
 pub fn operator() -> Vec<Call> {
     union(&[
         crate::redrive::CALLS,
+        crate::recreate::CALLS,
+        crate::discarded::s3::CALLS,
         relay_runtime::publisher::eventbridge::CALLS,
         relay_runtime::status_store::CALLS,
         relay_runtime::dead_letter::CALLS,

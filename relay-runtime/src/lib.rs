@@ -21,6 +21,9 @@
 //!   relay skips what AWS hands it again: a lagging index's marked items, a re-delivered batch.
 //! - [`dead_letter`]: the dead-letter port and its SQS adapter for poison events.
 //! - [`projection`]: reads that name the attributes they read (a role may be allowed no others).
+//! - [`stream_record`]: what a stream record is (its operation; a deletion by DynamoDB's TTL).
+//! - [`discarded_batch`]: a stream batch the event source mapping discarded, as its S3 on-failure
+//!   destination keeps it (AWS's invocation record with the whole batch, and its object key).
 //! - [`config`]: the publisher's configuration and the flags and variables every relay reads it
 //!   from; setting errors that name the flag and the variable.
 //! - [`telemetry`]: the one logging set-up of every binary.
@@ -35,6 +38,7 @@ pub mod batch_get;
 pub mod config;
 pub mod dead_letter;
 pub mod deadline;
+pub mod discarded_batch;
 pub mod event;
 pub mod holds;
 pub mod metrics;
@@ -46,6 +50,7 @@ pub mod publisher;
 pub mod recent;
 pub mod relay;
 pub mod status_store;
+pub mod stream_record;
 pub mod telemetry;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

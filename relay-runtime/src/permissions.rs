@@ -35,6 +35,11 @@ pub enum Target {
     EventBus,
     /// The dead-letter queue of poison events.
     DeadLetterQueue,
+    /// The bucket of the stream mapping's on-failure destination (discarded batches), as a bucket
+    /// (`s3:ListBucket`).
+    DiscardedBatchBucket,
+    /// The objects the mapping writes in that bucket (`aws/lambda/…`).
+    DiscardedBatchObjects,
 }
 
 /// One IAM action a job needs, and on what.
@@ -91,7 +96,9 @@ impl Target {
             | Self::OutboxIndex
             | Self::LeaseTable
             | Self::EventBus
-            | Self::DeadLetterQueue => None,
+            | Self::DeadLetterQueue
+            | Self::DiscardedBatchBucket
+            | Self::DiscardedBatchObjects => None,
         }
     }
 
@@ -107,14 +114,18 @@ impl Target {
             | Self::OutboxIndex
             | Self::LeaseTable
             | Self::EventBus
-            | Self::DeadLetterQueue => &[],
+            | Self::DeadLetterQueue
+            | Self::DiscardedBatchBucket
+            | Self::DiscardedBatchObjects => &[],
         }
     }
 }
 
 /// `X-Amz-Target` of a call (as the SDK sends it) to the IAM action that authorizes it; `None`
-/// for a target that is not DynamoDB, EventBridge or SQS. The relays' `BatchExecuteStatement`s
-/// hold PartiQL `UPDATE`s only.
+/// for a target that is not DynamoDB, EventBridge, SQS or S3. The relays' `BatchExecuteStatement`s
+/// hold PartiQL `UPDATE`s only. S3's REST calls have no `X-Amz-Target`: they are named
+/// `AmazonS3.{Operation}` (as the test proxy names them), and IAM authorizes a listing of a
+/// bucket's objects (`ListObjectsV2`) as `s3:ListBucket`.
 pub fn action_of_target(target: &str) -> Option<String> {
     let (service, operation) = target.split_once('.')?;
     let prefix = match service {
@@ -122,10 +133,12 @@ pub fn action_of_target(target: &str) -> Option<String> {
         "DynamoDBStreams_20120810" => "dynamodb",
         "AWSEvents" => "events",
         "AmazonSQS" => "sqs",
+        "AmazonS3" => "s3",
         _ => return None,
     };
     Some(match operation {
         "BatchExecuteStatement" => "dynamodb:PartiQLUpdate".to_owned(),
+        "ListObjectsV2" | "HeadBucket" if prefix == "s3" => "s3:ListBucket".to_owned(),
         operation => format!("{prefix}:{operation}"),
     })
 }
@@ -155,6 +168,14 @@ mod tests {
         assert_eq!(
             action_of_target("AWSEvents.PutEvents").as_deref(),
             Some("events:PutEvents")
+        );
+        assert_eq!(
+            action_of_target("AmazonS3.ListObjectsV2").as_deref(),
+            Some("s3:ListBucket")
+        );
+        assert_eq!(
+            action_of_target("AmazonS3.GetObject").as_deref(),
+            Some("s3:GetObject")
         );
         assert_eq!(action_of_target(""), None);
     }

@@ -5,11 +5,13 @@
 //! from `trim-horizon` or `latest` — and delivers batches to the same [`StreamRelay`] the Lambda
 //! runs, with the event source mapping's semantics: at most `batch_size` records per batch, a
 //! reported batch item failure re-delivers from that sequence number, a bounded number of times,
-//! after which the batch is given up (as the mapping would send it to its on-failure destination).
+//! after which the batch is given up: with `--discarded-batch-bucket`, written whole to that bucket
+//! as the mapping's S3 on-failure destination writes it ([`on_failure`]).
 //!
 //! [`records`] converts `aws-sdk-dynamodbstreams` records to the Lambda event shape, so the reader
 //! drives the very handler the Lambda runs.
 
+pub mod on_failure;
 pub mod records;
 
 use std::collections::BTreeMap;
@@ -26,6 +28,7 @@ use relay_runtime::{
 use relay_stream::{BatchCounts, RelayArgs, StreamRelay};
 use tokio_util::sync::CancellationToken;
 
+use crate::on_failure::S3OnFailureDestination;
 use crate::records::to_event_record;
 
 /// `GetRecords` returns at most 1,000 records per call.
@@ -76,6 +79,11 @@ pub struct LocalArgs {
     /// Wait between polls of an idle stream (Lambda polls each shard four times a second).
     #[arg(long, env = "POLL_INTERVAL", value_parser = humantime::parse_duration, default_value = "250ms")]
     pub poll_interval: Duration,
+    /// The on-failure destination: a batch given up after its retries is written whole to this S3
+    /// bucket, as the mapping's S3 destination writes it (the bucket the poller recovers from, its
+    /// `DISCARDED_BATCH_BUCKET`). Unset: a given-up batch is only logged.
+    #[arg(long, env = "DISCARDED_BATCH_BUCKET")]
+    pub discarded_batch_bucket: Option<String>,
 }
 
 /// How the runner reads and delivers.
@@ -132,6 +140,8 @@ pub struct Summary {
     /// Entries the Custom Event Bus answered `DEDUPLICATED` (published before within its 300 s
     /// window; a part of `published`); 0 on the classic bus.
     pub deduplicated: u64,
+    /// Batches given up after their retries and written to the on-failure destination.
+    pub discarded_batches: u64,
 }
 
 impl Summary {
@@ -155,12 +165,20 @@ pub async fn run(args: &LocalArgs, shutdown: &CancellationToken) -> Result<Summa
     let relay = relay_stream::build_relay(&args.relay, &sdk_config)?;
     let stream_arn = stream_arn_of(&dynamodb, &args.relay.table_name).await?;
     tracing::info!(stream_arn = %stream_arn, batch_size = args.batch_size, from = ?args.from, "relaying stream");
+    let on_failure = args
+        .discarded_batch_bucket
+        .as_deref()
+        .filter(|bucket| !bucket.trim().is_empty())
+        .map(|bucket| {
+            S3OnFailureDestination::new(aws_sdk_s3::Client::new(&sdk_config), bucket, &stream_arn)
+        });
     let runner = LocalRunner::new(
         relay,
         aws_sdk_dynamodbstreams::Client::new(&sdk_config),
         stream_arn,
         RunnerOptions::from(args),
-    );
+    )
+    .with_on_failure(on_failure);
     let counts = runner.run(shutdown).await?;
     Ok(Summary {
         published: counts.published,
@@ -172,6 +190,7 @@ pub async fn run(args: &LocalArgs, shutdown: &CancellationToken) -> Result<Summa
         put_events_calls: runner.relay().publisher().stats().put_events_calls,
         redelivered: runner.redelivered(),
         deduplicated: runner.relay().publisher().stats().deduplicated,
+        discarded_batches: runner.discarded_batches(),
     })
 }
 
@@ -239,8 +258,12 @@ pub struct LocalRunner<P, S, D, H> {
     streams: StreamsClient,
     stream_arn: String,
     options: RunnerOptions,
+    /// Where a batch given up goes, as the mapping's on-failure destination.
+    on_failure: Option<S3OnFailureDestination>,
     /// Records re-delivered so far.
     redelivered: std::sync::atomic::AtomicU64,
+    /// Batches given up and written to the on-failure destination so far.
+    discarded_batches: std::sync::atomic::AtomicU64,
 }
 
 impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds> LocalRunner<P, S, D, H> {
@@ -255,8 +278,23 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds> LocalRu
             streams,
             stream_arn: stream_arn.into(),
             options,
+            on_failure: None,
             redelivered: std::sync::atomic::AtomicU64::default(),
+            discarded_batches: std::sync::atomic::AtomicU64::default(),
         }
+    }
+
+    /// Writes the batches given up after their retries to `destination` (none: only logged).
+    #[must_use]
+    pub fn with_on_failure(mut self, destination: Option<S3OnFailureDestination>) -> Self {
+        self.on_failure = destination;
+        self
+    }
+
+    /// Batches given up and written to the on-failure destination so far.
+    pub fn discarded_batches(&self) -> u64 {
+        self.discarded_batches
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Records delivered again after a batch item failure so far.
@@ -535,7 +573,20 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds> LocalRu
             delivered.not_sent = 0;
             counts += delivered;
             let sequence = batch[start + failed_at].change.sequence_number.clone();
-            if retries >= self.options.max_retries || shutdown.is_cancelled() {
+            if shutdown.is_cancelled() {
+                tracing::warn!(
+                    shard = shard_id,
+                    sequence_number = sequence.as_deref().unwrap_or("(none)"),
+                    failed,
+                    "stopping with the rest of the batch unpublished; its pending events are the poller's"
+                );
+                counts.failed += failed;
+                return counts;
+            }
+            if retries >= self.options.max_retries {
+                // As the mapping discards the batch from its checkpoint (the reported record) on.
+                self.discard(shard_id, &batch[start + failed_at..], retries + 1)
+                    .await;
                 tracing::error!(
                     shard = shard_id,
                     sequence_number = sequence.as_deref().unwrap_or("(none)"),
@@ -571,6 +622,36 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds> LocalRu
                 () = tokio::time::sleep(delay) => {}
             }
             start += failed_at;
+        }
+    }
+}
+
+impl<P, S, D, H> LocalRunner<P, S, D, H> {
+    /// Writes a given-up batch to the on-failure destination, if there is one.
+    async fn discard(&self, shard_id: &str, records: &[EventRecord], invoke_count: u32) {
+        let Some(destination) = &self.on_failure else {
+            return;
+        };
+        match destination.discard(shard_id, records, invoke_count).await {
+            Ok(key) => {
+                self.discarded_batches
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(
+                    shard = shard_id,
+                    bucket = destination.bucket(),
+                    key = %key,
+                    records = records.len(),
+                    "batch discarded to the on-failure destination"
+                );
+            }
+            // What the mapping counts as DestinationDeliveryFailures: the records are lost there.
+            Err(err) => tracing::error!(
+                shard = shard_id,
+                bucket = destination.bucket(),
+                records = records.len(),
+                error = %err,
+                "could not write the discarded batch to the on-failure destination"
+            ),
         }
     }
 }

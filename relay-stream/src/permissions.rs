@@ -1,9 +1,17 @@
 //! The AWS calls the stream relay makes, put together from the lists beside the calls: the
 //! template's `RelayFunctionRole` allows exactly these (checked by a test of outbox-tests), plus
 //! what Lambda itself does with the function's role: the event source mapping's stream reads and
-//! on-failure messages, logs, traces.
+//! on-failure destination ([`ON_FAILURE_DESTINATION`]), logs, traces.
 
-use relay_runtime::permissions::{Call, union};
+use relay_runtime::permissions::{Call, Target, union};
+
+/// What the event source mapping does with the function's role when it discards a batch: writes it
+/// whole to its S3 on-failure destination. AWS documents `s3:PutObject` and `s3:ListBucket` for an
+/// S3 destination; `relay-stream-local` makes the same put.
+pub const ON_FAILURE_DESTINATION: &[Call] = &[
+    Call::new("s3:PutObject", Target::DiscardedBatchObjects),
+    Call::new("s3:ListBucket", Target::DiscardedBatchBucket),
+];
 
 /// Marks, publishes, dead letters, and in hold mode (`HOLD_FAILED_AGGREGATES`, which the template
 /// turns on) the holds it sets and reads.

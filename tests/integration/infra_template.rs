@@ -680,9 +680,7 @@ async fn the_dead_letter_queue_takes_the_largest_messages_and_both_relays_may_re
             "{role} may not read the queue's attributes"
         );
         assert!(
-            reads
-                .iter()
-                .all(|r| r.contains("DeadLetterQueue.Arn") && !r.contains("StreamFailureQueue")),
+            reads.iter().all(|r| r.contains("DeadLetterQueue.Arn")),
             "{role}: {reads:?}"
         );
     }
@@ -799,8 +797,10 @@ fn granted(template: &Template, holder: &str) -> BTreeSet<Granted> {
                     Ok(Target::EventBus)
                 } else if text.contains("DeadLetterQueue") {
                     Ok(Target::DeadLetterQueue)
-                } else if text.contains("StreamFailureQueue") {
-                    Err("the stream failure queue")
+                } else if text.contains("DiscardedBatchBucket") && text.contains("/aws/lambda/*") {
+                    Ok(Target::DiscardedBatchObjects)
+                } else if text.contains("DiscardedBatchBucket") {
+                    Ok(Target::DiscardedBatchBucket)
                 } else if text.contains("LogGroup") {
                     Err("its log group")
                 } else if text == r#""*""# {
@@ -839,8 +839,11 @@ fn platform(grants: &[(&str, &'static str)]) -> BTreeSet<Granted> {
 fn each_role_grants_exactly_the_calls_its_job_makes_as_written_and_as_transformed() {
     for (form, template) in both_forms() {
         // The stream relay's role: its calls, and what Lambda does with the role (the mapping's
-        // stream reads and on-failure messages, logs, traces)
+        // stream reads and its S3 on-failure destination's writes, logs, traces)
         let mut expected = jobs(relay_stream::permissions::calls());
+        expected.extend(jobs(
+            relay_stream::permissions::ON_FAILURE_DESTINATION.to_vec(),
+        ));
         expected.extend(platform(&[
             ("logs:CreateLogStream", "its log group"),
             ("logs:PutLogEvents", "its log group"),
@@ -848,7 +851,6 @@ fn each_role_grants_exactly_the_calls_its_job_makes_as_written_and_as_transforme
             ("dynamodb:GetRecords", "the table's stream"),
             ("dynamodb:GetShardIterator", "the table's stream"),
             ("dynamodb:ListStreams", "the table's stream"),
-            ("sqs:SendMessage", "the stream failure queue"),
             ("xray:PutTraceSegments", "*"),
             ("xray:PutTelemetryRecords", "*"),
         ]));
@@ -864,12 +866,12 @@ fn each_role_grants_exactly_the_calls_its_job_makes_as_written_and_as_transforme
             jobs(relay_poller::permissions::service()),
             "{form}: PollerTaskRole"
         );
-        // And nothing an operator command alone needs: no reads, puts or scans of the table, no
-        // receiving or deleting dead letters
+        // And nothing an operator command alone needs: no reads or scans of the table, no
+        // receiving or deleting dead letters (it puts whole items only to re-create the TTL-deleted
+        // events of discarded stream batches, which it recovers unattended)
         let service = granted(&template, "PollerTaskRole");
         for action in [
             "dynamodb:GetItem",
-            "dynamodb:PutItem",
             "sqs:ReceiveMessage",
             "sqs:DeleteMessage",
         ] {
@@ -1172,7 +1174,184 @@ fn the_stream_mapping_reaches_lambda_as_written_after_the_transform() {
     );
     assert_eq!(
         mapping["DestinationConfig"]["OnFailure"]["Destination"],
-        json!({"Fn::GetAtt": ["StreamFailureQueue", "Arn"]})
+        json!({"Fn::GetAtt": ["DiscardedBatchBucket", "Arn"]})
+    );
+}
+
+#[tokio::test]
+async fn discarded_batches_go_whole_to_a_private_tls_only_bucket_that_keeps_what_is_not_recovered()
+{
+    use outbox_infra::template::logical_id::DISCARDED_BATCH_BUCKET;
+    use relay_runtime::metrics::{DISCARDED_BATCHES_LEFT, RELAY_DIMENSION};
+    let template = Template::embedded().unwrap();
+    let yaml = outbox_infra::TEMPLATE_YAML;
+
+    // The mapping discards to the bucket (an S3 destination gets the whole batch)
+    let mapping = properties(&template, "RelayEventSourceMapping");
+    assert_eq!(
+        mapping["DestinationConfig"]["OnFailure"]["Destination"]["!GetAtt"],
+        "DiscardedBatchBucket.Arn"
+    );
+
+    // The bucket is encrypted, private, owned by its account, versioned, and kept with the stack
+    let bucket = properties(&template, DISCARDED_BATCH_BUCKET);
+    assert_eq!(
+        bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]
+            ["SSEAlgorithm"],
+        "AES256"
+    );
+    for setting in [
+        "BlockPublicAcls",
+        "BlockPublicPolicy",
+        "IgnorePublicAcls",
+        "RestrictPublicBuckets",
+    ] {
+        assert_eq!(
+            bucket["PublicAccessBlockConfiguration"][setting], true,
+            "{setting}"
+        );
+    }
+    assert_eq!(
+        bucket["OwnershipControls"]["Rules"][0]["ObjectOwnership"],
+        "BucketOwnerEnforced"
+    );
+    assert_eq!(bucket["VersioningConfiguration"]["Status"], "Enabled");
+    let declared = &yaml[yaml.find("  DiscardedBatchBucket:\n").unwrap()..];
+    assert!(
+        declared
+            .lines()
+            .take(3)
+            .any(|l| l.trim() == "DeletionPolicy: Retain"),
+        "{declared}"
+    );
+
+    // And its lifecycle never expires a batch not yet recovered (an event's only copy may be in
+    // it): only recovered (deleted, noncurrent) ones, after the logs that name them
+    let rules = bucket["LifecycleConfiguration"]["Rules"]
+        .as_array()
+        .unwrap();
+    assert!(!rules.is_empty());
+    for rule in rules {
+        assert!(rule.get("ExpirationInDays").is_none(), "{rule}");
+        assert!(rule.get("ExpirationDate").is_none(), "{rule}");
+        assert!(rule.get("Transitions").is_none(), "{rule}");
+    }
+    let recovered = rules
+        .iter()
+        .find(|r| r.get("NoncurrentVersionExpiration").is_some())
+        .expect("a rule for recovered batches");
+    assert!(is_ref_to(
+        &recovered["NoncurrentVersionExpiration"]["NoncurrentDays"],
+        "LogRetentionDays"
+    ));
+    assert_eq!(recovered["Status"], "Enabled");
+
+    // And its policy refuses every request not over TLS, on the bucket and its objects
+    let policy = properties(&template, "DiscardedBatchBucketPolicy");
+    assert_eq!(policy["Bucket"]["!Ref"], DISCARDED_BATCH_BUCKET);
+    let statements = policy["PolicyDocument"]["Statement"].as_array().unwrap();
+    let tls = statements
+        .iter()
+        .find(|s| s["Condition"]["Bool"]["aws:SecureTransport"] == "false")
+        .expect("a TLS-only statement");
+    assert_eq!(tls["Effect"], "Deny");
+    assert_eq!(tls["Principal"], "*");
+    assert_eq!(tls["Action"], "s3:*");
+    let resources = tls["Resource"].to_string();
+    assert!(
+        resources.contains("DiscardedBatchBucket.Arn"),
+        "{resources}"
+    );
+    assert!(
+        resources.contains("${DiscardedBatchBucket.Arn}/*"),
+        "{resources}"
+    );
+
+    // And both poller task definitions read it, and an alarm watches the batches they cannot
+    // recover, with the metric and dimension the poller emits
+    for task in ["PollerTaskDefinition", "OperatorTaskDefinition"] {
+        let env = properties(&template, task)["ContainerDefinitions"][0]["Environment"].clone();
+        let bucket_var = env
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["Name"] == "DISCARDED_BATCH_BUCKET")
+            .unwrap_or_else(|| panic!("{task} sets DISCARDED_BATCH_BUCKET"))
+            .clone();
+        assert!(
+            is_ref_to(&bucket_var["Value"], DISCARDED_BATCH_BUCKET),
+            "{task}"
+        );
+    }
+    let alarm = properties(&template, "DiscardedBatchesLeftAlarm");
+    assert!(is_ref_to(&alarm["Namespace"], "MetricsNamespace"));
+    assert_eq!(alarm["MetricName"], DISCARDED_BATCHES_LEFT);
+    assert_eq!(alarm["Dimensions"][0]["Name"], RELAY_DIMENSION);
+    assert_eq!(
+        alarm["Dimensions"][0]["Value"],
+        relay_poller::poller::ORIGIN
+    );
+    assert!(documented_metrics().contains(DISCARDED_BATCHES_LEFT));
+
+    // And the bucket local provisioning creates is the template's
+    let env = TestEnv::new().await;
+    let name = env.create_discarded_batch_bucket().await;
+    // (versioned: a deleted batch stays as a noncurrent version; moto answers GetBucketVersioning
+    // under a root element the SDK refuses, so it is observed as an operator would see it)
+    let key = "aws/lambda/esm/shard/2026/11/22/2026-11-22T10.00.00-x";
+    env.s3
+        .put_object()
+        .bucket(&name)
+        .key(key)
+        .body(b"{}".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    env.s3
+        .delete_object()
+        .bucket(&name)
+        .key(key)
+        .send()
+        .await
+        .unwrap();
+    let versions = env
+        .s3
+        .list_object_versions()
+        .bucket(&name)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(versions.versions().len(), 1, "{versions:?}");
+    assert_eq!(versions.delete_markers().len(), 1, "{versions:?}");
+    let encryption = env
+        .s3
+        .get_bucket_encryption()
+        .bucket(&name)
+        .send()
+        .await
+        .unwrap();
+    let algorithm = encryption
+        .server_side_encryption_configuration()
+        .and_then(|c| c.rules().first())
+        .and_then(|r| r.apply_server_side_encryption_by_default())
+        .map(|d| d.sse_algorithm().as_str().to_owned());
+    assert_eq!(algorithm.as_deref(), Some("AES256"));
+    let block = env
+        .s3
+        .get_public_access_block()
+        .bucket(&name)
+        .send()
+        .await
+        .unwrap();
+    let block = block.public_access_block_configuration().unwrap();
+    assert_eq!(
+        [
+            block.block_public_acls(),
+            block.block_public_policy(),
+            block.ignore_public_acls(),
+            block.restrict_public_buckets()
+        ],
+        [Some(true); 4]
     );
 }
 

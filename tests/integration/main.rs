@@ -31,6 +31,7 @@ mod costs;
 mod dead_letter_characters;
 mod dead_letter_size;
 mod demo;
+mod discarded_batches;
 mod duplicates;
 mod harness;
 mod hold_recovery;

@@ -311,6 +311,99 @@ async fn each_job_calls_only_what_its_role_grants() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn the_discarded_batch_recovery_calls_only_what_its_roles_grant() {
+    use crate::discarded_batches::{discarded_batch, put_back, recover_discarded};
+    // Given a batch the local reader gave up and wrote to the bucket, as the mapping does with the
+    // function's role
+    let env = TestEnv::new().await;
+    let discarded = discarded_batch(&env).await;
+    let mut mapping = relay_stream::permissions::calls();
+    mapping.extend_from_slice(relay_stream::permissions::ON_FAILURE_DESTINATION);
+    assert_eq!(
+        called_without_permission(&discarded.reader, &mapping, STREAM_READER),
+        Vec::<String>::new()
+    );
+    assert_called(
+        &discarded.reader,
+        "the on-failure destination",
+        &["s3:PutObject"],
+    );
+
+    // When the operator's one-off command recovers it
+    let operator = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 5).await;
+    let (code, summary) = recover_discarded(&env, &discarded.bucket, Some(&operator)).await;
+    assert_eq!(code, Some(0), "{summary}");
+    assert_eq!(summary["recreated"], 1, "{summary}");
+
+    // Then it called only what the operator's role grants: the bucket's listing, the batch's read
+    // and delete, the re-create
+    assert_eq!(
+        called_without_permission(&operator, &relay_poller::permissions::operator(), &[]),
+        Vec::<String>::new()
+    );
+    assert_called(
+        &operator,
+        "recover-discarded",
+        &[
+            "s3:ListBucket",
+            "s3:GetObject",
+            "s3:DeleteObject",
+            "dynamodb:PutItem",
+        ],
+    );
+
+    // When the poller service's `run` sweeps the same batch, delivered again
+    put_back(&env, &discarded).await;
+    let service = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 6).await;
+    let mut run = env
+        .relay_command("relay-poller")
+        .args(["run", "--grace-period", "0s", "--idle-backoff-max", "1s"])
+        .env("DISCARDED_BATCH_BUCKET", &discarded.bucket)
+        .env("DISCARDED_BATCH_INTERVAL", "1s")
+        .envs(service.endpoint_env())
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn relay-poller run");
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while !env.object_keys(&discarded.bucket).await.is_empty() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("the service recovers the batch");
+    let pid = run.id().expect("pid").to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill -TERM");
+    assert!(status.success());
+    let exit = tokio::time::timeout(Duration::from_secs(30), run.wait())
+        .await
+        .expect("exits after SIGTERM")
+        .expect("exit status");
+    assert!(exit.success(), "{exit:?}");
+
+    // Then it called only what the service's role grants
+    assert_eq!(
+        called_without_permission(&service, &relay_poller::permissions::service(), &[]),
+        Vec::<String>::new()
+    );
+    assert_called(
+        &service,
+        "relay-poller run",
+        &[
+            "s3:ListBucket",
+            "s3:GetObject",
+            "s3:DeleteObject",
+            "dynamodb:PutItem",
+        ],
+    );
+}
+
 #[tokio::test]
 async fn the_writer_calls_only_what_the_order_services_policy_grants() {
     use outbox_writer::{NewOrder, OrderLine, OrderStatus};

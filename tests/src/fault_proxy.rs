@@ -39,6 +39,9 @@
 //!   unprocessed ([`FaultProxy::leave_keys_unprocessed`]), HTTP 200 with the request's keys as
 //!   `UnprocessedKeys` and nothing read, as DynamoDB answers a read it throttled partway (DynamoDB
 //!   Local never does).
+//! - S3 (REST, no `X-Amz-Target`: told by its signature's credential scope, path-style as the SDK
+//!   addresses an endpoint that is an IP address) goes through untouched, counted as
+//!   `AmazonS3.{Operation}` ([`s3_operation`]), so a test sees which S3 calls a process made.
 //! - Everything else (DynamoDB Streams, other SQS calls, writes the test makes itself) goes
 //!   through untouched.
 //!
@@ -545,12 +548,13 @@ impl State {
         };
         let target = match crate::cbor::operation(parts.uri.path()) {
             Some(operation) => format!("AWSEventsV2.{operation}"),
-            None => parts
-                .headers
-                .get("x-amz-target")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned(),
+            None => match parts.headers.get("x-amz-target") {
+                Some(target) => target.to_str().unwrap_or_default().to_owned(),
+                None if signed_for(&parts.headers) == Some("s3") => {
+                    format!("AmazonS3.{}", s3_operation(&parts))
+                }
+                None => String::new(),
+            },
         };
         self.reads
             .lock()
@@ -1049,6 +1053,47 @@ fn refusal(target: &str, body: &[u8]) -> Option<String> {
     crate::dynamodb_rules::batch_execute_statement_refusal(
         statements.iter().map(crate::dynamodb_rules::statement_item),
     )
+}
+
+/// The service a request is signed for: the credential scope of its SigV4 `Authorization`
+/// (`Credential=KEY/DATE/REGION/SERVICE/aws4_request`).
+fn signed_for(headers: &hyper::HeaderMap) -> Option<&str> {
+    let authorization = headers.get(hyper::header::AUTHORIZATION)?.to_str().ok()?;
+    let scope = authorization.split("Credential=").nth(1)?;
+    scope.split(['/', ',']).nth(3)
+}
+
+/// The S3 operation of a path-style request (`/bucket` or `/bucket/key`), as AWS names it: the
+/// ones the relays and the tests make, and `Other` for the rest.
+pub fn s3_operation(parts: &hyper::http::request::Parts) -> &'static str {
+    use hyper::Method;
+    let on_object = parts
+        .uri
+        .path()
+        .trim_start_matches('/')
+        .split_once('/')
+        .is_some_and(|(_, key)| !key.is_empty());
+    let query = parts.uri.query().unwrap_or_default();
+    let has = |name: &str| {
+        query
+            .split('&')
+            .any(|pair| pair.split('=').next() == Some(name))
+    };
+    match (&parts.method, on_object) {
+        (&Method::GET, true) => "GetObject",
+        (&Method::PUT, true) if parts.headers.contains_key("x-amz-copy-source") => "CopyObject",
+        (&Method::PUT, true) => "PutObject",
+        (&Method::DELETE, true) => "DeleteObject",
+        (&Method::HEAD, true) => "HeadObject",
+        (&Method::GET, false) if has("list-type") => "ListObjectsV2",
+        (&Method::GET, false) if has("versions") => "ListObjectVersions",
+        (&Method::HEAD, false) => "HeadBucket",
+        (&Method::PUT, false) if has("versioning") => "PutBucketVersioning",
+        (&Method::PUT, false) if has("encryption") => "PutBucketEncryption",
+        (&Method::PUT, false) if has("publicAccessBlock") => "PutPublicAccessBlock",
+        (&Method::PUT, false) if query.is_empty() => "CreateBucket",
+        _ => "Other",
+    }
 }
 
 fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {

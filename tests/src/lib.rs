@@ -343,6 +343,9 @@ pub struct TestEnv {
     /// The Custom Event Bus's client (`AWS_ENDPOINT_URL_EVENTBRIDGEV2`: the local double).
     pub eventbridgev2: aws_sdk_eventbridgev2::Client,
     pub sqs: aws_sdk_sqs::Client,
+    /// S3 on moto: the stream mapping's on-failure destination
+    /// ([`create_discarded_batch_bucket`](Self::create_discarded_batch_bucket)).
+    pub s3: aws_sdk_s3::Client,
     pub table_name: String,
     pub stream_arn: String,
     /// Which bus the relays publish to: `bus_name` is the classic bus's name, or the Custom
@@ -487,6 +490,7 @@ impl TestEnv {
         Self {
             streams: aws_sdk_dynamodbstreams::Client::new(&sdk_config),
             eventbridgev2: aws_sdk_eventbridgev2::Client::new(&sdk_config),
+            s3: aws_sdk_s3::Client::new(&sdk_config),
             sdk_config,
             credentials,
             dynamodb,
@@ -513,6 +517,54 @@ impl TestEnv {
         )
         .await
         .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Creates a bucket as the template's `DiscardedBatchBucket` (the stream mapping's on-failure
+    /// destination); its name, for the relays' `DISCARDED_BATCH_BUCKET`.
+    ///
+    /// # Panics
+    /// When the emulator refuses the bucket.
+    pub async fn create_discarded_batch_bucket(&self) -> String {
+        outbox_infra::create_discarded_batch_bucket(&self.s3, &unique_name("discarded"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The keys of the objects in `bucket` (current versions), in key order.
+    pub async fn object_keys(&self, bucket: &str) -> Vec<String> {
+        let mut keys = Vec::new();
+        let mut pages = self
+            .s3
+            .list_objects_v2()
+            .bucket(bucket)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.expect("list objects");
+            keys.extend(
+                page.contents()
+                    .iter()
+                    .filter_map(|o| o.key().map(str::to_owned)),
+            );
+        }
+        keys
+    }
+
+    /// The body of the object at `key` in `bucket`.
+    pub async fn object(&self, bucket: &str, key: &str) -> Vec<u8> {
+        self.s3
+            .get_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .expect("get object")
+            .body
+            .collect()
+            .await
+            .expect("object body")
+            .into_bytes()
+            .to_vec()
     }
 
     /// Creates another queue (for tests that need more than the sink and dead-letter queues).

@@ -3,7 +3,8 @@
 //! For each selected event, the item goes back to `PENDING` in the pending index under its own
 //! shard and `GSI1SK` (so it keeps its place in its aggregate's order), with the condition that it
 //! is still `DEAD_LETTERED`; an item that is gone (expired) is re-created from the record the
-//! dead-letter message carries, with the condition that it does not exist. A message is deleted
+//! dead-letter message carries, with the condition that it does not exist ([`crate::recreate`], the
+//! path the poller re-creates TTL deletions of discarded stream batches with). A message is deleted
 //! only after that succeeded, or when its item is already pending or published (it has nothing
 //! left to do). A message that is not one of ours stays in the queue and is counted. Safe to run
 //! again: a second run finds nothing to do.
@@ -21,13 +22,11 @@
 use std::collections::HashSet;
 use std::fmt::Write as _;
 
-use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
-use outbox_shared::schema::{self, attr, entity};
+use outbox_shared::schema::{attr, entity};
 use outbox_shared::time::parse_timestamp;
-use outbox_shared::{ItemKey, OutboxStatus, SdkFailure, ShardCount, shard_for};
+use outbox_shared::{ItemKey, OutboxStatus, SdkFailure, ShardCount};
 use relay_runtime::TtlPolicy;
 use relay_runtime::status_store::{ttl_after, update_applied};
 use serde::Serialize;
@@ -35,6 +34,7 @@ use serde::Serialize;
 pub mod letters;
 
 use self::letters::Letter;
+use crate::recreate::{DynamoGoneItems, GoneItems, Recreated, index_keys, pending_image};
 use crate::table::{Attributes, get_item};
 
 /// Why a letter whose item is gone stays in the queue, when the letter carries no image.
@@ -197,10 +197,10 @@ impl Candidate {
     }
 }
 
-/// The calls of [`Redrive`] itself (its publish is the poller's, [`crate::permissions::operator`]):
-/// dead letters received, released and deleted; items read and scanned (`--from-table`), an
-/// outbox item's attributes only ([`crate::table`]), put back to pending (a status update) or
-/// re-created when gone.
+/// The calls of [`Redrive`] itself (its publish is the poller's, and its re-create
+/// [`crate::recreate`]'s, [`crate::permissions::operator`]): dead letters received, released and
+/// deleted; items read and scanned (`--from-table`), an outbox item's attributes only
+/// ([`crate::table`]), put back to pending (a status update).
 pub const CALLS: &[relay_runtime::permissions::Call] = &[
     relay_runtime::permissions::Call::new(
         "sqs:ReceiveMessage",
@@ -221,10 +221,6 @@ pub const CALLS: &[relay_runtime::permissions::Call] = &[
     relay_runtime::permissions::Call::new(
         "dynamodb:Scan",
         relay_runtime::permissions::Target::OutboxAttributes,
-    ),
-    relay_runtime::permissions::Call::new(
-        "dynamodb:PutItem",
-        relay_runtime::permissions::Target::OutboxTable,
     ),
     relay_runtime::permissions::Call::new(
         "dynamodb:UpdateItem",
@@ -507,7 +503,7 @@ impl Redrive {
                         status.unwrap_or("without a status")
                     )));
                 }
-                let Some((partition, sort_key)) = self.index_keys(&item) else {
+                let Some((partition, sort_key)) = index_keys(&item, self.shard_count) else {
                     return Ok(PutBack::Skipped(
                         "the item has no CreatedAt or EventId".to_owned(),
                     ));
@@ -518,47 +514,23 @@ impl Redrive {
                 self.reopen(&candidate.key, partition, sort_key).await
             }
             None => {
-                let Some(mut item) = candidate.item.clone() else {
-                    return Ok(PutBack::Unrecoverable);
-                };
-                let Some((partition, sort_key)) = self.index_keys(&item) else {
+                let Some(item) = candidate.item.clone().and_then(|item| {
+                    pending_image(item, self.shard_count, self.ttl.published, Utc::now())
+                }) else {
                     return Ok(PutBack::Unrecoverable);
                 };
                 if dry_run {
                     return Ok(PutBack::Recreated);
                 }
-                for gone in [
-                    attr::DEAD_LETTERED_AT,
-                    attr::DEAD_LETTER_REASON,
-                    attr::PUBLISHED_AT,
-                ] {
-                    item.remove(gone);
+                let gone_items = DynamoGoneItems::new(self.dynamodb.clone(), &self.table_name);
+                match gone_items.recreate(item).await.map_err(RedriveError)? {
+                    Recreated::Recreated => Ok(PutBack::Recreated),
+                    Recreated::AlreadyThere => Ok(PutBack::Skipped(
+                        "the item was re-created meanwhile".to_owned(),
+                    )),
                 }
-                item.insert(
-                    attr::STATUS.to_owned(),
-                    AttributeValue::S(OutboxStatus::Pending.as_str().to_owned()),
-                );
-                item.insert(attr::GSI1PK.to_owned(), AttributeValue::S(partition));
-                item.insert(attr::GSI1SK.to_owned(), AttributeValue::S(sort_key));
-                item.insert(
-                    attr::TTL.to_owned(),
-                    AttributeValue::N(ttl_after(Utc::now(), self.ttl.published).to_string()),
-                );
-                self.recreate(item).await
             }
         }
-    }
-
-    /// The index keys of an item: its aggregate's shard, and its `CreatedAt` and `EventId`.
-    fn index_keys(&self, item: &Attributes) -> Option<(String, String)> {
-        let string = |name: &str| item.get(name).and_then(|v| v.as_s().ok());
-        let created_at = string(attr::CREATED_AT)?;
-        let event_id = string(attr::EVENT_ID)?;
-        let ordering_key = string(attr::AGGREGATE_ID).or_else(|| string(attr::PK))?;
-        Some((
-            schema::pending_shard_pk(shard_for(ordering_key, self.shard_count)),
-            schema::pending_sort_key(created_at, event_id),
-        ))
     }
 
     async fn reopen(
@@ -597,29 +569,6 @@ impl Redrive {
             Ok(true) => Ok(PutBack::Redriven),
             Ok(false) => Ok(PutBack::Skipped("the item changed meanwhile".to_owned())),
             Err(failure) => Err(RedriveError(failure)),
-        }
-    }
-
-    async fn recreate(&self, item: Attributes) -> Result<PutBack, RedriveError> {
-        let result = self
-            .dynamodb
-            .put_item()
-            .table_name(&self.table_name)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(#pk)")
-            .expression_attribute_names("#pk", attr::PK)
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(PutBack::Recreated),
-            Err(SdkError::ServiceError(ctx))
-                if matches!(ctx.err(), PutItemError::ConditionalCheckFailedException(_)) =>
-            {
-                Ok(PutBack::Skipped(
-                    "the item was re-created meanwhile".to_owned(),
-                ))
-            }
-            Err(e) => Err(RedriveError(SdkFailure::new("PutItem", e))),
         }
     }
 

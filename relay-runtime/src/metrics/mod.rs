@@ -103,6 +103,16 @@ pub const LEASES_OWNED: &str = "LeasesOwned";
 /// Leases a poller took from another: expired ones, and ones handed over at its request. Count;
 /// relay-poller with a lease table.
 pub const LEASE_TAKEOVERS: &str = "LeaseTakeovers";
+/// Discarded stream batches (objects of the mapping's on-failure destination) whose every event
+/// the poller handled, then deleted. Count; relay-poller with a discarded-batch bucket.
+pub const DISCARDED_BATCHES_RECOVERED: &str = "DiscardedBatchesRecovered";
+/// TTL deletions of pending events in discarded stream batches that the poller put back pending
+/// (their items were gone). Count; relay-poller with a discarded-batch bucket.
+pub const DISCARDED_EVENTS_RECREATED: &str = "DiscardedEventsRecreated";
+/// Discarded stream batches the poller could not handle and left in the bucket for a person (not
+/// an invocation record, or a deletion whose image lacks the index keys), per sweep: above 0 for
+/// as long as one is there. Count; relay-poller with a discarded-batch bucket.
+pub const DISCARDED_BATCHES_LEFT: &str = "DiscardedBatchesLeft";
 
 /// `METRICS_NAMESPACE`, read the same way by both relays.
 #[derive(Debug, Clone, clap::Args)]
@@ -193,6 +203,18 @@ fn describe() {
         (
             LEASE_TAKEOVERS,
             "shard leases taken from another poller (expired or handed over)",
+        ),
+        (
+            DISCARDED_BATCHES_RECOVERED,
+            "discarded stream batches handled whole, then deleted",
+        ),
+        (
+            DISCARDED_EVENTS_RECREATED,
+            "TTL-deleted pending events of discarded batches put back pending",
+        ),
+        (
+            DISCARDED_BATCHES_LEFT,
+            "discarded stream batches left in the bucket for a person, per sweep",
         ),
     ] {
         metrics::describe_counter!(name, Unit::Count, text);

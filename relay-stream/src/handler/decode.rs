@@ -6,15 +6,10 @@ use std::collections::HashMap;
 use aws_lambda_events::dynamodb::EventRecord;
 use outbox_shared::schema::{self, attr, entity};
 use outbox_shared::{ItemKey, OutboxItem, OutboxStatus};
+use relay_runtime::stream_record::INSERT;
+pub(super) use relay_runtime::stream_record::is_ttl_deletion;
 use relay_runtime::{Event, IgnoreReason, LeftEvent};
 use serde_dynamo::AttributeValue;
-
-/// The stream `eventName` of a new item.
-const INSERT: &str = "INSERT";
-/// The stream `eventName` of a deleted item.
-const REMOVE: &str = "REMOVE";
-/// `userIdentity` of a deletion by DynamoDB's TTL: `type` and `principalId`.
-const TTL_DELETION_IDENTITY: (&str, &str) = ("Service", "dynamodb.amazonaws.com");
 
 /// The full stream record, as the dead letter carries it.
 pub(super) fn dead_letter_record(record: &EventRecord) -> serde_json::Value {
@@ -65,14 +60,6 @@ pub(super) fn poller_can_see(record: &EventRecord) -> bool {
             }
             _ => false,
         }
-}
-
-/// Whether `record` is DynamoDB's TTL deleting an item (its `userIdentity` is the TTL service).
-pub(super) fn is_ttl_deletion(record: &EventRecord) -> bool {
-    record.event_name == REMOVE
-        && record.user_identity.as_ref().is_some_and(|identity| {
-            (identity.type_.as_str(), identity.principal_id.as_str()) == TTL_DELETION_IDENTITY
-        })
 }
 
 /// What the poller is left of `event` when its aggregate is held: its key and where the index

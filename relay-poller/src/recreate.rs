@@ -1,0 +1,190 @@
+//! Re-creating an outbox event whose item is gone (TTL deleted it, or someone did) from its last
+//! image: the item goes back as `PENDING` under its aggregate's shard of the pending index, with its
+//! own `GSI1SK` (so it keeps its place in its aggregate's order) and its `ttl` pushed ahead, as the
+//! writer would have set them, by a `PutItem` with the condition that no item has its key. A second
+//! re-create of the same event, or one of an item that came back meanwhile (re-created and since
+//! published included), writes nothing.
+//!
+//! The one path for both who re-create: `redrive`, for a dead letter whose item is gone, and the
+//! poller, for a TTL deletion in a stream batch the mapping discarded ([`crate::discarded`]).
+
+use std::future::Future;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Utc};
+use outbox_shared::schema::{self, attr};
+use outbox_shared::{OutboxStatus, SdkFailure, ShardCount, shard_for};
+use relay_runtime::permissions::{Call, Target};
+use relay_runtime::status_store::ttl_after;
+
+use crate::table::Attributes;
+
+/// The call of [`DynamoGoneItems`]: the conditional put of a whole item.
+pub const CALLS: &[Call] = &[Call::new("dynamodb:PutItem", Target::OutboxTable)];
+
+/// What a re-create did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recreated {
+    /// The item is back, pending.
+    Recreated,
+    /// An item with its key is there (re-created before, pending or published since): nothing
+    /// was written.
+    AlreadyThere,
+}
+
+/// Port: puts an item back only where none is.
+pub trait GoneItems: Send + Sync {
+    /// Puts `item` (a whole item, [`pending_image`]'s) with the condition that no item has its key;
+    /// an error only when the call fails (a failed condition is [`Recreated::AlreadyThere`]).
+    fn recreate(
+        &self,
+        item: Attributes,
+    ) -> impl Future<Output = Result<Recreated, SdkFailure>> + Send;
+}
+
+/// A borrowed store is one (a test keeps its fake to inspect it).
+impl<T: GoneItems> GoneItems for &T {
+    fn recreate(
+        &self,
+        item: Attributes,
+    ) -> impl Future<Output = Result<Recreated, SdkFailure>> + Send {
+        (**self).recreate(item)
+    }
+}
+
+/// The index keys of an outbox item: its aggregate's shard (`AggregateId`, or `PK` without one,
+/// as the writer shards), and its `CreatedAt` and `EventId`; `None` when it lacks them.
+pub fn index_keys(item: &Attributes, shard_count: ShardCount) -> Option<(String, String)> {
+    let string = |name: &str| item.get(name).and_then(|v| v.as_s().ok());
+    let created_at = string(attr::CREATED_AT)?;
+    let event_id = string(attr::EVENT_ID)?;
+    let ordering_key = string(attr::AGGREGATE_ID).or_else(|| string(attr::PK))?;
+    Some((
+        schema::pending_shard_pk(shard_for(ordering_key, shard_count)),
+        schema::pending_sort_key(created_at, event_id),
+    ))
+}
+
+/// `image` (an outbox item's last image) as a pending item to put back: `PENDING`, in the index
+/// under [`index_keys`], without what a mark or a dead letter set, its `ttl` `retention` after
+/// `now`. `None` when the image lacks what the index keys need.
+pub fn pending_image(
+    mut image: Attributes,
+    shard_count: ShardCount,
+    retention: Duration,
+    now: DateTime<Utc>,
+) -> Option<Attributes> {
+    let (partition, sort_key) = index_keys(&image, shard_count)?;
+    for gone in [
+        attr::DEAD_LETTERED_AT,
+        attr::DEAD_LETTER_REASON,
+        attr::PUBLISHED_AT,
+    ] {
+        image.remove(gone);
+    }
+    image.insert(
+        attr::STATUS.to_owned(),
+        AttributeValue::S(OutboxStatus::Pending.as_str().to_owned()),
+    );
+    image.insert(attr::GSI1PK.to_owned(), AttributeValue::S(partition));
+    image.insert(attr::GSI1SK.to_owned(), AttributeValue::S(sort_key));
+    image.insert(
+        attr::TTL.to_owned(),
+        AttributeValue::N(ttl_after(now, retention).to_string()),
+    );
+    Some(image)
+}
+
+/// [`GoneItems`] on the outbox table.
+#[derive(Debug, Clone)]
+pub struct DynamoGoneItems {
+    dynamodb: aws_sdk_dynamodb::Client,
+    table_name: String,
+}
+
+impl DynamoGoneItems {
+    pub fn new(dynamodb: aws_sdk_dynamodb::Client, table_name: impl Into<String>) -> Self {
+        Self {
+            dynamodb,
+            table_name: table_name.into(),
+        }
+    }
+}
+
+impl GoneItems for DynamoGoneItems {
+    async fn recreate(&self, item: Attributes) -> Result<Recreated, SdkFailure> {
+        let result = self
+            .dynamodb
+            .put_item()
+            .table_name(&self.table_name)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", attr::PK)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Recreated::Recreated),
+            Err(SdkError::ServiceError(ctx))
+                if matches!(ctx.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+            {
+                Ok(Recreated::AlreadyThere)
+            }
+            Err(e) => Err(SdkFailure::new("PutItem", e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    fn image(pairs: &[(&str, &str)]) -> Attributes {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), AttributeValue::S((*v).to_owned())))
+            .collect()
+    }
+
+    #[test]
+    fn a_gone_items_image_goes_back_pending_under_its_aggregates_shard_with_its_ttl_ahead() {
+        let shards = ShardCount::new(16).unwrap();
+        let now = Utc.with_ymd_and_hms(2026, 11, 22, 10, 0, 0).unwrap();
+        let old = image(&[
+            (attr::PK, "USER#u1"),
+            (attr::SK, "OUTBOX#e1"),
+            (attr::EVENT_ID, "e1"),
+            (attr::AGGREGATE_ID, "o-1"),
+            (attr::CREATED_AT, "2026-11-14T08:00:00.000Z"),
+            (attr::STATUS, "DEAD_LETTERED"),
+            (attr::DEAD_LETTER_REASON, "r"),
+            (attr::GSI1PK, "OUTBOX#PENDING#999"),
+        ]);
+
+        let item = pending_image(old, shards, Duration::from_secs(7 * 86_400), now).unwrap();
+
+        let s = |name: &str| item[name].as_s().unwrap().as_str();
+        assert_eq!(s(attr::STATUS), "PENDING");
+        assert_eq!(
+            s(attr::GSI1PK),
+            schema::pending_shard_pk(shard_for("o-1", shards))
+        );
+        assert_eq!(s(attr::GSI1SK), "EVENT#2026-11-14T08:00:00.000Z#e1");
+        assert!(!item.contains_key(attr::DEAD_LETTER_REASON));
+        assert_eq!(
+            item[attr::TTL].as_n().unwrap(),
+            &(now.timestamp() + 7 * 86_400).to_string()
+        );
+    }
+
+    #[test]
+    fn an_image_without_its_creation_time_or_id_cannot_go_back() {
+        let shards = ShardCount::new(16).unwrap();
+        let old = image(&[(attr::PK, "USER#u1"), (attr::SK, "OUTBOX#e1")]);
+        assert!(pending_image(old, shards, Duration::from_secs(60), Utc::now()).is_none());
+    }
+}
