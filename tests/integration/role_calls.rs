@@ -135,21 +135,36 @@ async fn each_job_calls_only_what_its_role_grants() {
         .into_iter()
         .find(|item| item.event_id == event_ids[0])
         .expect("the first order's event");
-    relay_runtime::DynamoHoldStore::new(
+    let holds = relay_runtime::DynamoHoldStore::new(
         env.dynamodb.clone(),
         &env.table_name,
         Duration::from_secs(7 * 24 * 3600),
-    )
-    .hold(
-        first.ordering_key(),
-        &[relay_runtime::LeftEvent {
-            key: first.key(),
-            partition: first.gsi1pk.clone().expect("pending"),
-            sort_key: first.gsi1sk.clone().expect("pending"),
-        }],
-    )
-    .await
-    .unwrap();
+    );
+    holds
+        .hold(
+            first.ordering_key(),
+            &[relay_runtime::LeftEvent {
+                key: first.key(),
+                partition: first.gsi1pk.clone().expect("pending"),
+                sort_key: first.gsi1sk.clone().expect("pending"),
+            }],
+        )
+        .await
+        .unwrap();
+    // And a hold whose last event another relay published before the poller ran: the poller reads
+    // that event from the table before it releases the hold
+    let published_elsewhere = relay_runtime::LeftEvent {
+        key: outbox_shared::ItemKey {
+            pk: "USER#elsewhere".into(),
+            sk: "OUTBOX#elsewhere".into(),
+        },
+        partition: first.gsi1pk.clone().expect("pending"),
+        sort_key: outbox_shared::schema::pending_sort_key("2026-01-01T00:00:00.000Z", "elsewhere"),
+    };
+    holds
+        .hold("order-elsewhere", &[published_elsewhere])
+        .await
+        .unwrap();
 
     // When the stream relay relays them in hold mode, as the template runs it
     let stream = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 1).await;
@@ -233,15 +248,15 @@ async fn each_job_calls_only_what_its_role_grants() {
         called_without_permission(&service, &service_calls, &[]),
         Vec::<String>::new()
     );
-    // And each of its reads of the table is one its role allows: the index, and the events a hold
-    // recorded, their keys and GSI1PK only
+    // And each of its reads of the table is one its role allows: the index, and the last event a
+    // hold recorded, its keys and GSI1PK only
     let (refused, reads) = reads_not_granted(&service, &service_calls, &env.table_name);
     assert_eq!(refused, Vec::<Read>::new(), "relay-poller run's reads");
     assert!(
         service.reads().iter().any(|r| r.operation == "BatchGetItem"
             && r.table == env.table_name
             && r.select == "SPECIFIC_ATTRIBUTES"),
-        "the poller read no event recorded on a hold ({reads} reads)"
+        "the poller read no last event of a hold ({reads} reads)"
     );
     assert_called(
         &service,

@@ -27,6 +27,13 @@
 //! - `DynamoDB_20120810.UpdateItem` (the poller's TTL refresh, conditioned on the item being
 //!   pending): applied, the item left pending, when it is pending; otherwise it fails with
 //!   `ConditionalCheckFailedException` as the real condition would.
+//! - The aggregate holds ([`holds`]): `UpdateItem`s, `DeleteItem`s and reads by key of hold items
+//!   (`HOLD#…`), with their conditions, and `Query`s of the hold partitions; a `BatchGetItem` of
+//!   outbox events answers each with its `GSI1PK` while it is pending.
+//! - An outage ([`LatencyModel::fail_put_events`]): every `PutEvents` call, on either bus, answered
+//!   HTTP 500 (`InternalFailure`, `InternalException`), as a bus that is down answers.
+//! - What a consumer would see ([`LatencyModel::track_order`]): each accepted entry's aggregate
+//!   and sequence, read from its envelope, counted as delivered, a duplicate, or out of order.
 //! - `DynamoDB_20120810.PutItem` / `TransactWriteItems` / `SQS SendMessage`-style calls: accepted.
 //!
 //! Calls are counted per operation ([`LatencyModel::calls`]).
@@ -51,6 +58,8 @@ use aws_smithy_types::body::SdkBody;
 use outbox_shared::OutboxItem;
 use outbox_shared::schema::{self, attr};
 use serde_json::{Value, json};
+
+mod holds;
 
 /// Pending items of one shard, by `GSI1SK`.
 type Shard = BTreeMap<String, Pending>;
@@ -85,6 +94,74 @@ struct State {
     leaving: std::collections::VecDeque<(tokio::time::Instant, String, String)>,
     /// `EventId`s handed out.
     event_ids: u64,
+    /// The aggregate holds.
+    holds: holds::Holds,
+    /// The bus is down: every `PutEvents` call fails.
+    put_events_down: bool,
+    /// What a consumer sees, when tracked.
+    order: Option<OrderTracker>,
+}
+
+/// Per aggregate, the sequences accepted so far: what a FIFO consumer would receive.
+#[derive(Debug, Default)]
+struct OrderTracker {
+    seen: HashMap<String, (u64, std::collections::HashSet<u64>)>,
+    report: OrderReport,
+}
+
+/// What a consumer received, per aggregate: events, repeats of an event already received, and
+/// events received after a later one of their aggregate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OrderReport {
+    pub delivered: u64,
+    pub duplicates: u64,
+    pub out_of_order: u64,
+}
+
+impl OrderTracker {
+    /// Records an accepted entry whose `Detail` is `detail`.
+    fn accept(&mut self, detail: &str) {
+        #[derive(serde::Deserialize)]
+        struct Envelope {
+            metadata: Metadata,
+        }
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Metadata {
+            aggregate_id: Option<String>,
+            sequence: Option<u64>,
+        }
+        let Ok(Envelope { metadata }) = serde_json::from_str::<Envelope>(detail) else {
+            return;
+        };
+        let (Some(aggregate), Some(sequence)) = (metadata.aggregate_id, metadata.sequence) else {
+            return;
+        };
+        let (latest, seen) = self.seen.entry(aggregate).or_default();
+        if !seen.insert(sequence) {
+            self.report.duplicates += 1;
+            return;
+        }
+        self.report.delivered += 1;
+        if sequence < *latest {
+            self.report.out_of_order += 1;
+        }
+        *latest = (*latest).max(sequence);
+    }
+}
+
+/// What the aggregate holds on the model came to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HoldReport {
+    /// Holds now.
+    pub holds: usize,
+    /// The largest hold item written, bytes as DynamoDB counts them.
+    pub largest_item: usize,
+    /// Hold items the poller's `Query`s returned.
+    pub items_read: u64,
+    /// Event keys read by key (`BatchGetItem`) to tell whether a hold's last event is pending.
+    pub event_keys_read: u64,
+    pub released: u64,
 }
 
 /// EventBridge's `PutEvents` quota as a token bucket: `per_second` tokens a second, at most one
@@ -246,6 +323,41 @@ impl LatencyModel {
         });
     }
 
+    /// While `down`, every `PutEvents` call (either bus) fails with HTTP 500, as a bus in an
+    /// outage answers; nothing is published.
+    pub fn fail_put_events(&self, down: bool) {
+        self.state.lock().expect("model state").put_events_down = down;
+    }
+
+    /// Reads each accepted entry's aggregate and sequence from its envelope from now on, as a
+    /// consumer receiving them in order would ([`Self::order_report`]).
+    pub fn track_order(&self) {
+        self.state.lock().expect("model state").order = Some(OrderTracker::default());
+    }
+
+    /// What a consumer received since [`Self::track_order`].
+    pub fn order_report(&self) -> OrderReport {
+        self.state
+            .lock()
+            .expect("model state")
+            .order
+            .as_ref()
+            .map(|o| o.report)
+            .unwrap_or_default()
+    }
+
+    /// The aggregate holds now, and what was written and read of them.
+    pub fn hold_report(&self) -> HoldReport {
+        let state = self.state.lock().expect("model state");
+        HoldReport {
+            holds: state.holds.count(),
+            largest_item: state.holds.largest_item,
+            items_read: state.holds.items_read,
+            event_keys_read: state.holds.event_keys_read,
+            released: state.holds.released,
+        }
+    }
+
     /// `PutEvents` entries received so far, and how many of them were throttled.
     pub fn put_events_entries(&self) -> (u64, u64) {
         let state = self.state.lock().expect("model state");
@@ -295,6 +407,17 @@ impl LatencyModel {
         }
     }
 
+    /// Items still pending whose sort key (`GSI1SK`) is below `sort_key`: what was written before
+    /// a time ([`schema::pending_sort_key`] of it) and is not published yet.
+    pub fn pending_before(&self, sort_key: &str) -> usize {
+        let state = self.state.lock().expect("model state");
+        state
+            .keys
+            .values()
+            .filter(|(_, gsi1sk)| gsi1sk.as_str() < sort_key)
+            .count()
+    }
+
     /// Items still pending in the modelled index.
     pub fn pending(&self) -> usize {
         self.state.lock().expect("model state").keys.len()
@@ -327,6 +450,11 @@ impl LatencyModel {
                 );
                 let mut state = self.state.lock().expect("model state");
                 let calls = state.count(operation);
+                if holds::Holds::is_hold(&key.0) {
+                    let request: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+                    let (status, body) = state.holds.update(&key.0, &request);
+                    return (status, body, calls, Duration::ZERO);
+                }
                 if state.keys.contains_key(&key) {
                     (200, "{}".to_owned(), calls, Duration::ZERO)
                 } else {
@@ -373,14 +501,38 @@ impl LatencyModel {
                 )
             }
             "PutEvents" => {
-                let n = serde_json::from_slice::<EntriesOnly>(body).map_or(0, |r| r.entries.len());
                 let mut state = self.state.lock().expect("model state");
                 let calls = state.count(operation);
+                if state.put_events_down {
+                    return (
+                        500,
+                        r#"{"__type":"InternalFailure","message":"the bus is down (latency model outage)"}"#
+                            .to_owned(),
+                        calls,
+                        Duration::ZERO,
+                    );
+                }
+                let details: Vec<String> = if state.order.is_some() {
+                    serde_json::from_slice::<Value>(body)
+                        .ok()
+                        .and_then(|r| r["Entries"].as_array().cloned())
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|e| e["Detail"].as_str().unwrap_or_default().to_owned())
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let n = serde_json::from_slice::<EntriesOnly>(body).map_or(0, |r| r.entries.len());
                 state.entries += n as u64;
                 let mut failed = 0;
                 let mut entries = Vec::with_capacity(n);
-                for _ in 0..n {
+                for i in 0..n {
                     if state.quota.as_mut().is_none_or(Quota::take) {
+                        if let (Some(order), Some(detail)) = (state.order.as_mut(), details.get(i))
+                        {
+                            order.accept(detail);
+                        }
                         state.event_ids += 1;
                         entries.push(format!(r#"{{"EventId":"model-{}"}}"#, state.event_ids));
                     } else {
@@ -404,10 +556,19 @@ impl LatencyModel {
                 let mut state = self.state.lock().expect("model state");
                 let calls = state.count(operation);
                 let body = match operation {
-                    "Query" => {
-                        state.catch_up_index();
-                        query(&state, &request)
+                    "Query" => match hold_partition(&request) {
+                        Some(partition) => state.holds.query(&partition, &request),
+                        None => {
+                            state.catch_up_index();
+                            query(&state, &request)
+                        }
+                    },
+                    "DeleteItem" => {
+                        let pk = request["Key"][attr::PK]["S"].as_str().unwrap_or_default();
+                        let (status, body) = state.holds.delete(pk, &request);
+                        return (status, body, calls, Duration::ZERO);
                     }
+                    "BatchGetItem" => state.batch_get(&request),
                     "SendMessage" => {
                         json!({"MessageId": uuid::Uuid::now_v7().to_string()}).to_string()
                     }
@@ -532,6 +693,43 @@ impl State {
     }
 }
 
+/// The hold partition a `Query` reads, if it reads one.
+fn hold_partition(request: &Value) -> Option<String> {
+    request["ExpressionAttributeValues"]
+        .as_object()?
+        .values()
+        .filter_map(|v| v["S"].as_str())
+        .find(|v| schema::is_hold_partition(v))
+        .map(str::to_owned)
+}
+
+impl State {
+    /// A `BatchGetItem`: the holds asked for that exist, and the outbox events asked for (their
+    /// `GSI1PK` while pending).
+    fn batch_get(&mut self, request: &Value) -> String {
+        let mut responses = serde_json::Map::new();
+        for (table, asked) in request["RequestItems"].as_object().into_iter().flatten() {
+            let mut items = Vec::new();
+            for key in asked["Keys"].as_array().into_iter().flatten() {
+                let pk = key[attr::PK]["S"].as_str().unwrap_or_default();
+                let sk = key[attr::SK]["S"].as_str().unwrap_or_default();
+                if holds::Holds::is_hold(pk) {
+                    items.extend(self.holds.get(pk));
+                    continue;
+                }
+                self.holds.event_keys_read += 1;
+                let mut item = json!({attr::PK: {"S": pk}, attr::SK: {"S": sk}});
+                if let Some((gsi1pk, _)) = self.keys.get(&(pk.to_owned(), sk.to_owned())) {
+                    item[attr::GSI1PK] = json!({"S": gsi1pk});
+                }
+                items.push(item);
+            }
+            responses.insert(table.clone(), Value::Array(items));
+        }
+        json!({"Responses": responses, "UnprocessedKeys": {}}).to_string()
+    }
+}
+
 /// The answer to a `Query` of the pending index, as the body's text.
 fn query(state: &State, request: &Value) -> String {
     let values: Vec<&str> = request["ExpressionAttributeValues"]
@@ -651,6 +849,13 @@ impl LatencyModel {
     /// The Custom Event Bus's `PutEvents`: every entry published, after the delay (and the wait
     /// for a bus of fixed capacity).
     fn custom_put_events(&self, body: &[u8]) -> HttpConnectorFuture {
+        {
+            let state = self.state.lock().expect("model state");
+            if state.put_events_down || state.order.is_some() || state.quota.is_some() {
+                drop(state);
+                return self.custom_put_events_modelled(body);
+            }
+        }
         // Read and written through serde, skipping what it does not need, as the JSON calls are:
         // the model's own CPU is counted in every benchmark that uses it.
         let n = ciborium::from_reader::<EntriesOnly, _>(body).map_or(0, |r| r.entries.len());
@@ -697,6 +902,84 @@ impl LatencyModel {
     }
 }
 
+impl LatencyModel {
+    /// The Custom Event Bus's `PutEvents` under an outage ([`Self::fail_put_events`]: HTTP 500
+    /// `InternalException`), a quota (entries beyond it refused `ThrottlingException`, as the
+    /// classic bus's), or with what a consumer sees tracked ([`Self::track_order`]).
+    fn custom_put_events_modelled(&self, body: &[u8]) -> HttpConnectorFuture {
+        let request = crate::cbor::decode(body);
+        let details: Vec<String> = request
+            .as_ref()
+            .and_then(crate::cbor::entries)
+            .map(|entries| {
+                entries
+                    .iter()
+                    .map(|e| {
+                        crate::cbor::member(e, "Detail")
+                            .and_then(crate::cbor::text)
+                            .unwrap_or_default()
+                            .to_owned()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (status, answer, calls, queued) = {
+            let mut state = self.state.lock().expect("model state");
+            let calls = state.count("PutEvents");
+            if state.put_events_down {
+                let error = crate::cbor::error(
+                    "InternalException",
+                    "the bus is down (latency model outage)",
+                );
+                (500, error, calls, Duration::ZERO)
+            } else {
+                state.entries += details.len() as u64;
+                let mut results = Vec::with_capacity(details.len());
+                for detail in &details {
+                    if state.quota.as_mut().is_none_or(Quota::take) {
+                        if let Some(order) = state.order.as_mut() {
+                            order.accept(detail);
+                        }
+                        state.event_ids += 1;
+                        let id = state.event_ids;
+                        results.push(crate::cbor::published(&format!("model-{id}"), id));
+                    } else {
+                        state.throttled += 1;
+                        results.push(crate::cbor::entry_error(
+                            "ThrottlingException",
+                            "Rate exceeded.",
+                        ));
+                    }
+                }
+                let queued = state
+                    .server
+                    .as_mut()
+                    .map_or(Duration::ZERO, |s| s.queue(details.len()));
+                (200, crate::cbor::put_events_answer(results), calls, queued)
+            }
+        };
+        let delay = match &*self.slowdown.lock().expect("model slowdown") {
+            Some(slow) if slow.operation == "PutEvents" && calls > slow.after_calls => slow.delay,
+            _ => self.delay,
+        } + queued;
+        let clock = self.clock;
+        HttpConnectorFuture::new(async move {
+            wait(clock, delay).await;
+            let mut response = HttpResponse::new(
+                StatusCode::try_from(status).expect("valid status"),
+                SdkBody::from(answer),
+            );
+            response
+                .headers_mut()
+                .insert("content-type", crate::cbor::CONTENT_TYPE);
+            response
+                .headers_mut()
+                .insert(crate::cbor::PROTOCOL_HEADER, crate::cbor::PROTOCOL);
+            Ok(response)
+        })
+    }
+}
+
 /// Waits `delay` on `clock`.
 async fn wait(clock: Clock, delay: Duration) {
     match clock {
@@ -718,343 +1001,4 @@ impl HttpClient for LatencyModel {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use aws_sdk_dynamodb::types::AttributeValue;
-    use outbox_shared::{NewOutboxEvent, OutboxConfig};
-    use std::time::Instant;
-
-    /// `n` pending items of one aggregate (they share a shard).
-    fn items(n: usize) -> Vec<OutboxItem> {
-        items_of(n, |_| "same-aggregate".to_owned())
-    }
-
-    fn items_of(n: usize, aggregate_id: impl Fn(usize) -> String) -> Vec<OutboxItem> {
-        let config = OutboxConfig::new("t");
-        (0..n)
-            .map(|i| {
-                let event = NewOutboxEvent {
-                    partition_key: schema::user_pk(&i.to_string()),
-                    event_type: "OrderCreated".into(),
-                    aggregate_type: "Order".into(),
-                    aggregate_id: aggregate_id(i),
-                    sequence: Some(i as u64),
-                    payload: json!({"i": i}),
-                    trace_header: None,
-                };
-                OutboxItem::pending(event, &config, chrono::Utc::now()).unwrap()
-            })
-            .collect()
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_lagging_index_serves_a_marked_item_for_the_lag_while_the_table_has_it_marked() {
-        // Given a model whose index lags the table by 2 s, and 3 pending items
-        let model = LatencyModel::new(Duration::from_millis(10));
-        model.lag_index(Duration::from_secs(2));
-        let seeded = items(3);
-        model.seed_pending(&seeded);
-        let client = aws_sdk_dynamodb::Client::new(&model.sdk_config());
-        let shard = seeded[0].gsi1pk.clone().unwrap();
-        let query = || {
-            client
-                .query()
-                .table_name("t")
-                .index_name(schema::DEFAULT_INDEX_NAME)
-                .key_condition_expression(format!("{} = :p", attr::GSI1PK))
-                .expression_attribute_values(":p", AttributeValue::S(shard.clone()))
-                .send()
-        };
-        let store = relay_runtime::DynamoStatusStore::new(
-            client.clone(),
-            "t",
-            relay_runtime::TtlPolicy::default(),
-        );
-        use relay_runtime::StatusStore;
-
-        // When the first is marked
-        let key = seeded[0].key();
-        assert_eq!(
-            store
-                .mark_published(std::slice::from_ref(&key))
-                .await
-                .remove(0)
-                .unwrap(),
-            relay_runtime::MarkOutcome::Marked
-        );
-
-        // Then the table has it marked at once (a second mark finds it already marked)...
-        assert_eq!(
-            store
-                .mark_published(std::slice::from_ref(&key))
-                .await
-                .remove(0)
-                .unwrap(),
-            relay_runtime::MarkOutcome::AlreadyMarked
-        );
-        assert_eq!(model.pending(), 2);
-        // ...while the index still serves it, until the lag is over
-        assert_eq!(query().await.unwrap().items().len(), 3);
-        tokio::time::sleep(Duration::from_millis(1900)).await;
-        assert_eq!(query().await.unwrap().items().len(), 3);
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        assert_eq!(query().await.unwrap().items().len(), 2);
-    }
-
-    #[tokio::test]
-    async fn answers_after_the_delay_and_models_the_pending_index() {
-        let model = LatencyModel::new(Duration::from_millis(10));
-        let seeded = items(5);
-        model.seed_pending(&seeded);
-        let client = aws_sdk_dynamodb::Client::new(&model.sdk_config());
-        let shard = seeded[0].gsi1pk.clone().unwrap();
-
-        let started = Instant::now();
-        let page = client
-            .query()
-            .table_name("t")
-            .index_name(schema::DEFAULT_INDEX_NAME)
-            .key_condition_expression(format!("{} = :p", attr::GSI1PK))
-            .expression_attribute_values(":p", AttributeValue::S(shard.clone()))
-            .limit(3)
-            .send()
-            .await
-            .unwrap();
-        assert!(started.elapsed() >= Duration::from_millis(10));
-        assert_eq!(page.items().len(), 3);
-        let decoded: Vec<OutboxItem> = serde_dynamo::from_items(page.items().to_vec()).unwrap();
-        assert_eq!(decoded, seeded[..3]);
-        let next = client
-            .query()
-            .table_name("t")
-            .index_name(schema::DEFAULT_INDEX_NAME)
-            .key_condition_expression(format!("{} = :p", attr::GSI1PK))
-            .expression_attribute_values(":p", AttributeValue::S(shard))
-            .set_exclusive_start_key(page.last_evaluated_key().cloned())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(next.items().len(), 2);
-        assert!(next.last_evaluated_key().is_none());
-
-        let store = relay_runtime::DynamoStatusStore::new(
-            client.clone(),
-            "t",
-            relay_runtime::TtlPolicy::default(),
-        );
-        use relay_runtime::StatusStore;
-        let key = seeded[0].key();
-        assert_eq!(
-            store
-                .mark_published(std::slice::from_ref(&key))
-                .await
-                .remove(0)
-                .unwrap(),
-            relay_runtime::MarkOutcome::Marked
-        );
-        assert_eq!(
-            store
-                .mark_published(std::slice::from_ref(&key))
-                .await
-                .remove(0)
-                .unwrap(),
-            relay_runtime::MarkOutcome::AlreadyMarked
-        );
-        assert_eq!(model.pending(), 4);
-        assert_eq!(model.calls()["Query"], 2);
-        assert_eq!(model.calls()["BatchExecuteStatement"], 2);
-
-        // A TTL refresh applies to a pending item, which stays pending, and not to a marked one
-        use relay_poller::PendingTtl;
-        let ttl = relay_poller::DynamoPendingTtl::new(client.clone(), "t", Duration::from_secs(60));
-        assert_eq!(
-            ttl.extend_ttl(&seeded[1].key()).await.unwrap(),
-            relay_poller::TtlOutcome::Extended
-        );
-        assert_eq!(
-            ttl.extend_ttl(&key).await.unwrap(),
-            relay_poller::TtlOutcome::NotPending
-        );
-        assert_eq!(model.pending(), 4);
-        assert_eq!(model.calls()["UpdateItem"], 2);
-
-        // A batch marks the pending ones and finds the one already marked done, in one call
-        let keys: Vec<_> = seeded.iter().map(OutboxItem::key).collect();
-        assert_eq!(
-            store
-                .mark_published(&keys)
-                .await
-                .into_iter()
-                .map(Result::unwrap)
-                .collect::<Vec<_>>(),
-            [
-                relay_runtime::MarkOutcome::AlreadyMarked,
-                relay_runtime::MarkOutcome::Marked,
-                relay_runtime::MarkOutcome::Marked,
-                relay_runtime::MarkOutcome::Marked,
-                relay_runtime::MarkOutcome::Marked,
-            ]
-        );
-        assert_eq!(model.pending(), 0);
-        assert_eq!(model.calls()["BatchExecuteStatement"], 3);
-    }
-
-    #[tokio::test]
-    async fn a_batch_of_more_than_25_statements_or_naming_an_item_twice_is_refused_whole() {
-        // Given 26 pending items
-        let model = LatencyModel::new(Duration::from_millis(1));
-        let seeded = items(26);
-        model.seed_pending(&seeded);
-        let client = aws_sdk_dynamodb::Client::new(&model.sdk_config());
-        let mark = |item: &OutboxItem| {
-            aws_sdk_dynamodb::types::BatchStatementRequest::builder()
-                .statement(r#"UPDATE "t" SET "Status" = ? WHERE "PK" = ? AND "SK" = ?"#)
-                .parameters(AttributeValue::S("PUBLISHED".into()))
-                .parameters(AttributeValue::S(item.pk.clone()))
-                .parameters(AttributeValue::S(item.sk.clone()))
-                .build()
-                .unwrap()
-        };
-        let too_many: Vec<_> = seeded.iter().map(mark).collect();
-        let repeated = vec![mark(&seeded[0]), mark(&seeded[1]), mark(&seeded[0])];
-
-        for statements in [too_many, repeated] {
-            // When one call marks them
-            let err = client
-                .batch_execute_statement()
-                .set_statements(Some(statements))
-                .send()
-                .await
-                .unwrap_err();
-
-            // Then DynamoDB's ValidationException answers for the whole call, and nothing moved
-            let err = err.into_service_error();
-            assert_eq!(
-                aws_sdk_dynamodb::error::ProvideErrorMetadata::code(&err),
-                Some("ValidationException"),
-                "{err:?}"
-            );
-            assert_eq!(model.pending(), 26);
-        }
-    }
-
-    #[tokio::test]
-    async fn on_the_exact_clock_a_call_still_answers_no_sooner_than_the_delay() {
-        let model = LatencyModel::new(Duration::from_millis(10)).with_clock(Clock::Exact);
-        let client = aws_sdk_sqs::Client::new(&model.sdk_config());
-        for _ in 0..5 {
-            let started = Instant::now();
-            client
-                .send_message()
-                .queue_url("http://latency-model.invalid/q")
-                .message_body("m")
-                .send()
-                .await
-                .unwrap();
-            assert!(started.elapsed() >= Duration::from_millis(10));
-        }
-        assert_eq!(model.calls()["SendMessage"], 5);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_bus_of_fixed_capacity_answers_each_call_after_the_calls_queued_ahead() {
-        // Given a bus that serves 100 entries/s, one call at a time, with 10 ms of network
-        let model = LatencyModel::new(Duration::from_millis(10));
-        model.serve_put_events(100);
-        let client = aws_sdk_eventbridge::Client::new(&model.sdk_config());
-        let call = |entries: usize| {
-            let client = client.clone();
-            async move {
-                let started = tokio::time::Instant::now();
-                client
-                    .put_events()
-                    .set_entries(Some(
-                        (0..entries)
-                            .map(|_| {
-                                aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
-                                    .detail("{}")
-                                    .build()
-                            })
-                            .collect(),
-                    ))
-                    .send()
-                    .await
-                    .unwrap();
-                started.elapsed()
-            }
-        };
-
-        // When three calls of 10 entries arrive at once
-        let latencies = futures::future::join_all([call(10), call(10), call(10)]).await;
-
-        // Then each waits for the ones ahead of it: 100, 200 and 300 ms of service, plus the
-        // network (tokio's timer rounds up to the millisecond)
-        let millis: Vec<u128> = latencies.iter().map(Duration::as_millis).collect();
-        assert_eq!(millis, [110, 210, 310]);
-        // And a call after the queue has drained waits only for itself
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(call(5).await.as_millis(), 60);
-        assert_eq!(model.put_events_entries(), (35, 0));
-    }
-
-    #[tokio::test]
-    async fn put_events_accepts_every_entry() {
-        let model = LatencyModel::new(Duration::from_millis(1));
-        let publisher = relay_runtime::EventBridgePublisher::new(
-            aws_sdk_eventbridge::Client::new(&model.sdk_config()),
-            relay_runtime::PublisherConfig::new("bus", "src"),
-        )
-        .unwrap();
-        // One event per aggregate: the publisher puts at most one event of an aggregate in a call.
-        let events: Vec<_> = items_of(25, |i| format!("aggregate-{i}"))
-            .iter()
-            .map(|i| outbox_shared::OutboundEvent::from_item(i).unwrap())
-            .collect();
-        use relay_runtime::Publisher;
-        let outcomes = publisher
-            .publish(&events, relay_runtime::Deadline::NONE)
-            .await;
-        assert!(
-            outcomes
-                .iter()
-                .all(relay_runtime::PublishOutcome::is_published)
-        );
-        assert_eq!(model.calls()["PutEvents"], 3);
-        assert_eq!(publisher.stats().put_events_calls, 3);
-    }
-
-    #[tokio::test]
-    async fn the_custom_bus_put_events_publishes_every_entry_in_cbor() {
-        // Given the model as a Custom Event Bus
-        let model = LatencyModel::new(Duration::from_millis(1));
-        let publisher = relay_runtime::CustomBusPublisher::new(
-            aws_sdk_eventbridgev2::Client::new(&model.sdk_config()),
-            relay_runtime::PublisherConfig::of_kind(
-                relay_runtime::BusKind::Custom,
-                "arn:aws:events:us-east-1:123456789012:event-busv2/bus/abcdefghij0123456789klmno",
-                "src",
-            ),
-        )
-        .unwrap();
-        let events: Vec<_> = items_of(250, |i| format!("aggregate-{i}"))
-            .iter()
-            .map(|i| outbox_shared::OutboundEvent::from_item(i).unwrap())
-            .collect();
-
-        // When 250 events of as many aggregates are published
-        use relay_runtime::Publisher;
-        let outcomes = publisher
-            .publish(&events, relay_runtime::Deadline::NONE)
-            .await;
-
-        // Then every one is published, in three calls of up to 100 entries, as the SDK read them
-        assert!(
-            outcomes
-                .iter()
-                .all(relay_runtime::PublishOutcome::is_published)
-        );
-        assert_eq!(model.calls()["PutEvents"], 3);
-        assert_eq!(model.put_events_entries(), (250, 0));
-        assert_eq!(publisher.stats().put_events_calls, 3);
-    }
-}
+mod tests;
