@@ -135,8 +135,15 @@ struct Outcome {
     events: usize,
     left_to_hold: u64,
     holds_at_recovery: usize,
-    recovery_seconds: f64,
+    /// Events pending at the recovery that were past the grace period (what the poller could
+    /// publish at once).
+    backlog_at_recovery: usize,
+    /// From the recovery until that backlog was published.
+    drain_seconds: f64,
+    /// Entries the bus accepted a second in that time (both relays).
     events_per_second: f64,
+    /// From the recovery until nothing written before it was pending and no hold was left.
+    recovery_seconds: f64,
     largest_item: usize,
     hold_items_read_per_release: f64,
     event_reads_per_release: f64,
@@ -189,12 +196,17 @@ async fn run(kind: BusKind, outage_seconds: usize) -> Outcome {
     let start = Instant::now();
     let virtual_now = move || t0 + chrono::Duration::from_std(start.elapsed()).expect("a duration");
     let recovery = start + Duration::from_secs(u64::try_from(outage_seconds).expect("seconds"));
-    let recovered_sort_key = schema::pending_sort_key(
-        &outbox_shared::time::format_timestamp(
-            t0 + chrono::Duration::seconds(i64::try_from(outage_seconds).expect("seconds")),
-        ),
-        "",
-    );
+    let sort_key_at = |second: i64| {
+        schema::pending_sort_key(
+            &outbox_shared::time::format_timestamp(t0 + chrono::Duration::seconds(second)),
+            "",
+        )
+    };
+    let outage_end = i64::try_from(outage_seconds).expect("seconds");
+    // What was written before the recovery, and what was past the grace period then.
+    let recovered_sort_key = sort_key_at(outage_end);
+    let eligible_sort_key =
+        sort_key_at(outage_end - i64::try_from(grace.as_secs()).expect("seconds"));
 
     // The writers and the stream: each second's events written, then handed to the stream relay
     // as one batch (it falls behind when a batch takes longer than a second, as a stream does).
@@ -241,31 +253,43 @@ async fn run(kind: BusKind, outage_seconds: usize) -> Outcome {
     };
     let outage = {
         let model = model.clone();
+        let eligible_sort_key = eligible_sort_key.clone();
         async move {
             tokio::time::sleep_until(recovery).await;
             let holds = model.hold_report().holds;
-            let published = model.order_report().delivered;
+            let backlog = model.pending_before(&eligible_sort_key);
+            let (entries, throttled) = model.put_events_entries();
             model.fail_put_events(false);
-            (holds, published)
+            (holds, backlog, entries - throttled)
         }
     };
     // The poller's loop, as `run`'s, its cutoff on the virtual clock; it ends once, after the
     // recovery, nothing written before it is pending and no hold is left.
     let polling = {
         let (model, done, poller, shards) = (model.clone(), done.clone(), &poller, &shards);
-        let recovered_sort_key = recovered_sort_key.clone();
+        let (recovered_sort_key, eligible_sort_key) =
+            (recovered_sort_key.clone(), eligible_sort_key.clone());
         async move {
             let cancel = CancellationToken::new();
             let mut pause = Duration::from_millis(100);
+            let mut drained = None;
             loop {
                 let cutoff = virtual_now() - chrono::Duration::from_std(grace).expect("grace");
                 let stats = poller.pass(shards, cutoff, &cancel).await;
-                if Instant::now() >= recovery
+                let now = Instant::now();
+                if now >= recovery
+                    && drained.is_none()
+                    && model.pending_before(&eligible_sort_key) == 0
+                {
+                    let (entries, throttled) = model.put_events_entries();
+                    drained = Some((now, entries - throttled));
+                }
+                if now >= recovery
                     && model.pending_before(&recovered_sort_key) == 0
                     && model.hold_report().holds == 0
                 {
                     done.cancel();
-                    return Instant::now();
+                    return (now, drained.expect("drained before recovered"));
                 }
                 if stats.outcome() == relay_poller::poller::PassOutcome::Progress {
                     pause = Duration::from_millis(100);
@@ -276,20 +300,25 @@ async fn run(kind: BusKind, outage_seconds: usize) -> Outcome {
             }
         }
     };
-    let (written, left_to_hold, (holds_at_recovery, published_by_recovery), ended) =
-        tokio::join!(writer, stream_relay, outage, polling);
+    let (
+        written,
+        left_to_hold,
+        (holds_at_recovery, backlog_at_recovery, accepted_at_recovery),
+        (ended, (drained, accepted_when_drained)),
+    ) = tokio::join!(writer, stream_relay, outage, polling);
 
-    let recovery_seconds = (ended - recovery).as_secs_f64();
+    let drain_seconds = (drained - recovery).as_secs_f64();
     let order = model.order_report();
     let holds = model.hold_report();
-    let published_in_recovery = order.delivered - published_by_recovery;
     #[allow(clippy::cast_precision_loss)] // counts far below 2^52
     Outcome {
         events: written,
         left_to_hold,
         holds_at_recovery,
-        recovery_seconds,
-        events_per_second: published_in_recovery as f64 / recovery_seconds,
+        backlog_at_recovery,
+        drain_seconds,
+        events_per_second: (accepted_when_drained - accepted_at_recovery) as f64 / drain_seconds,
+        recovery_seconds: (ended - recovery).as_secs_f64(),
         largest_item: holds.largest_item,
         hold_items_read_per_release: holds.items_read as f64 / holds.released.max(1) as f64,
         event_reads_per_release: holds.event_keys_read as f64 / holds.released.max(1) as f64,
@@ -319,17 +348,20 @@ fn main() {
         let outcome = runtime.block_on(run(kind, minutes * 60));
         println!(
             "outage of {minutes} min at {ORDERS_PER_SECOND} orders/s, {kind} bus, quota {QUOTA} entries/s (virtual time; {:.0} s of CPU): \
-             {} events written, {} left to holds, {} holds at recovery; \
-             recovery {:.1} s, {:.0} events/s ({:.0} % of the quota); \
+             {} events written, {} left to holds, {} holds and {} events past the grace period pending at recovery; \
+             those published in {:.1} s, {:.0} events/s accepted ({:.0} % of the quota); \
+             nothing written before the recovery pending and no hold after {:.1} s; \
              largest item written {} bytes; per released hold ({}): {:.2} hold items read, {:.2} event reads; \
              consumer: {} delivered, {} duplicates, {} out of order",
             cpu.elapsed().as_secs_f64(),
             outcome.events,
             outcome.left_to_hold,
             outcome.holds_at_recovery,
-            outcome.recovery_seconds,
+            outcome.backlog_at_recovery,
+            outcome.drain_seconds,
             outcome.events_per_second,
             outcome.events_per_second * 100.0 / f64::from(QUOTA),
+            outcome.recovery_seconds,
             outcome.largest_item,
             outcome.released,
             outcome.hold_items_read_per_release,

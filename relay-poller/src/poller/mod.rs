@@ -219,6 +219,7 @@ where
                                 partition,
                                 None::<(&StaticShards, u16)>,
                                 before,
+                                true,
                                 &mut held_back,
                                 cancel,
                             )
@@ -240,6 +241,7 @@ where
                         &partition,
                         Some((assignment, shard)),
                         before,
+                        sweep,
                         &mut held_back,
                         cancel,
                     )

@@ -84,11 +84,17 @@ where
     /// `lease` is the assignment and shard of a shard's partition, which says whether each page
     /// may start, and until when it may publish (a lease can be lost or handed over mid-pass);
     /// `None` for the partitions the sweep found, whose pages always may.
+    ///
+    /// The holds are read after a page only when it moved something out of the index (or had
+    /// nothing in it): a page whose every event stayed pending (an outage) releases no hold, so
+    /// reading them would only cost. With `keep_holds`, the holds are read at the partition's end
+    /// anyway, so the `ttl` of those kept is pushed out even while nothing is published.
     pub(super) async fn poll<A: ShardAssignment>(
         &self,
         partition: &str,
         lease: Option<(&A, u16)>,
         before: &str,
+        keep_holds: bool,
         held_back: &mut HashMap<String, Behind>,
         cancel: &CancellationToken,
     ) -> PassStats {
@@ -143,9 +149,11 @@ where
                     .first()
                     .and_then(|item| string_attr(item, attr::CREATED_AT));
             }
-            self.relay_page(partition, items, deadline, held_back, &mut stats)
+            let progressed = self
+                .relay_page(partition, items, deadline, held_back, &mut stats)
                 .await;
-            if let Some(passed) = passed {
+            let last_page = page.next.is_none();
+            if let Some(passed) = passed.filter(|_| progressed || (last_page && keep_holds)) {
                 let released = stats.holds_released;
                 holds
                     .passed(&passed, held_back, &self.recently_marked, &mut stats)
@@ -186,7 +194,8 @@ where
     /// it expires soon, held back behind an earlier event of its aggregate not published in this
     /// pass, published (no publish starting after `deadline`) and settled; then what was not
     /// published holds its aggregate back for the rest of the pass, what left the index is
-    /// remembered for the index's lag, and the page's tally is recorded.
+    /// remembered for the index's lag, and the page's tally is recorded. Whether the page moved
+    /// anything out of the index (or had nothing in it).
     async fn relay_page(
         &self,
         partition: &str,
@@ -194,7 +203,7 @@ where
         deadline: Deadline,
         held_back: &mut HashMap<String, Behind>,
         stats: &mut PassStats,
-    ) {
+    ) -> bool {
         stats.taken += items.len() as u64;
         let mut events: Vec<Event<RawItem>> = items
             .into_iter()
@@ -230,6 +239,7 @@ where
                 .filter_map(|e| e.key.clone()),
         );
         self.totals.record(&events, stats);
+        events.is_empty() || events.iter().any(Event::left_the_index)
     }
 
     /// Relays `items` in the given order, a page at a time, holding back an aggregate after an

@@ -789,3 +789,33 @@ async fn a_hold_whose_last_event_is_younger_than_the_cutoff_stays() {
     assert!(table.holds.holds().contains_key("z"));
     assert!(table.hold_reads.lock().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn passes_that_publish_nothing_read_no_holds_until_a_sweep_is_due() {
+    // Given aggregate a held with its event pending, and the bus failing it (an outage)
+    let table = Table::default();
+    let raw = event("a", 1, 0);
+    let partition = raw[attr::GSI1PK].as_s().unwrap().clone();
+    table.insert(raw.clone());
+    table.holds.hold("a", &[left(&raw)]).await.unwrap();
+    table.failing_aggregates.lock().unwrap().insert("a".into());
+    let poller = poller(&table, 10);
+    poller
+        .pass(&all(), later(), &CancellationToken::new())
+        .await;
+    let read_by_the_sweeping_pass = table.hold_pages.lock().unwrap()[&partition];
+
+    // When two more passes, with no sweep due, publish nothing
+    for _ in 0..2 {
+        poller
+            .pass(&all(), later(), &CancellationToken::new())
+            .await;
+    }
+
+    // Then they read no hold: none could have been released
+    assert_eq!(
+        table.hold_pages.lock().unwrap()[&partition],
+        read_by_the_sweeping_pass
+    );
+    assert!(table.holds.holds().contains_key("a"));
+}
