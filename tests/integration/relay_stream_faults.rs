@@ -621,23 +621,10 @@ async fn with_hold_mode_a_failing_aggregate_goes_to_the_poller_and_the_stream_mo
 
     // When EventBridge recovers and the poller runs after its grace period
     faults.0.failing_first_events.lock().unwrap().clear();
-    let config = poller_config(&env);
-    let poller = relay_poller::app::aws_poller_with(
-        relay_poller::app::AwsClients {
-            dynamodb: env.dynamodb.clone(),
-            sqs: env.sqs.clone(),
-        },
-        fixtures::classic_publisher(faulty_eventbridge(&env, &faults), config.publisher.clone()),
-        &config,
-    );
-    let summary = poller
-        .drain(
-            &config.fixed_shards(),
-            Duration::ZERO,
-            3,
-            &relay_poller::CancellationToken::new(),
-        )
-        .await;
+    let summary = drain(&env, |config| {
+        fixtures::classic_publisher(faulty_eventbridge(&env, &faults), config.publisher.clone())
+    })
+    .await;
 
     // Then it publishes the held order's 4 events in order, none missing, and releases the hold
     assert!(summary.complete, "{summary:?}");
@@ -649,6 +636,31 @@ async fn with_hold_mode_a_failing_aggregate_goes_to_the_poller_and_the_stream_mo
         0,
         "no event and no hold is left"
     );
+}
+
+/// A drain of `env` (the settings of [`poller_config`], no grace period, 3 stalled passes at
+/// most) publishing through the publisher `publisher` builds for its configuration.
+async fn drain(
+    env: &TestEnv,
+    publisher: impl FnOnce(&relay_poller::RelayConfig) -> relay_runtime::BusPublisher,
+) -> relay_poller::poller::DrainSummary {
+    let config = poller_config(env);
+    let poller = relay_poller::app::aws_poller_with(
+        relay_poller::app::AwsClients {
+            dynamodb: env.dynamodb.clone(),
+            sqs: env.sqs.clone(),
+        },
+        publisher(&config),
+        &config,
+    );
+    poller
+        .drain(
+            &config.fixed_shards(),
+            Duration::ZERO,
+            3,
+            &relay_poller::CancellationToken::new(),
+        )
+        .await
 }
 
 /// The poller's settings against `env`, as `relay-poller drain` parses them.
@@ -1321,23 +1333,7 @@ async fn a_hold_of_the_earlier_layout_is_moved_beside_its_events_and_released_by
     env.put_raw_item(legacy).await;
 
     // When the poller drains
-    let config = poller_config(&env);
-    let poller = relay_poller::app::aws_poller_with(
-        relay_poller::app::AwsClients {
-            dynamodb: env.dynamodb.clone(),
-            sqs: env.sqs.clone(),
-        },
-        env.publisher(config.publisher.clone()),
-        &config,
-    );
-    let summary = poller
-        .drain(
-            &config.fixed_shards(),
-            Duration::ZERO,
-            3,
-            &relay_poller::CancellationToken::new(),
-        )
-        .await;
+    let summary = drain(&env, |config| env.publisher(config.publisher.clone())).await;
 
     // Then the event is published, and the hold moved beside it and released: nothing is left
     // in the index, the old partition included

@@ -60,6 +60,26 @@ pub fn set_entries(request: &mut Value, entries: Vec<Value>) {
     }
 }
 
+/// The `Detail` of each entry of a `PutEvents` request's body, in order (empty text for an entry
+/// without one; nothing when the body is not such a request).
+pub fn details(body: &[u8]) -> Vec<String> {
+    decode(body)
+        .as_ref()
+        .and_then(entries)
+        .map(|entries| {
+            entries
+                .iter()
+                .map(|e| {
+                    member(e, "Detail")
+                        .and_then(text)
+                        .unwrap_or_default()
+                        .to_owned()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// A map of text keys.
 pub fn map(members: Vec<(&str, Value)>) -> Value {
     Value::Map(

@@ -449,21 +449,7 @@ impl State {
                 counts.lost_replies += 1;
                 return Plan::LoseReply;
             }
-            let details: Vec<String> = crate::cbor::decode(body)
-                .as_ref()
-                .and_then(crate::cbor::entries)
-                .map(|entries| {
-                    entries
-                        .iter()
-                        .map(|e| {
-                            crate::cbor::member(e, "Detail")
-                                .and_then(crate::cbor::text)
-                                .unwrap_or_default()
-                                .to_owned()
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+            let details = crate::cbor::details(body);
             return self.fail_entries(&mut rng, counts, &details, "InternalException");
         }
         if target == PUT_EVENTS {

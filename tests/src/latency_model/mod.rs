@@ -826,20 +826,49 @@ impl HttpConnector for LatencyModel {
         let operation = target.rsplit('.').next().unwrap_or(&target);
         let (status, body, calls, queued) =
             self.answer(operation, request.body().bytes().unwrap_or_default());
+        self.reply(operation, calls, queued, status, body, Protocol::Json)
+    }
+}
+
+/// How an answer is written: the JSON protocols' or the Custom Event Bus's CBOR.
+#[derive(Debug, Clone, Copy)]
+enum Protocol {
+    Json,
+    Cbor,
+}
+
+impl LatencyModel {
+    /// The answer `body` with `status`, after the model's delay for the `calls`-th call of
+    /// `operation` (slower once it turned slow) and `queued` behind a bus of fixed capacity.
+    fn reply(
+        &self,
+        operation: &str,
+        calls: u64,
+        queued: Duration,
+        status: u16,
+        body: impl Into<SdkBody>,
+        protocol: Protocol,
+    ) -> HttpConnectorFuture {
         let delay = match &*self.slowdown.lock().expect("model slowdown") {
             Some(slow) if slow.operation == operation && calls > slow.after_calls => slow.delay,
             _ => self.delay,
         } + queued;
         let clock = self.clock;
+        let body = body.into();
         HttpConnectorFuture::new(async move {
             wait(clock, delay).await;
-            let mut response = HttpResponse::new(
-                StatusCode::try_from(status).expect("valid status"),
-                SdkBody::from(body),
-            );
-            response
-                .headers_mut()
-                .insert("content-type", "application/x-amz-json-1.0");
+            let mut response =
+                HttpResponse::new(StatusCode::try_from(status).expect("valid status"), body);
+            let headers = response.headers_mut();
+            match protocol {
+                Protocol::Json => {
+                    headers.insert("content-type", "application/x-amz-json-1.0");
+                }
+                Protocol::Cbor => {
+                    headers.insert("content-type", crate::cbor::CONTENT_TYPE);
+                    headers.insert(crate::cbor::PROTOCOL_HEADER, crate::cbor::PROTOCOL);
+                }
+            }
             Ok(response)
         })
     }
@@ -880,25 +909,7 @@ impl LatencyModel {
         };
         let mut body = Vec::with_capacity(64 + 80 * n);
         ciborium::into_writer(&answer, &mut body).expect("CBOR into a Vec");
-        let delay = match &*self.slowdown.lock().expect("model slowdown") {
-            Some(slow) if slow.operation == "PutEvents" && calls > slow.after_calls => slow.delay,
-            _ => self.delay,
-        } + queued;
-        let clock = self.clock;
-        HttpConnectorFuture::new(async move {
-            wait(clock, delay).await;
-            let mut response = HttpResponse::new(
-                StatusCode::try_from(200).expect("valid status"),
-                SdkBody::from(body),
-            );
-            response
-                .headers_mut()
-                .insert("content-type", crate::cbor::CONTENT_TYPE);
-            response
-                .headers_mut()
-                .insert(crate::cbor::PROTOCOL_HEADER, crate::cbor::PROTOCOL);
-            Ok(response)
-        })
+        self.reply("PutEvents", calls, queued, 200, body, Protocol::Cbor)
     }
 }
 
@@ -907,22 +918,7 @@ impl LatencyModel {
     /// `InternalException`), a quota (entries beyond it refused `ThrottlingException`, as the
     /// classic bus's), or with what a consumer sees tracked ([`Self::track_order`]).
     fn custom_put_events_modelled(&self, body: &[u8]) -> HttpConnectorFuture {
-        let request = crate::cbor::decode(body);
-        let details: Vec<String> = request
-            .as_ref()
-            .and_then(crate::cbor::entries)
-            .map(|entries| {
-                entries
-                    .iter()
-                    .map(|e| {
-                        crate::cbor::member(e, "Detail")
-                            .and_then(crate::cbor::text)
-                            .unwrap_or_default()
-                            .to_owned()
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let details = crate::cbor::details(body);
         let (status, answer, calls, queued) = {
             let mut state = self.state.lock().expect("model state");
             let calls = state.count("PutEvents");
@@ -958,25 +954,7 @@ impl LatencyModel {
                 (200, crate::cbor::put_events_answer(results), calls, queued)
             }
         };
-        let delay = match &*self.slowdown.lock().expect("model slowdown") {
-            Some(slow) if slow.operation == "PutEvents" && calls > slow.after_calls => slow.delay,
-            _ => self.delay,
-        } + queued;
-        let clock = self.clock;
-        HttpConnectorFuture::new(async move {
-            wait(clock, delay).await;
-            let mut response = HttpResponse::new(
-                StatusCode::try_from(status).expect("valid status"),
-                SdkBody::from(answer),
-            );
-            response
-                .headers_mut()
-                .insert("content-type", crate::cbor::CONTENT_TYPE);
-            response
-                .headers_mut()
-                .insert(crate::cbor::PROTOCOL_HEADER, crate::cbor::PROTOCOL);
-            Ok(response)
-        })
+        self.reply("PutEvents", calls, queued, status, answer, Protocol::Cbor)
     }
 }
 
