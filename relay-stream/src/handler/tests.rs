@@ -985,8 +985,9 @@ async fn what_runs_after_the_last_publish_ends_before_the_invocations_deadline()
 
 /// Holds read as held, whose record of what is left answers as set: `Ok(false)` for a hold the
 /// poller released between this relay's read and its record, an error for a write that failed.
+/// An aggregate held is read as held from then on.
 struct ReleasedMeanwhile {
-    held: Vec<String>,
+    held: std::sync::Mutex<Vec<String>>,
     leave: Result<bool, ()>,
 }
 
@@ -995,11 +996,8 @@ impl AggregateHolds for ReleasedMeanwhile {
         &self,
         keys: &[String],
     ) -> Result<std::collections::HashSet<String>, outbox_shared::SdkFailure> {
-        Ok(keys
-            .iter()
-            .filter(|k| self.held.contains(k))
-            .cloned()
-            .collect())
+        let held = self.held.lock().unwrap();
+        Ok(keys.iter().filter(|k| held.contains(k)).cloned().collect())
     }
 
     async fn leave(&self, _: &str, _: &[LeftEvent]) -> Result<bool, outbox_shared::SdkFailure> {
@@ -1007,7 +1005,12 @@ impl AggregateHolds for ReleasedMeanwhile {
             .map_err(|()| relay_runtime::testing::throttled_update())
     }
 
-    async fn hold(&self, _: &str, _: &[LeftEvent]) -> Result<(), outbox_shared::SdkFailure> {
+    async fn hold(
+        &self,
+        ordering_key: &str,
+        _: &[LeftEvent],
+    ) -> Result<(), outbox_shared::SdkFailure> {
+        self.held.lock().unwrap().push(ordering_key.to_owned());
         Ok(())
     }
 }
@@ -1027,7 +1030,7 @@ async fn handled_with_a_hold_that(
 ) -> (BatchReport, Vec<String>, Vec<EventRecord>) {
     let ports = Ports::new(FakePublisher::default());
     let holds = ReleasedMeanwhile {
-        held: vec!["o-x".into()],
+        held: std::sync::Mutex::new(vec!["o-x".into()]),
         leave,
     };
     let relay = StreamRelay::new(
