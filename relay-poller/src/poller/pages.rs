@@ -85,10 +85,12 @@ where
     /// may start, and until when it may publish (a lease can be lost or handed over mid-pass);
     /// `None` for the partitions the sweep found, whose pages always may.
     ///
-    /// The holds are read after a page only when it moved something out of the index (or had
-    /// nothing in it): a page whose every event stayed pending (an outage) releases no hold, so
-    /// reading them would only cost. With `keep_holds`, the holds are read at the partition's end
-    /// anyway, so the `ttl` of those kept is pushed out even while nothing is published.
+    /// The holds are read after a page only when it moved something out of the index: a page
+    /// whose every event stayed pending (an outage) releases no hold, and neither does an idle
+    /// partition's empty page, so reading them would only cost. With `keep_holds` (a pass that
+    /// sweeps), the holds are read at the partition's end anyway: those kept get their `ttl`
+    /// pushed out even while nothing is published, and a hold left over (its release failed, its
+    /// poller stopped before it) is released.
     pub(super) async fn poll<A: ShardAssignment>(
         &self,
         partition: &str,
@@ -195,7 +197,7 @@ where
     /// pass, published (no publish starting after `deadline`) and settled; then what was not
     /// published holds its aggregate back for the rest of the pass, what left the index is
     /// remembered for the index's lag, and the page's tally is recorded. Whether the page moved
-    /// anything out of the index (or had nothing in it).
+    /// anything out of the index.
     async fn relay_page(
         &self,
         partition: &str,
@@ -239,7 +241,7 @@ where
                 .filter_map(|e| e.key.clone()),
         );
         self.totals.record(&events, stats);
-        events.is_empty() || events.iter().any(Event::left_the_index)
+        events.iter().any(Event::left_the_index)
     }
 
     /// Relays `items` in the given order, a page at a time, holding back an aggregate after an
