@@ -1,10 +1,20 @@
-//! The EventBridge envelope.
+//! The event as the relays publish it, in one of two formats ([`EventFormat`]):
 //!
-//! `Source` comes from configuration, `DetailType` is the item's `EventType`, and
-//! `Detail = {"metadata": {"eventId", "eventType", "aggregateType", "aggregateId", "sequence",
-//! "occurredAt"}, "data": <Payload>}`. `metadata.eventId` is the outbox item's `EventId` and is the
-//! same on every re-publish, so consumers de-duplicate on it (EventBridge's own event id changes on
-//! each `PutEvents`).
+//! - the envelope (the default): `Source` comes from configuration, `DetailType` is the item's
+//!   `EventType`, and `Detail = {"metadata": {"eventId", "eventType", "aggregateType",
+//!   "aggregateId", "sequence", "occurredAt", "traceparent", "tracestate"}, "data": <Payload>}`;
+//! - CloudEvents 1.0 in structured mode, JSON event format: `{"specversion": "1.0", "id",
+//!   "source", "type", "subject", "time", "datacontenttype": "application/json", "data",
+//!   "sequence", "partitionkey", "aggregatetype", "traceparent", "tracestate"}`, the last five
+//!   extensions (sequence, partitioning, distributed tracing, and the aggregate's type).
+//!
+//! Either is the classic bus's `Detail`, the body on any other target, and on the Custom Event
+//! Bus the CloudEvent is the raw event itself (`PutRawEvents`, [`CLOUDEVENTS_CONTENT_TYPE`]).
+//! `metadata.eventId` (`id`) is the outbox item's `EventId` and is the same on every re-publish,
+//! so consumers de-duplicate on it (EventBridge's own event id changes on each `PutEvents`).
+//! The trace context is the item's W3C `TraceParent` and `TraceState`
+//! ([`crate::trace_context`]); one another client stored invalid is left out, and the event
+//! published without it.
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -13,6 +23,7 @@ use crate::entry_field::{EntryFieldError, check_detail_type, check_trace_header}
 use crate::item::OutboxItem;
 use crate::limits::PUT_EVENTS_TIME_BYTES;
 use crate::time::parse_timestamp;
+use crate::trace_context::TraceContext;
 
 /// `metadata` of the envelope: who the event is about and when it happened.
 ///
@@ -33,6 +44,12 @@ pub struct EventMetadata<S = String> {
     pub sequence: Option<u64>,
     /// The outbox item's `CreatedAt`.
     pub occurred_at: S,
+    /// The W3C `traceparent` the event was written in: a consumer continues its trace from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<S>,
+    /// The `tracestate` of `traceparent`, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<S>,
 }
 
 /// The `Detail` of every relayed event. Consumers deserialize `Envelope<TheirData>`.
@@ -66,7 +83,119 @@ pub enum EnvelopeError {
 }
 
 /// The envelope's bytes besides its field values: keys, quotes, braces and a sequence number.
-const ENVELOPE_OVERHEAD_BYTES: usize = 160;
+const ENVELOPE_OVERHEAD_BYTES: usize = 200;
+
+/// A CloudEvent's bytes besides its field values.
+const CLOUDEVENT_OVERHEAD_BYTES: usize = 260;
+
+/// `specversion` of the CloudEvents the relays write.
+pub const CLOUDEVENTS_SPEC_VERSION: &str = "1.0";
+
+/// The media type of a CloudEvent in structured mode, JSON event format: the Custom Event Bus
+/// raw event's `ContentType`.
+pub const CLOUDEVENTS_CONTENT_TYPE: &str = "application/cloudevents+json";
+
+/// `datacontenttype` of every CloudEvent: the payload is a JSON document.
+pub const DATA_CONTENT_TYPE: &str = "application/json";
+
+/// Digits of a CloudEvent's `sequence`: the extension wants a lexicographically-orderable
+/// string, so the aggregate's version is zero-padded to the width of the largest `u64`.
+pub const CLOUDEVENTS_SEQUENCE_DIGITS: usize = 20;
+
+/// What each event is published as: `EVENT_FORMAT` / `--event-format`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum EventFormat {
+    /// The envelope `{"metadata": …, "data": …}`: the default.
+    #[default]
+    Envelope,
+    /// A CloudEvents 1.0 JSON event in structured mode.
+    CloudEvents,
+}
+
+impl EventFormat {
+    /// Every format, as `EVENT_FORMAT` names it.
+    pub const ALL: [Self; 2] = [Self::Envelope, Self::CloudEvents];
+
+    /// The name `EVENT_FORMAT` takes: `envelope` or `cloudevents`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Envelope => "envelope",
+            Self::CloudEvents => "cloudevents",
+        }
+    }
+}
+
+impl std::fmt::Display for EventFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for EventFormat {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|f| f.as_str().eq_ignore_ascii_case(value.trim()))
+            .ok_or_else(|| {
+                format!(
+                    "{value:?} is not an event format: accepted values are {}",
+                    Self::ALL.map(Self::as_str).join(", ")
+                )
+            })
+    }
+}
+
+/// How an item becomes the body of its event: the format, and the `source` a CloudEvent names
+/// (the publisher's `Source`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Encoding {
+    pub format: EventFormat,
+    /// The CloudEvent's `source`: the relays' `EVENT_SOURCE`. Unused by the envelope, whose
+    /// `Source` the publisher stamps on each entry.
+    pub source: String,
+}
+
+impl Encoding {
+    /// The envelope, today's format.
+    pub fn envelope() -> Self {
+        Self::default()
+    }
+
+    /// CloudEvents with `source`.
+    pub fn cloudevents(source: impl Into<String>) -> Self {
+        Self {
+            format: EventFormat::CloudEvents,
+            source: source.into(),
+        }
+    }
+}
+
+/// A CloudEvent as the relays write it, serialized from borrowed strings. Room is left for the
+/// `dataref` extension (a claim-checked payload), which takes the place of `data`.
+#[derive(Serialize)]
+struct CloudEventOut<'a> {
+    specversion: &'static str,
+    id: &'a str,
+    source: &'a str,
+    #[serde(rename = "type")]
+    event_type: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subject: Option<&'a str>,
+    time: &'a str,
+    datacontenttype: &'static str,
+    data: &'a RawValue,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sequence: Option<String>,
+    partitionkey: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    aggregatetype: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    traceparent: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tracestate: Option<&'a str>,
+}
 
 /// One event ready for `PutEvents`, with everything a publisher needs to batch it.
 ///
@@ -87,7 +216,7 @@ pub struct OutboundEvent {
 }
 
 impl OutboundEvent {
-    /// Builds the envelope of `item`.
+    /// Builds the event of `item` as `encoding` says: the envelope, or a CloudEvent.
     ///
     /// The payload is embedded as it is stored (validated, not re-serialized).
     ///
@@ -95,12 +224,14 @@ impl OutboundEvent {
     /// refuses but another client may write) is left off the entry, and the event published
     /// without it: it is tracing context, not the event, and dead-lettering a business event for
     /// its trace is worse than losing the trace; sent as it is, it would make EventBridge refuse
-    /// the whole call. The relay logs it ([`check_trace_header`] says why).
+    /// the whole call. The relay logs it ([`check_trace_header`] says why). A `TraceParent`
+    /// the W3C specification refuses is left out the same way, and a `TraceState` it refuses
+    /// without its `TraceParent` ([`OutboxItem::trace_context`]).
     ///
     /// # Errors
     /// [`EnvelopeError`] when the payload is not JSON, a required field is empty, `CreatedAt`
     /// is not a timestamp, or `EventType` is too long to be a `DetailType`: the item is poison.
-    pub fn from_item(item: &OutboxItem) -> Result<Self, EnvelopeError> {
+    pub fn from_item(item: &OutboxItem, encoding: &Encoding) -> Result<Self, EnvelopeError> {
         let event_id = &item.event_id;
         for (field, value) in [("EventId", event_id), ("EventType", &item.event_type)] {
             if value.trim().is_empty() {
@@ -124,28 +255,13 @@ impl OutboundEvent {
                 event_id: event_id.clone(),
                 reason: e.to_string(),
             })?;
-        let envelope = Envelope {
-            metadata: EventMetadata {
-                event_id: event_id.as_str(),
-                event_type: item.event_type.as_str(),
-                aggregate_type: item.aggregate_type.as_deref(),
-                aggregate_id: item.aggregate_id.as_deref(),
-                sequence: item.sequence,
-                occurred_at: item.created_at.as_str(),
-            },
-            data,
+        let (trace, _) = item.trace_context();
+        let detail = match encoding.format {
+            EventFormat::Envelope => envelope_detail(item, data, trace.as_ref()),
+            EventFormat::CloudEvents => {
+                cloudevent_detail(item, data, trace.as_ref(), &encoding.source)
+            }
         };
-        // Sized for the common case (nothing to escape) so the buffer is allocated once.
-        let metadata_len = [&item.event_id, &item.event_type, &item.created_at]
-            .into_iter()
-            .chain(item.aggregate_type.as_ref())
-            .chain(item.aggregate_id.as_ref())
-            .map(String::len)
-            .sum::<usize>();
-        let mut detail =
-            Vec::with_capacity(ENVELOPE_OVERHEAD_BYTES + metadata_len + item.payload.len());
-        serde_json::to_writer(&mut detail, &envelope).expect("envelope of valid JSON serializes");
-        let detail = String::from_utf8(detail).expect("serde_json writes UTF-8");
         Ok(Self {
             event_id: event_id.clone(),
             ordering_key: item.ordering_key().to_owned(),
@@ -174,10 +290,89 @@ impl OutboundEvent {
     }
 }
 
+/// The lengths of the item's values a body carries, to size its buffer once (the common case:
+/// nothing to escape).
+fn values_len(item: &OutboxItem, trace: Option<&TraceContext>) -> usize {
+    [&item.event_id, &item.event_type, &item.created_at]
+        .into_iter()
+        .chain(item.aggregate_type.as_ref())
+        .chain(item.aggregate_id.as_ref())
+        .map(String::len)
+        .sum::<usize>()
+        + trace.map_or(0, |t| {
+            t.traceparent().len() + t.tracestate().map_or(0, str::len)
+        })
+        + item.payload.len()
+}
+
+fn envelope_detail(item: &OutboxItem, data: &RawValue, trace: Option<&TraceContext>) -> String {
+    let envelope = Envelope {
+        metadata: EventMetadata {
+            event_id: item.event_id.as_str(),
+            event_type: item.event_type.as_str(),
+            aggregate_type: item.aggregate_type.as_deref(),
+            aggregate_id: item.aggregate_id.as_deref(),
+            sequence: item.sequence,
+            occurred_at: item.created_at.as_str(),
+            traceparent: trace.map(TraceContext::traceparent),
+            tracestate: trace.and_then(TraceContext::tracestate),
+        },
+        data,
+    };
+    let mut detail = Vec::with_capacity(ENVELOPE_OVERHEAD_BYTES + values_len(item, trace));
+    serde_json::to_writer(&mut detail, &envelope).expect("envelope of valid JSON serializes");
+    String::from_utf8(detail).expect("serde_json writes UTF-8")
+}
+
+fn cloudevent_detail(
+    item: &OutboxItem,
+    data: &RawValue,
+    trace: Option<&TraceContext>,
+    source: &str,
+) -> String {
+    let event = CloudEventOut {
+        specversion: CLOUDEVENTS_SPEC_VERSION,
+        id: &item.event_id,
+        source,
+        event_type: &item.event_type,
+        subject: item.aggregate_id.as_deref(),
+        time: &item.created_at,
+        datacontenttype: DATA_CONTENT_TYPE,
+        data,
+        sequence: item
+            .sequence
+            .map(|s| format!("{s:0width$}", width = CLOUDEVENTS_SEQUENCE_DIGITS)),
+        partitionkey: item.ordering_key(),
+        aggregatetype: item.aggregate_type.as_deref(),
+        traceparent: trace.map(TraceContext::traceparent),
+        tracestate: trace.and_then(TraceContext::tracestate),
+    };
+    let mut detail = Vec::with_capacity(
+        CLOUDEVENT_OVERHEAD_BYTES
+            + source.len()
+            + values_len(item, trace)
+            + item.ordering_key().len(),
+    );
+    serde_json::to_writer(&mut detail, &event).expect("a CloudEvent of valid JSON serializes");
+    String::from_utf8(detail).expect("serde_json writes UTF-8")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::item::OutboxStatus;
+
+    const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    fn envelope(item: &OutboxItem) -> Result<OutboundEvent, EnvelopeError> {
+        OutboundEvent::from_item(item, &Encoding::envelope())
+    }
+
+    fn cloudevent(item: &OutboxItem) -> serde_json::Value {
+        let event =
+            OutboundEvent::from_item(item, &Encoding::cloudevents("com.example.orders")).unwrap();
+        serde_json::from_str(&event.detail).unwrap()
+    }
 
     fn item(payload: &str) -> OutboxItem {
         OutboxItem {
@@ -196,12 +391,14 @@ mod tests {
             sequence: Some(1),
             ttl: None,
             trace_header: Some("Root=1-abc".into()),
+            trace_parent: None,
+            trace_state: None,
         }
     }
 
     #[test]
     fn builds_the_documented_envelope() {
-        let event = OutboundEvent::from_item(&item(r#"{"amount": 12}"#)).unwrap();
+        let event = envelope(&item(r#"{"amount": 12}"#)).unwrap();
         assert_eq!(event.detail_type, "OrderCreated");
         assert_eq!(event.ordering_key, "o1");
         let detail: serde_json::Value = serde_json::from_str(&event.detail).unwrap();
@@ -223,7 +420,7 @@ mod tests {
     #[test]
     fn detail_fits_the_buffer_it_is_written_into() {
         let full = item(r#"{"amount": 12}"#);
-        let event = OutboundEvent::from_item(&full).unwrap();
+        let event = envelope(&full).unwrap();
         let values = full.event_id.len()
             + full.event_type.len()
             + full.created_at.len()
@@ -233,14 +430,14 @@ mod tests {
         // The overhead covers the longest metadata (every field and a 20-digit sequence).
         let mut longest = full.clone();
         longest.sequence = Some(u64::MAX);
-        let longest_event = OutboundEvent::from_item(&longest).unwrap();
+        let longest_event = envelope(&longest).unwrap();
         assert!(longest_event.detail.len() - values <= ENVELOPE_OVERHEAD_BYTES);
         assert!(event.detail.len() > values);
     }
 
     #[test]
     fn entry_size_counts_time_source_type_and_detail() {
-        let event = OutboundEvent::from_item(&item("{}")).unwrap();
+        let event = envelope(&item("{}")).unwrap();
         assert_eq!(
             event.entry_size("orders"),
             14 + "orders".len() + "OrderCreated".len() + event.detail.len()
@@ -251,7 +448,7 @@ mod tests {
     fn an_event_type_eventbridge_refuses_as_a_detail_type_is_poison_named_without_its_value() {
         let mut long = item("{}");
         long.event_type = "T".repeat(129);
-        let err = OutboundEvent::from_item(&long).unwrap_err();
+        let err = envelope(&long).unwrap_err();
         assert!(matches!(err, EnvelopeError::Refused { .. }), "{err}");
         assert_eq!(
             err.to_string(),
@@ -259,7 +456,7 @@ mod tests {
         );
         // 128 characters of 2 bytes each are accepted: the limit counts characters
         long.event_type = "é".repeat(128);
-        assert!(OutboundEvent::from_item(&long).is_ok());
+        assert!(envelope(&long).is_ok());
     }
 
     #[test]
@@ -267,12 +464,12 @@ mod tests {
         for refused in [String::new(), "t".repeat(501)] {
             let mut traced = item("{}");
             traced.trace_header = Some(refused);
-            let event = OutboundEvent::from_item(&traced).unwrap();
+            let event = envelope(&traced).unwrap();
             assert_eq!(event.trace_header, None);
         }
         let mut longest = item("{}");
         longest.trace_header = Some("t".repeat(500));
-        let event = OutboundEvent::from_item(&longest).unwrap();
+        let event = envelope(&longest).unwrap();
         assert_eq!(event.trace_header.map(|h| h.len()), Some(500));
     }
 
@@ -284,7 +481,7 @@ mod tests {
         item.created_at = secret.into();
 
         // When its envelope is built
-        let reason = OutboundEvent::from_item(&item).unwrap_err().to_string();
+        let reason = envelope(&item).unwrap_err().to_string();
 
         // Then the poison reason names the attribute, never its value
         assert!(!reason.contains(secret), "{reason}");
@@ -293,13 +490,111 @@ mod tests {
 
     #[test]
     fn non_json_payload_is_poison() {
-        let err = OutboundEvent::from_item(&item("not json")).unwrap_err();
+        let err = envelope(&item("not json")).unwrap_err();
         assert!(matches!(err, EnvelopeError::PayloadNotJson { .. }), "{err}");
         let mut bad_time = item("{}");
         bad_time.created_at = "yesterday".into();
         assert!(matches!(
-            OutboundEvent::from_item(&bad_time),
+            envelope(&bad_time),
             Err(EnvelopeError::BadTimestamp { .. })
         ));
+    }
+
+    #[test]
+    fn the_items_trace_context_is_in_the_envelope_and_an_invalid_one_is_left_out() {
+        // Given an item written in a trace, with a tracestate
+        let mut traced = item("{}");
+        traced.trace_parent = Some(TRACEPARENT.into());
+        traced.trace_state = Some("rojo=00f067aa0ba902b7".into());
+
+        // Then its envelope carries both
+        let detail: serde_json::Value =
+            serde_json::from_str(&envelope(&traced).unwrap().detail).unwrap();
+        assert_eq!(detail["metadata"]["traceparent"], TRACEPARENT);
+        assert_eq!(detail["metadata"]["tracestate"], "rojo=00f067aa0ba902b7");
+
+        // And an invalid tracestate is left out, the traceparent kept
+        traced.trace_state = Some("Not A State".into());
+        let detail: serde_json::Value =
+            serde_json::from_str(&envelope(&traced).unwrap().detail).unwrap();
+        assert_eq!(detail["metadata"]["traceparent"], TRACEPARENT);
+        assert!(detail["metadata"].get("tracestate").is_none(), "{detail}");
+
+        // And an invalid traceparent (another client's) leaves the event without a trace,
+        // published all the same
+        traced.trace_parent = Some("00-not-a-trace".into());
+        let detail: serde_json::Value =
+            serde_json::from_str(&envelope(&traced).unwrap().detail).unwrap();
+        assert!(detail["metadata"].get("traceparent").is_none(), "{detail}");
+    }
+
+    #[test]
+    fn a_cloudevent_has_the_documented_attributes_and_extensions() {
+        // Given an item written in a trace
+        let mut traced = item(r#"{"amount": 12}"#);
+        traced.trace_parent = Some(TRACEPARENT.into());
+        traced.trace_state = Some("rojo=1".into());
+
+        // When it is written as a CloudEvent
+        let event = cloudevent(&traced);
+
+        // Then it is a CloudEvents 1.0 JSON event with the outbox's extensions
+        assert_eq!(
+            event,
+            serde_json::json!({
+                "specversion": "1.0",
+                "id": "e1",
+                "source": "com.example.orders",
+                "type": "OrderCreated",
+                "subject": "o1",
+                "time": "2026-11-22T10:00:00.000Z",
+                "datacontenttype": "application/json",
+                "data": {"amount": 12},
+                "sequence": "00000000000000000001",
+                "partitionkey": "o1",
+                "aggregatetype": "Order",
+                "traceparent": TRACEPARENT,
+                "tracestate": "rojo=1"
+            })
+        );
+        // And sequences order as strings as they do as numbers
+        let mut later = traced.clone();
+        later.sequence = Some(10);
+        assert!(cloudevent(&later)["sequence"].as_str() > event["sequence"].as_str());
+    }
+
+    #[test]
+    fn a_cloudevent_without_an_aggregate_or_trace_omits_what_it_has_not() {
+        let mut bare = item("{}");
+        bare.aggregate_id = None;
+        bare.aggregate_type = None;
+        bare.sequence = None;
+        let event = cloudevent(&bare);
+        for absent in [
+            "subject",
+            "sequence",
+            "aggregatetype",
+            "traceparent",
+            "tracestate",
+        ] {
+            assert!(event.get(absent).is_none(), "{absent}: {event}");
+        }
+        // The partition key is the item collection, as the relays order such events
+        assert_eq!(event["partitionkey"], "USER#u");
+    }
+
+    #[test]
+    fn a_cloudevent_fits_the_buffer_it_is_written_into() {
+        let mut longest = item(r#"{"amount": 12}"#);
+        longest.sequence = Some(u64::MAX);
+        longest.trace_parent = Some(TRACEPARENT.into());
+        longest.trace_state = Some("k=v".into());
+        let event =
+            OutboundEvent::from_item(&longest, &Encoding::cloudevents("com.example.orders"))
+                .unwrap();
+        let values = values_len(&longest, longest.trace_context().0.as_ref())
+            + "com.example.orders".len()
+            + longest.ordering_key().len();
+        assert!(event.detail.len() - values <= CLOUDEVENT_OVERHEAD_BYTES);
     }
 }

@@ -75,6 +75,8 @@ mod tests {
             sequence: None,
             ttl: None,
             trace_header: None,
+            trace_parent: None,
+            trace_state: None,
         }
     }
 

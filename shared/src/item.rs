@@ -11,6 +11,7 @@ use crate::entry_field::{EntryFieldError, check_detail_type, check_trace_header}
 use crate::schema::{self, entity};
 use crate::shard::shard_for;
 use crate::time::format_timestamp;
+use crate::trace_context::TraceContext;
 
 /// Lifecycle of an outbox event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -95,6 +96,21 @@ pub struct OutboxItem {
         skip_serializing_if = "Option::is_none"
     )]
     pub trace_header: Option<String>,
+    /// W3C Trace Context `traceparent` captured at write time, carried in the envelope on every
+    /// target ([`crate::trace_context`]).
+    #[serde(
+        rename = "TraceParent",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub trace_parent: Option<String>,
+    /// The `tracestate` of `TraceParent`, if any.
+    #[serde(
+        rename = "TraceState",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub trace_state: Option<String>,
 }
 
 /// The primary key of an item.
@@ -126,6 +142,9 @@ pub struct NewOutboxEvent {
     pub payload: serde_json::Value,
     /// Becomes the entry's `TraceHeader`: 1 to 500 characters.
     pub trace_header: Option<String>,
+    /// The W3C trace context the event was written in: `TraceParent` and `TraceState`, carried
+    /// in the envelope.
+    pub trace_context: Option<TraceContext>,
 }
 
 /// An outbox event that cannot be written as given.
@@ -239,6 +258,14 @@ impl OutboxItem {
             sequence: event.sequence,
             ttl: Some(ttl),
             trace_header: event.trace_header,
+            trace_parent: event
+                .trace_context
+                .as_ref()
+                .map(|c| c.traceparent().to_owned()),
+            trace_state: event
+                .trace_context
+                .as_ref()
+                .and_then(|c| c.tracestate().map(str::to_owned)),
         })
     }
 
@@ -266,6 +293,18 @@ impl OutboxItem {
     /// published out of order.
     pub fn ordering_key(&self) -> &str {
         self.aggregate_id.as_deref().unwrap_or(&self.pk)
+    }
+
+    /// The W3C trace context stored on the item as a receiver keeps it
+    /// ([`TraceContext::received`]): none when `TraceParent` is missing or invalid, without
+    /// `TraceState` when only that is invalid; the error says what was dropped.
+    pub fn trace_context(
+        &self,
+    ) -> (
+        Option<TraceContext>,
+        Option<crate::trace_context::TraceContextError>,
+    ) {
+        TraceContext::received(self.trace_parent.as_deref(), self.trace_state.as_deref())
     }
 
     /// Whether this is an outbox event item (`EntityType = OutboxEvent`).
@@ -311,6 +350,7 @@ mod tests {
             sequence: Some(1),
             payload: serde_json::json!({"orderId": "o1"}),
             trace_header: None,
+            trace_context: None,
         }
     }
 
@@ -339,6 +379,8 @@ mod tests {
         // An item with every optional attribute set
         let item = OutboxItem {
             trace_header: Some("Root=1-5759e988-bd862e3fe1be46a994272793".into()),
+            trace_parent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+            trace_state: Some("k=v".into()),
             ..OutboxItem::pending(new_event(), &config(), Utc::now()).unwrap()
         };
         for name in item.to_item().unwrap().keys() {

@@ -19,6 +19,8 @@
 //! - [`error`]: the one place where SDK errors are classified as retryable or not.
 //! - [`retry`]: bounded exponential backoff with full jitter, for contention.
 //! - [`time`]: the fixed-width timestamp format of `CreatedAt` and `GSI1SK`.
+//! - [`trace_context`]: the W3C trace context (`traceparent`, `tracestate`) an item carries,
+//!   validated as the specification says.
 
 pub mod config;
 pub mod entry_field;
@@ -32,6 +34,7 @@ pub mod retry;
 pub mod schema;
 pub mod shard;
 pub mod time;
+pub mod trace_context;
 
 pub use config::{ConfigError, OutboxConfig};
 pub use entry_field::EntryFieldError;
@@ -40,3 +43,4 @@ pub use error::{ErrorClass, SdkFailure, classify_sdk_error};
 pub use item::{ItemError, ItemKey, NewOutboxEvent, OutboxItem, OutboxStatus};
 pub use retry::RetryPolicy;
 pub use shard::{ShardCount, shard_for};
+pub use trace_context::{TraceContext, TraceContextError};

@@ -30,6 +30,10 @@ pub mod attr {
     pub const SEQUENCE: &str = "Sequence";
     pub const PAYLOAD: &str = "Payload";
     pub const TRACE_HEADER: &str = "TraceHeader";
+    /// W3C Trace Context `traceparent` captured at write time, carried in the envelope.
+    pub const TRACE_PARENT: &str = "TraceParent";
+    /// W3C Trace Context `tracestate` of [`TRACE_PARENT`], if any.
+    pub const TRACE_STATE: &str = "TraceState";
     /// Set when a relay publishes the event.
     pub const PUBLISHED_AT: &str = "PublishedAt";
     /// Set when a relay dead-letters a poison event.
@@ -177,6 +181,8 @@ pub const OUTBOX_ATTRIBUTES: &[&str] = &[
     attr::SEQUENCE,
     attr::PAYLOAD,
     attr::TRACE_HEADER,
+    attr::TRACE_PARENT,
+    attr::TRACE_STATE,
     attr::STATUS,
     attr::CREATED_AT,
     attr::GSI1PK,
