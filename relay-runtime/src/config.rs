@@ -12,6 +12,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use outbox_shared::RetryPolicy;
+use outbox_shared::envelope::{Encoding, EventFormat};
 use outbox_shared::limits::PUT_EVENTS_ABSOLUTE_MAX_BYTES;
 
 /// Which EventBridge bus the relays publish to: `EVENT_BUS_KIND` / `--event-bus-kind`.
@@ -110,6 +111,9 @@ pub struct PublisherConfig {
     /// Ceiling of the publish rate, in entries per second (`None`: only the bus's throttling
     /// limits it); see [`crate::publish_rate`].
     pub max_publish_rate: Option<NonZeroU32>,
+    /// What each event is published as: the envelope, or a CloudEvent whose `source` is
+    /// [`Self::source`].
+    pub event_format: EventFormat,
 }
 
 impl PublisherConfig {
@@ -136,6 +140,16 @@ impl PublisherConfig {
             max_concurrency: DEFAULT_PUBLISH_CONCURRENCY,
             retry: retry_policy(DEFAULT_PUBLISH_MAX_ATTEMPTS),
             max_publish_rate: None,
+            event_format: EventFormat::Envelope,
+        }
+    }
+
+    /// How each event's body is written: [`Self::event_format`], a CloudEvent's `source` being
+    /// [`Self::source`].
+    pub fn encoding(&self) -> Encoding {
+        Encoding {
+            format: self.event_format,
+            source: self.source.clone(),
         }
     }
 
@@ -153,6 +167,9 @@ impl PublisherConfig {
         bus_of_kind(self.bus_kind, &self.event_bus_name)?;
         SettingError::non_empty::<PublisherArgs>("source", &self.source)?;
         bus_source(self.bus_kind, &self.source)?;
+        if self.event_format == EventFormat::CloudEvents {
+            cloudevents_source(&self.source)?;
+        }
         SettingError::in_range::<PublisherArgs, _>(
             "max_entries_per_call",
             self.max_entries_per_call,
@@ -218,6 +235,22 @@ fn bus_source(kind: BusKind, source: &str) -> Result<(), SettingError> {
         ));
     }
     (kind.spec().check_source)(source).or_else(refused)
+}
+
+/// A CloudEvent's `source` is a URI-reference (RFC 3986): the `Source` of every event, when
+/// they are CloudEvents, must be one, or every consumer's CloudEvents SDK refuses the events.
+fn cloudevents_source(source: &str) -> Result<(), SettingError> {
+    let allowed = |c: char| c.is_ascii_graphic() && !"\"<>\\^`{|}".contains(c);
+    if let Some(c) = source.chars().find(|&c| !allowed(c)) {
+        return Err(SettingError::of::<PublisherArgs>(
+            "source",
+            format!(
+                "must be a URI-reference with --event-format cloudevents (the CloudEvent's \
+                 source), but holds {c:?}"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Checks `value` names a bus of `kind` ([`crate::publisher::BusSpec::check_name`]). A bus another
@@ -378,6 +411,11 @@ pub struct PublisherArgs {
     /// back up while calls are accepted.
     #[arg(long, env = "MAX_PUBLISH_RATE")]
     pub max_publish_rate: Option<NonZeroU32>,
+    /// What each event is published as: `envelope` (the default: `{"metadata", "data"}`) or
+    /// `cloudevents` (a CloudEvents 1.0 JSON event in structured mode, its `source` the
+    /// `--source`; on the Custom Event Bus a raw event, `PutRawEvents`).
+    #[arg(long, env = "EVENT_FORMAT", default_value_t = EventFormat::Envelope, value_parser = parse_event_format)]
+    pub event_format: EventFormat,
 }
 
 impl PublisherArgs {
@@ -397,6 +435,7 @@ impl PublisherArgs {
             max_concurrency: self.publish_concurrency,
             retry: retry_policy(self.publish_max_attempts),
             max_publish_rate: self.max_publish_rate,
+            event_format: self.event_format,
             ..defaults
         };
         // Attempts are checked before they become a retry count (0 attempts would wrap to 1).
@@ -409,6 +448,11 @@ impl PublisherArgs {
         config.validate()?;
         Ok(config)
     }
+}
+
+/// `--event-format`'s parser: the message names the value and the accepted values.
+fn parse_event_format(value: &str) -> Result<EventFormat, String> {
+    value.parse()
 }
 
 /// `--event-bus-kind`'s parser: the message names the value and the accepted values (clap adds

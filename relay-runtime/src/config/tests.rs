@@ -317,3 +317,40 @@ fn blank_dead_letter_queue_urls_mean_none() {
     assert_eq!(dead_letter_queue_url(None), None);
     assert_eq!(dead_letter_queue_url(Some("http://q")), Some("http://q"));
 }
+
+#[test]
+fn the_event_format_is_the_envelope_unless_set_to_cloudevents() {
+    // Given no format, then each accepted one
+    assert_eq!(
+        parse(&[]).config().unwrap().event_format,
+        EventFormat::Envelope
+    );
+    let config = parse(&["--event-format", "cloudevents"]).config().unwrap();
+
+    // Then a CloudEvent's source is the publisher's
+    assert_eq!(config.encoding(), Encoding::cloudevents("orders"));
+
+    // And any other value is refused naming the setting, the value and the accepted ones
+    let base = ["relay", "--event-bus-name", "bus", "--source", "orders"];
+    let err = Cli::try_parse_from(base.iter().copied().chain(["--event-format", "avro"]))
+        .unwrap_err()
+        .to_string();
+    for part in [
+        "--event-format",
+        "EVENT_FORMAT",
+        "\"avro\"",
+        "envelope, cloudevents",
+    ] {
+        assert!(err.contains(part), "{part} in {err}");
+    }
+}
+
+#[test]
+fn with_cloudevents_the_source_must_be_a_uri_reference() {
+    let mut config = PublisherConfig::new("bus", "orders service");
+    config.validate().unwrap();
+    config.event_format = EventFormat::CloudEvents;
+    let err = config.validate().unwrap_err().to_string();
+    assert!(err.starts_with("invalid --source (EVENT_SOURCE)"), "{err}");
+    assert!(err.contains("URI-reference"), "{err}");
+}
