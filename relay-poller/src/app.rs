@@ -143,7 +143,8 @@ pub fn aws_poller_with(
         sweep_interval: config.sweep_interval,
         index_lag: config.index_lag,
     };
-    Poller::new(index, publisher, store, dead_letters, ttl, holds, settings)
+    let outbound = relay_runtime::relay::Outbound::of(publisher.config());
+    Poller::new(index, publisher, store, dead_letters, ttl, holds, settings).with_outbound(outbound)
 }
 
 /// Runs one parsed command line to its exit code.

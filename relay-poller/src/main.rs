@@ -12,7 +12,7 @@ static ALLOCATOR: relay_runtime::Allocator = relay_runtime::Allocator;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    relay_runtime::telemetry::init_tracing();
+    let _telemetry = relay_runtime::telemetry::init_tracing();
     match app::run(cli).await {
         Ok(code) => code,
         Err(err) => {

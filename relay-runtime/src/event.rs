@@ -26,7 +26,8 @@
 use std::fmt;
 
 use outbox_shared::entry_field::check_trace_header;
-use outbox_shared::{ItemKey, OutboundEvent, OutboxItem, OutboxStatus};
+use outbox_shared::envelope::Encoding;
+use outbox_shared::{ItemKey, OutboundEvent, OutboxItem, OutboxStatus, TraceContext};
 
 use crate::dead_letter::DeadLetterError;
 use crate::status_store::{MarkOutcome, StatusError};
@@ -103,6 +104,9 @@ pub struct Event<R> {
     pub event_id: Option<String>,
     /// Its aggregate (the ordering key), when the item decoded.
     pub aggregate: Option<String>,
+    /// The W3C trace context it was written in (its creation context), when the item has a
+    /// valid one: the relay's spans link to it.
+    pub trace: Option<TraceContext>,
     pub state: State,
 }
 
@@ -114,6 +118,7 @@ impl<R> Event<R> {
             key: None,
             event_id: None,
             aggregate: None,
+            trace: None,
             state: State::Ignored(reason),
         }
     }
@@ -130,6 +135,7 @@ impl<R> Event<R> {
             key,
             event_id,
             aggregate: None,
+            trace: None,
             state: State::Poison {
                 reason: format!(
                     "undecodable outbox item: it does not decode as the item schema: {error}"
@@ -138,14 +144,15 @@ impl<R> Event<R> {
         }
     }
 
-    /// The event of `item`: ready with its entry, or poison when the item can never become one
-    /// (payload not JSON, an empty id or type, a `CreatedAt` that is not a timestamp, an
-    /// `EventType` longer than a `DetailType` may be).
+    /// The event of `item`, its body written as `encoding` says: ready with its entry, or
+    /// poison when the item can never become one (payload not JSON, an empty id or type, a
+    /// `CreatedAt` that is not a timestamp, an `EventType` longer than a `DetailType` may be).
     ///
     /// A `TraceHeader` EventBridge would refuse is left off the entry with a warning, and the
     /// event published without it: dead-lettering a business event for its tracing context is
-    /// worse than losing the trace ([`OutboundEvent::from_item`]).
-    pub fn of_item(source: R, item: OutboxItem) -> Self {
+    /// worse than losing the trace ([`OutboundEvent::from_item`]). So is a `TraceParent` or
+    /// `TraceState` the W3C specification refuses (another client wrote it).
+    pub fn of_item(source: R, item: OutboxItem, encoding: &Encoding) -> Self {
         if let Some(Err(error)) = item.trace_header.as_deref().map(check_trace_header) {
             tracing::warn!(
                 event_id = %item.event_id,
@@ -153,7 +160,15 @@ impl<R> Event<R> {
                 "publishing the event without its TraceHeader, which EventBridge would refuse"
             );
         }
-        let (state, aggregate) = match OutboundEvent::from_item(&item) {
+        let (trace, trace_error) = item.trace_context();
+        if let Some(error) = trace_error {
+            tracing::warn!(
+                event_id = %item.event_id,
+                error = %error,
+                "publishing the event without the trace context it was stored with, which the W3C Trace Context specification refuses"
+            );
+        }
+        let (state, aggregate) = match OutboundEvent::from_item(&item, encoding) {
             Ok(entry) => {
                 let aggregate = entry.ordering_key.clone();
                 (State::Ready(entry), aggregate)
@@ -174,6 +189,7 @@ impl<R> Event<R> {
             }),
             event_id: Some(item.event_id),
             aggregate: Some(aggregate),
+            trace,
             state,
         }
     }
@@ -349,10 +365,10 @@ mod tests {
 
     #[test]
     fn an_item_is_ready_with_its_entry_or_poison_with_a_reason() {
-        let ready = Event::of_item((), item("a", "{}"));
+        let ready = Event::of_item((), item("a", "{}"), &Encoding::envelope());
         assert_eq!(ready.entry().map(|e| e.event_id.as_str()), Some("a"));
         assert_eq!(ready.aggregate.as_deref(), Some("o-a"));
-        let poison = Event::of_item((), item("b", "not json"));
+        let poison = Event::of_item((), item("b", "not json"), &Encoding::envelope());
         assert!(
             matches!(&poison.state, State::Poison { reason } if reason.contains("not valid JSON")),
             "{poison:?}"
@@ -362,10 +378,10 @@ mod tests {
 
     #[test]
     fn only_a_ready_event_is_held_back_or_left_unsent() {
-        let mut held = Event::of_item((), item("a", "{}"));
+        let mut held = Event::of_item((), item("a", "{}"), &Encoding::envelope());
         held.hold_back(Behind::NotSent);
         assert_eq!(held.blocks(), Some(Behind::NotSent));
-        let mut poison = Event::of_item((), item("b", "nope"));
+        let mut poison = Event::of_item((), item("b", "nope"), &Encoding::envelope());
         poison.hold_back(Behind::Failure);
         poison.leave_unsent();
         assert!(matches!(poison.state, State::Poison { .. }));

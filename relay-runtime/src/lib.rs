@@ -26,7 +26,8 @@
 //!   destination keeps it (AWS's invocation record with the whole batch, and its object key).
 //! - [`config`]: the publisher's configuration and the flags and variables every relay reads it
 //!   from; setting errors that name the flag and the variable.
-//! - [`telemetry`]: the one logging set-up of every binary.
+//! - [`telemetry`]: the one logging and tracing set-up of every binary (OpenTelemetry spans over
+//!   OTLP when the standard variables ask for them).
 //! - [`metrics`]: the metric names both relays emit, their EMF set-up, the failed-call counter;
 //!   [`clients`] builds the relays' DynamoDB and SQS clients with it (each bus kind builds its
 //!   own).
@@ -105,7 +106,7 @@ pub use publisher::{
     PublishOutcome, PublishStats, Publisher,
 };
 pub use recent::RecentKeys;
-pub use relay::EventRelay;
+pub use relay::{EventRelay, Outbound};
 pub use status_store::{DynamoStatusStore, MarkOutcome, StatusError, StatusStore, TtlPolicy};
 
 use std::time::Duration;

@@ -16,19 +16,64 @@
 //!   published again later with the same `eventId`;
 //! - an event not published holds its aggregate's later events back, and says why
 //!   ([`Behind`]): a failure, or a publish that did not happen.
+//!
+//! Spans, when the process exports them ([`crate::telemetry::exporting`]; otherwise none is
+//! built), follow OpenTelemetry's messaging conventions for batch publishing: the writer's span
+//! is each event's creation context, carried in the event, so no "create" span is made; one
+//! `publish {bus}` span per publish (a stream batch, a poller page) links to the creation context
+//! of each event in it, the link naming the event (`messaging.message.id`) and what became of it
+//! (`outbox.outcome`); one `mark` span per settle links to the events it marked, and one
+//! `dead-letter` span per poison event links to its creation context.
 
 use std::collections::HashMap;
+use std::time::SystemTime;
 
 use chrono::Utc;
 use futures::StreamExt;
+use opentelemetry::trace::{Link, Span as _, SpanKind, Status, Tracer as _};
+use opentelemetry::{KeyValue, Value};
+use outbox_shared::envelope::{Encoding, EventFormat};
 use outbox_shared::time::format_timestamp;
 use outbox_shared::{ItemKey, OutboundEvent};
 
+use crate::config::PublisherConfig;
 use crate::dead_letter::{DeadLetter, DeadLetterError, DeadLetterSink};
 use crate::deadline::Deadline;
 use crate::event::{Behind, Event, State};
 use crate::publisher::{PublishOutcome, Publisher};
-use crate::status_store::{BATCH_EXECUTE_STATEMENT, MARK_BATCH_MAX, StatusError, StatusStore};
+use crate::status_store::{
+    BATCH_EXECUTE_STATEMENT, MARK_BATCH_MAX, MarkOutcome, StatusError, StatusStore,
+};
+use crate::telemetry;
+
+/// `messaging.system` of the publish spans: both buses are EventBridge's.
+pub const EVENTBRIDGE_SYSTEM: &str = "aws_eventbridge";
+
+/// `messaging.system` of the dead-letter spans.
+pub const SQS_SYSTEM: &str = "aws_sqs";
+
+/// `messaging.system` of the mark spans: the outbox table, the relays' intermediary on the side
+/// they consume from.
+pub const OUTBOX_SYSTEM: &str = "aws_dynamodb";
+
+/// What a relay's events become and where they go: how each item's body is written (the
+/// format, a CloudEvent's source), and what its spans name the destination.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outbound {
+    pub encoding: Encoding,
+    /// `messaging.destination.name` of the publish spans: the bus's name or ARN.
+    pub destination: String,
+}
+
+impl Outbound {
+    /// What the publisher of `config` publishes, and to where.
+    pub fn of(config: &PublisherConfig) -> Self {
+        Self {
+            encoding: config.encoding(),
+            destination: config.event_bus_name.clone(),
+        }
+    }
+}
 
 /// The ports one relay publishes, marks and dead-letters through.
 #[derive(Debug, Clone)]
@@ -41,6 +86,8 @@ pub struct EventRelay<P, S, D> {
     /// Status-update calls (up to [`MARK_BATCH_MAX`] marks each) and dead letters in flight at
     /// once.
     mark_concurrency: usize,
+    /// What the events become and where they go.
+    outbound: Outbound,
 }
 
 impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
@@ -58,11 +105,25 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
             dead_letters,
             origin,
             mark_concurrency: mark_concurrency.max(1),
+            outbound: Outbound::default(),
         }
+    }
+
+    /// The relay with its events written and named as `outbound` says (the envelope, and no
+    /// destination on its spans, unless set).
+    #[must_use]
+    pub fn with_outbound(mut self, outbound: Outbound) -> Self {
+        self.outbound = outbound;
+        self
     }
 
     pub fn publisher(&self) -> &P {
         &self.publisher
+    }
+
+    /// How each item's body is written: what decoding an item into an event needs.
+    pub fn encoding(&self) -> &Encoding {
+        &self.outbound.encoding
     }
 
     /// Publishes the ready events of `events`, in order, starting no call after `deadline`'s
@@ -76,6 +137,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
         if ready.is_empty() {
             return;
         }
+        let span = telemetry::exporting().then(|| (SystemTime::now(), ready.clone()));
         let outcomes = {
             let entries: Vec<&OutboundEvent> =
                 ready.iter().filter_map(|&i| events[i].entry()).collect();
@@ -111,6 +173,80 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
             };
             event.state = state;
         }
+        if let Some((started, published)) = span {
+            self.publish_span(started, events, &published);
+        }
+    }
+
+    /// The `publish {bus}` span of one publish: a `send` of a batch, linked to each event's
+    /// creation context (the writer's span), each link saying what became of its event.
+    fn publish_span<R>(&self, started: SystemTime, events: &[Event<R>], published: &[usize]) {
+        let Some(tracer) = telemetry::tracer() else {
+            return;
+        };
+        let mut counts: HashMap<&'static str, i64> = HashMap::new();
+        let mut failure = None;
+        let links = published
+            .iter()
+            .map(|&i| {
+                let event = &events[i];
+                let outcome = outcome_name(&event.state);
+                *counts.entry(outcome).or_default() += 1;
+                if let State::Failed { code, .. } = &event.state {
+                    failure.get_or_insert_with(|| code.clone());
+                }
+                (event, outcome)
+            })
+            .filter_map(|(event, outcome)| {
+                let context = telemetry::span_context(event.trace.as_ref()?)?;
+                Some(Link::new(
+                    context,
+                    vec![
+                        KeyValue::new("messaging.message.id", event.id().to_owned()),
+                        KeyValue::new("outbox.outcome", outcome),
+                    ],
+                    0,
+                ))
+            })
+            .collect();
+        let destination = &self.outbound.destination;
+        let name = if destination.is_empty() {
+            "publish".to_owned()
+        } else {
+            format!("publish {destination}")
+        };
+        let mut attributes = vec![
+            KeyValue::new("messaging.system", EVENTBRIDGE_SYSTEM),
+            KeyValue::new("messaging.operation.type", "send"),
+            KeyValue::new("messaging.operation.name", "publish"),
+            KeyValue::new("messaging.destination.name", destination.clone()),
+            KeyValue::new(
+                "messaging.batch.message_count",
+                i64::try_from(published.len()).unwrap_or(i64::MAX),
+            ),
+            KeyValue::new("outbox.relay", self.origin),
+            KeyValue::new(
+                "outbox.event_format",
+                format_name(self.outbound.encoding.format),
+            ),
+        ];
+        attributes.extend(
+            counts
+                .into_iter()
+                .map(|(outcome, n)| KeyValue::new(format!("outbox.{outcome}"), n)),
+        );
+        let mut span = tracer
+            .span_builder(name)
+            .with_kind(SpanKind::Client)
+            .with_start_time(started)
+            .with_attributes(attributes)
+            .with_links(links)
+            .start(tracer);
+        if let Some(code) = failure {
+            span.set_attribute(KeyValue::new("error.type", code));
+            span.set_status(Status::error("events not published: they stay pending"));
+        }
+        span.end();
     }
 
     /// Settles `events` once: each published event is marked ([`MARK_BATCH_MAX`] to a call), each
@@ -124,6 +260,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
         deadline: Deadline,
         record_of: impl Fn(&R) -> serde_json::Value + Sync,
     ) {
+        let started = telemetry::exporting().then(SystemTime::now);
         let settled = {
             let events = &*events;
             // Owned batches and indices: the stream's closures then take no borrowed arguments,
@@ -167,9 +304,70 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
             marked.extend(dead_lettered);
             marked
         };
+        let marked: Vec<usize> = settled
+            .iter()
+            .filter(|(_, state)| matches!(state, State::Marked(_) | State::NotMarked(_)))
+            .map(|(index, _)| *index)
+            .collect();
         for (index, state) in settled {
             events[index].state = state;
         }
+        if let Some(started) = started.filter(|_| !marked.is_empty()) {
+            self.mark_span(started, events, &marked);
+        }
+    }
+
+    /// The `mark` span of one settle: the published events' status updates (a `settle` of the
+    /// outbox's messages), linked to each event's creation context with its outcome.
+    fn mark_span<R>(&self, started: SystemTime, events: &[Event<R>], marked: &[usize]) {
+        let Some(tracer) = telemetry::tracer() else {
+            return;
+        };
+        let not_marked = marked
+            .iter()
+            .filter(|&&i| matches!(events[i].state, State::NotMarked(_)))
+            .count();
+        let links = marked
+            .iter()
+            .filter_map(|&i| {
+                let event = &events[i];
+                Some(Link::new(
+                    telemetry::span_context(event.trace.as_ref()?)?,
+                    vec![
+                        KeyValue::new("messaging.message.id", event.id().to_owned()),
+                        KeyValue::new("outbox.outcome", outcome_name(&event.state)),
+                    ],
+                    0,
+                ))
+            })
+            .collect();
+        let mut span = tracer
+            .span_builder("mark")
+            .with_kind(SpanKind::Client)
+            .with_start_time(started)
+            .with_attributes([
+                KeyValue::new("messaging.system", OUTBOX_SYSTEM),
+                KeyValue::new("messaging.operation.type", "settle"),
+                KeyValue::new("messaging.operation.name", "mark"),
+                KeyValue::new(
+                    "messaging.batch.message_count",
+                    i64::try_from(marked.len()).unwrap_or(i64::MAX),
+                ),
+                KeyValue::new("outbox.relay", self.origin),
+                KeyValue::new(
+                    "outbox.not_marked",
+                    i64::try_from(not_marked).unwrap_or(i64::MAX),
+                ),
+            ])
+            .with_links(links)
+            .start(tracer);
+        if not_marked > 0 {
+            span.set_attribute(KeyValue::new("error.type", "NotMarked"));
+            span.set_status(Status::error(
+                "published events not marked: they stay pending and are published again",
+            ));
+        }
+        span.end();
     }
 
     /// Marks one batch of published events (each with its index): each one's state after its
@@ -225,6 +423,67 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
     /// Sends one poison event to the dead-letter queue with `reason`, then marks it: its state
     /// after both. If the queue refuses it, it is never marked.
     async fn dead_letter<R>(
+        &self,
+        event: &Event<R>,
+        reason: String,
+        record_of: &(impl Fn(&R) -> serde_json::Value + Sync),
+        deadline: Deadline,
+    ) -> State {
+        let started = telemetry::exporting().then(SystemTime::now);
+        let state = self
+            .send_dead_letter(event, reason, record_of, deadline)
+            .await;
+        if let Some(started) = started {
+            self.dead_letter_span(started, event, &state);
+        }
+        state
+    }
+
+    /// The `dead-letter` span of one poison event: its letter sent to the queue (a `send`), and
+    /// its mark; linked to its creation context.
+    fn dead_letter_span<R>(&self, started: SystemTime, event: &Event<R>, state: &State) {
+        let Some(tracer) = telemetry::tracer() else {
+            return;
+        };
+        let reason = match state {
+            State::DeadLettered { reason, .. } | State::NotDeadLettered { reason, .. } => {
+                reason.clone()
+            }
+            _ => String::new(),
+        };
+        let links = event
+            .trace
+            .as_ref()
+            .and_then(telemetry::span_context)
+            .map(|context| vec![Link::with_context(context)])
+            .unwrap_or_default();
+        let mut span = tracer
+            .span_builder("dead-letter")
+            .with_kind(SpanKind::Producer)
+            .with_start_time(started)
+            .with_attributes([
+                KeyValue::new("messaging.system", SQS_SYSTEM),
+                KeyValue::new("messaging.operation.type", "send"),
+                KeyValue::new("messaging.operation.name", "dead-letter"),
+                KeyValue::new("messaging.message.id", event.id().to_owned()),
+                KeyValue::new("outbox.relay", self.origin),
+                KeyValue::new("outbox.outcome", outcome_name(state)),
+                KeyValue::new("outbox.dead_letter.reason", Value::from(reason)),
+            ])
+            .with_links(links)
+            .start(tracer);
+        if matches!(state, State::NotDeadLettered { .. }) {
+            span.set_attribute(KeyValue::new("error.type", "NotDeadLettered"));
+            span.set_status(Status::error(
+                "poison event not dead-lettered: it stays pending",
+            ));
+        }
+        span.end();
+    }
+
+    /// Sends one poison event to the dead-letter queue with `reason`, then marks it: its state
+    /// after both. If the queue refuses it, it is never marked.
+    async fn send_dead_letter<R>(
         &self,
         event: &Event<R>,
         reason: String,
@@ -292,10 +551,31 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
     }
 }
 
+/// What became of an event, as its span links name it.
+fn outcome_name(state: &State) -> &'static str {
+    match state {
+        State::Published => "published",
+        State::Marked(MarkOutcome::Marked) => "marked",
+        State::Marked(MarkOutcome::AlreadyMarked) => "already_marked",
+        State::NotMarked(_) => "not_marked",
+        State::Poison { .. } => "rejected",
+        State::DeadLettered { .. } => "dead_lettered",
+        State::NotDeadLettered { .. } => "not_dead_lettered",
+        State::Failed { .. } => "failed",
+        State::NotSent | State::Ready(_) => "not_sent",
+        State::HeldBack { .. } => "held_back",
+        State::LeftToHold => "left_to_hold",
+        State::Ignored(_) => "ignored",
+    }
+}
+
+fn format_name(format: EventFormat) -> &'static str {
+    format.as_str()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status_store::MarkOutcome;
     use crate::testing::pending_item as item;
     use crate::testing::{FakeDeadLetters, FakePublisher, FakeStatusStore};
     use outbox_shared::OutboxStatus;
@@ -328,7 +608,7 @@ mod tests {
         let mut events: Vec<Event<usize>> = ["a", "b", "c"]
             .into_iter()
             .enumerate()
-            .map(|(n, id)| Event::of_item(n, item(id, "{}")))
+            .map(|(n, id)| Event::of_item(n, item(id, "{}"), &Encoding::envelope()))
             .collect();
 
         // When three published events are settled
@@ -378,7 +658,7 @@ mod tests {
         ]
         .into_iter()
         .enumerate()
-        .map(|(n, (id, payload))| Event::of_item(n, item(id, payload)))
+        .map(|(n, (id, payload))| Event::of_item(n, item(id, payload), &Encoding::envelope()))
         .collect();
 
         // When they are published and settled
@@ -426,7 +706,11 @@ mod tests {
         let without_queue =
             EventRelay::<_, _, &FakeDeadLetters>::new(&publisher, &status, None, "test", 1);
         for relay in [with_queue, without_queue] {
-            let mut events = vec![Event::of_item((), item("bad", "nope"))];
+            let mut events = vec![Event::of_item(
+                (),
+                item("bad", "nope"),
+                &Encoding::envelope(),
+            )];
 
             // When it is settled
             relay
@@ -462,7 +746,7 @@ mod tests {
         let of = |id: &str, aggregate: &str| {
             let mut item = item(id, "{}");
             item.aggregate_id = Some(aggregate.into());
-            Event::of_item((), item)
+            Event::of_item((), item, &Encoding::envelope())
         };
         let mut events = vec![of("x1", "x"), of("y1", "y"), of("x2", "x"), of("y2", "y")];
 

@@ -40,6 +40,8 @@ pub fn pending_item(id: &str, payload: &str) -> OutboxItem {
         sequence: Some(1),
         ttl: None,
         trace_header: None,
+        trace_parent: None,
+        trace_state: None,
     }
 }
 

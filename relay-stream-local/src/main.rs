@@ -16,7 +16,7 @@ static ALLOCATOR: relay_runtime::Allocator = relay_runtime::Allocator;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
-    relay_runtime::telemetry::init_tracing();
+    let _telemetry = relay_runtime::telemetry::init_tracing();
     let args = LocalArgs::parse();
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));

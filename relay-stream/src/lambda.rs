@@ -84,6 +84,8 @@ impl LambdaRelay {
                 "entries the Custom Event Bus had accepted before (DEDUPLICATED): published, stored once"
             );
         }
+        // A frozen execution environment runs no batch processor: the invocation's spans go now.
+        relay_runtime::telemetry::flush();
         if let Some(metrics) = &self.metrics {
             let flushed = metrics
                 .set_property("requestId", event.context.request_id.clone())

@@ -66,11 +66,6 @@ pub fn build_relay_with(
     let dead_letters = args
         .dead_letter_queue_url()
         .map(|url| SqsDeadLetterSink::new(sqs, url));
-    Ok(StreamRelay::new(
-        publisher,
-        status,
-        holds,
-        dead_letters,
-        options,
-    ))
+    let outbound = relay_runtime::relay::Outbound::of(publisher.config());
+    Ok(StreamRelay::new(publisher, status, holds, dead_letters, options).with_outbound(outbound))
 }

@@ -22,7 +22,7 @@ struct Env {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    relay_runtime::telemetry::init_tracing();
+    let _telemetry = relay_runtime::telemetry::init_tracing();
     let env = Env::try_parse_from(["relay-stream"])
         .context("reading the configuration from the environment")?;
     let sdk_config = relay_runtime::load_aws_config().await?;

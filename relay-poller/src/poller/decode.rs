@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use outbox_shared::envelope::Encoding;
 use outbox_shared::schema::{self, attr};
 use outbox_shared::{ItemKey, OutboxItem};
 use relay_runtime::{Event, State};
@@ -21,11 +22,11 @@ pub(crate) fn item_key(raw: &RawItem) -> Option<ItemKey> {
     })
 }
 
-/// The event of an item read from the index (from `partition`): ready to publish, or poison
-/// with a reason that names the attribute at fault. An item without a string `PK` and `SK` is not
+/// The event of an item read from the index (from `partition`), its body written as `encoding`
+/// says: ready to publish, or poison with a reason that names the attribute at fault. An item without a string `PK` and `SK` is not
 /// an item of this table's shape: nothing can be done with it, not even a dead-letter mark, so it
 /// fails (logged, counted, left where it is).
-pub(crate) fn decode(raw: RawItem, partition: &str) -> Event<RawItem> {
+pub(crate) fn decode(raw: RawItem, partition: &str, encoding: &Encoding) -> Event<RawItem> {
     let event_id = string_attr(&raw, attr::EVENT_ID);
     let Some(key) = item_key(&raw) else {
         tracing::error!(
@@ -37,6 +38,7 @@ pub(crate) fn decode(raw: RawItem, partition: &str) -> Event<RawItem> {
             key: None,
             event_id,
             aggregate: None,
+            trace: None,
             state: State::Failed {
                 code: "NoItemKey".to_owned(),
                 message: "item in the pending index has no string PK/SK".to_owned(),
@@ -57,6 +59,7 @@ pub(crate) fn decode(raw: RawItem, partition: &str) -> Event<RawItem> {
             key: Some(key),
             event_id: Some(item.event_id),
             aggregate: None,
+            trace: None,
             state: State::Poison {
                 reason: format!(
                     "item in the pending index is not an outbox event: its {} is not {}",
@@ -66,7 +69,7 @@ pub(crate) fn decode(raw: RawItem, partition: &str) -> Event<RawItem> {
             },
         };
     }
-    Event::of_item(raw, item)
+    Event::of_item(raw, item, encoding)
 }
 
 /// The item as the dead letter carries it: its attributes as plain JSON.

@@ -170,6 +170,14 @@ where
         }
     }
 
+    /// The poller with its events written and named as `outbound` says: the publisher's format
+    /// and bus (the envelope, and no bus on its spans, unless set).
+    #[must_use]
+    pub fn with_outbound(mut self, outbound: relay_runtime::relay::Outbound) -> Self {
+        self.pages = self.pages.with_outbound(outbound);
+        self
+    }
+
     pub fn settings(&self) -> &PollerSettings {
         &self.settings
     }

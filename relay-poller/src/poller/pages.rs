@@ -68,6 +68,12 @@ where
         self.relay.publisher()
     }
 
+    /// The pages with their events written and named as `outbound` says.
+    pub(super) fn with_outbound(mut self, outbound: relay_runtime::relay::Outbound) -> Self {
+        self.relay = self.relay.with_outbound(outbound);
+        self
+    }
+
     pub(super) fn totals(&self) -> &Totals {
         &self.totals
     }
@@ -209,7 +215,7 @@ where
         stats.taken += items.len() as u64;
         let mut events: Vec<Event<RawItem>> = items
             .into_iter()
-            .map(|raw| decode(raw, partition))
+            .map(|raw| decode(raw, partition, self.relay.encoding()))
             .collect();
         let (extended, errors) = self.ttl.refresh(&events, Utc::now()).await;
         stats.ttl_extended += extended;

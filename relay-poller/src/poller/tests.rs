@@ -29,6 +29,7 @@ fn event(aggregate: &str, sequence: u64, offset_ms: i64) -> RawItem {
         sequence: Some(sequence),
         payload: serde_json::json!({"n": sequence}),
         trace_header: None,
+        trace_context: None,
     };
     let at = t0() + chrono::Duration::milliseconds(offset_ms);
     let id = format!("{aggregate}-{sequence}");

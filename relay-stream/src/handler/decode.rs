@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use aws_lambda_events::dynamodb::EventRecord;
+use outbox_shared::envelope::Encoding;
 use outbox_shared::schema::{self, attr, entity};
 use outbox_shared::{ItemKey, OutboxItem, OutboxStatus};
 use relay_runtime::stream_record::INSERT;
@@ -79,8 +80,9 @@ pub(super) fn left_event(event: &Event<&EventRecord>) -> Option<LeftEvent> {
 
 /// The event of `record`: an outbox `INSERT` (its new image), or a TTL deletion of a pending
 /// outbox item (its old image: the event was never published, and this record is the last place
-/// it exists), ready to publish or poison; any other record is ignored.
-pub(super) fn decode(record: &EventRecord) -> Event<&EventRecord> {
+/// it exists), ready to publish (its body written as `encoding` says) or poison; any other
+/// record is ignored.
+pub(super) fn decode<'r>(record: &'r EventRecord, encoding: &Encoding) -> Event<&'r EventRecord> {
     let image = if record.event_name == INSERT {
         &record.change.new_image
     } else if is_ttl_deletion(record) {
@@ -97,7 +99,7 @@ pub(super) fn decode(record: &EventRecord) -> Event<&EventRecord> {
         Ok(item) if item.status != OutboxStatus::Pending => {
             Event::ignored(record, IgnoreReason::NotPending(item.status))
         }
-        Ok(item) => Event::of_item(record, item),
+        Ok(item) => Event::of_item(record, item, encoding),
         Err(err) => Event::undecodable(
             record,
             record_key(record),

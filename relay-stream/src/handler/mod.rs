@@ -151,6 +151,14 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds> StreamR
         }
     }
 
+    /// The relay with its events written and named as `outbound` says: the publisher's format
+    /// and bus (the envelope, and no bus on its spans, unless set).
+    #[must_use]
+    pub fn with_outbound(mut self, outbound: relay_runtime::relay::Outbound) -> Self {
+        self.relay = self.relay.with_outbound(outbound);
+        self
+    }
+
     pub fn publisher(&self) -> &P {
         self.relay.publisher()
     }
@@ -172,7 +180,9 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds> StreamR
     /// mode held if it failed, and settled once (marked, or dead-lettered then marked); the first
     /// record not published is the batch item failure.
     pub async fn handle(&self, records: &[EventRecord], deadline: Deadline) -> BatchReport {
-        let mut events: Vec<Event<&EventRecord>> = records.iter().map(decode).collect();
+        let encoding = self.relay.encoding();
+        let mut events: Vec<Event<&EventRecord>> =
+            records.iter().map(|r| decode(r, encoding)).collect();
         if let Some(hold_mode) = &self.hold_mode {
             hold_mode.leave_held(&mut events, deadline).await;
         }
