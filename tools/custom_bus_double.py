@@ -14,7 +14,7 @@ the SDK's real wire protocol, Smithy RPC v2 CBOR, with the shapes of botocore's 
     ResourceNotFoundException 404, ResourceAlreadyExistsException/ResourceInUseException 409, ...).
 
 Operations: CreateEventBus, DescribeEventBus, ListEventBuses, DeleteEventBus, CreateSubscriber,
-DescribeSubscriber, ListSubscribers, DeleteSubscriber, PutEvents. Any other operation of the model
+DescribeSubscriber, ListSubscribers, DeleteSubscriber, PutEvents, PutRawEvents. Any other operation of the model
 answers 400 InvalidInputException naming it as not modelled; an operation the model does not have
 answers 404 UnknownOperationException (the Smithy RPC v2 rule).
 
@@ -31,6 +31,11 @@ What it models:
     DeduplicationConfiguration.DeduplicationType = CONTENT_BASED; the bus ARN well-formed
     (InvalidInputException) and existing (ResourceNotFoundException). Every one of these rejects the
     whole request (see "decided" below), as does a body that is not a CBOR map.
+  - PutRawEvents, as the model says: 1 to 100 entries, each `Data` (bytes), optional `Metadata` (at
+    most 100 string keys of 1-128 characters without `/`, string values) and a required
+    `SystemMetadata` with `ContentType` (`application/...`), `EventGroupId` and `DeduplicationId`
+    as for PutEvents; results, sequence numbers and deduplication (content-based: the SHA-256 of
+    `Data`) the same. A raw event has no Source, DetailType nor Time (its ingestion time stands in).
   - Results per entry in request order: EventId (a UUID), SequenceNumber (a decimal string, increasing
     with ingestion order per bus, zero-padded to 20 digits so it also sorts as text), SuccessCode
     PUBLISHED or DEDUPLICATED; FailedEntryCount 0.
@@ -43,7 +48,8 @@ What it models:
     (CUSTOM_BUS_SQS_ENDPOINT, else AWS_ENDPOINT_URL_SQS, else AWS_ENDPOINT_URL), `StartingPosition`
     LATEST (an event reaches the subscribers that existed when it was accepted), Transformer RAW (the
     default: the classic envelope `{version, id, detail-type, source, account, time, region,
-    resources, detail}`, `id` = the EventId) or WITH_METADATA (`{Data, Metadata, SystemMetadata}`),
+    resources, detail}`, `id` = the EventId; a raw event's `Data` exactly as sent, as text) or
+    WITH_METADATA (`{Data, Metadata, SystemMetadata}`, a raw event's JSON `Data` as JSON),
     SendMessageBatch of up to 10 events, one event per message. For a FIFO queue, MessageGroupId is
     SqsParameters.MessageGroupId (a constant or one of the expressions listed at _SYSTEM_METADATA_EXPR)
     or else the event's group, and MessageDeduplicationId is SqsParameters.MessageDeduplicationId or
@@ -62,8 +68,8 @@ What it models:
 What it does not model: retention and replay (StorageConfiguration is stored and echoed only;
 StartingPosition POINT_IN_TIME, State STOPPED, ResumePosition), filters (FilterConfiguration is
 refused), JSONATA transformers, BatchConfiguration (batches are up to 10, sent as soon as ready),
-targets other than SQS, SqsParameters DelaySeconds/MessageAttributes (refused), PutRawEvents and
-schema registries, event sources, resource policies, tags and UpdateEventBus/UpdateSubscriber, KMS
+targets other than SQS, SqsParameters DelaySeconds/MessageAttributes (refused), schema registries
+(SchemaRegistryConfiguration is refused; Avro and Protobuf `Data` is not decoded), event sources, resource policies, tags and UpdateEventBus/UpdateSubscriber, KMS
 and encryption, IAM/SigV4 (the Authorization header is not checked; RoleArn is stored only), quotas
 and throttling (no ThrottlingException, no bus count limit, no per-group ingestion rate, no byte
 limit on an entry or a request: the docs give none), the bus states CREATING/DELETING (everything
@@ -78,6 +84,10 @@ Where the docs left it to decide (and what the double does):
     the `aws.` source and a Detail that is not a JSON object are treated the same way, since the docs
     document no per-entry error code for PutEvents.
   - A DEDUPLICATED entry returns the EventId and SequenceNumber of the entry it repeats.
+  - A raw event whose ContentType is JSON (`application/json` or `application/...+json`) must have
+    `Data` that is JSON, else the whole request is an InvalidInputException, like PutEvents' Detail
+    (the docs document a per-entry VALIDATION_ERROR only for Avro and Protobuf). Any `application/`
+    subtype is accepted (the SDK's model names `application/cloudevents+json` as an example).
   - The window is measured from the first accepted entry (a repeat does not extend it).
   - The envelope's `id` is the EventId returned to the publisher.
   - A request without `smithy-protocol: rpc-v2-cbor` answers 400, one with another Content-Type 415
@@ -92,6 +102,7 @@ Usage: python custom_bus_double.py -H 127.0.0.1 -p PORT
 """
 
 import argparse
+import base64
 import collections
 import datetime
 import hashlib
@@ -130,6 +141,10 @@ DESCRIPTION_MAX = 512  # Description
 SQS_BATCH_MAX = 10  # SendMessageBatch entries per call (the SQS target delivers with it)
 DEFAULT_RETRY_ATTEMPTS = 5  # RetryPolicy.MaxRetryAttempts default
 RESERVED_SOURCE_PREFIX = "aws."
+RAW_METADATA_MAX = 100  # PutRawEventsRequestEntry.Metadata keys
+# PutRawEventsSystemMetadata.ContentType: an `application/` media type (json, avro, protobuf,
+# octet-stream, or a structured-syntax suffix such as cloudevents+json), parameters allowed.
+CONTENT_TYPE_RE = re.compile(r"application/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*(;.*)?")
 
 NAME_RE = re.compile(r"[A-Za-z0-9][.\-_A-Za-z0-9]*")
 BUS_ARN_RE = re.compile(
@@ -154,6 +169,12 @@ DEDUP_ID_RE = re.compile(
 _SYSTEM_METADATA_EXPR = re.compile(
     r"\{%\s*\$events?\.SystemMetadata\.(?:`([^`]+)`|'([^']+)'|\"([^\"]+)\"|([A-Za-z][A-Za-z0-9]*))\s*%\}"
 )
+
+
+def is_json(content_type):
+    """Whether a media type is JSON: application/json, or a +json structured-syntax suffix."""
+    subtype = content_type.split(";", 1)[0].strip().lower().removeprefix("application/")
+    return subtype == "json" or subtype.endswith("+json")
 
 
 class ApiError(Exception):
@@ -304,9 +325,12 @@ class Bus:
 
 class Event:
     __slots__ = ("event_id", "sequence", "group", "dedup_id", "source", "detail_type", "detail",
-                 "resources", "time", "accepted")
+                 "resources", "time", "accepted", "raw", "content_type", "metadata")
 
     def __init__(self, **fields):
+        self.raw = None  # a raw event's Data (PutRawEvents); None for PutEvents
+        self.content_type = "application/eventbridge+json"
+        self.metadata = {}
         for key, value in fields.items():
             setattr(self, key, value)
 
@@ -442,14 +466,15 @@ class Subscriber:
     def system_metadata(self, event):
         meta = {
             "aws:EventId": event.event_id,
-            "aws:Source": event.source,
-            "aws:DetailType": event.detail_type,
             "aws:DeliveryType": "LIVE",
             "EventGroupId": self.group_of(event),
-            "ContentType": "application/eventbridge+json",
+            "ContentType": event.content_type,
             "aws:IngestionTime": iso_time(event.accepted),
             "aws:SequenceNumber": event.sequence,
         }
+        if event.raw is None:  # PutEvents only
+            meta["aws:Source"] = event.source
+            meta["aws:DetailType"] = event.detail_type
         if event.dedup_id is not None:
             meta["DeduplicationId"] = event.dedup_id
         return meta
@@ -474,12 +499,29 @@ class Subscriber:
         field = next(g for g in match.groups() if g is not None)
         return self.system_metadata(event).get(field, "")
 
+    def data(self, event):
+        """What `RAW` delivers: the classic envelope of a PutEvents event, a raw event's Data as sent
+        (as text; base64 for bytes that are not UTF-8)."""
+        if event.raw is None:
+            return json.dumps(self.envelope(event), separators=(",", ":"))
+        try:
+            return event.raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return base64.b64encode(event.raw).decode("ascii")
+
     def message(self, index, event):
         if self.transformer == "WITH_METADATA":
-            body = {"Data": self.envelope(event), "Metadata": {}, "SystemMetadata": self.system_metadata(event)}
+            if event.raw is None:
+                data = self.envelope(event)
+            elif is_json(event.content_type):
+                data = json.loads(event.raw)
+            else:
+                data = self.data(event)
+            body = json.dumps({"Data": data, "Metadata": event.metadata,
+                               "SystemMetadata": self.system_metadata(event)}, separators=(",", ":"))
         else:
-            body = self.envelope(event)
-        entry = {"Id": str(index), "MessageBody": json.dumps(body, separators=(",", ":"))}
+            body = self.data(event)
+        entry = {"Id": str(index), "MessageBody": body}
         if self.group_template is not None:
             entry["MessageGroupId"] = self.resolve(self.group_template, event)
         elif self.fifo_queue:
@@ -732,6 +774,61 @@ class Double:
                     subscriber.offer(accepted)
         return {"FailedEntryCount": 0, "Entries": results}
 
+    def put_raw_events(self, params):
+        bus_arn = want_string(params, "EventBusArn", "", required=True, max_len=1011, pattern=BUS_ARN_RE)
+        entries = params.get("Entries")
+        if not isinstance(entries, list):
+            raise invalid("Entries is required and must be a list")
+        if not 1 <= len(entries) <= MAX_ENTRIES:
+            raise invalid(f"Entries must have 1 to {MAX_ENTRIES} members (it has {len(entries)})")
+        if params.get("SchemaRegistryConfiguration") is not None:
+            raise invalid("SchemaRegistryConfiguration is not modelled by the local Custom Event Bus double")
+        content_based = False
+        if params.get("DeduplicationConfiguration") is not None:
+            config = want_map(params["DeduplicationConfiguration"], "DeduplicationConfiguration")
+            want_enum(config, "DeduplicationType", "DeduplicationConfiguration.", ("CONTENT_BASED",))
+            content_based = True
+        checked = [self.check_raw_entry(i, entry) for i, entry in enumerate(entries)]
+        received = now_ts()
+        results, accepted = [], []
+        with self.lock:
+            bus = self.bus(bus_arn)
+            for entry in checked:
+                results.append(self.ingest(bus, entry, content_based, received, accepted))
+            if accepted:
+                for subscriber in bus.subscribers.values():
+                    subscriber.offer(accepted)
+        return {"FailedEntryCount": 0, "Entries": results}
+
+    def check_raw_entry(self, index, entry):
+        where = f"Entries[{index}]."
+        want_map(entry, f"Entries[{index}]")
+        data = entry.get("Data")
+        if not isinstance(data, (bytes, bytearray)):
+            raise invalid(f"{where}Data is required and must be a blob")
+        data = bytes(data)
+        metadata = want_map(entry.get("Metadata") or {}, f"{where}Metadata")
+        if len(metadata) > RAW_METADATA_MAX:
+            raise invalid(f"{where}Metadata has more than {RAW_METADATA_MAX} keys")
+        for key, value in metadata.items():
+            if not isinstance(key, str) or not 1 <= len(key) <= 128 or "/" in key or not isinstance(value, str):
+                raise invalid(f"{where}Metadata keys are 1 to 128 characters without '/', values strings")
+        if entry.get("SystemMetadata") is None:
+            raise invalid(f"{where}SystemMetadata is required")
+        meta = want_map(entry["SystemMetadata"], f"{where}SystemMetadata")
+        content_type = want_string(meta, "ContentType", f"{where}SystemMetadata.", required=True,
+                                   max_len=256, pattern=CONTENT_TYPE_RE)
+        if is_json(content_type):
+            try:
+                json.loads(data)
+            except ValueError:
+                raise invalid(f"{where}Data is not valid JSON for ContentType {content_type}") from None
+        group = want_string(meta, "EventGroupId", f"{where}SystemMetadata.", max_len=GROUP_ID_MAX)
+        dedup_id = want_string(meta, "DeduplicationId", f"{where}SystemMetadata.", max_len=DEDUP_ID_MAX,
+                               pattern=DEDUP_ID_RE)
+        return {"raw": data, "content_type": content_type, "metadata": metadata, "group": group,
+                "dedup_id": dedup_id}
+
     def check_entry(self, index, entry):
         where = f"Entries[{index}]."
         want_map(entry, f"Entries[{index}]")
@@ -767,7 +864,10 @@ class Double:
     def ingest(self, bus, entry, content_based, received, accepted):
         """One checked entry under the lock: its result, and the Event appended to `accepted`."""
         key = None
-        if content_based:
+        raw = entry.get("raw")
+        if content_based and raw is not None:
+            key = ("content", hashlib.sha256(raw).hexdigest())
+        elif content_based:
             content = json.dumps([entry["source"], entry["detail_type"], entry["detail_text"],
                                   entry["resources"], entry["time"]])
             key = ("content", hashlib.sha256(content.encode()).hexdigest())
@@ -779,12 +879,20 @@ class Double:
             if seen is not None and received - seen[0] < self.dedup_window:
                 return {"EventId": seen[1], "SequenceNumber": seen[2], "SuccessCode": "DEDUPLICATED"}
         bus.sequence += 1
-        event = Event(
-            event_id=str(uuid.uuid4()), sequence=f"{bus.sequence:020d}", group=entry["group"],
-            dedup_id=entry["dedup_id"], source=entry["source"], detail_type=entry["detail_type"],
-            detail=entry["detail"], resources=entry["resources"],
-            time=entry["time"] if entry["time"] is not None else received, accepted=received,
-        )
+        if raw is not None:
+            event = Event(
+                event_id=str(uuid.uuid4()), sequence=f"{bus.sequence:020d}", group=entry["group"],
+                dedup_id=entry["dedup_id"], source=None, detail_type=None, detail=None, resources=[],
+                time=received, accepted=received, raw=raw, content_type=entry["content_type"],
+                metadata=entry["metadata"],
+            )
+        else:
+            event = Event(
+                event_id=str(uuid.uuid4()), sequence=f"{bus.sequence:020d}", group=entry["group"],
+                dedup_id=entry["dedup_id"], source=entry["source"], detail_type=entry["detail_type"],
+                detail=entry["detail"], resources=entry["resources"],
+                time=entry["time"] if entry["time"] is not None else received, accepted=received,
+            )
         if key is not None:
             self.forget_expired(bus, received)
             bus.dedup.pop(scope_key, None)  # a key seen again after its window goes to the end
@@ -810,12 +918,13 @@ class Double:
         "ListSubscribers": list_subscribers,
         "DeleteSubscriber": delete_subscriber,
         "PutEvents": put_events,
+        "PutRawEvents": put_raw_events,
     }
     # The model's other operations: answered as not modelled rather than as unknown.
     NOT_MODELLED = {
         "CreateEventSource", "DeleteEventSource", "DeleteResourcePolicy", "DescribeEventSource",
         "GetResourcePolicy", "ListEventSources", "ListResourcePolicies", "ListTagsForResource",
-        "PutRawEvents", "PutResourcePolicy", "RevokeResource", "TagResource", "UntagResource",
+        "PutResourcePolicy", "RevokeResource", "TagResource", "UntagResource",
         "UpdateEventBus", "UpdateEventSource", "UpdateSubscriber",
     }
 

@@ -18,6 +18,7 @@ pub fn service() -> Vec<Call> {
         crate::poller::ttl::CALLS,
         relay_runtime::holds::RELEASE_CALLS,
         relay_runtime::publisher::eventbridge::CALLS,
+        relay_runtime::publisher::custom_bus::RAW_CALLS,
         relay_runtime::dead_letter::CALLS,
         crate::assignment::store::CALLS,
     ])
@@ -32,6 +33,7 @@ pub fn operator() -> Vec<Call> {
         crate::recreate::CALLS,
         crate::discarded::s3::CALLS,
         relay_runtime::publisher::eventbridge::CALLS,
+        relay_runtime::publisher::custom_bus::RAW_CALLS,
         relay_runtime::status_store::CALLS,
         relay_runtime::dead_letter::CALLS,
         crate::inspect::CALLS,

@@ -19,6 +19,7 @@ pub fn calls() -> Vec<Call> {
     union(&[
         relay_runtime::status_store::CALLS,
         relay_runtime::publisher::eventbridge::CALLS,
+        relay_runtime::publisher::custom_bus::RAW_CALLS,
         relay_runtime::dead_letter::CALLS,
         relay_runtime::holds::HOLD_CALLS,
     ])

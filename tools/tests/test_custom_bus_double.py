@@ -437,3 +437,68 @@ def test_a_chunked_request_body_is_read(bus_endpoint, bus):
                               {**CBOR_HEADERS, "Transfer-Encoding": "chunked"})
     assert status == 200, cbor2.loads(payload)
     assert cbor2.loads(payload)["Entries"][0]["SuccessCode"] == "PUBLISHED"
+
+
+# --- raw events (PutRawEvents)
+
+
+CLOUDEVENT = {"specversion": "1.0", "id": "event-1", "source": "com.example.orders", "type": "OrderCreated",
+              "subject": "o-1", "datacontenttype": "application/json", "data": {"orderId": "o-1"}}
+
+
+def raw_entry(data, group=None, dedup=None, content_type="application/cloudevents+json", **fields):
+    meta = {"ContentType": content_type}
+    if group is not None:
+        meta["EventGroupId"] = group
+    if dedup is not None:
+        meta["DeduplicationId"] = dedup
+    return {"Data": data if isinstance(data, bytes) else json.dumps(data).encode(), "SystemMetadata": meta,
+            **fields}
+
+
+def test_a_raw_event_is_delivered_exactly_as_sent_in_its_group_order(eb, bus, make_queue, subscribe):
+    # Given a FIFO subscriber with the default (RAW) transformer into a FIFO queue
+    queue = make_queue(fifo=True)
+    subscribe(bus, queue, "FIFO")
+    # When CloudEvents of one group are published as raw events, one repeated
+    events = [dict(CLOUDEVENT, id=f"event-{n}", sequence=f"{n:020d}") for n in range(1, 4)]
+    results = eb.put_raw_events(EventBusArn=bus, Entries=[
+        raw_entry(e, group="order-o-1", dedup=e["id"]) for e in events])["Entries"]
+    again = eb.put_raw_events(EventBusArn=bus, Entries=[raw_entry(events[0], group="order-o-1",
+                                                                  dedup="event-1")])["Entries"]
+    # Then each is PUBLISHED with an id and an increasing sequence number, the repeat DEDUPLICATED
+    assert [r["SuccessCode"] for r in results] == ["PUBLISHED"] * 3
+    assert [r["SequenceNumber"] for r in results] == sorted(r["SequenceNumber"] for r in results)
+    assert again[0]["SuccessCode"] == "DEDUPLICATED"
+    # And the queue gets each CloudEvent once, as sent (not in an envelope), in order, in its group
+    messages = queue.receive(3)
+    assert bodies(messages) == events
+    assert {m["Attributes"]["MessageGroupId"] for m in messages} == {"order-o-1"}
+    assert queue.receive(1, timeout=0.5) == []
+
+
+def test_with_metadata_delivery_of_a_raw_event_carries_its_content_type(eb, bus, make_queue, subscribe):
+    queue = make_queue(fifo=False)
+    subscribe(bus, queue, "UNORDERED", Transformer={"Type": "WITH_METADATA"})
+    result = eb.put_raw_events(EventBusArn=bus, Entries=[
+        raw_entry(CLOUDEVENT, group="g-1", dedup="d-1", Metadata={"tenant": "t-1"})])["Entries"][0]
+    [body] = bodies(queue.receive(1))
+    assert body["Data"] == CLOUDEVENT
+    assert body["Metadata"] == {"tenant": "t-1"}
+    meta = body["SystemMetadata"]
+    assert (meta["aws:EventId"], meta["ContentType"], meta["EventGroupId"], meta["DeduplicationId"]) == \
+        (result["EventId"], "application/cloudevents+json", "g-1", "d-1")
+    # A raw event has no Source or DetailType
+    assert "aws:Source" not in meta and "aws:DetailType" not in meta
+
+
+@pytest.mark.parametrize("bad", ["no content type", "text content type", "json that is not", "metadata key"])
+def test_invalid_raw_input_rejects_the_whole_request(eb_unchecked, bus, bad):
+    entry_of = {
+        "no content type": {"Data": b"{}", "SystemMetadata": {}},
+        "text content type": raw_entry({}, content_type="text/plain"),
+        "json that is not": raw_entry(b"not json"),
+        "metadata key": raw_entry({}, Metadata={"a/b": "v"}),
+    }[bad]
+    assert error_of(lambda: eb_unchecked.put_raw_events(EventBusArn=bus, Entries=[entry_of])) == \
+        ("InvalidInputException", 400)

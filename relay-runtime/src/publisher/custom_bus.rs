@@ -20,14 +20,25 @@
 //! publisher); `InvalidInputException` refuses the whole call for what one entry can cause and
 //! splits it ([`super::POISON_ENTRY_CODES`]); `AccessDeniedException`,
 //! `ResourceNotFoundException` and `InvalidStateException` fail every entry, which stays pending.
-//! The bus has no `TraceHeader`: the trace context is not propagated on this bus.
+//! The bus has no `TraceHeader`: the X-Ray trace context is not propagated on this bus (the W3C
+//! trace context is, in the event itself).
+//!
+//! CloudEvents (`EVENT_FORMAT=cloudevents`): each event is a raw event (`PutRawEvents`, the
+//! bus's API for payloads of a content type of their own), its `Data` the CloudEvent and its
+//! `ContentType` `application/cloudevents+json`, with the same group, id and results. A
+//! subscriber's default `RAW` delivery then hands the consumer the CloudEvent exactly as the
+//! relay wrote it, where `PutEvents` would wrap it in the classic envelope (`detail`). Subscriber
+//! filters copied from a classic rule match nothing of raw events: filter on the CloudEvent's
+//! own attributes (`DATA` scope) instead.
 
 use aws_sdk_eventbridgev2::types::{
-    PutEventsRequestEntry, PutEventsResultEntry, PutEventsSystemMetadata, SuccessCode,
+    PutEventsRequestEntry, PutEventsResultEntry, PutEventsSystemMetadata, PutRawEventsRequestEntry,
+    PutRawEventsResultEntry, PutRawEventsSystemMetadata, SuccessCode,
 };
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use outbox_shared::OutboundEvent;
+use outbox_shared::envelope::{CLOUDEVENTS_CONTENT_TYPE, EventFormat};
 use outbox_shared::event_group::deduplication_id;
 use outbox_shared::limits::{CUSTOM_BUS_DEFAULT_MAX_BYTES, CUSTOM_BUS_PUT_EVENTS_MAX_ENTRIES};
 
@@ -37,6 +48,13 @@ use super::send::{
 };
 use crate::CallTasks;
 use crate::config::{BusKind, PublisherConfig, SettingError};
+
+/// The Custom Event Bus's raw events (CloudEvents): `events:PutRawEvents` on the bus (on a
+/// classic bus the action authorizes nothing).
+pub const RAW_CALLS: &[crate::permissions::Call] = &[crate::permissions::Call::new(
+    "events:PutRawEvents",
+    crate::permissions::Target::EventBus,
+)];
 
 /// The Custom Event Bus: 100 entries a call, 256 KiB by default (it documents no limit); its
 /// whole ARN; a `Source` of at most 256 characters.
@@ -194,6 +212,22 @@ impl CustomBus {
             .build()
             .expect("source and detail type are set")
     }
+
+    /// The `PutRawEvents` entry of `event`: its CloudEvent as the data, with its group and id.
+    fn raw_entry(event: &OutboundEvent) -> PutRawEventsRequestEntry {
+        PutRawEventsRequestEntry::builder()
+            .data(aws_smithy_types::Blob::new(event.detail.as_bytes()))
+            .system_metadata(
+                PutRawEventsSystemMetadata::builder()
+                    .content_type(CLOUDEVENTS_CONTENT_TYPE)
+                    .event_group_id(&event.event_group)
+                    .deduplication_id(deduplication_id(&event.event_id))
+                    .build()
+                    .expect("the content type is set"),
+            )
+            .build()
+            .expect("the data is set")
+    }
 }
 
 impl BusCall for CustomBus {
@@ -208,6 +242,24 @@ impl BusCall for CustomBus {
         pending: &[usize],
         call_tasks: CallTasks,
     ) -> BoxFuture<'a, CallAnswer> {
+        if config.event_format == EventFormat::CloudEvents {
+            let entries = pending
+                .iter()
+                .map(|&i| Self::raw_entry(events[i]))
+                .collect();
+            let call = self
+                .client
+                .put_raw_events()
+                .event_bus_arn(&config.event_bus_name)
+                .set_entries(Some(entries))
+                .send();
+            return async move {
+                answer_of(call_tasks.run(call).await, |output| {
+                    output.entries().iter().map(raw_entry_result).collect()
+                })
+            }
+            .boxed();
+        }
         let entries = pending
             .iter()
             .map(|&i| Self::entry(config, events[i]))
@@ -224,6 +276,18 @@ impl BusCall for CustomBus {
             })
         }
         .boxed()
+    }
+}
+
+/// One raw event's result, read as [`entry_result`] reads a `PutEvents` one.
+fn raw_entry_result(result: &PutRawEventsResultEntry) -> EntryResult {
+    match (result.error_code(), result.success_code()) {
+        (Some(code), _) => EntryResult::Refused {
+            code: code.to_owned(),
+            message: result.error_message().unwrap_or_default().to_owned(),
+        },
+        (None, Some(SuccessCode::Deduplicated)) => EntryResult::Deduplicated,
+        (None, _) => EntryResult::Published,
     }
 }
 
