@@ -82,8 +82,9 @@ pub use order::{
     CreatedOrder, INITIAL_VERSION, NewOrder, ORDER_AGGREGATE, ORDER_CREATED, ORDER_STATUS_CHANGED,
     OrderCreated, OrderLine, OrderStatus, OrderStatusChanged, UnknownStatus, UpdatedOrder,
 };
+pub use outbox_shared::{TraceContext, TraceContextError};
 pub use size::{item_size, value_size};
-pub use trace::{LAMBDA_TRACE_ENV, MAX_TRACE_HEADER_LEN, TraceHeader};
+pub use trace::{LAMBDA_TRACE_ENV, MAX_TRACE_HEADER_LEN, TraceHeader, current_trace_context};
 pub use transaction::{CommittedTransaction, ConditionFailure, OutboxTransaction};
 pub use writer::OutboxWriter;
 

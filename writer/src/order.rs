@@ -17,6 +17,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{InputError, WriteError};
 use crate::trace::TraceHeader;
+use outbox_shared::TraceContext;
 
 /// `EventType` of the event a new order emits.
 pub const ORDER_CREATED: &str = "OrderCreated";
@@ -57,6 +58,9 @@ pub struct NewOrder {
     /// The caller's trace context, carried to the bus on the event; when `None`, the Lambda
     /// invocation's (`_X_AMZN_TRACE_ID`), if the caller runs in Lambda.
     pub trace_header: Option<TraceHeader>,
+    /// The caller's W3C trace context, carried in the event on every target; when `None`, the
+    /// caller's current OpenTelemetry span's ([`crate::current_trace_context`]), if any.
+    pub trace_context: Option<TraceContext>,
 }
 
 impl NewOrder {
@@ -66,7 +70,15 @@ impl NewOrder {
             order_id: None,
             idempotency_key: None,
             trace_header: None,
+            trace_context: None,
         }
+    }
+
+    /// Carries `context` (a W3C `traceparent` and `tracestate` the caller has, say from an
+    /// incoming request's headers) in the event, instead of the current span's.
+    pub fn with_trace_context(mut self, context: TraceContext) -> Self {
+        self.trace_context = Some(context);
+        self
     }
 
     /// Carries `header` (the caller's X-Ray trace context) to the bus on the event.

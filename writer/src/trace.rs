@@ -1,9 +1,17 @@
-//! The caller's trace context, carried to the bus: the writer stores it as the outbox item's
-//! `TraceHeader`, and the relays copy it to the `PutEvents` entry's `TraceHeader`, so the event
-//! joins the caller's X-Ray trace.
+//! The caller's trace context, carried to the bus, in both of its forms:
+//!
+//! - X-Ray's: the writer stores it as the outbox item's `TraceHeader`, and the relays copy it to
+//!   the classic bus's `PutEvents` entry's `TraceHeader`, so the event joins the caller's X-Ray
+//!   trace;
+//! - W3C Trace Context: the writer stores the caller's `traceparent` and `tracestate` as the
+//!   item's `TraceParent` and `TraceState` (from [`current_trace_context`], or a value it is
+//!   given), and the relays carry them in the event itself on every target, so a consumer
+//!   continues the caller's trace wherever the event went.
 
 use std::fmt;
 
+use opentelemetry::trace::TraceContextExt as _;
+use outbox_shared::TraceContext;
 use outbox_shared::limits::PUT_EVENTS_TRACE_HEADER_MAX_CHARS;
 
 use crate::error::InputError;
@@ -66,6 +74,33 @@ impl TraceHeader {
     }
 }
 
+/// The W3C trace context of the caller's current OpenTelemetry span, if it has a valid one:
+/// `opentelemetry::Context::current()`, which is the span the caller made current, or the
+/// `tracing` span it is in when it exports through `tracing-opentelemetry` (whose layer makes an
+/// entered span's context current). `None` outside any span, or in one that is not recorded
+/// anywhere (an invalid context).
+pub fn current_trace_context() -> Option<TraceContext> {
+    let context = opentelemetry::Context::current();
+    let span = context.span();
+    let span_context = span.span_context();
+    if !span_context.is_valid() {
+        return None;
+    }
+    let traceparent = format!(
+        "00-{}-{}-{:02x}",
+        span_context.trace_id(),
+        span_context.span_id(),
+        span_context.trace_flags().to_u8()
+    );
+    let state = span_context.trace_state().header();
+    TraceContext::new(&traceparent, Some(state.as_str())).ok()
+}
+
+/// `explicit`, or else the caller's current span's ([`current_trace_context`]).
+pub(crate) fn trace_context_or_current(explicit: Option<&TraceContext>) -> Option<TraceContext> {
+    explicit.cloned().or_else(current_trace_context)
+}
+
 impl fmt::Display for TraceHeader {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -91,6 +126,35 @@ mod tests {
             assert!(err.contains(why), "{err}");
             assert!(err.contains("trace header"), "{err}");
         }
+    }
+
+    #[test]
+    fn the_current_spans_context_is_captured_and_none_outside_a_span() {
+        use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
+        assert_eq!(current_trace_context(), None);
+        let span = SpanContext::new(
+            TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap(),
+            SpanId::from_hex("00f067aa0ba902b7").unwrap(),
+            TraceFlags::SAMPLED,
+            false,
+            "rojo=1".parse::<TraceState>().unwrap(),
+        );
+        let _entered = opentelemetry::Context::current()
+            .with_remote_span_context(span)
+            .attach();
+        let captured = current_trace_context().unwrap();
+        assert_eq!(
+            captured.traceparent(),
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        );
+        assert_eq!(captured.tracestate(), Some("rojo=1"));
+        // A value the caller gives wins over the current span's
+        let given = TraceContext::new(
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+            None,
+        )
+        .unwrap();
+        assert_eq!(trace_context_or_current(Some(&given)), Some(given));
     }
 
     #[test]

@@ -28,6 +28,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, CancellationReason, ConditionCheck, Delete, Put, TransactWriteItem, Update,
 };
 use chrono::{DateTime, Utc};
+use outbox_shared::envelope::Encoding;
 use outbox_shared::limits::{ITEM_MAX_BYTES, TRANSACT_MAX_ACTIONS, TRANSACT_MAX_BYTES};
 use outbox_shared::schema::attr;
 use outbox_shared::{ErrorClass, ItemKey, NewOutboxEvent, OutboundEvent, OutboxItem, SdkFailure};
@@ -171,8 +172,13 @@ impl OutboxTransaction {
         self
     }
 
-    /// Adds an outbox event; its id (UUIDv7), shard, index keys and TTL are set at commit.
-    pub fn event(mut self, event: NewOutboxEvent) -> Self {
+    /// Adds an outbox event; its id (UUIDv7), shard, index keys and TTL are set at commit. An
+    /// event without a W3C trace context takes the caller's current span's
+    /// ([`crate::current_trace_context`]), as it is when the event is added.
+    pub fn event(mut self, mut event: NewOutboxEvent) -> Self {
+        if event.trace_context.is_none() {
+            event.trace_context = crate::trace::current_trace_context();
+        }
         self.events.push(EventSpec::New(event));
         self
     }
@@ -351,13 +357,20 @@ fn check_item_size(key: &ItemKey, bytes: usize) -> Result<(), LimitError> {
     Ok(())
 }
 
-/// The event's future EventBridge entry must fit, or no relay could ever publish it.
+/// The event's future EventBridge entry must fit, or no relay could ever publish it: in either
+/// format the relays may publish (the writer does not know their `EVENT_FORMAT`), the larger.
 fn check_event_size(item: &OutboxItem, config: &WriterConfig) -> Result<(), WriteError> {
-    let entry = OutboundEvent::from_item(item).map_err(|e| InputError::Event {
-        event_type: item.event_type.clone(),
-        reason: e.to_string(),
-    })?;
-    let bytes = entry.entry_size(&config.event_source);
+    let mut bytes = 0;
+    for encoding in [
+        Encoding::envelope(),
+        Encoding::cloudevents(&config.event_source),
+    ] {
+        let entry = OutboundEvent::from_item(item, &encoding).map_err(|e| InputError::Event {
+            event_type: item.event_type.clone(),
+            reason: e.to_string(),
+        })?;
+        bytes = bytes.max(entry.entry_size(&config.event_source));
+    }
     if bytes > config.max_event_entry_bytes {
         return Err(LimitError::EventTooLarge {
             event_id: item.event_id.clone(),
@@ -539,6 +552,7 @@ mod tests {
             sequence: None,
             payload,
             trace_header: None,
+            trace_context: None,
         }
     }
 

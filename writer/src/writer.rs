@@ -23,7 +23,7 @@ use crate::order::{
     CreatedOrder, INITIAL_VERSION, NewOrder, ORDER_AGGREGATE, ORDER_CREATED, ORDER_STATUS_CHANGED,
     OrderCreated, OrderStatus, OrderStatusChanged, UpdatedOrder, order_item,
 };
-use crate::trace::TraceHeader;
+use crate::trace::{TraceHeader, current_trace_context, trace_context_or_current};
 use crate::transaction::{
     CommittedTransaction, ConditionFailure, OutboxTransaction, Prepared, is_token_mismatch,
 };
@@ -112,6 +112,7 @@ impl OutboxWriter {
                 INITIAL_VERSION,
                 &payload,
                 TraceHeader::or_from_environment(order.trace_header.as_ref()),
+                trace_context_or_current(order.trace_context.as_ref()),
             )?,
             &self.config.outbox,
             now,
@@ -310,6 +311,7 @@ impl OutboxWriter {
                 next,
                 &payload,
                 TraceHeader::from_lambda_environment(),
+                current_trace_context(),
             )?);
         let committed = self.commit_once(tx).await?;
         let event_id = committed
@@ -459,6 +461,7 @@ fn order_event(
     sequence: u64,
     payload: &impl serde::Serialize,
     trace_header: Option<TraceHeader>,
+    trace_context: Option<outbox_shared::TraceContext>,
 ) -> Result<NewOutboxEvent, WriteError> {
     Ok(NewOutboxEvent {
         partition_key: schema::user_pk(user_id),
@@ -468,6 +471,7 @@ fn order_event(
         sequence: Some(sequence),
         payload: serde_json::to_value(payload).map_err(|e| WriteError::Encoding(e.to_string()))?,
         trace_header: trace_header.map(|h| h.as_str().to_owned()),
+        trace_context,
     })
 }
 
