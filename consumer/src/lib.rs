@@ -7,7 +7,11 @@
 //!   response;
 //! - [`occ`]: read-modify-conditional-write on a `version` attribute with bounded retries
 //!   ([`RetryPolicy`]: exponential backoff with full jitter);
-//! - [`tables`]: the idempotency table's schema, and table creation for local use and tests.
+//! - [`tables`]: the idempotency table's schema, and table creation for local use and tests;
+//! - [`received`]: the event a consumer receives, in either format the relays publish (the
+//!   envelope or a CloudEvent), alone or in an EventBridge event, as one [`Envelope`];
+//! - [`trace`]: the processing span, continuing the event's trace (its W3C trace context, or the
+//!   delivery's X-Ray header).
 //!
 //! A complete EventBridge-triggered consumer built with both is the `order-consumer` crate in
 //! `examples/`. With the `eventbridge` feature, [`EventIdKey`] also keys
@@ -17,7 +21,9 @@ pub mod clock;
 pub mod error;
 pub mod idempotency;
 pub mod occ;
+pub mod received;
 pub mod tables;
+pub mod trace;
 
 #[cfg(test)]
 mod test_support;
@@ -29,4 +35,6 @@ pub use idempotency::{
     Outcome,
 };
 pub use occ::{Committed, OccConfig, OccError, OccTable, Versioned};
-pub use outbox_shared::RetryPolicy;
+pub use outbox_shared::{Envelope, EventMetadata, RetryPolicy, TraceContext};
+pub use received::{DecodeError, decode, decode_str};
+pub use trace::process_span;

@@ -134,6 +134,8 @@ mod tests {
                 aggregate_id: Some("o-1".into()),
                 sequence: Some(1),
                 occurred_at: "2026-11-22T10:00:00.000Z".into(),
+                traceparent: None,
+                tracestate: None,
             },
             data: json!({"orderId": "o-1"}),
         };

@@ -1,5 +1,7 @@
 //! The Lambda handler: reserves stock for each `OrderCreated` event exactly once, however often
-//! the relay delivers it.
+//! the relay delivers it, in whichever format the relay publishes it (the envelope or a
+//! CloudEvent: `outbox_consumer::decode`), each in a `process` span that continues the event's
+//! trace (`outbox_consumer::process_span`).
 
 pub use aws_lambda_events::eventbridge::EventBridgeEvent;
 use chrono::{DateTime, Utc};
@@ -7,7 +9,7 @@ use outbox_consumer::{Clock, EventIdKey, IdempotencyError, IdempotencyStore, Out
 use outbox_shared::Envelope;
 use outbox_writer::{ORDER_CREATED, OrderCreated};
 use serde::{Deserialize, Serialize};
-use tracing::{info, warn};
+use tracing::{Instrument as _, info, warn};
 
 use crate::inventory::{Inventory, InventoryError, Reservation};
 
@@ -59,7 +61,9 @@ impl From<HandlerError> for lambda_runtime::Diagnostic {
     }
 }
 
-/// Handles one EventBridge event: reserves stock for an `OrderCreated` once per `eventId`.
+/// Handles one EventBridge event (its `detail` the envelope or a CloudEvent): reserves stock for
+/// an `OrderCreated` once per event id. Its trace continues from the event's context, else the
+/// invocation's X-Ray header (`_X_AMZN_TRACE_ID`).
 ///
 /// `deadline` is the invocation's deadline; it bounds the idempotency lock.
 ///
@@ -71,14 +75,47 @@ pub async fn handle_event<I: Inventory, C: Clock>(
     store: &IdempotencyStore<C>,
     inventory: &I,
 ) -> Result<Handled, HandlerError> {
-    if event.detail_type != ORDER_CREATED {
-        info!(detail_type = %event.detail_type, "ignoring event");
+    let envelope: Envelope<serde_json::Value> = outbox_consumer::decode(&event.detail)
+        .map_err(|e| HandlerError::Malformed(e.to_string()))?;
+    let xray = std::env::var(outbox_writer::LAMBDA_TRACE_ENV).ok();
+    handle_envelope(envelope, xray.as_deref(), deadline, store, inventory).await
+}
+
+/// Handles one decoded event in its `process` span (its parent the event's trace context, else
+/// `xray_header`'s): reserves stock for an `OrderCreated` once per event id, ignores the rest.
+///
+/// # Errors
+/// [`HandlerError`], saying whether a retry can help.
+pub async fn handle_envelope<I: Inventory, C: Clock>(
+    envelope: Envelope<serde_json::Value>,
+    xray_header: Option<&str>,
+    deadline: Option<DateTime<Utc>>,
+    store: &IdempotencyStore<C>,
+    inventory: &I,
+) -> Result<Handled, HandlerError> {
+    let span = outbox_consumer::process_span(&envelope, xray_header);
+    reserve_once(envelope, deadline, store, inventory)
+        .instrument(span)
+        .await
+}
+
+async fn reserve_once<I: Inventory, C: Clock>(
+    envelope: Envelope<serde_json::Value>,
+    deadline: Option<DateTime<Utc>>,
+    store: &IdempotencyStore<C>,
+    inventory: &I,
+) -> Result<Handled, HandlerError> {
+    if envelope.metadata.event_type != ORDER_CREATED {
+        info!(detail_type = %envelope.metadata.event_type, "ignoring event");
         return Ok(Handled::Ignored {
-            detail_type: event.detail_type.clone(),
+            detail_type: envelope.metadata.event_type,
         });
     }
-    let envelope: Envelope<OrderCreated> = serde_json::from_value(event.detail.clone())
-        .map_err(|e| HandlerError::Malformed(e.to_string()))?;
+    let envelope = Envelope::<OrderCreated> {
+        data: serde_json::from_value(envelope.data)
+            .map_err(|e| HandlerError::Malformed(e.to_string()))?,
+        metadata: envelope.metadata,
+    };
     let event_id = envelope.metadata.event_id.clone();
     let order_id = envelope.data.order_id.clone();
     let outcome = store

@@ -20,10 +20,11 @@ mod queue;
 pub mod stock;
 
 pub use config::ExampleArgs;
-pub use handler::{EventBridgeEvent, Handled, HandlerError, handle_event};
+pub use handler::{EventBridgeEvent, Handled, HandlerError, handle_envelope, handle_event};
 pub use inventory::{
     DynamoInventory, Inventory, InventoryError, Reservation, ReservedLine, StockLevel,
 };
 pub use queue::{
-    BatchItemFailure, QueueBatch, SqsBatchResponse, SqsEvent, SqsMessage, handle_queue_batch,
+    AWS_TRACE_HEADER, BatchItemFailure, QueueBatch, SqsBatchResponse, SqsEvent, SqsMessage,
+    handle_queue_batch,
 };

@@ -14,7 +14,7 @@ use outbox_consumer::{IdempotencyStore, OccTable};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    relay_runtime::telemetry::init_tracing();
+    let _telemetry = relay_runtime::telemetry::init_tracing();
     let args = ExampleArgs::parse();
     let (idempotency, occ) = args.configs().context("invalid configuration")?;
     let sdk_config = relay_runtime::load_aws_config().await?;
@@ -39,12 +39,15 @@ async fn main() -> anyhow::Result<()> {
                     inventory,
                 ))
                 .await;
+                relay_runtime::telemetry::flush();
                 serde_json::to_value(outcome.response).map_err(malformed)
             } else {
                 let event: EventBridgeEvent<serde_json::Value> =
                     serde_json::from_value(event.payload).map_err(malformed)?;
-                let handled = Box::pin(handle_event(&event, deadline, store, inventory)).await?;
-                serde_json::to_value(handled).map_err(malformed)
+                let handled = Box::pin(handle_event(&event, deadline, store, inventory)).await;
+                // A frozen execution environment runs no batch processor: the spans go now.
+                relay_runtime::telemetry::flush();
+                serde_json::to_value(handled?).map_err(malformed)
             }
         },
     ))

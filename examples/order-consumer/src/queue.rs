@@ -1,6 +1,9 @@
 //! The consumer on an SQS FIFO queue: the target of the Custom Event Bus's FIFO subscriber
 //! (infra/template.yaml `OrderEventsSubscriber`), whose default `RAW` delivery makes each
-//! message body the classic EventBridge event, so each message is handled by [`handle_event`].
+//! message body the classic EventBridge event (the relays' `PutEvents`), or the CloudEvent itself
+//! (their raw events, `EVENT_FORMAT=cloudevents`): each is decoded as one envelope
+//! (`outbox_consumer::decode`) and handled by [`handle_envelope`], its trace continued from the
+//! event's context, else the message's X-Ray header (`AWSTraceHeader`).
 //!
 //! Order: SQS hands a message group (an aggregate) to one receiver at a time, in order, and a
 //! Lambda batch keeps that order. [`handle_queue_batch`] handles the batch's messages one after
@@ -15,7 +18,7 @@ use chrono::{DateTime, Utc};
 use outbox_consumer::{Clock, IdempotencyStore};
 use tracing::warn;
 
-use crate::handler::{EventBridgeEvent, Handled, HandlerError, handle_event};
+use crate::handler::{Handled, HandlerError, handle_envelope};
 use crate::inventory::Inventory;
 
 /// What a batch from the queue came to: each handled message's id and outcome, in order, and
@@ -40,8 +43,9 @@ pub async fn handle_queue_batch<I: Inventory, C: Clock>(
     let mut handled = Vec::with_capacity(messages.len());
     for (index, message) in messages.iter().enumerate() {
         let id = message.message_id.clone().unwrap_or_default();
+        let xray = message.attributes.get(AWS_TRACE_HEADER).map(String::as_str);
         let outcome = match decode(message) {
-            Ok(event) => handle_event(&event, deadline, store, inventory).await,
+            Ok(envelope) => handle_envelope(envelope, xray, deadline, store, inventory).await,
             Err(malformed) => Err(malformed),
         };
         match outcome {
@@ -69,11 +73,17 @@ pub async fn handle_queue_batch<I: Inventory, C: Clock>(
     }
 }
 
-/// The EventBridge event a message carries (`RAW` delivery: the body is the classic event).
-fn decode(message: &SqsMessage) -> Result<EventBridgeEvent<serde_json::Value>, HandlerError> {
+/// The message system attribute that carries a delivery's X-Ray trace header.
+pub const AWS_TRACE_HEADER: &str = "AWSTraceHeader";
+
+/// The event a message carries (`RAW` delivery: the body is the classic event, or a raw event's
+/// CloudEvent).
+fn decode(
+    message: &SqsMessage,
+) -> Result<outbox_shared::Envelope<serde_json::Value>, HandlerError> {
     let body = message
         .body
         .as_deref()
         .ok_or_else(|| HandlerError::Malformed("queue message without a body".to_owned()))?;
-    serde_json::from_str(body).map_err(|e| HandlerError::Malformed(e.to_string()))
+    outbox_consumer::decode_str(body).map_err(|e| HandlerError::Malformed(e.to_string()))
 }
