@@ -4,7 +4,9 @@
 #     (scripts/dynamodb-local.sh says where it comes from and how it is checked);
 #   - moto in server mode (PyPI) for EventBridge and SQS, in the project-local virtualenv .venv;
 #   - the local Custom Event Bus double (tools/custom_bus_double.py, in .venv) for EventBridge's Custom
-#     Event Bus (EventsV2), which no emulator has; it delivers to its subscribers' queues on moto.
+#     Event Bus (EventsV2), which no emulator has; it delivers to its subscribers' queues on moto;
+#   - an OTLP/HTTP receiver (tools/otlp_receiver.py, on the pinned opentelemetry-proto package, in
+#     .venv) that keeps the spans a test's processes export, for the tests to read back.
 #
 #   scripts/emulator.sh install        install the pinned emulators and tools (idempotent)
 #   scripts/emulator.sh start          start them on free loopback ports; writes .emulator/env
@@ -15,6 +17,8 @@
 # Clients reach them through the SDK's standard endpoint variables: AWS_ENDPOINT_URL_DYNAMODB and
 # AWS_ENDPOINT_URL_DYNAMODB_STREAMS (DynamoDB Local), AWS_ENDPOINT_URL_EVENTBRIDGEV2 (the Custom Event
 # Bus double), AWS_ENDPOINT_URL (moto, everything else); dummy credentials and a region are set.
+# OTLP_RECEIVER_ENDPOINT is the receiver's address: a test points a process at it with the standard
+# OTEL_EXPORTER_OTLP_ENDPOINT (nothing else exports unless told to).
 # CUSTOM_BUS_* variables set when starting pass through to the double (see its header), e.g.
 # CUSTOM_BUS_DEDUP_WINDOW_SECONDS or CUSTOM_BUS_DELIVERY_DELAY_MS.
 set -euo pipefail
@@ -54,10 +58,11 @@ except urllib.error.HTTPError:
 PY
 }
 
-# start STATE_DIR: starts moto, DynamoDB Local and the Custom Event Bus double, waits until all answer,
-# writes STATE_DIR/{pids,env,moto.log,dynamodb-local.log,custom-bus-double.log}.
+# start STATE_DIR: starts moto, DynamoDB Local, the Custom Event Bus double and the OTLP receiver,
+# waits until all answer, writes STATE_DIR/{pids,env,moto.log,dynamodb-local.log,
+# custom-bus-double.log,otlp-receiver.log}.
 start_in() {
-  local state=$1 moto_port ddb_port bus_port moto_pid ddb_pid bus_pid pid
+  local state=$1 moto_port ddb_port bus_port otlp_port moto_pid ddb_pid bus_pid otlp_pid pid
   mkdir -p "$state"
   if [[ -f "$state/pids" ]] && all_running "$state"; then
     echo "emulator.sh: already running (pids $(tr '\n' ' ' < "$state/pids")); env in $state/env" >&2
@@ -67,6 +72,7 @@ start_in() {
   moto_port=$(free_port)
   ddb_port=$(free_port)
   bus_port=$(free_port)
+  otlp_port=$(free_port)
   # setsid: each in its own process group, so `stop` ends it and anything it forked.
   # tools/moto_server.py is moto's server with requests handled one at a time (why: see that file).
   setsid "$VENV/bin/python" "$ROOT/tools/moto_server.py" -H 127.0.0.1 -p "$moto_port" >"$state/moto.log" 2>&1 < /dev/null &
@@ -86,18 +92,23 @@ start_in() {
     setsid "$VENV/bin/python" "$ROOT/tools/custom_bus_double.py" -H 127.0.0.1 -p "$bus_port" \
     >"$state/custom-bus-double.log" 2>&1 < /dev/null &
   bus_pid=$!
-  printf '%s\n%s\n%s\n' "$moto_pid" "$ddb_pid" "$bus_pid" > "$state/pids"
-  local moto_up="" ddb_up="" bus_up=""
+  setsid "$VENV/bin/python" "$ROOT/tools/otlp_receiver.py" -H 127.0.0.1 -p "$otlp_port" \
+    >"$state/otlp-receiver.log" 2>&1 < /dev/null &
+  otlp_pid=$!
+  printf '%s\n%s\n%s\n%s\n' "$moto_pid" "$ddb_pid" "$bus_pid" "$otlp_pid" > "$state/pids"
+  local moto_up="" ddb_up="" bus_up="" otlp_up=""
   for _ in $(seq 1 300); do
     [[ -z $moto_up ]] && answers "http://127.0.0.1:$moto_port/moto-api/" && moto_up=1
     [[ -z $ddb_up ]] && answers "http://127.0.0.1:$ddb_port/" && ddb_up=1
     [[ -z $bus_up ]] && answers "http://127.0.0.1:$bus_port/" && bus_up=1
-    if [[ -n $moto_up && -n $ddb_up && -n $bus_up ]]; then
+    [[ -z $otlp_up ]] && answers "http://127.0.0.1:$otlp_port/" && otlp_up=1
+    if [[ -n $moto_up && -n $ddb_up && -n $bus_up && -n $otlp_up ]]; then
       cat > "$state/env" <<ENV
 export AWS_ENDPOINT_URL=http://127.0.0.1:$moto_port
 export AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:$ddb_port
 export AWS_ENDPOINT_URL_DYNAMODB_STREAMS=http://127.0.0.1:$ddb_port
 export AWS_ENDPOINT_URL_EVENTBRIDGEV2=http://127.0.0.1:$bus_port
+export OTLP_RECEIVER_ENDPOINT=http://127.0.0.1:$otlp_port
 export AWS_ACCESS_KEY_ID=testing
 export AWS_SECRET_ACCESS_KEY=testing
 export AWS_SESSION_TOKEN=testing
@@ -106,12 +117,12 @@ export AWS_DEFAULT_REGION=us-east-1
 export AWS_EC2_METADATA_DISABLED=true
 export PATH="$VENV/bin:\$PATH"
 ENV
-      echo "emulator.sh: DynamoDB Local listening on 127.0.0.1:$ddb_port (pid $ddb_pid), moto on 127.0.0.1:$moto_port (pid $moto_pid), the Custom Event Bus double on 127.0.0.1:$bus_port (pid $bus_pid)" >&2
+      echo "emulator.sh: DynamoDB Local listening on 127.0.0.1:$ddb_port (pid $ddb_pid), moto on 127.0.0.1:$moto_port (pid $moto_pid), the Custom Event Bus double on 127.0.0.1:$bus_port (pid $bus_pid), the OTLP receiver on 127.0.0.1:$otlp_port (pid $otlp_pid)" >&2
       return 0
     fi
-    for pid in $moto_pid $ddb_pid $bus_pid; do
+    for pid in $moto_pid $ddb_pid $bus_pid $otlp_pid; do
       if ! kill -0 "$pid" 2>/dev/null; then
-        cat "$state/moto.log" "$state/dynamodb-local.log" "$state/custom-bus-double.log" >&2
+        cat "$state/moto.log" "$state/dynamodb-local.log" "$state/custom-bus-double.log" "$state/otlp-receiver.log" >&2
         stop_in "$state"
         die "an emulator exited during start-up (logs above)"
       fi
@@ -119,7 +130,7 @@ ENV
     sleep 0.1
   done
   stop_in "$state"
-  die "the emulators did not answer within 30 s; see $state/moto.log, $state/dynamodb-local.log and $state/custom-bus-double.log"
+  die "the emulators did not answer within 30 s; see $state/moto.log, $state/dynamodb-local.log, $state/custom-bus-double.log and $state/otlp-receiver.log"
 }
 
 # all_running STATE_DIR: true when every process in STATE_DIR/pids is alive.
@@ -167,6 +178,6 @@ case "${1:-}" in
     set -e
     exit "$status" ;;
   *)
-    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2 ;;
 esac

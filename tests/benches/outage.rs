@@ -119,6 +119,7 @@ impl Orders {
                     sequence: Some(sequence),
                     payload: serde_json::json!({"orderId": aggregate, "version": sequence}),
                     trace_header: None,
+                    trace_context: None,
                 };
                 let at = self.t0
                     + chrono::Duration::seconds(i64::try_from(second).expect("seconds"))

@@ -290,7 +290,9 @@ async fn baseline_on_emulator(events: usize) -> Run {
             }
             for raw in page.items() {
                 let item: OutboxItem = serde_dynamo::from_item(raw.clone()).unwrap();
-                let event = OutboundEvent::from_item(&item).unwrap();
+                let event =
+                    OutboundEvent::from_item(&item, &outbox_shared::envelope::Encoding::envelope())
+                        .unwrap();
                 let entry = aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
                     .event_bus_name(&bus)
                     .source(outbox_tests::TEST_SOURCE)

@@ -76,6 +76,7 @@ async fn relay_order_created(env: &TestEnv) -> Value {
             sequence: Some(1),
             payload: data,
             trace_header: None,
+            trace_context: None,
         },
         &env.outbox_config(),
         Utc::now(),
@@ -83,7 +84,8 @@ async fn relay_order_created(env: &TestEnv) -> Value {
     .expect("valid outbox event");
     let publisher = EventBridgePublisher::new(env.eventbridge.clone(), env.publisher_config())
         .expect("valid publisher config");
-    let event = OutboundEvent::from_item(&item).expect("envelope");
+    let event = OutboundEvent::from_item(&item, &outbox_shared::envelope::Encoding::envelope())
+        .expect("envelope");
     let outcomes = publisher
         .publish(&[event], relay_runtime::Deadline::NONE)
         .await;
@@ -361,12 +363,14 @@ fn order_created(env: &TestEnv, order_id: &str, sku: &str) -> OutboundEvent {
             sequence: Some(1),
             payload: data,
             trace_header: None,
+            trace_context: None,
         },
         &env.outbox_config(),
         Utc::now(),
     )
     .expect("valid outbox event");
-    OutboundEvent::from_item(&item).expect("envelope")
+    OutboundEvent::from_item(&item, &outbox_shared::envelope::Encoding::envelope())
+        .expect("envelope")
 }
 
 /// `count` messages from a FIFO queue, as Lambda's SQS event source hands them to the function

@@ -256,6 +256,7 @@ async fn write_events(env: &TestEnv, count: usize) -> Vec<OutboxItem> {
                 sequence: Some(1),
                 payload: serde_json::json!({"n": i}),
                 trace_header: None,
+                trace_context: None,
             };
             OutboxItem::pending(event, &config, Utc::now()).unwrap()
         })

@@ -931,6 +931,7 @@ mod hold_release {
             sequence: Some(sequence),
             payload: serde_json::json!({"orderId": ORDER, "version": sequence}),
             trace_header: None,
+            trace_context: None,
         };
         let at = Utc::now() - chrono::Duration::minutes(10)
             + chrono::Duration::milliseconds(i64::try_from(sequence).unwrap());

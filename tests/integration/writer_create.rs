@@ -320,6 +320,7 @@ async fn over_limit_and_malformed_inputs_are_rejected_and_nothing_is_written() {
         sequence: None,
         payload: serde_json::json!({"n": n}),
         trace_header: None,
+        trace_context: None,
     };
 
     // When each over-limit or malformed input is written
@@ -443,6 +444,7 @@ async fn a_general_transaction_commits_business_items_and_several_events_atomica
         sequence: None,
         payload: serde_json::json!({"tenant": "t-1"}),
         trace_header: Some("Root=1-5759e988-bd862e3fe1be46a994272793".into()),
+        trace_context: None,
     };
 
     // When a transaction with two new items and two events commits
@@ -523,7 +525,10 @@ async fn items_of_other_clients_and_of_the_writer_read_through_the_shared_struct
     assert!(ours.is_outbox_event());
     // And both are publishable envelopes
     for item in [ours, theirs] {
-        let entry = outbox_shared::OutboundEvent::from_item(item);
+        let entry = outbox_shared::OutboundEvent::from_item(
+            item,
+            &outbox_shared::envelope::Encoding::envelope(),
+        );
         assert!(entry.is_ok(), "{entry:?}");
     }
 }

@@ -25,6 +25,7 @@ pub fn pending_items(table: &str, count: usize, created: DateTime<Utc>) -> Vec<O
                 sequence: Some(1),
                 payload: serde_json::json!({"orderId": order, "amountCents": 2500}),
                 trace_header: None,
+                trace_context: None,
             };
             let at = created + chrono::Duration::milliseconds(i as i64);
             OutboxItem::pending(event, &config, at).expect("a valid event")
@@ -76,6 +77,7 @@ pub fn publisher_args_of(kind: relay_runtime::BusKind, bus: &str) -> PublisherAr
         publish_concurrency: relay_runtime::config::DEFAULT_PUBLISH_CONCURRENCY,
         publish_max_attempts: relay_runtime::config::DEFAULT_PUBLISH_MAX_ATTEMPTS,
         max_publish_rate: None,
+        event_format: outbox_shared::envelope::EventFormat::Envelope,
     }
 }
 

@@ -12,6 +12,7 @@ pub mod dynamodb_rules;
 pub mod fault_proxy;
 pub mod fixtures;
 pub mod latency_model;
+pub mod otlp;
 
 use std::collections::HashMap;
 use std::net::{TcpStream, ToSocketAddrs};
@@ -226,9 +227,10 @@ fn build_workspace() -> Result<PathBuf, String> {
 /// One event as EventBridge delivered it to the sink queue.
 #[derive(Debug, Clone)]
 pub struct SinkMessage {
-    /// The whole EventBridge event (`id`, `source`, `detail-type`, `detail`, …).
+    /// The whole EventBridge event (`id`, `source`, `detail-type`, `detail`, …), or a raw
+    /// event's CloudEvent (the Custom Event Bus, `EVENT_FORMAT=cloudevents`).
     pub event: serde_json::Value,
-    /// `detail`, parsed as the relay's envelope.
+    /// The event, read as a consumer reads it (`outbox_consumer::decode`): either format.
     pub envelope: Envelope<serde_json::Value>,
 }
 
@@ -815,7 +817,7 @@ impl TestEnv {
     /// Every event delivered to the sink queue so far (read and deleted), parsed.
     ///
     /// # Panics
-    /// When a message is not an EventBridge event carrying the relay's envelope.
+    /// When a message is not an event the relays publish.
     pub async fn drain_sink(&self) -> Vec<SinkMessage> {
         self.drain_queue(&self.sink_queue_url)
             .await
@@ -824,10 +826,11 @@ impl TestEnv {
                 let body = m.body().expect("message body");
                 let event: serde_json::Value = serde_json::from_str(body)
                     .unwrap_or_else(|e| panic!("sink message {body:?}: {e}"));
-                let envelope =
-                    serde_json::from_value(event["detail"].clone()).unwrap_or_else(|e| {
-                        panic!("sink message detail is not an envelope ({e}): {body}")
-                    });
+                // The envelope or a CloudEvent, as the classic event's detail or alone (a raw
+                // event of the Custom Event Bus): what a consumer reads.
+                let envelope = outbox_consumer::decode(&event).unwrap_or_else(|e| {
+                    panic!("sink message is not an outbox event ({e}): {body}")
+                });
                 SinkMessage { event, envelope }
             })
             .collect()

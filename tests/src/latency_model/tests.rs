@@ -20,6 +20,7 @@ fn items_of(n: usize, aggregate_id: impl Fn(usize) -> String) -> Vec<OutboxItem>
                 sequence: Some(i as u64),
                 payload: json!({"i": i}),
                 trace_header: None,
+                trace_context: None,
             };
             OutboxItem::pending(event, &config, chrono::Utc::now()).unwrap()
         })
@@ -287,7 +288,13 @@ async fn put_events_accepts_every_entry() {
     // One event per aggregate: the publisher puts at most one event of an aggregate in a call.
     let events: Vec<_> = items_of(25, |i| format!("aggregate-{i}"))
         .iter()
-        .map(|i| outbox_shared::OutboundEvent::from_item(i).unwrap())
+        .map(|i| {
+            outbox_shared::OutboundEvent::from_item(
+                i,
+                &outbox_shared::envelope::Encoding::envelope(),
+            )
+            .unwrap()
+        })
         .collect();
     use relay_runtime::Publisher;
     let outcomes = publisher
@@ -317,7 +324,13 @@ async fn the_custom_bus_put_events_publishes_every_entry_in_cbor() {
     .unwrap();
     let events: Vec<_> = items_of(250, |i| format!("aggregate-{i}"))
         .iter()
-        .map(|i| outbox_shared::OutboundEvent::from_item(i).unwrap())
+        .map(|i| {
+            outbox_shared::OutboundEvent::from_item(
+                i,
+                &outbox_shared::envelope::Encoding::envelope(),
+            )
+            .unwrap()
+        })
         .collect();
 
     // When 250 events of as many aggregates are published
