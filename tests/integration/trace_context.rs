@@ -211,10 +211,12 @@ async fn one_trace_runs_from_the_order_through_the_relays_to_the_example_consume
     let sku = format!("sku-{}", outbox_tests::unique_name("traced"));
 
     // When the service creates an order in its span
+    let placing =
+        tracing::dispatcher::with_default(&service.dispatch, || tracing::info_span!("place order"));
     let created = env
         .writer()
         .create_order_with_outbox("traced-user", order_of(&sku))
-        .instrument(tracing::info_span!("place order"))
+        .instrument(placing)
         .with_subscriber(service.dispatch.clone())
         .await
         .unwrap();
