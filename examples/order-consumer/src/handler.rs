@@ -75,6 +75,14 @@ pub async fn handle_event<I: Inventory, C: Clock>(
     store: &IdempotencyStore<C>,
     inventory: &I,
 ) -> Result<Handled, HandlerError> {
+    // The bus's DetailType is the event type in either format (what rules route on): an event
+    // of another type is not decoded at all.
+    if event.detail_type != ORDER_CREATED {
+        info!(detail_type = %event.detail_type, "ignoring event");
+        return Ok(Handled::Ignored {
+            detail_type: event.detail_type.clone(),
+        });
+    }
     let envelope: Envelope<serde_json::Value> = outbox_consumer::decode(&event.detail)
         .map_err(|e| HandlerError::Malformed(e.to_string()))?;
     let xray = std::env::var(outbox_writer::LAMBDA_TRACE_ENV).ok();
