@@ -304,11 +304,15 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
             marked.extend(dead_lettered);
             marked
         };
-        let marked: Vec<usize> = settled
-            .iter()
-            .filter(|(_, state)| matches!(state, State::Marked(_) | State::NotMarked(_)))
-            .map(|(index, _)| *index)
-            .collect();
+        // Only when spans are exported: nothing is gathered for them otherwise.
+        let marked: Vec<usize> = match started {
+            Some(_) => settled
+                .iter()
+                .filter(|(_, state)| matches!(state, State::Marked(_) | State::NotMarked(_)))
+                .map(|(index, _)| *index)
+                .collect(),
+            None => Vec::new(),
+        };
         for (index, state) in settled {
             events[index].state = state;
         }
