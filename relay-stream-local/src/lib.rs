@@ -132,8 +132,8 @@ pub struct Summary {
     /// Published or dead-lettered, but the status update failed: the item stays pending and the
     /// poller publishes it again (a part of `published` and `dead_lettered`).
     pub not_marked: u64,
-    /// `PutEvents` calls sent, retries included (counted by the publisher, not derived).
-    pub put_events_calls: u64,
+    /// Calls sent to the target, retries included (counted by the publisher, not derived).
+    pub publish_calls: u64,
     /// Records delivered again after a batch item failure (each re-delivery counts the records
     /// from the reported one to the batch's end).
     pub redelivered: u64,
@@ -187,7 +187,7 @@ pub async fn run(args: &LocalArgs, shutdown: &CancellationToken) -> Result<Summa
         failed: counts.failed,
         left_to_hold: counts.left_to_hold,
         not_marked: counts.not_marked,
-        put_events_calls: runner.relay().publisher().stats().put_events_calls,
+        publish_calls: runner.relay().publisher().stats().publish_calls,
         redelivered: runner.redelivered(),
         deduplicated: runner.relay().publisher().stats().deduplicated,
         discarded_batches: runner.discarded_batches(),

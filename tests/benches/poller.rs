@@ -46,7 +46,7 @@ use outbox_tests::latency_model::{Clock, LatencyModel};
 use relay_poller::CancellationToken;
 use relay_poller::app::{AwsClients, aws_poller, aws_poller_with};
 use relay_poller::config::{RelayArgs, ShardSelection, TableArgs};
-use relay_runtime::{BusKind, PublisherArgs};
+use relay_runtime::{PublisherArgs, TargetKind};
 
 /// The allocator the relay binaries declare, so this process measures what ships.
 #[global_allocator]
@@ -168,7 +168,7 @@ async fn seed(env: &TestEnv, items: &[OutboxItem]) {
 }
 
 fn relay_args(table: &str, bus: &str, dlq: &str) -> RelayArgs {
-    relay_args_of(BusKind::Classic, table, bus, dlq)
+    relay_args_of(TargetKind::Classic, table, bus, dlq)
 }
 
 /// A Custom Event Bus's ARN on the latency model (any well-formed one: the model answers all).
@@ -176,14 +176,15 @@ const MODEL_CUSTOM_BUS: &str =
     "arn:aws:events:us-east-1:123456789012:event-busv2/model-bus/abcdefghij0123456789klmno";
 
 /// The model's bus of `kind`.
-fn model_bus(kind: BusKind) -> &'static str {
+fn model_bus(kind: TargetKind) -> &'static str {
     match kind {
-        BusKind::Classic => "model-bus",
-        BusKind::Custom => MODEL_CUSTOM_BUS,
+        TargetKind::Classic => "model-bus",
+        TargetKind::Custom => MODEL_CUSTOM_BUS,
+        other => unreachable!("the benchmark runs on the two buses, not {other}"),
     }
 }
 
-fn relay_args_of(kind: BusKind, table: &str, bus: &str, dlq: &str) -> RelayArgs {
+fn relay_args_of(kind: TargetKind, table: &str, bus: &str, dlq: &str) -> RelayArgs {
     RelayArgs {
         table: TableArgs {
             table_name: table.to_owned(),
@@ -341,7 +342,7 @@ async fn baseline_on_emulator(events: usize) -> Run {
     }
 }
 
-async fn poller_on_latency_model(kind: BusKind, events: usize) -> Run {
+async fn poller_on_latency_model(kind: TargetKind, events: usize) -> Run {
     let model = LatencyModel::new(MODEL_DELAY).with_clock(Clock::for_benchmarks());
     model.seed_pending(&pending_items("model-table", events));
     let sdk = model.sdk_config();
@@ -480,8 +481,8 @@ async fn run_on_latency_model(events: usize, runs: usize) {
     // Interleaved, so both kinds see the same machine.
     let (mut classic, mut custom) = (Vec::new(), Vec::new());
     for _ in 0..runs {
-        classic.push(poller_on_latency_model(BusKind::Classic, events).await);
-        custom.push(poller_on_latency_model(BusKind::Custom, events).await);
+        classic.push(poller_on_latency_model(TargetKind::Classic, events).await);
+        custom.push(poller_on_latency_model(TargetKind::Custom, events).await);
     }
     report(
         &format!("latency model (10 ms/call): poller, {events} events, classic bus"),

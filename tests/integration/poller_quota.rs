@@ -188,7 +188,7 @@ async fn a_drain_against_a_slow_bus_slows_down_to_its_pace_and_loses_nothing() {
         summary.published,
         summary.complete,
         summary.passes,
-        stats.put_events_calls,
+        stats.publish_calls,
         stats.timed_out,
     );
     assert!(summary.complete, "{summary:?}");
@@ -222,7 +222,7 @@ async fn a_drain_against_a_bus_that_answers_nothing_gives_up_in_minutes() {
         "drain against a bus that answers nothing: gave up after {:.1} s of virtual time, {} passes, {} calls, {} timed out",
         elapsed.as_secs_f64(),
         summary.passes,
-        stats.put_events_calls,
+        stats.publish_calls,
         stats.timed_out
     );
     assert!(!summary.complete, "{summary:?}");

@@ -23,7 +23,7 @@ pub(crate) struct RelaySummary {
     #[serde(default)]
     pub(crate) failed: u64,
     #[serde(default)]
-    pub(crate) put_events_calls: u64,
+    pub(crate) publish_calls: u64,
     /// Entries the Custom Event Bus answered `DEDUPLICATED` (a repeat within its 300 s window:
     /// published, not stored again); absent on the classic bus.
     #[serde(default)]

@@ -50,7 +50,7 @@ pub(crate) struct Summary {
     pub latency_p50_ms: u64,
     pub latency_p99_ms: u64,
     /// PutEvents calls by both relays, retries included.
-    pub(crate) put_events_calls: u64,
+    pub(crate) publish_calls: u64,
     pub(crate) seconds: f64,
 }
 
@@ -117,7 +117,7 @@ pub(crate) fn summarize(
         relay_lag_p99_ms: percentile(&lags, 99),
         latency_p50_ms: percentile(&latencies, 50),
         latency_p99_ms: percentile(&latencies, 99),
-        put_events_calls: stream.put_events_calls + poller.put_events_calls,
+        publish_calls: stream.publish_calls + poller.publish_calls,
         seconds: (elapsed.as_secs_f64() * 10.0).round() / 10.0,
     }
 }
@@ -192,7 +192,7 @@ pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
             "  write-to-delivery p50 / p99",
             format!("{} / {} ms", s.latency_p50_ms, s.latency_p99_ms),
         ),
-        ("PutEvents calls", s.put_events_calls.to_string()),
+        ("publish calls", s.publish_calls.to_string()),
         ("elapsed", format!("{:.1} s", s.seconds)),
     ];
     println!();

@@ -299,7 +299,7 @@ async fn put_events_accepts_every_entry() {
             .all(relay_runtime::PublishOutcome::is_published)
     );
     assert_eq!(model.calls()["PutEvents"], 3);
-    assert_eq!(publisher.stats().put_events_calls, 3);
+    assert_eq!(publisher.stats().publish_calls, 3);
 }
 
 #[tokio::test]
@@ -309,7 +309,7 @@ async fn the_custom_bus_put_events_publishes_every_entry_in_cbor() {
     let publisher = relay_runtime::CustomBusPublisher::new(
         aws_sdk_eventbridgev2::Client::new(&model.sdk_config()),
         relay_runtime::PublisherConfig::of_kind(
-            relay_runtime::BusKind::Custom,
+            relay_runtime::TargetKind::Custom,
             "arn:aws:events:us-east-1:123456789012:event-busv2/bus/abcdefghij0123456789klmno",
             "src",
         ),
@@ -334,5 +334,5 @@ async fn the_custom_bus_put_events_publishes_every_entry_in_cbor() {
     );
     assert_eq!(model.calls()["PutEvents"], 3);
     assert_eq!(model.put_events_entries(), (250, 0));
-    assert_eq!(publisher.stats().put_events_calls, 3);
+    assert_eq!(publisher.stats().publish_calls, 3);
 }
