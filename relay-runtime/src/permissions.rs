@@ -135,7 +135,9 @@ pub fn action_of_target(target: &str) -> Option<String> {
     let prefix = match service {
         "DynamoDB_20120810" => "dynamodb",
         "DynamoDBStreams_20120810" => "dynamodb",
-        "AWSEvents" => "events",
+        // Both buses' PutEvents is events:PutEvents (the proxy names the Custom Event Bus's,
+        // which has no X-Amz-Target, AWSEventsV2.PutEvents).
+        "AWSEvents" | "AWSEventsV2" => "events",
         "AmazonSQS" => "sqs",
         "AmazonS3" => "s3",
         "AmazonSNS" => "sns",
@@ -185,6 +187,10 @@ mod tests {
         assert_eq!(
             action_of_target("AmazonS3.GetObject").as_deref(),
             Some("s3:GetObject")
+        );
+        assert_eq!(
+            action_of_target("AWSEventsV2.PutEvents").as_deref(),
+            Some("events:PutEvents")
         );
         assert_eq!(
             action_of_target("AmazonSQS.SendMessageBatch").as_deref(),
