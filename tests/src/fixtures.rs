@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use outbox_shared::schema;
 use outbox_shared::{NewOutboxEvent, OutboxConfig, OutboxItem};
-use relay_runtime::{TargetPublisher, ClassicBus, PublisherArgs, PublisherConfig};
+use relay_runtime::{ClassicBus, PublisherArgs, PublisherConfig, TargetPublisher};
 use relay_stream::aws_lambda_events::dynamodb::EventRecord;
 
 /// `count` pending `OrderCreated` events for `table`, one per aggregate (`order-{i}`) over 100
