@@ -66,7 +66,7 @@ pub(crate) fn spawn_relay(
     command
         .args(extra)
         .envs(env.stack.relay_env(SOURCE))
-        .env("EVENT_BUS_KIND", args.bus.kind())
+        .env("EVENT_TARGET_KIND", args.target.kind())
         .env("OUTBOX_SHARD_COUNT", args.shard_count.to_string())
         .env(
             "RUST_LOG",
