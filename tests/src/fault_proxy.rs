@@ -808,11 +808,13 @@ impl State {
         if plan.iter().all(Option::is_none) {
             return self.forward(parts, body.clone()).await;
         }
-        let kept: Vec<W::Value> = W::entries(&request)
-            .into_iter()
+        // Read before the request is re-encoded with the kept entries only.
+        let entries = W::entries(&request);
+        let kept: Vec<W::Value> = entries
+            .iter()
             .zip(plan)
             .filter(|(_, fault)| fault.is_none())
-            .map(|(entry, _)| entry)
+            .map(|(entry, _)| entry.clone())
             .collect();
         let delivered = if kept.is_empty() {
             Vec::new()
@@ -831,7 +833,6 @@ impl State {
                 .unwrap_or_default();
             W::results(&bytes)
         };
-        let entries = W::entries(&request);
         let mut delivered = delivered.into_iter();
         let results = plan
             .iter()
@@ -850,7 +851,7 @@ impl State {
 /// A bus's `PutEvents` wire format, as much of it as splitting a call needs: the classic bus's
 /// JSON ([`ClassicJson`]) or the Custom Event Bus's CBOR ([`CustomCbor`]).
 trait PutEventsWire {
-    type Value;
+    type Value: Clone;
     /// The bus's code for an internal error, given to a result upstream's answer lacks.
     const INTERNAL_ERROR: &'static str;
     /// The request, if its body parses.
