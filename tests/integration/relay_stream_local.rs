@@ -298,7 +298,7 @@ async fn pending_events_deleted_by_ttl_are_published_from_their_removes(kind: Ta
         .expect("relay-stream-local starts");
     // It reads past LATEST once an order written now arrives on the bus
     let mut canaries = 0;
-    while env.queue_depth(&env.sink_queue_url).await == 0 {
+    while env.sink_depth().await == 0 {
         assert!(canaries < 10, "relay-stream-local published no new order");
         create_orders(&env, 1).await;
         canaries += 1;

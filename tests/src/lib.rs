@@ -360,6 +360,8 @@ pub struct TestEnv {
     pub kinesis: aws_sdk_kinesis::Client,
     /// Per shard of a Kinesis target, where the sink has read up to (its next shard iterator).
     kinesis_cursors: std::sync::Arc<std::sync::Mutex<HashMap<String, String>>>,
+    /// Records of a Kinesis target read by [`sink_depth`](Self::sink_depth) and not drained yet.
+    kinesis_unread: std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
     /// S3 on moto: the stream mapping's on-failure destination
     /// ([`create_discarded_batch_bucket`](Self::create_discarded_batch_bucket)).
     pub s3: aws_sdk_s3::Client,
@@ -688,6 +690,7 @@ impl TestEnv {
             sns: aws_sdk_sns::Client::new(&sdk_config),
             kinesis: aws_sdk_kinesis::Client::new(&sdk_config),
             kinesis_cursors: std::sync::Arc::default(),
+            kinesis_unread: std::sync::Arc::default(),
             streams: aws_sdk_dynamodbstreams::Client::new(&sdk_config),
             eventbridgev2: aws_sdk_eventbridgev2::Client::new(&sdk_config),
             s3: aws_sdk_s3::Client::new(&sdk_config),
@@ -1024,9 +1027,9 @@ impl TestEnv {
     /// When a message is not an event carrying the relay's envelope.
     pub async fn drain_sink(&self) -> Vec<SinkMessage> {
         if self.target_kind == TargetKind::Kinesis {
-            return self
-                .read_stream()
-                .await
+            let mut records = std::mem::take(&mut *self.kinesis_unread.lock().expect("unread"));
+            records.extend(self.read_stream().await);
+            return records
                 .into_iter()
                 .map(|data| {
                     let detail: serde_json::Value = serde_json::from_slice(&data)
@@ -1062,6 +1065,18 @@ impl TestEnv {
                 }))
             })
             .collect()
+    }
+
+    /// Messages on the sink queue (visible or in flight), or a Kinesis target's records not
+    /// drained yet (read now and kept for [`drain_sink`](Self::drain_sink)).
+    pub async fn sink_depth(&self) -> u64 {
+        if self.target_kind != TargetKind::Kinesis {
+            return self.queue_depth(&self.sink_queue_url).await;
+        }
+        let read = self.read_stream().await;
+        let mut unread = self.kinesis_unread.lock().expect("unread");
+        unread.extend(read);
+        unread.len() as u64
     }
 
     /// Waits until the sink holds at least `count` messages or `timeout` passes, then drains it
