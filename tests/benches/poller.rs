@@ -175,12 +175,15 @@ fn relay_args(table: &str, bus: &str, dlq: &str) -> RelayArgs {
 const MODEL_CUSTOM_BUS: &str =
     "arn:aws:events:us-east-1:123456789012:event-busv2/model-bus/abcdefghij0123456789klmno";
 
-/// The model's bus of `kind`.
+/// The model's target of `kind` (a FIFO topic and queue: the model answers every target alike;
+/// a FIFO one's entries carry a group and a de-duplication id, so they cost what they cost).
 fn model_bus(kind: TargetKind) -> &'static str {
     match kind {
         TargetKind::Classic => "model-bus",
         TargetKind::Custom => MODEL_CUSTOM_BUS,
-        other => unreachable!("the benchmark runs on the two buses, not {other}"),
+        TargetKind::Sns => "arn:aws:sns:us-east-1:123456789012:model-topic.fifo",
+        TargetKind::Sqs => "https://sqs.us-east-1.amazonaws.com/123456789012/model-queue.fifo",
+        TargetKind::Kinesis => "arn:aws:kinesis:us-east-1:123456789012:stream/model-stream",
     }
 }
 
@@ -478,20 +481,34 @@ async fn main() {
 }
 
 async fn run_on_latency_model(events: usize, runs: usize) {
-    // Interleaved, so both kinds see the same machine.
-    let (mut classic, mut custom) = (Vec::new(), Vec::new());
+    // Interleaved, so every kind sees the same machine. POLLER_BENCH_TARGETS=sns,sqs runs those
+    // kinds only (default: all five).
+    let only = std::env::var("POLLER_BENCH_TARGETS").unwrap_or_default();
+    let kinds: Vec<TargetKind> = [
+        TargetKind::Classic,
+        TargetKind::Custom,
+        TargetKind::Sns,
+        TargetKind::Sqs,
+        TargetKind::Kinesis,
+    ]
+    .into_iter()
+    .filter(|kind| only.is_empty() || only.split(',').any(|k| k == kind.to_string()))
+    .collect();
+    let mut runs_of: Vec<Vec<Run>> = kinds.iter().map(|_| Vec::new()).collect();
     for _ in 0..runs {
-        classic.push(poller_on_latency_model(TargetKind::Classic, events).await);
-        custom.push(poller_on_latency_model(TargetKind::Custom, events).await);
+        for (kind, runs) in kinds.iter().zip(runs_of.iter_mut()) {
+            runs.push(poller_on_latency_model(*kind, events).await);
+        }
     }
-    report(
-        &format!("latency model (10 ms/call): poller, {events} events, classic bus"),
-        &classic,
-    );
-    report(
-        &format!("latency model (10 ms/call): poller, {events} events, Custom Event Bus"),
-        &custom,
-    );
+    for (kind, runs) in kinds.iter().zip(&runs_of) {
+        report(
+            &format!(
+                "latency model (10 ms/call): poller, {events} events, target {kind} ({})",
+                model_bus(*kind)
+            ),
+            runs,
+        );
+    }
 }
 
 async fn run_fleet_on_latency_model(events: usize, runs: usize, sizes: &[u16]) {

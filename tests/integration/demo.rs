@@ -392,7 +392,14 @@ async fn on_sns_sqs_and_kinesis_the_consumer_side_gets_every_event_once_and_in_o
         // queue, a FIFO queue, a stream read back)
         let output = tokio::process::Command::new(demo_binary())
             .args(["--target", target])
-            .args(["--orders", "40", "--outage-orders", "12", "--shard-count", "4"])
+            .args([
+                "--orders",
+                "40",
+                "--outage-orders",
+                "12",
+                "--shard-count",
+                "4",
+            ])
             .args(["--batch-size", "10", "--json", "--timeout", "2m"])
             .output()
             .await
@@ -415,6 +422,9 @@ async fn on_sns_sqs_and_kinesis_the_consumer_side_gets_every_event_once_and_in_o
         assert_eq!(summary["missing"], 0, "{target}: {summary}");
         assert_eq!(summary["out_of_order"], 0, "{target}: {summary}");
         assert_eq!(summary["duplicates"], 0, "{target}: {summary}");
-        assert_eq!(summary["unique_delivered"], summary["written"], "{target}: {summary}");
+        assert_eq!(
+            summary["unique_delivered"], summary["written"],
+            "{target}: {summary}"
+        );
     }
 }

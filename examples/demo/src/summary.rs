@@ -43,14 +43,14 @@ pub(crate) struct Summary {
     pub(crate) dead_lettered: u64,
     /// Orders per second written while the stream relay ran (`--rate`).
     pub(crate) rate: u64,
-    /// Write to published (PutEvents accepted, the item marked): the relay's own latency, over
+    /// Write to published (the target accepted it, the item marked): the relay's own latency, over
     /// the events written while the stream relay ran.
     pub relay_lag_p50_ms: u64,
     pub relay_lag_p99_ms: u64,
     /// Write to delivery on the sink queue (through the emulator's rule), over the same events.
     pub latency_p50_ms: u64,
     pub latency_p99_ms: u64,
-    /// PutEvents calls by both relays, retries included.
+    /// Calls to the target by both relays, retries included.
     pub(crate) publish_calls: u64,
     pub(crate) seconds: f64,
 }
@@ -211,12 +211,12 @@ pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
         }
     );
     println!();
-    println!("relay lag: an order's write to its event's publication (PutEvents accepted and the");
+    println!("relay lag: an order's write to its event's publication (the target accepted it, the");
     println!(
         "  item marked PUBLISHED), the relay's own latency, over the orders written while the"
     );
     println!(
-        "  stream relay ran; write-to-delivery: to the event's arrival on the sink queue through"
+        "  stream relay ran; write-to-delivery: to the event's arrival on the consumer side through"
     );
     match s.target.as_str() {
         "custom" => println!(

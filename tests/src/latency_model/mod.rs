@@ -551,6 +551,12 @@ impl LatencyModel {
                 );
                 (200, body, calls, queued)
             }
+            "SendMessageBatch" | "PutRecords" | "PublishBatch" => {
+                let mut state = self.state.lock().expect("model state");
+                let calls = state.count(operation);
+                let (status, body) = state.publish_to_target(operation, body);
+                (status, body, calls, Duration::ZERO)
+            }
             _ => {
                 let request: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
                 let mut state = self.state.lock().expect("model state");
@@ -578,6 +584,33 @@ impl LatencyModel {
             }
         }
     }
+}
+
+/// A form value decoded (`+` a space, `%XX` a byte).
+fn form_decoded(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                match std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                {
+                    Some(byte) => {
+                        out.push(byte);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            byte => out.push(byte),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The `Key` of an `UpdateItem` request, its other fields skipped.
@@ -655,6 +688,111 @@ struct EntriesOnly {
 }
 
 impl State {
+    /// A call to the SQS, SNS or Kinesis target (`SendMessageBatch`, `PublishBatch`,
+    /// `PutRecords`): every entry accepted, its envelope seen by the order tracker, the answer in
+    /// the service's own shape (SNS's query protocol answers XML); HTTP 500 during an outage.
+    fn publish_to_target(&mut self, operation: &str, body: &[u8]) -> (u16, String) {
+        if self.put_events_down {
+            return (
+                500,
+                r#"{"__type":"InternalFailure","message":"the target is down (latency model outage)"}"#
+                    .to_owned(),
+            );
+        }
+        // (entry id, envelope) of each entry.
+        let entries: Vec<(String, String)> = match operation {
+            "SendMessageBatch" => serde_json::from_slice::<Value>(body)
+                .ok()
+                .and_then(|r| r["Entries"].as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .map(|e| {
+                    (
+                        e["Id"].as_str().unwrap_or_default().to_owned(),
+                        e["MessageBody"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect(),
+            "PutRecords" => serde_json::from_slice::<Value>(body)
+                .ok()
+                .and_then(|r| r["Records"].as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .map(|e| {
+                    let data = e["Data"]
+                        .as_str()
+                        .and_then(|d| aws_smithy_types::base64::decode(d).ok())
+                        .unwrap_or_default();
+                    (String::new(), String::from_utf8_lossy(&data).into_owned())
+                })
+                .collect(),
+            _ => {
+                // The query protocol's form: PublishBatchRequestEntries.member.N.{Id,Message}.
+                let mut by_member: BTreeMap<usize, (String, String)> = BTreeMap::new();
+                for pair in String::from_utf8_lossy(body).split('&') {
+                    let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+                    let Some((n, field)) = name
+                        .strip_prefix("PublishBatchRequestEntries.member.")
+                        .and_then(|rest| rest.split_once('.'))
+                    else {
+                        continue;
+                    };
+                    let Ok(n) = n.parse() else { continue };
+                    let entry = by_member.entry(n).or_default();
+                    match field {
+                        "Id" => entry.0 = value.to_owned(),
+                        "Message" if self.order.is_some() => entry.1 = form_decoded(value),
+                        _ => {}
+                    }
+                }
+                by_member.into_values().collect()
+            }
+        };
+        self.entries += entries.len() as u64;
+        for (_, envelope) in &entries {
+            if let Some(order) = self.order.as_mut() {
+                order.accept(envelope);
+            }
+            self.event_ids += 1;
+        }
+        let body = match operation {
+            "SendMessageBatch" => {
+                let successful: Vec<String> = entries
+                    .iter()
+                    .map(|(id, _)| {
+                        format!(
+                            r#"{{"Id":"{id}","MessageId":"model-{id}","MD5OfMessageBody":"model"}}"#
+                        )
+                    })
+                    .collect();
+                format!(r#"{{"Successful":[{}],"Failed":[]}}"#, successful.join(","))
+            }
+            "PutRecords" => {
+                let records = vec![
+                    r#"{"SequenceNumber":"1","ShardId":"shardId-000000000000"}"#;
+                    entries.len()
+                ];
+                format!(
+                    r#"{{"FailedRecordCount":0,"Records":[{}]}}"#,
+                    records.join(",")
+                )
+            }
+            _ => {
+                let members: String = entries
+                    .iter()
+                    .map(|(id, _)| {
+                        format!("<member><Id>{id}</Id><MessageId>model-{id}</MessageId></member>")
+                    })
+                    .collect();
+                format!(
+                    "<PublishBatchResponse><PublishBatchResult><Successful>{members}</Successful>\
+                     <Failed/></PublishBatchResult></PublishBatchResponse>"
+                )
+            }
+        };
+        (200, body)
+    }
+
     /// Takes the item at `key` (`PK`, `SK`) out of the index: whether it was pending there.
     fn unindex(&mut self, key: &(String, String)) -> bool {
         let Some((gsi1pk, gsi1sk)) = self.keys.remove(key) else {
@@ -823,9 +961,15 @@ impl HttpConnector for LatencyModel {
             .get("x-amz-target")
             .unwrap_or_default()
             .to_owned();
-        let operation = target.rsplit('.').next().unwrap_or(&target);
-        let (status, body, calls, queued) =
-            self.answer(operation, request.body().bytes().unwrap_or_default());
+        let body = request.body().bytes().unwrap_or_default();
+        // SNS's query calls have no `X-Amz-Target`: their form names the action.
+        let query = target.is_empty() && body.starts_with(b"Action=PublishBatch");
+        let operation = if query {
+            "PublishBatch"
+        } else {
+            target.rsplit('.').next().unwrap_or(&target)
+        };
+        let (status, body, calls, queued) = self.answer(operation, body);
         let delay = match &*self.slowdown.lock().expect("model slowdown") {
             Some(slow) if slow.operation == operation && calls > slow.after_calls => slow.delay,
             _ => self.delay,
@@ -837,9 +981,14 @@ impl HttpConnector for LatencyModel {
                 StatusCode::try_from(status).expect("valid status"),
                 SdkBody::from(body),
             );
-            response
-                .headers_mut()
-                .insert("content-type", "application/x-amz-json-1.0");
+            response.headers_mut().insert(
+                "content-type",
+                if query {
+                    "text/xml"
+                } else {
+                    "application/x-amz-json-1.0"
+                },
+            );
             Ok(response)
         })
     }
