@@ -429,8 +429,10 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
             }
         }
     };
+    let publish_calls = poller.publisher().stats().publish_calls;
     let summary = DrainSummary {
-        publish_calls: poller.publisher().stats().publish_calls,
+        publish_calls,
+        put_events_calls: publish_calls,
         deduplicated: poller.publisher().stats().deduplicated,
         ..summary
     };

@@ -256,6 +256,11 @@ async fn demo_summary_matches_queue_and_table(
     assert_eq!(out_of_order_on(&audit_events), 0, "{audit_events:?}");
     assert_eq!(summary["deduplicated"], 0, "{summary}");
     assert!(summary["publish_calls"].as_u64().unwrap() >= 6, "{summary}");
+    // the key's earlier name, kept one release for scripts (deprecated), says the same
+    assert_eq!(
+        summary["put_events_calls"], summary["publish_calls"],
+        "{summary}"
+    );
     audit_received
 }
 

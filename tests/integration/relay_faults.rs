@@ -292,6 +292,11 @@ async fn lost_publish_replies_duplicate_events_on_targets_without_dedup_and_none
 
         // Then every event reached the sink, and the replies were really lost
         assert_eq!(summary["complete"], true, "{summary}");
+        // (the calls' count under the key's earlier name too, deprecated, kept one release)
+        assert_eq!(
+            summary["put_events_calls"], summary["publish_calls"],
+            "{summary}"
+        );
         let lost = proxy.counts_for(put_events_of(kind)).lost_replies;
         assert!(lost >= 3, "{name}: {lost} lost replies");
         let mut counts = HashMap::new();

@@ -136,6 +136,8 @@ async fn relays_250_orders_in_exactly_25_publish_calls() {
     // 250 order inserts and the 250 MODIFY records its own "mark published" updates produced
     assert_eq!(summary["published"], 250, "{summary}");
     assert_eq!(summary["publish_calls"], 25, "{summary}");
+    // and under the key's earlier name, kept one release for scripts (deprecated)
+    assert_eq!(summary["put_events_calls"], 25, "{summary}");
     assert_eq!(summary["ignored"], 500, "{summary}");
     assert_eq!(summary["dead_lettered"], 0, "{summary}");
     assert_eq!(summary["failed"], 0, "{summary}");

@@ -52,6 +52,10 @@ pub(crate) struct Summary {
     pub latency_p99_ms: u64,
     /// Calls to the target by both relays, retries included.
     pub(crate) publish_calls: u64,
+    /// Deprecated: `publish_calls` under its earlier name, the same value, kept one release for
+    /// scripts that read it (removed in the next).
+    #[serde(default)]
+    pub(crate) put_events_calls: u64,
     pub(crate) seconds: f64,
 }
 
@@ -119,6 +123,7 @@ pub(crate) fn summarize(
         latency_p50_ms: percentile(&latencies, 50),
         latency_p99_ms: percentile(&latencies, 99),
         publish_calls: stream.publish_calls + poller.publish_calls,
+        put_events_calls: stream.publish_calls + poller.publish_calls,
         seconds: (elapsed.as_secs_f64() * 10.0).round() / 10.0,
     }
 }

@@ -150,6 +150,9 @@ pub struct DrainSummary {
     pub interrupted: bool,
     /// Calls sent to the target (filled in by the binary from the publisher's stats).
     pub publish_calls: u64,
+    /// Deprecated: `publish_calls` under its earlier name, the same value, kept one release for
+    /// scripts that read it (removed in the next).
+    pub put_events_calls: u64,
     /// Entries the Custom Event Bus answered `DEDUPLICATED` (published before within its 300 s
     /// window; a part of `published`), filled in like `publish_calls`; 0 on the classic bus.
     pub deduplicated: u64,
@@ -218,6 +221,7 @@ impl Totals {
             complete: false,
             interrupted: false,
             publish_calls: 0,
+            put_events_calls: 0,
             deduplicated: 0,
             skipped_shards: Vec::new(),
         }
