@@ -345,8 +345,17 @@ async fn baseline_on_emulator(events: usize) -> Run {
     }
 }
 
-async fn poller_on_latency_model(kind: TargetKind, events: usize) -> Run {
+/// Shards of the Kinesis stream whose write quota (1,000 records a second a shard) the model
+/// enforces in the benchmark's quota-bound configuration.
+const MODEL_STREAM_SHARDS: u32 = 4;
+
+/// One drain of `events` on the latency model's target of `kind`; with `shards`, a stream that
+/// takes 1,000 records a second a shard ([`LatencyModel::limit_stream_writes`]).
+async fn poller_on_latency_model(kind: TargetKind, events: usize, shards: Option<u32>) -> Run {
     let model = LatencyModel::new(MODEL_DELAY).with_clock(Clock::for_benchmarks());
+    if let Some(shards) = shards {
+        model.limit_stream_writes(shards);
+    }
     model.seed_pending(&pending_items("model-table", events));
     let sdk = model.sdk_config();
     let config = relay_args_of(
@@ -484,26 +493,32 @@ async fn run_on_latency_model(events: usize, runs: usize) {
     // Interleaved, so every kind sees the same machine. POLLER_BENCH_TARGETS=sns,sqs runs those
     // kinds only (default: all five).
     let only = std::env::var("POLLER_BENCH_TARGETS").unwrap_or_default();
-    let kinds: Vec<TargetKind> = [
-        TargetKind::Classic,
-        TargetKind::Custom,
-        TargetKind::Sns,
-        TargetKind::Sqs,
-        TargetKind::Kinesis,
+    // Kinesis twice: with no quota (the relay's own ceiling, as for the others) and as a stream
+    // of MODEL_STREAM_SHARDS shards at AWS's documented 1,000 records a second each.
+    let kinds: Vec<(TargetKind, Option<u32>)> = [
+        (TargetKind::Classic, None),
+        (TargetKind::Custom, None),
+        (TargetKind::Sns, None),
+        (TargetKind::Sqs, None),
+        (TargetKind::Kinesis, None),
+        (TargetKind::Kinesis, Some(MODEL_STREAM_SHARDS)),
     ]
     .into_iter()
-    .filter(|kind| only.is_empty() || only.split(',').any(|k| k == kind.to_string()))
+    .filter(|(kind, _)| only.is_empty() || only.split(',').any(|k| k == kind.to_string()))
     .collect();
     let mut runs_of: Vec<Vec<Run>> = kinds.iter().map(|_| Vec::new()).collect();
     for _ in 0..runs {
-        for (kind, runs) in kinds.iter().zip(runs_of.iter_mut()) {
-            runs.push(poller_on_latency_model(*kind, events).await);
+        for ((kind, shards), runs) in kinds.iter().zip(runs_of.iter_mut()) {
+            runs.push(poller_on_latency_model(*kind, events, *shards).await);
         }
     }
-    for (kind, runs) in kinds.iter().zip(&runs_of) {
+    for ((kind, shards), runs) in kinds.iter().zip(&runs_of) {
+        let quota = shards.map_or(String::new(), |shards| {
+            format!(", {shards} shards at 1,000 records/s each")
+        });
         report(
             &format!(
-                "latency model (10 ms/call): poller, {events} events, target {kind} ({})",
+                "latency model (10 ms/call): poller, {events} events, target {kind} ({}){quota}",
                 model_bus(*kind)
             ),
             runs,

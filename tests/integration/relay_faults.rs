@@ -270,8 +270,66 @@ fn out_of_order(messages: &[outbox_tests::SinkMessage]) -> usize {
         .sum()
 }
 
+/// Which relay a test publishes with: `relay-poller drain`, or `relay-stream-local` (the Lambda's
+/// handler on the table's stream, from its start) followed by a drain without faults for what
+/// it left pending (a batch given up after its retries).
+#[derive(Clone, Copy, Debug)]
+enum Relay {
+    Drain,
+    Stream,
+}
+
+impl Relay {
+    /// Runs the relay through `proxy` until it is done with `env`'s events; its summary.
+    async fn publish(self, env: &TestEnv, proxy: &FaultProxy) -> Value {
+        match self {
+            Relay::Drain => {
+                let summary = run_through(env, proxy, "relay-poller", &["drain"]).await;
+                assert_eq!(summary["complete"], true, "{summary}");
+                summary
+            }
+            Relay::Stream => {
+                let summary = run_through(
+                    env,
+                    proxy,
+                    "relay-stream-local",
+                    &[
+                        "--from",
+                        "trim-horizon",
+                        "--exit-when-idle",
+                        "2s",
+                        "--batch-size",
+                        "100",
+                    ],
+                )
+                .await;
+                assert!(summary["published"].as_u64().unwrap() > 0, "{summary}");
+                let output = env
+                    .relay_command("relay-poller")
+                    .args(["drain"])
+                    .env("RUST_LOG", "error")
+                    .stdout(Stdio::piped())
+                    .output()
+                    .await
+                    .unwrap();
+                assert!(output.status.success(), "{output:?}");
+                summary
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn lost_publish_replies_duplicate_events_on_targets_without_dedup_and_none_on_fifo_targets() {
+    lost_publish_replies(Relay::Drain).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lost_publish_replies_of_the_stream_relay_duplicate_no_event_on_fifo_targets() {
+    lost_publish_replies(Relay::Stream).await;
+}
+
+async fn lost_publish_replies(relay: Relay) {
     // Given, for each target, 1,000 orders and an AWS whose only fault is that a tenth of the
     // publish calls (and the first three) take effect and lose their reply
     let rates = FaultRates {
@@ -287,11 +345,10 @@ async fn lost_publish_replies_duplicate_events_on_targets_without_dedup_and_none
         let proxy = FaultProxy::start(&emulator_endpoints(), rates, SEED).await;
         proxy.lose_next_replies(put_events_of(kind), 3);
 
-        // When `relay-poller drain` publishes them through it
-        let summary = run_through(&env, &proxy, "relay-poller", &["drain"]).await;
+        // When the relay publishes them through it
+        let summary = relay.publish(&env, &proxy).await;
 
         // Then every event reached the sink, and the replies were really lost
-        assert_eq!(summary["complete"], true, "{summary}");
         // (the calls' count under the key's earlier name too, deprecated, kept one release)
         assert_eq!(
             summary["put_events_calls"], summary["publish_calls"],
@@ -305,7 +362,7 @@ async fn lost_publish_replies_duplicate_events_on_targets_without_dedup_and_none
         }
         let duplicated = assert_all_once_or_more(&counts, &written);
         eprintln!(
-            "lost publish replies, {name}: {duplicated} duplicates on the sink of {EVENTS} events, {lost} replies lost, {} publish calls, {} deduplicated by the bus",
+            "lost publish replies, {relay:?}, {name}: {duplicated} duplicates on the sink of {EVENTS} events, {lost} replies lost, {} publish calls, {} deduplicated by the bus",
             summary["publish_calls"], summary["deduplicated"]
         );
         duplicates.insert(name, duplicated);
@@ -314,15 +371,25 @@ async fn lost_publish_replies_duplicate_events_on_targets_without_dedup_and_none
     // And the targets without de-duplication delivered the events of the lost replies twice,
     // the FIFO ones never: the resent entries were suppressed in their window
     for name in ["classic", "sns standard", "sqs standard", "kinesis"] {
-        assert!(duplicates[name] > 0, "{name}: {duplicates:?}");
+        assert!(duplicates[name] > 0, "{relay:?}, {name}: {duplicates:?}");
     }
     for name in ["custom", "sns FIFO", "sqs FIFO"] {
-        assert_eq!(duplicates[name], 0, "{name}: {duplicates:?}");
+        assert_eq!(duplicates[name], 0, "{relay:?}, {name}: {duplicates:?}");
     }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn with_each_aggregates_first_event_failing_once_no_event_arrives_before_an_earlier_one() {
+    first_events_failing_once(Relay::Drain).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_each_aggregates_first_event_failing_once_the_stream_relay_delivers_none_out_of_order()
+{
+    first_events_failing_once(Relay::Stream).await;
+}
+
+async fn first_events_failing_once(relay: Relay) {
     let mut found = HashMap::new();
     for (kind, fifo) in TARGETS {
         let name = named(kind, fifo);
@@ -356,24 +423,23 @@ async fn with_each_aggregates_first_event_failing_once_no_event_arrives_before_a
         let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, SEED).await;
         proxy.fail_first_events_once();
 
-        // When `relay-poller drain` publishes them through it
-        let summary = run_through(&env, &proxy, "relay-poller", &["drain"]).await;
+        // When the relay publishes them through it
+        relay.publish(&env, &proxy).await;
 
         // Then all 200 arrive, none before an earlier event of its order
-        assert_eq!(summary["complete"], true, "{summary}");
         let failed = proxy.counts_for(put_events_of(kind)).failed_entries;
         assert_eq!(failed, 40, "{name}: each first event failed once");
         let messages = settled_sink(&env, 200).await;
         assert_eq!(messages.len(), 200, "{name}");
         let late = out_of_order(&messages);
         eprintln!(
-            "first event of each of 40 orders failing once, {name}: out_of_order {late} of 200 on the sink"
+            "first event of each of 40 orders failing once, {relay:?}, {name}: out_of_order {late} of 200 on the sink"
         );
         found.insert(name, late);
     }
     // The relay holds an aggregate's later events back until its failed event is accepted, on
     // every target; the FIFO ones and Kinesis (one shard per aggregate) keep that order after
     for name in ["custom", "sns FIFO", "sqs FIFO", "kinesis", "classic"] {
-        assert_eq!(found[name], 0, "{name}: {found:?}");
+        assert_eq!(found[name], 0, "{relay:?}, {name}: {found:?}");
     }
 }

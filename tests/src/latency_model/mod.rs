@@ -30,6 +30,17 @@
 //! - The aggregate holds ([`holds`]): `UpdateItem`s, `DeleteItem`s and reads by key of hold items
 //!   (`HOLD#…`), with their conditions, and `Query`s of the hold partitions; a `BatchGetItem` of
 //!   outbox events answers each with its `GSI1PK` while it is pending.
+//! - The SNS, SQS and Kinesis targets' calls, `PublishBatch` (SNS's query protocol: the form in,
+//!   XML out), `SendMessageBatch` and `PutRecords`: every entry accepted and counted with the
+//!   `PutEvents` entries, after the same fixed delay (AWS documents no latency for any of these
+//!   calls, nor for `PutEvents`: the delay stands for a round trip in the region); a stream's
+//!   write quota when one is set ([`LatencyModel::limit_stream_writes`], 1,000 records a second
+//!   a shard), a record beyond it refused with `ProvisionedThroughputExceededException`. No quota
+//!   for SNS or SQS: a standard queue's and topic's throughput is not limited per call, and a
+//!   FIFO one's (3,000 messages a second a queue without high throughput, SQS developer guide,
+//!   "Amazon SQS message quotas"; 3,000 a second a topic at the topic scope, SNS
+//!   `FifoThroughputScope`) refuses whole calls, which the model does not do: docs/benchmarks.md
+//!   compares the relay's rate with it.
 //! - An outage ([`LatencyModel::fail_put_events`]): every `PutEvents` call, on either bus, answered
 //!   HTTP 500 (`InternalFailure`, `InternalException`), as a bus that is down answers.
 //! - What a consumer would see ([`LatencyModel::track_order`]): each accepted entry's aggregate
@@ -85,6 +96,9 @@ struct State {
     entries: u64,
     throttled: u64,
     quota: Option<Quota>,
+    /// A Kinesis stream's write quota, its shards' records per second together
+    /// ([`LatencyModel::limit_stream_writes`]).
+    stream_quota: Option<Quota>,
     /// `PutEvents` served at a fixed capacity.
     server: Option<Server>,
     /// How long a marked item stays in query results ([`LatencyModel::lag_index`]).
@@ -304,6 +318,24 @@ impl LatencyModel {
         });
     }
 
+    /// Gives `PutRecords` the write quota of a stream of `shards` shards: 1,000 records a second
+    /// per shard, AWS's documented limit ("Each shard can support writes up to 1,000 records per
+    /// second, up to a maximum data write total of 1 MiB per second", Kinesis API reference,
+    /// `PutRecords`), as one token bucket of `shards` × 1,000 records a second (one second's
+    /// worth, full at the start): the relay's partition keys, one per aggregate, spread evenly
+    /// over the shards, so the model does not hash them to shards; events of a few hundred bytes
+    /// reach the record limit long before the 1 MiB one. A record beyond it is refused with
+    /// `ProvisionedThroughputExceededException`, the call answering HTTP 200 with
+    /// `FailedRecordCount`, as Kinesis does. Time is tokio's.
+    pub fn limit_stream_writes(&self, shards: u32) {
+        let per_second = f64::from(shards) * 1_000.0;
+        self.state.lock().expect("model state").stream_quota = Some(Quota {
+            per_second,
+            tokens: per_second,
+            refilled_at: tokio::time::Instant::now(),
+        });
+    }
+
     /// Makes the pending index lag the table by `lag`: a marked item is out of the table's pending
     /// set at once (its condition fails for a second mark) and still in query results for `lag`.
     pub fn lag_index(&self, lag: Duration) {
@@ -358,7 +390,8 @@ impl LatencyModel {
         }
     }
 
-    /// `PutEvents` entries received so far, and how many of them were throttled.
+    /// Entries received so far (`PutEvents`'s, or the SNS, SQS or Kinesis target's), and how
+    /// many of them were throttled.
     pub fn put_events_entries(&self) -> (u64, u64) {
         let state = self.state.lock().expect("model state");
         (state.entries, state.throttled)
@@ -689,7 +722,7 @@ struct EntriesOnly {
 
 impl State {
     /// A call to the SQS, SNS or Kinesis target (`SendMessageBatch`, `PublishBatch`,
-    /// `PutRecords`): every entry accepted, its envelope seen by the order tracker, the answer in
+    /// `PutRecords`): every entry accepted (a record beyond a stream's write quota refused), its envelope seen by the order tracker, the answer in
     /// the service's own shape (SNS's query protocol answers XML); HTTP 500 during an outage.
     fn publish_to_target(&mut self, operation: &str, body: &[u8]) -> (u16, String) {
         if self.put_events_down {
@@ -749,7 +782,19 @@ impl State {
             }
         };
         self.entries += entries.len() as u64;
-        for (_, envelope) in &entries {
+        // Whether each entry was taken: all of them but the records beyond a stream's quota.
+        let taken: Vec<bool> = entries
+            .iter()
+            .map(|_| match (operation, self.stream_quota.as_mut()) {
+                ("PutRecords", Some(quota)) => quota.take(),
+                _ => true,
+            })
+            .collect();
+        for ((_, envelope), taken) in entries.iter().zip(&taken) {
+            if !taken {
+                self.throttled += 1;
+                continue;
+            }
             if let Some(order) = self.order.as_mut() {
                 order.accept(envelope);
             }
@@ -768,12 +813,19 @@ impl State {
                 format!(r#"{{"Successful":[{}],"Failed":[]}}"#, successful.join(","))
             }
             "PutRecords" => {
-                let records = vec![
-                    r#"{"SequenceNumber":"1","ShardId":"shardId-000000000000"}"#;
-                    entries.len()
-                ];
+                let records: Vec<&str> = taken
+                    .iter()
+                    .map(|taken| {
+                        if *taken {
+                            r#"{"SequenceNumber":"1","ShardId":"shardId-000000000000"}"#
+                        } else {
+                            r#"{"ErrorCode":"ProvisionedThroughputExceededException","ErrorMessage":"Rate exceeded for shard shardId-000000000000 (latency model)"}"#
+                        }
+                    })
+                    .collect();
+                let failed = taken.iter().filter(|taken| !**taken).count();
                 format!(
-                    r#"{{"FailedRecordCount":0,"Records":[{}]}}"#,
+                    r#"{{"FailedRecordCount":{failed},"Records":[{}]}}"#,
                     records.join(",")
                 )
             }
