@@ -72,11 +72,14 @@ fn answer(records: usize, refused: &[usize], code: &str) -> PutRecordsOutput {
         .unwrap()
 }
 
+/// Each call's records as (partition key, event id), in the order sent.
+type NotedCalls = Arc<Mutex<Vec<Vec<(String, String)>>>>;
+
 #[tokio::test]
 async fn a_refused_record_is_sent_again_before_any_later_record_of_its_aggregate() {
     // Given a stream that notes each call's records (their data's event ids) and refuses the first
     // record of the first call for the shard's throughput, accepting everything after
-    let calls: Arc<Mutex<Vec<Vec<(String, String)>>>> = Arc::default();
+    let calls: NotedCalls = Arc::default();
     let noted = Arc::clone(&calls);
     let first_call = Arc::new(Mutex::new(true));
     let put = mock!(Client::put_records)
