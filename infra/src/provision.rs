@@ -699,7 +699,7 @@ impl LocalStack {
     pub fn relay_env(&self, source: &str) -> Vec<(&'static str, String)> {
         vec![
             ("TABLE_NAME", self.table_name.clone()),
-            ("EVENT_BUS_NAME", self.bus_name.clone()),
+            ("EVENT_TARGET", self.bus_name.clone()),
             ("EVENT_SOURCE", source.to_owned()),
             ("DEAD_LETTER_QUEUE_URL", self.dead_letter_queue_url.clone()),
             // Locally moto serves one request at a time and the emulators share the machine's

@@ -50,6 +50,15 @@ pub mod logical_id {
 
 /// Template parameters and their values that tests and local provisioning choose between.
 pub mod parameter {
+    /// What the relays publish to: the stack's bus ([`BUS`]), or `sns`, `sqs`, `kinesis`.
+    pub const EVENT_TARGET_KIND: &str = "EventTargetKind";
+    /// [`EVENT_TARGET_KIND`] for the stack's bus, of the kind [`EVENT_BUS_KIND`] says (the
+    /// default).
+    pub const BUS: &str = "bus";
+    /// The topic's, queue's or stream's ARN when [`EVENT_TARGET_KIND`] is not [`BUS`].
+    pub const EVENT_TARGET: &str = "EventTarget";
+    /// The customer managed KMS key the target is encrypted with, if any.
+    pub const EVENT_TARGET_KMS_KEY_ARN: &str = "EventTargetKmsKeyArn";
     /// Which bus the relays publish to.
     pub const EVENT_BUS_KIND: &str = "EventBusKind";
     /// Days the Custom Event Bus keeps events.

@@ -10,7 +10,7 @@ use anyhow::Context;
 use aws_config::SdkConfig;
 use chrono::Utc;
 use relay_runtime::{
-    BusPublisher, CallTasks, DynamoHoldStore, DynamoStatusStore, SettingError, SqsDeadLetterSink,
+    CallTasks, DynamoHoldStore, DynamoStatusStore, SettingError, SqsDeadLetterSink, TargetPublisher,
 };
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -46,7 +46,7 @@ const METRICS_FLUSH_INTERVAL: Duration = Duration::from_secs(60);
 /// SQS dead letters.
 pub type AwsPoller = Poller<
     DynamoPendingIndex,
-    BusPublisher,
+    TargetPublisher,
     DynamoStatusStore,
     SqsDeadLetterSink,
     DynamoPendingTtl,
@@ -100,14 +100,14 @@ pub fn aws_discarded_batches(
 /// # Errors
 /// When the publisher configuration is out of range.
 pub fn aws_poller(sdk: &SdkConfig, config: &RelayConfig) -> Result<AwsPoller, SettingError> {
-    let publisher = BusPublisher::new(sdk, config.publisher.clone())?;
+    let publisher = TargetPublisher::new(sdk, config.publisher.clone())?;
     Ok(aws_poller_with(AwsClients::new(sdk), publisher, config))
 }
 
 /// Builds the poller on caller-built clients and publisher (tests inject faults through them).
 pub fn aws_poller_with(
     clients: AwsClients,
-    publisher: BusPublisher,
+    publisher: TargetPublisher,
     config: &RelayConfig,
 ) -> AwsPoller {
     let outbox = &config.index.outbox;
@@ -430,8 +430,10 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
             }
         }
     };
+    let publish_calls = poller.publisher().stats().publish_calls;
     let summary = DrainSummary {
-        put_events_calls: poller.publisher().stats().put_events_calls,
+        publish_calls,
+        put_events_calls: publish_calls,
         deduplicated: poller.publisher().stats().deduplicated,
         ..summary
     };

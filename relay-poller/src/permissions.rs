@@ -3,13 +3,15 @@
 //! task definition and role each, with exactly these permissions (checked by a test of
 //! outbox-tests against `infra/template.yaml`).
 
+use relay_runtime::TargetKind;
 use relay_runtime::permissions::{Call, union};
 
-/// `run` and a `drain` backfill (the service's task definition): the index, marks and TTL
+/// `run` and a `drain` backfill (the service's task definition) publishing to a `target` of its
+/// kind: the index, marks and TTL
 /// refreshes, the release of holds (and the read of the events recorded on them), publishes, dead
 /// letters, the shard leases, and the discarded stream batches (read, their TTL-deleted events
 /// re-created, deleted).
-pub fn service() -> Vec<Call> {
+pub fn service(target: TargetKind) -> Vec<Call> {
     union(&[
         crate::discarded::s3::CALLS,
         crate::recreate::CALLS,
@@ -17,8 +19,7 @@ pub fn service() -> Vec<Call> {
         relay_runtime::status_store::CALLS,
         crate::poller::ttl::CALLS,
         relay_runtime::holds::RELEASE_CALLS,
-        relay_runtime::publisher::eventbridge::CALLS,
-        relay_runtime::publisher::custom_bus::RAW_CALLS,
+        target.spec().calls,
         relay_runtime::dead_letter::CALLS,
         crate::assignment::store::CALLS,
     ])
@@ -27,13 +28,12 @@ pub fn service() -> Vec<Call> {
 /// `redrive`, `recover-discarded`, `inspect` and `status` (the operator's task definition). A
 /// redrive publishes what it put back with the poller's publish path: publishes, marks and dead
 /// letters, with their calls; it and `recover-discarded` re-create gone items.
-pub fn operator() -> Vec<Call> {
+pub fn operator(target: TargetKind) -> Vec<Call> {
     union(&[
         crate::redrive::CALLS,
         crate::recreate::CALLS,
         crate::discarded::s3::CALLS,
-        relay_runtime::publisher::eventbridge::CALLS,
-        relay_runtime::publisher::custom_bus::RAW_CALLS,
+        target.spec().calls,
         relay_runtime::status_store::CALLS,
         relay_runtime::dead_letter::CALLS,
         crate::inspect::CALLS,

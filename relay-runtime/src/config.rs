@@ -13,23 +13,33 @@ use std::time::Duration;
 
 use outbox_shared::RetryPolicy;
 use outbox_shared::envelope::{Encoding, EventFormat};
-use outbox_shared::limits::PUT_EVENTS_ABSOLUTE_MAX_BYTES;
 
-/// Which EventBridge bus the relays publish to: `EVENT_BUS_KIND` / `--event-bus-kind`.
+/// What the relays publish to: `EVENT_TARGET_KIND` / `--target-kind` (aliases for the two buses:
+/// `EVENT_BUS_KIND` / `--event-bus-kind`). Each kind is one adapter of [`crate::publisher`], chosen
+/// in [`TargetKind::spec`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 #[value(rename_all = "lowercase")]
-pub enum BusKind {
-    /// The classic event bus (rules and targets), `EVENT_BUS_NAME` a name or an ARN
-    /// (`event-bus/…`). The default.
+pub enum TargetKind {
+    /// The classic event bus (rules and targets), the target a name or an ARN (`event-bus/…`).
+    /// The default.
     #[default]
     Classic,
-    /// The Custom Event Bus (EventsV2: FIFO subscribers per event group, `DeduplicationId`),
-    /// `EVENT_BUS_NAME` its full ARN (`event-busv2/NAME/ID`).
+    /// The Custom Event Bus (EventsV2: FIFO subscribers per event group, `DeduplicationId`), the
+    /// target its whole ARN (`event-busv2/NAME/ID`).
     Custom,
+    /// An SNS topic (`PublishBatch`), the target its ARN; a FIFO topic (`.fifo`) gets each
+    /// aggregate as its message group and the event id as its de-duplication id.
+    Sns,
+    /// An SQS queue (`SendMessageBatch`), the target its URL; a FIFO queue (`.fifo`) gets each
+    /// aggregate as its message group and the event id as its de-duplication id.
+    Sqs,
+    /// A Kinesis data stream (`PutRecords`), the target its ARN; each aggregate is its record's
+    /// partition key.
+    Kinesis,
 }
 
-impl BusKind {
+impl TargetKind {
     /// The accepted values, as written.
     pub fn names() -> Vec<String> {
         <Self as clap::ValueEnum>::value_variants()
@@ -38,31 +48,38 @@ impl BusKind {
             .collect()
     }
 
-    /// Most entries one `PutEvents` of this bus takes (10 classic, 100 custom).
+    /// Whether this kind is one of the two EventBridge buses (what the aliases
+    /// `EVENT_BUS_KIND` / `EVENT_BUS_NAME` may name).
+    pub fn is_bus(self) -> bool {
+        matches!(self, Self::Classic | Self::Custom)
+    }
+
+    /// Most entries one call to this target takes (10 classic, 100 custom, 10 SNS and SQS, 500
+    /// Kinesis).
     pub fn max_entries_per_call(self) -> usize {
         self.spec().max_entries_per_call
     }
 
-    /// The default size budget of one entry and of one request.
+    /// The default size budget of one entry.
     pub fn default_max_bytes(self) -> usize {
-        self.spec().default_max_bytes
+        self.spec().default_max_entry_bytes
     }
 }
 
-impl fmt::Display for BusKind {
+impl fmt::Display for TargetKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let value = clap::ValueEnum::to_possible_value(self).expect("no kind is skipped");
         f.write_str(value.get_name())
     }
 }
 
-impl std::str::FromStr for BusKind {
+impl std::str::FromStr for TargetKind {
     type Err = String;
 
     fn from_str(value: &str) -> Result<Self, Self::Err> {
         <Self as clap::ValueEnum>::from_str(value, false).map_err(|_| {
             format!(
-                "{value:?} is not a bus kind: accepted values are {}",
+                "{value:?} is not a target kind: accepted values are {}",
                 Self::names().join(", ")
             )
         })
@@ -88,27 +105,28 @@ pub const MAX_PUBLISH_ATTEMPTS: usize = 100;
 /// Most calls in flight one publish may have.
 pub const MAX_PUBLISH_CONCURRENCY: usize = 1024;
 
-/// Where, as whom and how events are published to EventBridge. The publisher stamps the bus and
-/// the source on every entry; nothing else stores them.
+/// Where, as whom and how events are published. The publisher stamps the target and the source
+/// on every entry; nothing else stores them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PublisherConfig {
-    /// Which bus `event_bus_name` is, and so which adapter publishes.
-    pub bus_kind: BusKind,
-    /// The classic bus's name or ARN, or the Custom Event Bus's ARN.
-    pub event_bus_name: String,
-    /// EventBridge `Source` of every event (one per service).
+    /// Which kind of target `target` is, and so which adapter publishes.
+    pub target_kind: TargetKind,
+    /// The target: a classic bus's name or ARN, a Custom Event Bus's ARN, a topic's ARN, a queue's
+    /// URL or a stream's ARN.
+    pub target: String,
+    /// EventBridge `Source` of every event (one per service); the buses' only.
     pub source: String,
-    /// Entries per `PutEvents` call, 1..=10 (classic) or 1..=100 (custom).
+    /// Entries per call, 1 up to the target's most ([`TargetKind::max_entries_per_call`]).
     pub max_entries_per_call: usize,
-    /// Size budget of one `PutEvents` request, as EventBridge counts entry sizes.
+    /// Size budget of one call, as the target counts its entries' sizes.
     pub max_request_bytes: usize,
     /// Size limit of one entry; larger events are rejected as poison before any call.
     pub max_entry_bytes: usize,
-    /// `PutEvents` calls in flight at once, per publish.
+    /// Calls in flight at once, per publish.
     pub max_concurrency: usize,
     /// Retries of an entry that failed with a retryable code: the project's full-jitter backoff.
     pub retry: RetryPolicy,
-    /// Ceiling of the publish rate, in entries per second (`None`: only the bus's throttling
+    /// Ceiling of the publish rate, in entries per second (`None`: only the target's throttling
     /// limits it); see [`crate::publish_rate`].
     pub max_publish_rate: Option<NonZeroU32>,
     /// What each event is published as: the envelope, or a CloudEvent whose `source` is
@@ -119,24 +137,22 @@ pub struct PublisherConfig {
 impl PublisherConfig {
     /// Defaults: 10 entries and 256 KiB per call, 16 calls in flight, 5 attempts from 50 ms, no
     /// ceiling on the publish rate.
-    pub fn new(event_bus_name: impl Into<String>, source: impl Into<String>) -> Self {
-        Self::of_kind(BusKind::Classic, event_bus_name, source)
+    pub fn new(target: impl Into<String>, source: impl Into<String>) -> Self {
+        Self::of_kind(TargetKind::Classic, target, source)
     }
 
-    /// Defaults for a bus of `kind`: the classic's of [`new`](Self::new); for the Custom Event
-    /// Bus 100 entries and 256 KiB per call (see [`CUSTOM_BUS_DEFAULT_MAX_BYTES`]).
-    pub fn of_kind(
-        bus_kind: BusKind,
-        event_bus_name: impl Into<String>,
-        source: impl Into<String>,
-    ) -> Self {
+    /// Defaults for a target of `kind` ([`crate::publisher::TargetSpec`]): the classic bus's of
+    /// [`new`](Self::new); the Custom Event Bus 100 entries and 256 KiB per call; SNS and SQS 10
+    /// entries and 256 KiB; Kinesis 500 records, 1 MiB a record and 5 MiB a call.
+    pub fn of_kind(kind: TargetKind, target: impl Into<String>, source: impl Into<String>) -> Self {
+        let spec = kind.spec();
         Self {
-            bus_kind,
-            event_bus_name: event_bus_name.into(),
+            target_kind: kind,
+            target: target.into(),
             source: source.into(),
-            max_entries_per_call: bus_kind.max_entries_per_call(),
-            max_request_bytes: bus_kind.default_max_bytes(),
-            max_entry_bytes: bus_kind.default_max_bytes(),
+            max_entries_per_call: spec.max_entries_per_call,
+            max_request_bytes: spec.default_max_request_bytes,
+            max_entry_bytes: spec.default_max_entry_bytes,
             max_concurrency: DEFAULT_PUBLISH_CONCURRENCY,
             retry: retry_policy(DEFAULT_PUBLISH_MAX_ATTEMPTS),
             max_publish_rate: None,
@@ -160,13 +176,14 @@ impl PublisherConfig {
 
     /// # Errors
     /// [`SettingError`] naming the setting ([`PublisherArgs`]' flag and variable) that is empty,
-    /// out of range, or not what the bus of [`Self::bus_kind`] takes.
+    /// out of range, or not what the target of [`Self::target_kind`] takes.
     pub fn validate(&self) -> Result<(), SettingError> {
         let of = SettingError::of::<PublisherArgs>;
-        SettingError::non_empty::<PublisherArgs>("event_bus_name", &self.event_bus_name)?;
-        bus_of_kind(self.bus_kind, &self.event_bus_name)?;
+        let spec = self.target_kind.spec();
+        SettingError::non_empty::<PublisherArgs>("target", &self.target)?;
+        target_of_kind(self.target_kind, &self.target)?;
         SettingError::non_empty::<PublisherArgs>("source", &self.source)?;
-        bus_source(self.bus_kind, &self.source)?;
+        target_source(self.target_kind, &self.source)?;
         if self.event_format == EventFormat::CloudEvents {
             cloudevents_source(&self.source)?;
         }
@@ -174,19 +191,19 @@ impl PublisherConfig {
             "max_entries_per_call",
             self.max_entries_per_call,
             1,
-            self.bus_kind.max_entries_per_call(),
+            spec.max_entries_per_call,
         )?;
         SettingError::in_range::<PublisherArgs, _>(
             "max_entry_bytes",
             self.max_entry_bytes,
             1,
-            PUT_EVENTS_ABSOLUTE_MAX_BYTES,
+            spec.max_entry_bytes,
         )?;
         SettingError::in_range::<PublisherArgs, _>(
             "max_request_bytes",
             self.max_request_bytes,
             self.max_entry_bytes,
-            PUT_EVENTS_ABSOLUTE_MAX_BYTES,
+            spec.max_request_bytes,
         )?;
         SettingError::in_range::<PublisherArgs, _>(
             "publish_concurrency",
@@ -218,15 +235,15 @@ fn retry_policy(max_attempts: usize) -> RetryPolicy {
 /// Both buses reserve `Source`s starting with `aws.` for AWS's services.
 const RESERVED_SOURCE_PREFIX: &str = "aws.";
 
-/// Checks the `Source` against what the bus of `kind` takes, so a relay refuses at start what the
-/// bus would refuse for every event:
-/// - on either bus, no `Source` starting with the reserved `aws.`: the classic bus answers each
-///   entry `NotAuthorizedForSourceException` (not retryable, not the event's fault: every event
-///   would stay pending), the Custom Event Bus refuses the call as a whole with
-///   `InvalidInputException`, which the publisher would take for an entry's fault and dead-letter
-///   every event alone in its call;
-/// - what the kind itself limits ([`crate::publisher::BusSpec::check_source`]).
-fn bus_source(kind: BusKind, source: &str) -> Result<(), SettingError> {
+/// Checks the `Source` against what the target of `kind` takes, so a relay refuses at start what
+/// the bus would refuse for every event:
+/// - for every kind, no `Source` starting with the reserved `aws.` (one configuration whatever the
+///   kind: the classic bus answers each entry `NotAuthorizedForSourceException`, not retryable,
+///   not the event's fault, so every event would stay pending; the Custom Event Bus refuses the
+///   call as a whole with `InvalidInputException`, which the publisher would take for an entry's
+///   fault and dead-letter every event alone in its call);
+/// - what the kind itself limits ([`crate::publisher::TargetSpec::check_source`]).
+fn target_source(kind: TargetKind, source: &str) -> Result<(), SettingError> {
     let refused = |detail: String| Err(SettingError::of::<PublisherArgs>("source", detail));
     if source.starts_with(RESERVED_SOURCE_PREFIX) {
         return refused(format!(
@@ -253,30 +270,30 @@ fn cloudevents_source(source: &str) -> Result<(), SettingError> {
     Ok(())
 }
 
-/// Checks `value` names a bus of `kind` ([`crate::publisher::BusSpec::check_name`]). A bus another
-/// kind claims is refused naming both settings: publishing to it would fail every call.
-fn bus_of_kind(kind: BusKind, value: &str) -> Result<(), SettingError> {
+/// Checks `value` names a target of `kind` ([`crate::publisher::TargetSpec::check_name`]). A
+/// target another kind claims (an SQS queue's URL with kind `sns`) is refused naming both settings
+/// and the value: publishing to it would fail every call.
+fn target_of_kind(kind: TargetKind, value: &str) -> Result<(), SettingError> {
     let Err(detail) = (kind.spec().check_name)(value) else {
         return Ok(());
     };
-    let other = <BusKind as clap::ValueEnum>::value_variants()
+    let other = <TargetKind as clap::ValueEnum>::value_variants()
         .iter()
         .find(|other| **other != kind && (other.spec().claims)(value));
     let detail = match other {
         Some(other) => {
-            let kind_setting = SettingError::of::<PublisherArgs>("event_bus_kind", "");
+            let kind_setting = SettingError::of::<PublisherArgs>("target_kind", "");
             format!(
-                "is {}, not {}, but {} is {kind}: set {} to the bus's kind ({})",
+                "{value:?} is {}, not {}, but {} is {kind}: set {} to the target's kind ({other})",
                 other.spec().named_by,
                 kind.spec().named_by,
                 kind_setting.setting(),
                 kind_setting.env,
-                BusKind::names().join(" or ")
             )
         }
-        None => detail,
+        None => format!("{detail}, got {value:?}"),
     };
-    Err(SettingError::of::<PublisherArgs>("event_bus_name", detail))
+    Err(SettingError::of::<PublisherArgs>("target", detail))
 }
 
 /// A setting of a relay binary that is missing, malformed or out of range, or that contradicts
@@ -374,41 +391,54 @@ impl SettingError {
     }
 }
 
-/// The publisher's flags, the same in every relay binary; each also reads its variable.
+/// The publisher's flags, the same in every relay binary; each also reads its variable. The two
+/// buses' settings of before, `--event-bus-kind` (`EVENT_BUS_KIND`) and `--event-bus-name`
+/// (`EVENT_BUS_NAME`), are aliases of `--target-kind` and `--target`: either may be set, both only
+/// to the same value.
 #[derive(Debug, Clone, clap::Args)]
 pub struct PublisherArgs {
-    /// Which bus `--event-bus-name` is: `classic` (the default: rules and targets) or `custom`
-    /// (the Custom Event Bus: FIFO per aggregate, de-duplication on the event id).
-    #[arg(long, env = "EVENT_BUS_KIND", default_value_t = BusKind::Classic, value_parser = parse_bus_kind)]
-    pub event_bus_kind: BusKind,
-    /// The EventBridge bus events are published to: for `classic` a name or ARN, for `custom`
-    /// the Custom Event Bus's whole ARN (`…:event-busv2/NAME/ID`).
+    /// What `--target` is: `classic` (the default: an EventBridge bus with rules), `custom` (the
+    /// Custom Event Bus: FIFO per aggregate, de-duplication on the event id), `sns` (a topic),
+    /// `sqs` (a queue) or `kinesis` (a data stream).
+    // The value's name is the variable's, so clap's own error for a mistaken kind names both.
+    #[arg(long, env = "EVENT_TARGET_KIND", value_name = "EVENT_TARGET_KIND", value_parser = parse_target_kind)]
+    pub target_kind: Option<TargetKind>,
+    /// Alias of `--target-kind` for the two buses (`classic` or `custom`).
+    #[arg(long, env = "EVENT_BUS_KIND", value_name = "EVENT_BUS_KIND", value_parser = parse_bus_kind)]
+    pub event_bus_kind: Option<TargetKind>,
+    /// Where events are published: for `classic` a bus name or ARN, for `custom` the Custom Event
+    /// Bus's whole ARN (`…:event-busv2/NAME/ID`), for `sns` a topic ARN, for `sqs` a queue URL,
+    /// for `kinesis` a stream ARN.
+    #[arg(long, env = "EVENT_TARGET")]
+    pub target: Option<String>,
+    /// Alias of `--target` for the two buses.
     #[arg(long, env = "EVENT_BUS_NAME")]
-    pub event_bus_name: String,
-    /// EventBridge `Source` of every event.
+    pub event_bus_name: Option<String>,
+    /// EventBridge `Source` of every event (the buses'; required on every target, so one
+    /// configuration moves between kinds).
     #[arg(long = "source", env = "EVENT_SOURCE")]
     pub source: String,
-    /// Entries per `PutEvents` call: 1..=10 on the classic bus (default 10), 1..=100 on the
-    /// Custom Event Bus (default 100).
+    /// Entries per call: 1..=10 on the classic bus, SNS and SQS (default 10), 1..=100 on the
+    /// Custom Event Bus (default 100), 1..=500 on Kinesis (default 500).
     #[arg(long, env = "MAX_ENTRIES_PER_CALL")]
     pub max_entries_per_call: Option<usize>,
-    /// Size budget of one `PutEvents` request, as EventBridge counts entry sizes (default
-    /// 256 KiB on either bus; the Custom Event Bus documents no limit).
+    /// Size budget of one call, as the target counts its entries (default 256 KiB, Kinesis 5 MiB;
+    /// at most 1 MiB, Kinesis 5 MiB).
     #[arg(long, env = "MAX_REQUEST_BYTES")]
     pub max_request_bytes: Option<usize>,
-    /// Largest entry (up to 1 MiB on buses that accept it; default 256 KiB); larger events are
-    /// dead-lettered without a call.
+    /// Largest entry (default 256 KiB, Kinesis 1 MiB; up to 1 MiB on targets that accept it);
+    /// larger events are dead-lettered without a call.
     #[arg(long, env = "MAX_ENTRY_BYTES")]
     pub max_entry_bytes: Option<usize>,
-    /// `PutEvents` calls in flight at once, per publish (a stream batch, a poller page).
+    /// Calls in flight at once, per publish (a stream batch, a poller page).
     #[arg(long, env = "PUBLISH_CONCURRENCY", default_value_t = DEFAULT_PUBLISH_CONCURRENCY)]
     pub publish_concurrency: usize,
     /// Attempts per entry (first try included) for retryable failures.
     #[arg(long, env = "PUBLISH_MAX_ATTEMPTS", default_value_t = DEFAULT_PUBLISH_MAX_ATTEMPTS)]
     pub publish_max_attempts: usize,
     /// Ceiling of the publish rate, in entries per second, for this process (default: none).
-    /// Below it, the rate adapts to the bus's quota: lowered on `ThrottlingException`, probed
-    /// back up while calls are accepted.
+    /// Below it, the rate adapts to the target's quota: lowered when it throttles, probed back up
+    /// while calls are accepted.
     #[arg(long, env = "MAX_PUBLISH_RATE")]
     pub max_publish_rate: Option<NonZeroU32>,
     /// What each event is published as: `envelope` (the default: `{"metadata", "data"}`) or
@@ -419,13 +449,68 @@ pub struct PublisherArgs {
 }
 
 impl PublisherArgs {
+    /// The publisher's flags for a target of `kind`, everything else at its default.
+    pub fn of_kind(kind: TargetKind, target: &str, source: &str) -> Self {
+        Self {
+            target_kind: Some(kind),
+            event_bus_kind: None,
+            target: Some(target.to_owned()),
+            event_bus_name: None,
+            source: source.to_owned(),
+            max_entries_per_call: None,
+            max_request_bytes: None,
+            max_entry_bytes: None,
+            publish_concurrency: DEFAULT_PUBLISH_CONCURRENCY,
+            publish_max_attempts: DEFAULT_PUBLISH_MAX_ATTEMPTS,
+            max_publish_rate: None,
+            event_format: EventFormat::Envelope,
+        }
+    }
+
+    /// The target's kind: `--target-kind`, or its alias, or `classic`.
+    ///
+    /// # Errors
+    /// [`SettingError`] naming both settings when they are set to different kinds.
+    pub fn kind(&self) -> Result<TargetKind, SettingError> {
+        Ok(setting_or_alias(
+            "target_kind",
+            self.target_kind,
+            "event_bus_kind",
+            self.event_bus_kind,
+        )?
+        .unwrap_or_default())
+    }
+
+    /// The target: `--target`, or its alias.
+    ///
+    /// # Errors
+    /// [`SettingError`] naming both settings when they are set to different targets, or when
+    /// neither is set.
+    pub fn target(&self) -> Result<String, SettingError> {
+        setting_or_alias(
+            "target",
+            self.target.clone(),
+            "event_bus_name",
+            self.event_bus_name.clone(),
+        )?
+        .ok_or_else(|| {
+            SettingError::of::<Self>(
+                "target",
+                format!(
+                    "must be set (or its alias {}, for a bus)",
+                    SettingError::name_of::<Self>("event_bus_name")
+                ),
+            )
+        })
+    }
+
     /// The validated publisher configuration.
     ///
     /// # Errors
-    /// [`SettingError`] naming the flag and variable whose value is empty or out of range.
+    /// [`SettingError`] naming the flag and variable whose value is empty, out of range, or
+    /// contradicts its alias.
     pub fn config(&self) -> Result<PublisherConfig, SettingError> {
-        let defaults =
-            PublisherConfig::of_kind(self.event_bus_kind, &self.event_bus_name, &self.source);
+        let defaults = PublisherConfig::of_kind(self.kind()?, self.target()?, &self.source);
         let config = PublisherConfig {
             max_entries_per_call: self
                 .max_entries_per_call
@@ -455,10 +540,43 @@ fn parse_event_format(value: &str) -> Result<EventFormat, String> {
     value.parse()
 }
 
-/// `--event-bus-kind`'s parser: the message names the value and the accepted values (clap adds
-/// the flag and the variable).
-fn parse_bus_kind(value: &str) -> Result<BusKind, String> {
+/// The value of the setting `id` or of its alias `alias_id`, whichever is set; an error naming
+/// both when both are set to different values.
+fn setting_or_alias<T: PartialEq + fmt::Debug>(
+    id: &str,
+    value: Option<T>,
+    alias_id: &str,
+    alias: Option<T>,
+) -> Result<Option<T>, SettingError> {
+    match (value, alias) {
+        (Some(value), Some(alias)) if value != alias => Err(SettingError::of::<PublisherArgs>(
+            id,
+            format!(
+                "is {value:?} but its alias {} is {alias:?}: set one of them, or both to the same \
+                 value",
+                SettingError::name_of::<PublisherArgs>(alias_id)
+            ),
+        )),
+        (value, alias) => Ok(value.or(alias)),
+    }
+}
+
+/// `--target-kind`'s parser: the message names the value and the accepted values (clap adds the
+/// flag and the variable).
+fn parse_target_kind(value: &str) -> Result<TargetKind, String> {
     value.parse()
+}
+
+/// `--event-bus-kind`'s parser: a bus kind only (the alias stands for the two buses).
+fn parse_bus_kind(value: &str) -> Result<TargetKind, String> {
+    let kind: TargetKind = value.parse()?;
+    if !kind.is_bus() {
+        return Err(format!(
+            "{value:?} is not a bus kind (classic, custom): set {} to publish to {kind}",
+            SettingError::name_of::<PublisherArgs>("target_kind")
+        ));
+    }
+    Ok(kind)
 }
 
 /// The dead-letter queue URL, if one is set (an empty value means none, as CloudFormation passes

@@ -92,7 +92,7 @@ pub(crate) fn mocked_dynamodb(
         .interceptor(mocks)
 }
 
-pub use config::{BusKind, PublisherArgs, PublisherConfig, RetentionArgs, SettingError};
+pub use config::{PublisherArgs, PublisherConfig, RetentionArgs, SettingError, TargetKind};
 pub use dead_letter::{
     DeadLetter, DeadLetterError, DeadLetterSink, RecordLeftOut, SqsDeadLetterSink,
 };
@@ -102,8 +102,8 @@ pub use holds::{
     AggregateHolds, DynamoHoldStore, Hold, HoldCursor, HoldPage, HoldRelease, LeftEvent,
 };
 pub use publisher::{
-    BusCall, BusPublisher, ClassicBus, CustomBus, CustomBusPublisher, EventBridgePublisher,
-    PublishOutcome, PublishStats, Publisher,
+    ClassicBus, CustomBus, CustomBusPublisher, EventBridgePublisher, PublishOutcome, PublishStats,
+    Publisher, TargetCall, TargetPublisher,
 };
 pub use recent::RecentKeys;
 pub use relay::{EventRelay, Outbound};
@@ -192,7 +192,7 @@ impl CallTasks {
 
 /// The relays' DynamoDB and SQS clients, built from one configuration, each counting its failed
 /// calls ([`metrics::FailedCallCounter`]). A bus kind builds its own client
-/// ([`publisher::BusSpec::call`]).
+/// ([`publisher::TargetSpec::call`]).
 pub mod clients {
     use crate::metrics::FailedCallCounter;
 

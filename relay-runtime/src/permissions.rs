@@ -31,8 +31,9 @@ pub enum Target {
     OutboxIndex,
     /// The poller fleet's lease table.
     LeaseTable,
-    /// The bus the relays publish to.
-    EventBus,
+    /// What the relays publish to (`EVENT_TARGET`): the bus, topic, queue or stream of the
+    /// configured kind; each kind's calls are its [`crate::publisher::TargetSpec::calls`].
+    EventTarget,
     /// The dead-letter queue of poison events.
     DeadLetterQueue,
     /// The bucket of the stream mapping's on-failure destination (discarded batches), as a bucket
@@ -95,7 +96,7 @@ impl Target {
             | Self::HoldItems
             | Self::OutboxIndex
             | Self::LeaseTable
-            | Self::EventBus
+            | Self::EventTarget
             | Self::DeadLetterQueue
             | Self::DiscardedBatchBucket
             | Self::DiscardedBatchObjects => None,
@@ -113,7 +114,7 @@ impl Target {
             | Self::HoldItems
             | Self::OutboxIndex
             | Self::LeaseTable
-            | Self::EventBus
+            | Self::EventTarget
             | Self::DeadLetterQueue
             | Self::DiscardedBatchBucket
             | Self::DiscardedBatchObjects => &[],
@@ -122,7 +123,10 @@ impl Target {
 }
 
 /// `X-Amz-Target` of a call (as the SDK sends it) to the IAM action that authorizes it; `None`
-/// for a target that is not DynamoDB, EventBridge, SQS or S3. The relays' `BatchExecuteStatement`s
+/// for a target that is not DynamoDB, EventBridge, SQS, SNS, Kinesis or S3 (SNS's query calls have
+/// no `X-Amz-Target`: they are named `AmazonSNS.{Action}`, as the test proxy names them). A batch
+/// is authorized as its single call: `SendMessageBatch` as `sqs:SendMessage`, `PublishBatch` as
+/// `sns:Publish`. The relays' `BatchExecuteStatement`s
 /// hold PartiQL `UPDATE`s only. S3's REST calls have no `X-Amz-Target`: they are named
 /// `AmazonS3.{Operation}` (as the test proxy names them), and IAM authorizes a listing of a
 /// bucket's objects (`ListObjectsV2`) as `s3:ListBucket`.
@@ -131,13 +135,20 @@ pub fn action_of_target(target: &str) -> Option<String> {
     let prefix = match service {
         "DynamoDB_20120810" => "dynamodb",
         "DynamoDBStreams_20120810" => "dynamodb",
-        "AWSEvents" => "events",
+        // Both buses' PutEvents is events:PutEvents (the proxy names the Custom Event Bus's,
+        // which has no X-Amz-Target, AWSEventsV2.PutEvents).
+        "AWSEvents" | "AWSEventsV2" => "events",
         "AmazonSQS" => "sqs",
         "AmazonS3" => "s3",
+        "AmazonSNS" => "sns",
+        "Kinesis_20131202" => "kinesis",
         _ => return None,
     };
     Some(match operation {
         "BatchExecuteStatement" => "dynamodb:PartiQLUpdate".to_owned(),
+        // A batch is authorized as each of its messages.
+        "SendMessageBatch" => "sqs:SendMessage".to_owned(),
+        "PublishBatch" => "sns:Publish".to_owned(),
         "ListObjectsV2" | "HeadBucket" if prefix == "s3" => "s3:ListBucket".to_owned(),
         operation => format!("{prefix}:{operation}"),
     })
@@ -176,6 +187,22 @@ mod tests {
         assert_eq!(
             action_of_target("AmazonS3.GetObject").as_deref(),
             Some("s3:GetObject")
+        );
+        assert_eq!(
+            action_of_target("AWSEventsV2.PutEvents").as_deref(),
+            Some("events:PutEvents")
+        );
+        assert_eq!(
+            action_of_target("AmazonSQS.SendMessageBatch").as_deref(),
+            Some("sqs:SendMessage")
+        );
+        assert_eq!(
+            action_of_target("AmazonSNS.PublishBatch").as_deref(),
+            Some("sns:Publish")
+        );
+        assert_eq!(
+            action_of_target("Kinesis_20131202.PutRecords").as_deref(),
+            Some("kinesis:PutRecords")
         );
         assert_eq!(action_of_target(""), None);
     }

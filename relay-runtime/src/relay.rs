@@ -20,7 +20,7 @@
 //! Spans, when the process exports them ([`crate::telemetry::exporting`]; otherwise none is
 //! built), follow OpenTelemetry's messaging conventions for batch publishing: the writer's span
 //! is each event's creation context, carried in the event, so no "create" span is made; one
-//! `publish {bus}` span per publish (a stream batch, a poller page) links to the creation context
+//! `publish {target}` span per publish (a stream batch, a poller page) links to the creation context
 //! of each event in it, the link naming the event (`messaging.message.id`) and what became of it
 //! (`outbox.outcome`); one `mark` span per settle links to the events it marked, and one
 //! `dead-letter` span per poison event links to its creation context.
@@ -46,9 +46,6 @@ use crate::status_store::{
 };
 use crate::telemetry;
 
-/// `messaging.system` of the publish spans: both buses are EventBridge's.
-pub const EVENTBRIDGE_SYSTEM: &str = "aws_eventbridge";
-
 /// `messaging.system` of the dead-letter spans.
 pub const SQS_SYSTEM: &str = "aws_sqs";
 
@@ -61,8 +58,11 @@ pub const OUTBOX_SYSTEM: &str = "aws_dynamodb";
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Outbound {
     pub encoding: Encoding,
-    /// `messaging.destination.name` of the publish spans: the bus's name or ARN.
+    /// `messaging.destination.name` of the publish spans: the target's name, ARN or URL.
     pub destination: String,
+    /// `messaging.system` of the publish spans: the target kind's
+    /// ([`crate::publisher::TargetSpec::messaging_system`]).
+    pub system: &'static str,
 }
 
 impl Outbound {
@@ -70,7 +70,8 @@ impl Outbound {
     pub fn of(config: &PublisherConfig) -> Self {
         Self {
             encoding: config.encoding(),
-            destination: config.event_bus_name.clone(),
+            destination: config.target.clone(),
+            system: config.target_kind.spec().messaging_system,
         }
     }
 }
@@ -178,7 +179,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
         }
     }
 
-    /// The `publish {bus}` span of one publish: a `send` of a batch, linked to each event's
+    /// The `publish {target}` span of one publish: a `send` of a batch, linked to each event's
     /// creation context (the writer's span), each link saying what became of its event.
     fn publish_span<R>(&self, started: SystemTime, events: &[Event<R>], published: &[usize]) {
         let Some(tracer) = telemetry::tracer() else {
@@ -216,7 +217,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
             format!("publish {destination}")
         };
         let mut attributes = vec![
-            KeyValue::new("messaging.system", EVENTBRIDGE_SYSTEM),
+            KeyValue::new("messaging.system", self.outbound.system),
             KeyValue::new("messaging.operation.type", "send"),
             KeyValue::new("messaging.operation.name", "publish"),
             KeyValue::new("messaging.destination.name", destination.clone()),

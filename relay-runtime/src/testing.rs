@@ -45,6 +45,18 @@ pub fn pending_item(id: &str, payload: &str) -> OutboxItem {
     }
 }
 
+/// The envelope of event `id` of aggregate `aggregate` (`Order#{aggregate}`), as the relays build
+/// it from a pending item.
+///
+/// # Panics
+/// Never: the item is valid.
+pub fn outbound(id: &str, aggregate: &str) -> OutboundEvent {
+    let mut item = pending_item(id, r#"{"amount":1}"#);
+    item.aggregate_id = Some(aggregate.to_owned());
+    OutboundEvent::from_item(&item, &outbox_shared::envelope::Encoding::envelope())
+        .expect("a valid item")
+}
+
 /// A throttled `UpdateItem`, as DynamoDB answers it.
 pub fn throttled_update() -> SdkFailure {
     let err = UpdateItemError::generic(

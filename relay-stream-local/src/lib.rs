@@ -132,7 +132,10 @@ pub struct Summary {
     /// Published or dead-lettered, but the status update failed: the item stays pending and the
     /// poller publishes it again (a part of `published` and `dead_lettered`).
     pub not_marked: u64,
-    /// `PutEvents` calls sent, retries included (counted by the publisher, not derived).
+    /// Calls sent to the target, retries included (counted by the publisher, not derived).
+    pub publish_calls: u64,
+    /// Deprecated: `publish_calls` under its earlier name, the same value, kept one release for
+    /// scripts that read it (removed in the next).
     pub put_events_calls: u64,
     /// Records delivered again after a batch item failure (each re-delivery counts the records
     /// from the reported one to the batch's end).
@@ -180,6 +183,7 @@ pub async fn run(args: &LocalArgs, shutdown: &CancellationToken) -> Result<Summa
     )
     .with_on_failure(on_failure);
     let counts = runner.run(shutdown).await?;
+    let publish_calls = runner.relay().publisher().stats().publish_calls;
     Ok(Summary {
         published: counts.published,
         ignored: counts.ignored,
@@ -187,7 +191,8 @@ pub async fn run(args: &LocalArgs, shutdown: &CancellationToken) -> Result<Summa
         failed: counts.failed,
         left_to_hold: counts.left_to_hold,
         not_marked: counts.not_marked,
-        put_events_calls: runner.relay().publisher().stats().put_events_calls,
+        publish_calls,
+        put_events_calls: publish_calls,
         redelivered: runner.redelivered(),
         deduplicated: runner.relay().publisher().stats().deduplicated,
         discarded_batches: runner.discarded_batches(),

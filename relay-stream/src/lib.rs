@@ -24,11 +24,11 @@ pub use handler::{
 };
 pub use relay_runtime::SettingError;
 
-use relay_runtime::{BusPublisher, DynamoHoldStore, DynamoStatusStore, SqsDeadLetterSink};
+use relay_runtime::{DynamoHoldStore, DynamoStatusStore, SqsDeadLetterSink, TargetPublisher};
 
 /// The relay with its AWS adapters, as both binaries run it.
 pub type AwsStreamRelay =
-    StreamRelay<BusPublisher, DynamoStatusStore, SqsDeadLetterSink, DynamoHoldStore>;
+    StreamRelay<TargetPublisher, DynamoStatusStore, SqsDeadLetterSink, DynamoHoldStore>;
 
 /// Builds the relay and its clients from `args` once, at start-up.
 ///
@@ -38,7 +38,7 @@ pub fn build_relay(
     args: &RelayArgs,
     sdk_config: &aws_config::SdkConfig,
 ) -> Result<AwsStreamRelay, SettingError> {
-    let publisher = BusPublisher::new(sdk_config, args.publisher_config()?)?;
+    let publisher = TargetPublisher::new(sdk_config, args.publisher_config()?)?;
     build_relay_with(
         args,
         publisher,
@@ -54,7 +54,7 @@ pub fn build_relay(
 /// [`SettingError`] naming the flag and variable whose value is out of range.
 pub fn build_relay_with(
     args: &RelayArgs,
-    publisher: BusPublisher,
+    publisher: TargetPublisher,
     dynamodb: aws_sdk_dynamodb::Client,
     sqs: aws_sdk_sqs::Client,
 ) -> Result<AwsStreamRelay, SettingError> {

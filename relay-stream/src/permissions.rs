@@ -3,6 +3,7 @@
 //! what Lambda itself does with the function's role: the event source mapping's stream reads and
 //! on-failure destination ([`ON_FAILURE_DESTINATION`]), logs, traces.
 
+use relay_runtime::TargetKind;
 use relay_runtime::permissions::{Call, Target, union};
 
 /// What the event source mapping does with the function's role when it discards a batch: writes it
@@ -13,13 +14,12 @@ pub const ON_FAILURE_DESTINATION: &[Call] = &[
     Call::new("s3:ListBucket", Target::DiscardedBatchBucket),
 ];
 
-/// Marks, publishes, dead letters, and in hold mode (`HOLD_FAILED_AGGREGATES`, which the template
+/// Marks, publishes (to a `target` of its kind), dead letters, and in hold mode (`HOLD_FAILED_AGGREGATES`, which the template
 /// turns on) the holds it sets and reads.
-pub fn calls() -> Vec<Call> {
+pub fn calls(target: TargetKind) -> Vec<Call> {
     union(&[
         relay_runtime::status_store::CALLS,
-        relay_runtime::publisher::eventbridge::CALLS,
-        relay_runtime::publisher::custom_bus::RAW_CALLS,
+        target.spec().calls,
         relay_runtime::dead_letter::CALLS,
         relay_runtime::holds::HOLD_CALLS,
     ])

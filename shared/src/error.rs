@@ -142,6 +142,11 @@ impl Eq for SdkFailure {}
 pub const THROTTLING_CODES: &[&str] = &[
     "Throttling",
     "ThrottlingException",
+    // SNS's code for a call or a batch entry over the account's publish quota.
+    "Throttled",
+    // A KMS key's quota, behind an encrypted topic or stream.
+    "KMSThrottling",
+    "KMSThrottlingException",
     "ThrottledException",
     "RequestThrottledException",
     "TooManyRequestsException",

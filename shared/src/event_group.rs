@@ -37,18 +37,46 @@ pub fn deduplication_id(event_id: &str) -> String {
     fit(event_id.to_owned(), DEDUPLICATION_ID_MAX_CHARS)
 }
 
+/// Longest `MessageGroupId` / `MessageDeduplicationId` SNS and SQS accept, in characters.
+pub const MESSAGE_ID_MAX_CHARS: usize = 128;
+
+/// An SNS or SQS FIFO `MessageGroupId` or `MessageDeduplicationId` for `value` (an event group or
+/// an event id): at most 128 characters of ASCII letters, digits and punctuation, which is all
+/// the two services accept. `value` itself when it is such; otherwise its characters outside that
+/// set are replaced by `_` and, as for a value too long, the first 111 characters are kept and
+/// `~` and 16 hex digits of the SHA-256 of the whole value appended, so two values that differ
+/// in such a character still differ. The same for every publish of the event.
+pub fn message_id(value: &str) -> String {
+    if value.chars().all(|c| c.is_ascii_graphic()) {
+        return fit(value.to_owned(), MESSAGE_ID_MAX_CHARS);
+    }
+    let cleaned: String = value
+        .chars()
+        .map(|c| if c.is_ascii_graphic() { c } else { '_' })
+        .collect();
+    let kept: String = cleaned
+        .chars()
+        .take(MESSAGE_ID_MAX_CHARS - HASH_SUFFIX_HEX - 1)
+        .collect();
+    format!("{kept}~{}", hash_suffix(value))
+}
+
+/// The first 16 hex digits of the SHA-256 of `value`.
+fn hash_suffix(value: &str) -> String {
+    Sha256::digest(value.as_bytes())
+        .iter()
+        .take(HASH_SUFFIX_HEX / 2)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// `value` if it has at most `max` characters, else its first `max - 17` characters, `~` and 16
 /// hex digits of its SHA-256.
 fn fit(value: String, max: usize) -> String {
     if value.chars().count() <= max {
         return value;
     }
-    let digest = Sha256::digest(value.as_bytes());
-    let hex: String = digest
-        .iter()
-        .take(HASH_SUFFIX_HEX / 2)
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let hex = hash_suffix(&value);
     let kept: String = value.chars().take(max - HASH_SUFFIX_HEX - 1).collect();
     format!("{kept}~{hex}")
 }
@@ -107,5 +135,24 @@ mod tests {
         assert_eq!(deduplication_id(short), short);
         assert_eq!(deduplication_id(&"x".repeat(129)).chars().count(), 128);
         assert_eq!(deduplication_id(&"x".repeat(128)), "x".repeat(128));
+    }
+
+    #[test]
+    fn a_message_group_of_characters_sns_and_sqs_refuse_is_made_of_ones_they_accept() {
+        // Given ids SNS and SQS take as they are, and ids with a space, an accent or over 128
+        assert_eq!(message_id("Order#o-1"), "Order#o-1");
+        assert_eq!(message_id("0190e1d2-7c1a-7b3e"), "0190e1d2-7c1a-7b3e");
+        let spaced = message_id("Order#order one");
+        let accented = message_id("Order#ordér");
+        let long = message_id(&"o".repeat(200));
+
+        // Then each is at most 128 printable ASCII characters, stable, and distinct
+        for id in [&spaced, &accented, &long] {
+            assert!(id.chars().count() <= 128, "{id}");
+            assert!(id.chars().all(|c| c.is_ascii_graphic()), "{id}");
+        }
+        assert!(spaced.starts_with("Order#order_one~"), "{spaced}");
+        assert_eq!(spaced, message_id("Order#order one"));
+        assert_ne!(message_id("Order#a b"), message_id("Order#a\tb"));
     }
 }

@@ -41,7 +41,7 @@ pub const SQS_MESSAGE_DEFAULT_MAX_BYTES: usize = 256 * 1024;
 /// so a letter carries the whole record of nearly any item (400 KB at most, JSON-escaped).
 pub const SQS_MESSAGE_ABSOLUTE_MAX_BYTES: usize = 1024 * 1024;
 
-/// `BatchGetItem`/`BatchWriteItem`-style fan-out and `SendMessageBatch` take at most 10 entries.
+/// `SendMessageBatch` takes at most 10 messages (the dead letters and the SQS target).
 pub const SQS_SEND_BATCH_MAX: usize = 10;
 
 /// The Custom Event Bus's `PutEvents` takes 1 to 100 entries per call (fixed, not adjustable).
@@ -63,3 +63,22 @@ pub const DEDUPLICATION_ID_MAX_CHARS: usize = 128;
 /// The Custom Event Bus suppresses a repeat of a `DeduplicationId` within 300 s (per account and
 /// event group; fixed): a re-publish after it is a new event to the bus.
 pub const CUSTOM_BUS_DEDUP_WINDOW: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// SNS's `PublishBatch` takes at most 10 messages.
+pub const SNS_PUBLISH_BATCH_MAX_ENTRIES: usize = 10;
+
+/// SNS's and SQS's message size unless the topic or queue sets a larger `MaximumMessageSize`
+/// (256 KiB), a message's and a batch's: the publisher's default for both.
+pub const SQS_SNS_DEFAULT_MAX_BYTES: usize = 256 * 1024;
+
+/// Kinesis's `PutRecords` takes at most 500 records.
+pub const KINESIS_PUT_RECORDS_MAX_ENTRIES: usize = 500;
+
+/// A Kinesis record's data and partition key together are at most 1 MiB (a stream's default).
+pub const KINESIS_RECORD_MAX_BYTES: usize = 1024 * 1024;
+
+/// A `PutRecords` call's records, data and partition keys, are at most 5 MiB.
+pub const KINESIS_PUT_RECORDS_MAX_BYTES: usize = 5 * 1024 * 1024;
+
+/// A Kinesis partition key is 1 to 256 Unicode characters.
+pub const KINESIS_PARTITION_KEY_MAX_CHARS: usize = 256;

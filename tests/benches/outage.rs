@@ -35,7 +35,7 @@ use outbox_shared::{NewOutboxEvent, OutboxConfig, OutboxItem};
 use outbox_tests::fixtures;
 use outbox_tests::latency_model::LatencyModel;
 use relay_poller::CancellationToken;
-use relay_runtime::{BusKind, Deadline, PublisherArgs};
+use relay_runtime::{Deadline, PublisherArgs, TargetKind};
 use tokio::time::Instant;
 
 /// The allocator the relay binaries declare, so this process measures what ships.
@@ -56,10 +56,11 @@ const UPDATE_WINDOW: usize = 300;
 const MODEL_CUSTOM_BUS: &str =
     "arn:aws:events:us-east-1:123456789012:event-busv2/model-bus/abcdefghij0123456789klmno";
 
-fn bus_of(kind: BusKind) -> &'static str {
+fn bus_of(kind: TargetKind) -> &'static str {
     match kind {
-        BusKind::Classic => "model-bus",
-        BusKind::Custom => MODEL_CUSTOM_BUS,
+        TargetKind::Classic => "model-bus",
+        TargetKind::Custom => MODEL_CUSTOM_BUS,
+        other => unreachable!("the outage bench runs on the two buses, not {other}"),
     }
 }
 
@@ -154,7 +155,7 @@ struct Outcome {
     delivered: u64,
 }
 
-async fn run(kind: BusKind, outage_seconds: usize) -> Outcome {
+async fn run(kind: TargetKind, outage_seconds: usize) -> Outcome {
     let model = LatencyModel::new(LATENCY);
     model.limit_put_events(QUOTA);
     model.track_order();
@@ -334,10 +335,10 @@ fn main() {
     let minutes: usize = std::env::var("OUTAGE_BENCH_MINUTES")
         .ok()
         .map_or(30, |m| m.parse().expect("OUTAGE_BENCH_MINUTES is a number"));
-    let kinds: Vec<BusKind> = match std::env::var("OUTAGE_BENCH_KINDS").as_deref() {
-        Ok("classic") => vec![BusKind::Classic],
-        Ok("custom") => vec![BusKind::Custom],
-        _ => vec![BusKind::Classic, BusKind::Custom],
+    let kinds: Vec<TargetKind> = match std::env::var("OUTAGE_BENCH_KINDS").as_deref() {
+        Ok("classic") => vec![TargetKind::Classic],
+        Ok("custom") => vec![TargetKind::Custom],
+        _ => vec![TargetKind::Classic, TargetKind::Custom],
     };
     for kind in kinds {
         let runtime = tokio::runtime::Builder::new_current_thread()

@@ -46,7 +46,7 @@ use outbox_tests::latency_model::{Clock, LatencyModel};
 use relay_poller::CancellationToken;
 use relay_poller::app::{AwsClients, aws_poller, aws_poller_with};
 use relay_poller::config::{RelayArgs, ShardSelection, TableArgs};
-use relay_runtime::{BusKind, PublisherArgs};
+use relay_runtime::{PublisherArgs, TargetKind};
 
 /// The allocator the relay binaries declare, so this process measures what ships.
 #[global_allocator]
@@ -168,22 +168,26 @@ async fn seed(env: &TestEnv, items: &[OutboxItem]) {
 }
 
 fn relay_args(table: &str, bus: &str, dlq: &str) -> RelayArgs {
-    relay_args_of(BusKind::Classic, table, bus, dlq)
+    relay_args_of(TargetKind::Classic, table, bus, dlq)
 }
 
 /// A Custom Event Bus's ARN on the latency model (any well-formed one: the model answers all).
 const MODEL_CUSTOM_BUS: &str =
     "arn:aws:events:us-east-1:123456789012:event-busv2/model-bus/abcdefghij0123456789klmno";
 
-/// The model's bus of `kind`.
-fn model_bus(kind: BusKind) -> &'static str {
+/// The model's target of `kind` (a FIFO topic and queue: the model answers every target alike;
+/// a FIFO one's entries carry a group and a de-duplication id, so they cost what they cost).
+fn model_bus(kind: TargetKind) -> &'static str {
     match kind {
-        BusKind::Classic => "model-bus",
-        BusKind::Custom => MODEL_CUSTOM_BUS,
+        TargetKind::Classic => "model-bus",
+        TargetKind::Custom => MODEL_CUSTOM_BUS,
+        TargetKind::Sns => "arn:aws:sns:us-east-1:123456789012:model-topic.fifo",
+        TargetKind::Sqs => "https://sqs.us-east-1.amazonaws.com/123456789012/model-queue.fifo",
+        TargetKind::Kinesis => "arn:aws:kinesis:us-east-1:123456789012:stream/model-stream",
     }
 }
 
-fn relay_args_of(kind: BusKind, table: &str, bus: &str, dlq: &str) -> RelayArgs {
+fn relay_args_of(kind: TargetKind, table: &str, bus: &str, dlq: &str) -> RelayArgs {
     RelayArgs {
         table: TableArgs {
             table_name: table.to_owned(),
@@ -343,8 +347,17 @@ async fn baseline_on_emulator(events: usize) -> Run {
     }
 }
 
-async fn poller_on_latency_model(kind: BusKind, events: usize) -> Run {
+/// Shards of the Kinesis stream whose write quota (1,000 records a second a shard) the model
+/// enforces in the benchmark's quota-bound configuration.
+const MODEL_STREAM_SHARDS: u32 = 4;
+
+/// One drain of `events` on the latency model's target of `kind`; with `shards`, a stream that
+/// takes 1,000 records a second a shard ([`LatencyModel::limit_stream_writes`]).
+async fn poller_on_latency_model(kind: TargetKind, events: usize, shards: Option<u32>) -> Run {
     let model = LatencyModel::new(MODEL_DELAY).with_clock(Clock::for_benchmarks());
+    if let Some(shards) = shards {
+        model.limit_stream_writes(shards);
+    }
     model.seed_pending(&pending_items("model-table", events));
     let sdk = model.sdk_config();
     let config = relay_args_of(
@@ -479,20 +492,40 @@ async fn main() {
 }
 
 async fn run_on_latency_model(events: usize, runs: usize) {
-    // Interleaved, so both kinds see the same machine.
-    let (mut classic, mut custom) = (Vec::new(), Vec::new());
+    // Interleaved, so every kind sees the same machine. POLLER_BENCH_TARGETS=sns,sqs runs those
+    // kinds only (default: all five).
+    let only = std::env::var("POLLER_BENCH_TARGETS").unwrap_or_default();
+    // Kinesis twice: with no quota (the relay's own ceiling, as for the others) and as a stream
+    // of MODEL_STREAM_SHARDS shards at AWS's documented 1,000 records a second each.
+    let kinds: Vec<(TargetKind, Option<u32>)> = [
+        (TargetKind::Classic, None),
+        (TargetKind::Custom, None),
+        (TargetKind::Sns, None),
+        (TargetKind::Sqs, None),
+        (TargetKind::Kinesis, None),
+        (TargetKind::Kinesis, Some(MODEL_STREAM_SHARDS)),
+    ]
+    .into_iter()
+    .filter(|(kind, _)| only.is_empty() || only.split(',').any(|k| k == kind.to_string()))
+    .collect();
+    let mut runs_of: Vec<Vec<Run>> = kinds.iter().map(|_| Vec::new()).collect();
     for _ in 0..runs {
-        classic.push(poller_on_latency_model(BusKind::Classic, events).await);
-        custom.push(poller_on_latency_model(BusKind::Custom, events).await);
+        for ((kind, shards), runs) in kinds.iter().zip(runs_of.iter_mut()) {
+            runs.push(poller_on_latency_model(*kind, events, *shards).await);
+        }
     }
-    report(
-        &format!("latency model (10 ms/call): poller, {events} events, classic bus"),
-        &classic,
-    );
-    report(
-        &format!("latency model (10 ms/call): poller, {events} events, Custom Event Bus"),
-        &custom,
-    );
+    for ((kind, shards), runs) in kinds.iter().zip(&runs_of) {
+        let quota = shards.map_or(String::new(), |shards| {
+            format!(", {shards} shards at 1,000 records/s each")
+        });
+        report(
+            &format!(
+                "latency model (10 ms/call): poller, {events} events, target {kind} ({}){quota}",
+                model_bus(*kind)
+            ),
+            runs,
+        );
+    }
 }
 
 async fn run_fleet_on_latency_model(events: usize, runs: usize, sizes: &[u16]) {

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use outbox_tests::fixtures;
 use outbox_tests::latency_model::{Clock, LatencyModel};
-use relay_runtime::{BusKind, PublisherArgs};
+use relay_runtime::{PublisherArgs, TargetKind};
 use relay_stream::aws_lambda_events::dynamodb::EventRecord;
 
 /// The allocator the relay binaries declare, so this process measures what ships.
@@ -67,7 +67,7 @@ fn main() {
         let clock = Clock::for_benchmarks();
         // One model per bus kind (each counts its own calls); their batches interleaved, so both
         // kinds see the same machine.
-        let kinds = [BusKind::Classic, BusKind::Custom];
+        let kinds = [TargetKind::Classic, TargetKind::Custom];
         let models: Vec<LatencyModel> = kinds
             .iter()
             .map(|_| LatencyModel::new(LATENCY).with_clock(clock))
@@ -116,7 +116,7 @@ fn main() {
             times.sort();
             let mut calls = model.calls();
             // The lone calls are not the batches'.
-            if *kind == BusKind::Classic
+            if *kind == TargetKind::Classic
                 && let Some(put_events) = calls.get_mut("PutEvents")
             {
                 *put_events -= LONE_CALLS as u64;
@@ -137,11 +137,12 @@ fn main() {
 }
 
 /// The bench's bus of `kind` on the model.
-fn bench_bus(kind: BusKind) -> &'static str {
+fn bench_bus(kind: TargetKind) -> &'static str {
     match kind {
-        BusKind::Classic => "bench-bus",
-        BusKind::Custom => {
+        TargetKind::Classic => "bench-bus",
+        TargetKind::Custom => {
             "arn:aws:events:us-east-1:123456789012:event-busv2/bench-bus/abcdefghij0123456789klmno"
         }
+        other => unreachable!("the benchmark runs on the two buses, not {other}"),
     }
 }

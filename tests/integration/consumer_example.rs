@@ -419,7 +419,7 @@ async fn fifo_batch(
 async fn on_the_fifo_queue_the_consumer_stops_at_a_failure_and_leaves_the_rest_for_their_turn() {
     // Given a Custom Event Bus with the template's FIFO subscriber, and three orders' OrderCreated
     // events published to it through the relay's publisher
-    use relay_runtime::{BusKind, PublisherConfig};
+    use relay_runtime::{PublisherConfig, TargetKind};
     let env = TestEnv::new().await;
     let bus_arn = outbox_infra::create_custom_event_bus(&env.eventbridgev2, &unique_name("bus"))
         .await
@@ -433,7 +433,7 @@ async fn on_the_fifo_queue_the_consumer_stops_at_a_failure_and_leaves_the_rest_f
     .await
     .unwrap();
     let publisher = env.publisher(PublisherConfig::of_kind(
-        BusKind::Custom,
+        TargetKind::Custom,
         &bus_arn,
         outbox_tests::TEST_SOURCE,
     ));

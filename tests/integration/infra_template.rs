@@ -14,6 +14,7 @@ use aws_sdk_eventbridge::types::{PutEventsRequestEntry, Target};
 use outbox_infra::Template;
 use outbox_shared::schema::{self, attr, entity};
 use outbox_tests::{TestEnv, unique_name};
+use relay_runtime::TargetKind;
 use serde_json::{Value, json};
 
 /// `(attribute, key type)` pairs, as both the template and DescribeTable list them.
@@ -726,7 +727,7 @@ enum Granted {
 fn granted(template: &Template, holder: &str) -> BTreeSet<Granted> {
     use relay_runtime::permissions::Target;
     let props = properties(template, holder);
-    let documents: Vec<Value> = match props.get("Policies") {
+    let mut documents: Vec<Value> = match props.get("Policies") {
         Some(policies) => policies
             .as_array()
             .unwrap()
@@ -735,6 +736,7 @@ fn granted(template: &Template, holder: &str) -> BTreeSet<Granted> {
             .collect(),
         None => vec![props["PolicyDocument"].clone()],
     };
+    documents.extend(attached_policies(template, holder));
     let mut found = BTreeSet::new();
     for document in documents {
         for statement in document["Statement"].as_array().unwrap() {
@@ -793,8 +795,10 @@ fn granted(template: &Template, holder: &str) -> BTreeSet<Granted> {
                     })
                 } else if text.contains("LeaseTable") {
                     Ok(Target::LeaseTable)
-                } else if text.contains("EventBus") {
-                    Ok(Target::EventBus)
+                } else if text.contains("EventTargetKmsKeyArn") {
+                    Err("the target's KMS key")
+                } else if text.contains("EventBus") || text.contains("EventTarget") {
+                    Ok(Target::EventTarget)
                 } else if text.contains("DeadLetterQueue") {
                     Ok(Target::DeadLetterQueue)
                 } else if text.contains("DiscardedBatchBucket") && text.contains("/aws/lambda/*") {
@@ -821,6 +825,35 @@ fn granted(template: &Template, holder: &str) -> BTreeSet<Granted> {
     found
 }
 
+/// The documents of the `AWS::IAM::Policy` resources attached to `holder` (a role) that
+/// CloudFormation creates: each target kind's publish policy. A template not yet decided for
+/// its parameters (as written, or as transformed) holds every kind's: those CloudFormation creates
+/// at the parameters' defaults are taken.
+fn attached_policies(template: &Template, holder: &str) -> Vec<Value> {
+    let undecided = ["PublishToBusPolicy", "PublishToTopicPolicy"]
+        .iter()
+        .all(|id| template.resources.contains_key(*id));
+    let at_defaults = Template::embedded()
+        .unwrap()
+        .with_parameters(&[])
+        .unwrap()
+        .resources;
+    template
+        .resources
+        .iter()
+        .filter(|(id, r)| {
+            r.resource_type == "AWS::IAM::Policy" && (!undecided || at_defaults.contains_key(*id))
+        })
+        .map(|(id, _)| properties(template, id))
+        .filter(|policy| {
+            policy["Roles"]
+                .to_string()
+                .contains(&format!("\"{holder}\""))
+        })
+        .map(|policy| policy["PolicyDocument"].clone())
+        .collect()
+}
+
 fn jobs(calls: Vec<relay_runtime::permissions::Call>) -> BTreeSet<Granted> {
     calls
         .into_iter()
@@ -840,7 +873,7 @@ fn each_role_grants_exactly_the_calls_its_job_makes_as_written_and_as_transforme
     for (form, template) in both_forms() {
         // The stream relay's role: its calls, and what Lambda does with the role (the mapping's
         // stream reads and its S3 on-failure destination's writes, logs, traces)
-        let mut expected = jobs(relay_stream::permissions::calls());
+        let mut expected = jobs(relay_stream::permissions::calls(TargetKind::Classic));
         expected.extend(jobs(
             relay_stream::permissions::ON_FAILURE_DESTINATION.to_vec(),
         ));
@@ -863,7 +896,7 @@ fn each_role_grants_exactly_the_calls_its_job_makes_as_written_and_as_transforme
         // The always-on poller service: what `run` (and a `drain` on its task definition) calls
         assert_eq!(
             granted(&template, "PollerTaskRole"),
-            jobs(relay_poller::permissions::service()),
+            jobs(relay_poller::permissions::service(TargetKind::Classic)),
             "{form}: PollerTaskRole"
         );
         // And nothing an operator command alone needs: no reads or scans of the table, no
@@ -885,7 +918,7 @@ fn each_role_grants_exactly_the_calls_its_job_makes_as_written_and_as_transforme
         // The operator commands' role, on a task definition of their own
         assert_eq!(
             granted(&template, "OperatorTaskRole"),
-            jobs(relay_poller::permissions::operator()),
+            jobs(relay_poller::permissions::operator(TargetKind::Classic)),
             "{form}: OperatorTaskRole"
         );
         let task = properties(&template, "OperatorTaskDefinition");
@@ -953,9 +986,12 @@ fn every_read_of_the_outbox_table_is_of_outbox_items_or_of_their_attributes_only
                     (r.contains("OutboxTable") && !r.contains("/index/") && !r.contains("/stream/"))
                         || r == r#""*""#
                 });
-                let reads_items = list(&statement["Action"]).iter().any(|a| {
-                    let a = a.as_str().unwrap();
-                    ITEM_READS.contains(&a) || (a.starts_with("dynamodb:") && a.contains('*'))
+                // An action chosen by a condition (`!If`) is read as every branch's
+                let reads_items = list(&statement["Action"]).iter().any(|a| match a.as_str() {
+                    Some(a) => {
+                        ITEM_READS.contains(&a) || (a.starts_with("dynamodb:") && a.contains('*'))
+                    }
+                    None => a.to_string().contains("dynamodb:"),
                 });
                 if !(on_table && reads_items) {
                     continue;
@@ -1730,14 +1766,34 @@ fn the_artefacts_are_built_for_the_templates_architectures_and_the_deploy_asks_n
     assert!(deploy.contains("--no-confirm-changeset"));
 }
 
-/// The template as CloudFormation creates it for `EventBusKind` = `kind`.
-fn for_bus_kind(kind: &str) -> Template {
-    use outbox_infra::template::parameter::EVENT_BUS_KIND;
+/// The template as CloudFormation creates it for the target kind `kind` (a bus kind, or `sns`,
+/// `sqs`, `kinesis` with a target of that kind, encrypted with a key when `kms`).
+fn for_target_kind(kind: TargetKind, kms: bool) -> Template {
+    use outbox_infra::template::parameter::{
+        BUS, EVENT_BUS_KIND, EVENT_TARGET, EVENT_TARGET_KIND, EVENT_TARGET_KMS_KEY_ARN,
+    };
+    let kind_name = kind.to_string();
+    let key = if kms { KMS_KEY } else { "" };
+    let parameters: Vec<(&str, &str)> = match kind {
+        TargetKind::Classic | TargetKind::Custom => {
+            vec![(EVENT_TARGET_KIND, BUS), (EVENT_BUS_KIND, &kind_name)]
+        }
+        TargetKind::Sns => vec![(EVENT_TARGET_KIND, "sns"), (EVENT_TARGET, TOPIC_ARN)],
+        TargetKind::Sqs => vec![(EVENT_TARGET_KIND, "sqs"), (EVENT_TARGET, QUEUE_ARN)],
+        TargetKind::Kinesis => vec![(EVENT_TARGET_KIND, "kinesis"), (EVENT_TARGET, STREAM_ARN)],
+    };
+    let mut parameters = parameters;
+    parameters.push((EVENT_TARGET_KMS_KEY_ARN, key));
     Template::embedded()
         .unwrap()
-        .with_parameters(&[(EVENT_BUS_KIND, kind)])
+        .with_parameters(&parameters)
         .unwrap()
 }
+
+const TOPIC_ARN: &str = "arn:aws:sns:eu-west-1:123456789012:orders.fifo";
+const QUEUE_ARN: &str = "arn:aws:sqs:eu-west-1:123456789012:orders";
+const STREAM_ARN: &str = "arn:aws:kinesis:eu-west-1:123456789012:stream/orders";
+const KMS_KEY: &str = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab";
 
 /// The poller task's environment entry `name`'s value.
 fn poller_variable(template: &Template, name: &str) -> Value {
@@ -1749,13 +1805,11 @@ fn poller_variable(template: &Template, name: &str) -> Value {
 }
 
 #[test]
-fn each_bus_kind_gives_both_relays_its_bus_and_kind_and_lets_them_publish_to_that_bus_only() {
+fn each_target_kind_gives_both_relays_its_target_and_kind_and_the_roles_its_calls_only() {
     use clap::Args;
     use outbox_infra::template::logical_id::{CUSTOM_EVENT_BUS, EVENT_BUS};
-    use outbox_infra::template::parameter::{CLASSIC, CUSTOM};
 
-    // The variables are the ones the relays' publisher flags read, and the kinds the values
-    // they accept
+    // The variables are the ones the relays' publisher flags read, the aliases the buses' old ones
     let flags = relay_runtime::PublisherArgs::augment_args(clap::Command::new("relay"));
     let env_of = |id: &str| {
         flags
@@ -1765,73 +1819,167 @@ fn each_bus_kind_gives_both_relays_its_bus_and_kind_and_lets_them_publish_to_tha
             .and_then(|e| e.to_str())
             .map(str::to_owned)
     };
+    assert_eq!(env_of("target_kind").as_deref(), Some("EVENT_TARGET_KIND"));
+    assert_eq!(env_of("target").as_deref(), Some("EVENT_TARGET"));
     assert_eq!(env_of("event_bus_kind").as_deref(), Some("EVENT_BUS_KIND"));
     assert_eq!(env_of("event_bus_name").as_deref(), Some("EVENT_BUS_NAME"));
-    assert_eq!(relay_runtime::BusKind::names(), [CLASSIC, CUSTOM]);
 
-    // The bus each kind creates, and how the relays' setting and IAM statement name it: the
-    // classic bus by name, its ARN from GetAtt; the Custom Event Bus by its ARN, its Ref
-    for (kind, bus, name_value, arn_value) in [
+    // The target each kind names, and how the relays' setting names it
+    for (kind, target_value, bus) in [
         (
-            CLASSIC,
-            EVENT_BUS,
+            TargetKind::Classic,
             json!({"!Ref": EVENT_BUS}),
-            json!({"!GetAtt": "EventBus.Arn"}),
+            Some(EVENT_BUS),
         ),
         (
-            CUSTOM,
-            CUSTOM_EVENT_BUS,
+            TargetKind::Custom,
             json!({"!Ref": CUSTOM_EVENT_BUS}),
-            json!({"!Ref": CUSTOM_EVENT_BUS}),
+            Some(CUSTOM_EVENT_BUS),
         ),
+        (TargetKind::Sns, json!({"!Ref": "EventTarget"}), None),
+        (TargetKind::Kinesis, json!({"!Ref": "EventTarget"}), None),
+        (TargetKind::Sqs, Value::Null, None),
     ] {
-        // Given the template for that bus kind
-        let template = for_bus_kind(kind);
-        assert!(template.resources.contains_key(bus), "{kind}: no {bus}");
+        // Given the template for that target kind
+        let template = for_target_kind(kind, false);
+        for created in [EVENT_BUS, CUSTOM_EVENT_BUS] {
+            assert_eq!(
+                template.resources.contains_key(created),
+                bus == Some(created),
+                "{kind}: {created}"
+            );
+        }
 
         // When the relays' environments are read
         let lambda = properties(&template, "RelayFunction");
         let variables = &lambda["Environment"]["Variables"];
-
-        // Then both relays get the kind (the parameter, so `classic` or `custom`) and the bus
-        assert!(
-            is_ref_to(&variables["EVENT_BUS_KIND"], "EventBusKind"),
-            "{variables}"
-        );
-        assert!(is_ref_to(
-            &poller_variable(&template, "EVENT_BUS_KIND"),
-            "EventBusKind"
-        ));
-        assert_eq!(variables["EVENT_BUS_NAME"], name_value, "{kind}");
+        let kind_value = &variables["EVENT_TARGET_KIND"];
+        assert_eq!(kind_value, &poller_variable(&template, "EVENT_TARGET_KIND"));
         assert_eq!(
-            poller_variable(&template, "EVENT_BUS_NAME"),
-            name_value,
+            variables["EVENT_TARGET"],
+            poller_variable(&template, "EVENT_TARGET"),
             "{kind}"
         );
+        assert!(variables.get("EVENT_BUS_NAME").is_none(), "{variables}");
 
-        // And both roles may call events:PutEvents on that bus's ARN, and nothing under the
-        // eventsv2:/eventbridgev2: prefixes IAM accepts but that grants nothing
-        for role in ["RelayFunctionRole", "PollerTaskRole"] {
-            let actions = role_actions(&template, role);
-            let publish: Vec<&String> = actions
+        // Then both relays get the kind and the target the relays take for it
+        if kind.is_bus() {
+            assert!(is_ref_to(kind_value, "EventBusKind"), "{kind_value}");
+            assert_eq!(variables["EVENT_TARGET"], target_value, "{kind}");
+        } else {
+            assert!(is_ref_to(kind_value, "EventTargetKind"), "{kind_value}");
+            if kind == TargetKind::Sqs {
+                // A queue's URL, built from its ARN: https://sqs.REGION.URLSUFFIX/ACCOUNT/NAME
+                let url = variables["EVENT_TARGET"].to_string();
+                assert!(
+                    url.contains("https://sqs.${Region}.${AWS::URLSuffix}/${Account}/${Name}"),
+                    "{url}"
+                );
+                for (place, part) in [("3", "Region"), ("4", "Account"), ("5", "Name")] {
+                    assert!(url.contains(place) && url.contains(part), "{url}");
+                }
+            } else {
+                assert_eq!(variables["EVENT_TARGET"], target_value, "{kind}");
+            }
+        }
+
+        // And each relay's role grants exactly its job's calls for that kind
+        let mut stream = jobs(relay_stream::permissions::calls(kind));
+        stream.extend(jobs(
+            relay_stream::permissions::ON_FAILURE_DESTINATION.to_vec(),
+        ));
+        let publishes = |grants: &BTreeSet<Granted>| -> BTreeSet<Granted> {
+            grants
                 .iter()
-                .filter(|(action, _)| action == "events:PutEvents")
-                .map(|(_, resource)| resource)
+                .filter(|g| {
+                    matches!(
+                        g,
+                        Granted::Job(_, relay_runtime::permissions::Target::EventTarget)
+                    )
+                })
+                .cloned()
+                .collect()
+        };
+        let expected_publish = jobs(kind.spec().calls.to_vec());
+        assert_eq!(publishes(&stream), expected_publish, "{kind}");
+        for (role, calls) in [
+            ("RelayFunctionRole", stream),
+            (
+                "PollerTaskRole",
+                jobs(relay_poller::permissions::service(kind)),
+            ),
+            (
+                "OperatorTaskRole",
+                jobs(relay_poller::permissions::operator(kind)),
+            ),
+        ] {
+            let grants = granted(&template, role);
+            assert_eq!(publishes(&grants), expected_publish, "{kind} {role}");
+            let jobs_granted: BTreeSet<Granted> = grants
+                .iter()
+                .filter(|g| matches!(g, Granted::Job(..)))
+                .cloned()
                 .collect();
-            assert_eq!(publish, [&arn_value.to_string()], "{kind} {role}");
+            assert_eq!(jobs_granted, calls, "{kind} {role}");
+            // No KMS without a key
             assert!(
-                actions
-                    .iter()
-                    .all(|(action, _)| action.starts_with("events:") || !action.contains("events")),
-                "{kind} {role}: {actions:?}"
+                !grants.iter().any(|g| format!("{g:?}").contains("kms:")),
+                "{kind} {role}"
             );
         }
     }
-    // The default is the classic bus
+    // The default is the classic bus, as before target kinds
     let default = Template::embedded().unwrap().with_parameters(&[]).unwrap();
     assert_eq!(
         default.resources.keys().collect::<Vec<_>>(),
-        for_bus_kind(CLASSIC).resources.keys().collect::<Vec<_>>()
+        for_target_kind(TargetKind::Classic, false)
+            .resources
+            .keys()
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn an_encrypted_target_lets_the_relays_use_its_key_and_nothing_more() {
+    for (kind, actions) in [
+        (
+            TargetKind::Sns,
+            json!(["kms:GenerateDataKey", "kms:Decrypt"]),
+        ),
+        (
+            TargetKind::Sqs,
+            json!(["kms:GenerateDataKey", "kms:Decrypt"]),
+        ),
+        (TargetKind::Kinesis, json!(["kms:GenerateDataKey"])),
+    ] {
+        // Given the template for a target encrypted with a customer managed key
+        let template = for_target_kind(kind, true);
+
+        // Then one policy lets the three roles use that key, for what the service asks of it
+        let policy = properties(&template, "TargetKmsKeyPolicy");
+        let roles = policy["Roles"].to_string();
+        for role in ["RelayFunctionRole", "PollerTaskRole", "OperatorTaskRole"] {
+            assert!(roles.contains(role), "{kind}: {roles}");
+        }
+        let statement = &policy["PolicyDocument"]["Statement"][0];
+        assert_eq!(statement["Action"], actions, "{kind}");
+        assert!(
+            is_ref_to(&statement["Resource"], "EventTargetKmsKeyArn"),
+            "{statement}"
+        );
+    }
+    // And a bus, or an unencrypted target, has no such policy
+    for kind in [TargetKind::Classic, TargetKind::Sqs] {
+        assert!(
+            !for_target_kind(kind, false)
+                .resources
+                .contains_key("TargetKmsKeyPolicy")
+        );
+    }
+    assert!(
+        !for_target_kind(TargetKind::Custom, true)
+            .resources
+            .contains_key("TargetKmsKeyPolicy")
     );
 }
 
@@ -1841,8 +1989,8 @@ fn the_custom_bus_retains_events_and_its_fifo_subscriber_delivers_each_aggregate
         CUSTOM_EVENT_BUS, ORDER_EVENTS_DELIVERY_FAILURE_QUEUE, ORDER_EVENTS_DELIVERY_ROLE,
         ORDER_EVENTS_QUEUE, ORDER_EVENTS_SUBSCRIBER,
     };
-    use outbox_infra::template::parameter::{CUSTOM, CUSTOM_BUS_RETENTION_DAYS};
-    let template = for_bus_kind(CUSTOM);
+    use outbox_infra::template::parameter::CUSTOM_BUS_RETENTION_DAYS;
+    let template = for_target_kind(TargetKind::Custom, false);
 
     // The bus is named by EventBusName and keeps events for the retention parameter, whose
     // range is the documented 1 to 365 days

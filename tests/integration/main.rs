@@ -2,20 +2,57 @@
 //! AWS SDK again): a module per area, each test with its own table, bus and queues on the local
 //! emulators through [`outbox_tests::TestEnv`].
 
-/// Runs `async fn $name(kind: BusKind)` on both bus kinds, as the tests `$name::classic` and
-/// `$name::custom` (the Custom Event Bus on the local double, into a FIFO sink queue): one test
-/// body, both publishers.
+/// Runs `async fn $name(kind: TargetKind)` on every target kind, as the tests `$name::classic`,
+/// `$name::custom` (the Custom Event Bus on the local double, into a FIFO sink queue), `$name::sns`
+/// (a FIFO topic on moto, into a FIFO sink queue), `$name::sqs` (a FIFO queue on moto, the sink
+/// itself) and `$name::kinesis` (a stream on moto, read back): one test body, every publisher
+/// ([`outbox_tests::TestEnv::with_target`]).
+macro_rules! on_every_target {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread")]
+            async fn classic() {
+                super::$name(relay_runtime::TargetKind::Classic).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread")]
+            async fn custom() {
+                super::$name(relay_runtime::TargetKind::Custom).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread")]
+            async fn sns() {
+                super::$name(relay_runtime::TargetKind::Sns).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread")]
+            async fn sqs() {
+                super::$name(relay_runtime::TargetKind::Sqs).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread")]
+            async fn kinesis() {
+                super::$name(relay_runtime::TargetKind::Kinesis).await;
+            }
+        }
+    };
+}
+
+/// Runs `async fn $name(kind: TargetKind)` on both bus kinds, as the tests `$name::classic` and
+/// `$name::custom` (the Custom Event Bus on the local double, into a FIFO sink queue): for what
+/// only the buses differ in (the X-Ray header, raw events), or an end-to-end path whose consumer
+/// side is an EventBridge rule's.
 macro_rules! on_both_buses {
     ($name:ident) => {
         mod $name {
             #[tokio::test(flavor = "multi_thread")]
             async fn classic() {
-                super::$name(relay_runtime::BusKind::Classic).await;
+                super::$name(relay_runtime::TargetKind::Classic).await;
             }
 
             #[tokio::test(flavor = "multi_thread")]
             async fn custom() {
-                super::$name(relay_runtime::BusKind::Custom).await;
+                super::$name(relay_runtime::TargetKind::Custom).await;
             }
         }
     };

@@ -3,7 +3,7 @@
 //! under shards outside its shard count, keeps expired pending items from expiring, and tells the
 //! truth when it stops early; a `run` pass respects the grace period.
 
-use relay_runtime::BusKind;
+use relay_runtime::TargetKind;
 use std::collections::{HashMap, HashSet};
 use std::process::Stdio;
 use std::time::Duration;
@@ -383,11 +383,11 @@ async fn killed_and_terminated_drains_lose_nothing() {
     assert_eq!(env.pending_in_index().await, 0);
 }
 
-on_both_buses!(events_of_one_aggregate_arrive_in_sequence_order);
+on_every_target!(events_of_one_aggregate_arrive_in_sequence_order);
 
-async fn events_of_one_aggregate_arrive_in_sequence_order(kind: BusKind) {
+async fn events_of_one_aggregate_arrive_in_sequence_order(kind: TargetKind) {
     // Given 30 orders, each created and moved through four more statuses (sequences 1..=5)
-    let env = TestEnv::with_bus(kind).await;
+    let env = TestEnv::with_target(kind).await;
     let writer = env.writer();
     let orders: Vec<(String, String)> = futures::stream::iter(0..30)
         .map(|i| {
@@ -520,13 +520,13 @@ async fn set_ttl(env: &TestEnv, pk: &str, sk: &str, ttl: i64) {
         .expect("set ttl");
 }
 
-on_both_buses!(expired_pending_events_are_published_and_kept_the_retention_after);
+on_every_target!(expired_pending_events_are_published_and_kept_the_retention_after);
 
-async fn expired_pending_events_are_published_and_kept_the_retention_after(kind: BusKind) {
+async fn expired_pending_events_are_published_and_kept_the_retention_after(kind: TargetKind) {
     // Given 20 orders whose pending events' ttl passed yesterday (the poller was down longer than
     // the retention), and 20 events of another client with only the required attributes and an
     // expired ttl
-    let env = TestEnv::with_bus(kind).await;
+    let env = TestEnv::with_target(kind).await;
     // On AWS an expired item is deleted within days of its ttl; DynamoDB Local deletes it within
     // seconds, before or while the drain reads it. TTL is off for this table, so the items are
     // still there when the drain runs, as they would be on AWS for a while.

@@ -185,11 +185,7 @@ async fn a_drain_against_a_slow_bus_slows_down_to_its_pace_and_loses_nothing() {
     let events_per_second = summary.published as f64 / elapsed;
     eprintln!(
         "drain against a bus of {SLOW_BUS_CAPACITY} entries/s: {} of {SLOW_BUS_EVENTS} published, complete {}, {elapsed:.1} s of virtual time ({events_per_second:.1} events/s), {} passes, {sent} entries sent, {} calls, {} timed out",
-        summary.published,
-        summary.complete,
-        summary.passes,
-        stats.put_events_calls,
-        stats.timed_out,
+        summary.published, summary.complete, summary.passes, stats.publish_calls, stats.timed_out,
     );
     assert!(summary.complete, "{summary:?}");
     assert_eq!(model.pending(), 0, "every event published and marked");
@@ -222,7 +218,7 @@ async fn a_drain_against_a_bus_that_answers_nothing_gives_up_in_minutes() {
         "drain against a bus that answers nothing: gave up after {:.1} s of virtual time, {} passes, {} calls, {} timed out",
         elapsed.as_secs_f64(),
         summary.passes,
-        stats.put_events_calls,
+        stats.publish_calls,
         stats.timed_out
     );
     assert!(!summary.complete, "{summary:?}");

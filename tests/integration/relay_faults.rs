@@ -11,10 +11,11 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use outbox_tests::fault_proxy::{
-    BATCH_EXECUTE_STATEMENT, FaultCounts, FaultProxy, FaultRates, PUT_EVENTS_V2,
+    BATCH_EXECUTE_STATEMENT, FaultCounts, FaultProxy, FaultRates, PUBLISH_BATCH,
+    PUT_EVENTS_CLASSIC, PUT_EVENTS_V2, PUT_RECORDS, SEND_MESSAGE_BATCH,
 };
 use outbox_tests::{TestEnv, emulator_endpoints};
-use relay_runtime::BusKind;
+use relay_runtime::TargetKind;
 use serde_json::Value;
 
 const RATES: FaultRates = FaultRates {
@@ -102,11 +103,11 @@ pub(crate) fn assert_all_once_or_more(
     counts.values().map(|n| n - 1).sum()
 }
 
-on_both_buses!(drain_publishes_1000_events_through_faulty_aws_with_none_missing);
+on_every_target!(drain_publishes_1000_events_through_faulty_aws_with_none_missing);
 
-async fn drain_publishes_1000_events_through_faulty_aws_with_none_missing(kind: BusKind) {
+async fn drain_publishes_1000_events_through_faulty_aws_with_none_missing(kind: TargetKind) {
     // Given 1,000 pending events (written directly) and a faulty AWS in front of the emulator
-    let env = TestEnv::with_bus(kind).await;
+    let env = TestEnv::with_target(kind).await;
     let written: HashSet<String> = env.create_orders(EVENTS, 32).await.into_iter().collect();
     let proxy = faulty_aws().await;
 
@@ -144,12 +145,14 @@ async fn drain_publishes_1000_events_through_faulty_aws_with_none_missing(kind: 
     assert_eq!(env.pending_in_index().await, 0);
 }
 
-on_both_buses!(relay_stream_local_relays_1000_events_through_faulty_aws_with_none_missing);
+on_every_target!(relay_stream_local_relays_1000_events_through_faulty_aws_with_none_missing);
 
-async fn relay_stream_local_relays_1000_events_through_faulty_aws_with_none_missing(kind: BusKind) {
+async fn relay_stream_local_relays_1000_events_through_faulty_aws_with_none_missing(
+    kind: TargetKind,
+) {
     // Given 1,000 orders on the stream and a faulty AWS in front of the emulator (the stream
     // reads themselves are not faulted)
-    let env = TestEnv::with_bus(kind).await;
+    let env = TestEnv::with_target(kind).await;
     let written: HashSet<String> = env.create_orders(EVENTS, 32).await.into_iter().collect();
     let proxy = faulty_aws().await;
 
@@ -197,11 +200,34 @@ async fn relay_stream_local_relays_1000_events_through_faulty_aws_with_none_miss
     assert_eq!(env.pending_in_index().await, 0);
 }
 
-/// The proxy's name for `kind`'s `PutEvents`.
-fn put_events_of(kind: BusKind) -> &'static str {
+/// The proxy's name for `kind`'s publish call.
+fn put_events_of(kind: TargetKind) -> &'static str {
     match kind {
-        BusKind::Classic => "AWSEvents.PutEvents",
-        BusKind::Custom => PUT_EVENTS_V2,
+        TargetKind::Classic => PUT_EVENTS_CLASSIC,
+        TargetKind::Custom => PUT_EVENTS_V2,
+        TargetKind::Sns => PUBLISH_BATCH,
+        TargetKind::Sqs => SEND_MESSAGE_BATCH,
+        TargetKind::Kinesis => PUT_RECORDS,
+    }
+}
+
+/// Every target as the tests below run it: each kind, the topic and the queue FIFO and standard.
+const TARGETS: [(TargetKind, bool); 7] = [
+    (TargetKind::Classic, false),
+    (TargetKind::Custom, true),
+    (TargetKind::Sns, true),
+    (TargetKind::Sns, false),
+    (TargetKind::Sqs, true),
+    (TargetKind::Sqs, false),
+    (TargetKind::Kinesis, false),
+];
+
+/// A target's name in messages: its kind, and whether it is FIFO where a kind has both.
+fn named(kind: TargetKind, fifo: bool) -> String {
+    match kind {
+        TargetKind::Sns | TargetKind::Sqs if fifo => format!("{kind} FIFO"),
+        TargetKind::Sns | TargetKind::Sqs => format!("{kind} standard"),
+        _ => kind.to_string(),
     }
 }
 
@@ -244,58 +270,132 @@ fn out_of_order(messages: &[outbox_tests::SinkMessage]) -> usize {
         .sum()
 }
 
+/// Which relay a test publishes with: `relay-poller drain`, or `relay-stream-local` (the Lambda's
+/// handler on the table's stream, from its start) followed by a drain without faults for what
+/// it left pending (a batch given up after its retries).
+#[derive(Clone, Copy, Debug)]
+enum Relay {
+    Drain,
+    Stream,
+}
+
+impl Relay {
+    /// Runs the relay through `proxy` until it is done with `env`'s events; its summary.
+    async fn publish(self, env: &TestEnv, proxy: &FaultProxy) -> Value {
+        match self {
+            Relay::Drain => {
+                let summary = run_through(env, proxy, "relay-poller", &["drain"]).await;
+                assert_eq!(summary["complete"], true, "{summary}");
+                summary
+            }
+            Relay::Stream => {
+                let summary = run_through(
+                    env,
+                    proxy,
+                    "relay-stream-local",
+                    &[
+                        "--from",
+                        "trim-horizon",
+                        "--exit-when-idle",
+                        "2s",
+                        "--batch-size",
+                        "100",
+                    ],
+                )
+                .await;
+                assert!(summary["published"].as_u64().unwrap() > 0, "{summary}");
+                let output = env
+                    .relay_command("relay-poller")
+                    .args(["drain"])
+                    .env("RUST_LOG", "error")
+                    .stdout(Stdio::piped())
+                    .output()
+                    .await
+                    .unwrap();
+                assert!(output.status.success(), "{output:?}");
+                summary
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn lost_put_events_replies_duplicate_events_on_the_classic_bus_and_none_on_the_custom_bus() {
-    // Given, for each bus kind, 1,000 orders and an AWS whose only fault is that a tenth of the
-    // PutEvents calls (and the first three) take effect and lose their reply
+async fn lost_publish_replies_duplicate_events_on_targets_without_dedup_and_none_on_fifo_targets() {
+    lost_publish_replies(Relay::Drain).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lost_publish_replies_of_the_stream_relay_duplicate_no_event_on_fifo_targets() {
+    lost_publish_replies(Relay::Stream).await;
+}
+
+async fn lost_publish_replies(relay: Relay) {
+    // Given, for each target, 1,000 orders and an AWS whose only fault is that a tenth of the
+    // publish calls (and the first three) take effect and lose their reply
     let rates = FaultRates {
         dynamodb_calls: 0,
         put_events_entries: 0,
         lost_replies: 10,
     };
     let mut duplicates = HashMap::new();
-    for kind in [BusKind::Classic, BusKind::Custom] {
-        let env = TestEnv::with_bus(kind).await;
+    for (kind, fifo) in TARGETS {
+        let name = named(kind, fifo);
+        let env = TestEnv::with_target_of(kind, fifo).await;
         let written: HashSet<String> = env.create_orders(EVENTS, 32).await.into_iter().collect();
         let proxy = FaultProxy::start(&emulator_endpoints(), rates, SEED).await;
         proxy.lose_next_replies(put_events_of(kind), 3);
 
-        // When `relay-poller drain` publishes them through it
-        let summary = run_through(&env, &proxy, "relay-poller", &["drain"]).await;
+        // When the relay publishes them through it
+        let summary = relay.publish(&env, &proxy).await;
 
         // Then every event reached the sink, and the replies were really lost
-        assert_eq!(summary["complete"], true, "{summary}");
+        // (the calls' count under the key's earlier name too, deprecated, kept one release)
+        assert_eq!(
+            summary["put_events_calls"], summary["publish_calls"],
+            "{summary}"
+        );
         let lost = proxy.counts_for(put_events_of(kind)).lost_replies;
-        assert!(lost >= 3, "{kind}: {lost} lost replies");
+        assert!(lost >= 3, "{name}: {lost} lost replies");
         let mut counts = HashMap::new();
         for message in settled_sink(&env, EVENTS).await {
             *counts.entry(message.event_id().to_owned()).or_default() += 1;
         }
         let duplicated = assert_all_once_or_more(&counts, &written);
         eprintln!(
-            "lost PutEvents replies, {kind} bus: {duplicated} duplicates on the sink of {EVENTS} events, {lost} replies lost, {} PutEvents calls, {} deduplicated by the bus",
-            summary["put_events_calls"], summary["deduplicated"]
+            "lost publish replies, {relay:?}, {name}: {duplicated} duplicates on the sink of {EVENTS} events, {lost} replies lost, {} publish calls, {} deduplicated by the bus",
+            summary["publish_calls"], summary["deduplicated"]
         );
-        duplicates.insert(kind, (duplicated, summary["deduplicated"].as_u64()));
+        duplicates.insert(name, duplicated);
     }
 
-    // And the classic bus delivered the events of the lost replies twice, the custom bus never:
-    // the resent entries came back DEDUPLICATED
-    assert!(duplicates[&BusKind::Classic].0 > 0, "{duplicates:?}");
-    assert_eq!(duplicates[&BusKind::Custom].0, 0, "{duplicates:?}");
-    assert!(
-        duplicates[&BusKind::Custom].1.is_some_and(|n| n > 0),
-        "{duplicates:?}"
-    );
+    // And the targets without de-duplication delivered the events of the lost replies twice,
+    // the FIFO ones never: the resent entries were suppressed in their window
+    for name in ["classic", "sns standard", "sqs standard", "kinesis"] {
+        assert!(duplicates[name] > 0, "{relay:?}, {name}: {duplicates:?}");
+    }
+    for name in ["custom", "sns FIFO", "sqs FIFO"] {
+        assert_eq!(duplicates[name], 0, "{relay:?}, {name}: {duplicates:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn with_each_aggregates_first_event_failing_once_no_event_arrives_before_an_earlier_one() {
+    first_events_failing_once(Relay::Drain).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_each_aggregates_first_event_failing_once_the_stream_relay_delivers_none_out_of_order()
+{
+    first_events_failing_once(Relay::Stream).await;
+}
+
+async fn first_events_failing_once(relay: Relay) {
     let mut found = HashMap::new();
-    for kind in [BusKind::Classic, BusKind::Custom] {
+    for (kind, fifo) in TARGETS {
+        let name = named(kind, fifo);
         // Given 40 orders of five events each (created, then four status changes), and an AWS
-        // where each order's first event fails its first PutEvents attempt
-        let env = TestEnv::with_bus(kind).await;
+        // where each order's first event fails its first publish attempt
+        let env = TestEnv::with_target_of(kind, fifo).await;
         let writer = env.writer();
         futures::future::join_all((0..40).map(|i| {
             let writer = writer.clone();
@@ -323,21 +423,23 @@ async fn with_each_aggregates_first_event_failing_once_no_event_arrives_before_a
         let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, SEED).await;
         proxy.fail_first_events_once();
 
-        // When `relay-poller drain` publishes them through it
-        let summary = run_through(&env, &proxy, "relay-poller", &["drain"]).await;
+        // When the relay publishes them through it
+        relay.publish(&env, &proxy).await;
 
         // Then all 200 arrive, none before an earlier event of its order
-        assert_eq!(summary["complete"], true, "{summary}");
         let failed = proxy.counts_for(put_events_of(kind)).failed_entries;
-        assert_eq!(failed, 40, "{kind}: each first event failed once");
+        assert_eq!(failed, 40, "{name}: each first event failed once");
         let messages = settled_sink(&env, 200).await;
-        assert_eq!(messages.len(), 200, "{kind}");
+        assert_eq!(messages.len(), 200, "{name}");
         let late = out_of_order(&messages);
         eprintln!(
-            "first event of each of 40 orders failing once, {kind} bus: out_of_order {late} of 200 on the sink"
+            "first event of each of 40 orders failing once, {relay:?}, {name}: out_of_order {late} of 200 on the sink"
         );
-        found.insert(kind, late);
+        found.insert(name, late);
     }
-    assert_eq!(found[&BusKind::Custom], 0, "{found:?}");
-    assert_eq!(found[&BusKind::Classic], 0, "{found:?}");
+    // The relay holds an aggregate's later events back until its failed event is accepted, on
+    // every target; the FIFO ones and Kinesis (one shard per aggregate) keep that order after
+    for name in ["custom", "sns FIFO", "sqs FIFO", "kinesis", "classic"] {
+        assert_eq!(found[name], 0, "{relay:?}, {name}: {found:?}");
+    }
 }

@@ -642,7 +642,7 @@ async fn with_hold_mode_a_failing_aggregate_goes_to_the_poller_and_the_stream_mo
 /// most) publishing through the publisher `publisher` builds for its configuration.
 async fn drain(
     env: &TestEnv,
-    publisher: impl FnOnce(&relay_poller::RelayConfig) -> relay_runtime::BusPublisher,
+    publisher: impl FnOnce(&relay_poller::RelayConfig) -> relay_runtime::TargetPublisher,
 ) -> relay_poller::poller::DrainSummary {
     let config = poller_config(env);
     let poller = relay_poller::app::aws_poller_with(

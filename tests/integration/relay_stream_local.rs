@@ -8,7 +8,7 @@ use std::time::Duration;
 use outbox_shared::OutboxStatus;
 use outbox_tests::fault_proxy::{BATCH_EXECUTE_STATEMENT, FaultProxy, FaultRates};
 use outbox_tests::{TEST_SOURCE, TestEnv, emulator_endpoints, minimal_outbox_item};
-use relay_runtime::BusKind;
+use relay_runtime::TargetKind;
 use serde_json::Value;
 
 /// Runs `relay-stream-local` against `env` until the stream is idle and returns its summary.
@@ -113,7 +113,7 @@ async fn a_run_that_could_mark_nothing_reports_every_event_not_marked_and_exits_
 }
 
 #[tokio::test]
-async fn relays_250_orders_in_exactly_25_put_events_calls() {
+async fn relays_250_orders_in_exactly_25_publish_calls() {
     // Given 250 orders created with the writer
     let env = TestEnv::new().await;
     let event_ids = create_orders(&env, 250).await;
@@ -135,6 +135,8 @@ async fn relays_250_orders_in_exactly_25_put_events_calls() {
     // Then it published 250 events in 25 PutEvents calls (counted by the publisher), ignoring the
     // 250 order inserts and the 250 MODIFY records its own "mark published" updates produced
     assert_eq!(summary["published"], 250, "{summary}");
+    assert_eq!(summary["publish_calls"], 25, "{summary}");
+    // and under the key's earlier name, kept one release for scripts (deprecated)
     assert_eq!(summary["put_events_calls"], 25, "{summary}");
     assert_eq!(summary["ignored"], 500, "{summary}");
     assert_eq!(summary["dead_lettered"], 0, "{summary}");
@@ -282,12 +284,12 @@ async fn expire_pending_items(env: &TestEnv, event_ids: &[String], ttl: i64) -> 
     pending.len()
 }
 
-on_both_buses!(pending_events_deleted_by_ttl_are_published_from_their_removes);
+on_every_target!(pending_events_deleted_by_ttl_are_published_from_their_removes);
 
-async fn pending_events_deleted_by_ttl_are_published_from_their_removes(kind: BusKind) {
+async fn pending_events_deleted_by_ttl_are_published_from_their_removes(kind: TargetKind) {
     // Given 12 pending events on a table provisioned from the template, whose INSERTs the relay
     // will never see: it starts from LATEST, as it would after the stream's 24 h
-    let env = TestEnv::with_bus(kind).await;
+    let env = TestEnv::with_target(kind).await;
     let expiring = create_orders(&env, 12).await;
     let child = env
         .relay_command("relay-stream-local")
@@ -298,7 +300,7 @@ async fn pending_events_deleted_by_ttl_are_published_from_their_removes(kind: Bu
         .expect("relay-stream-local starts");
     // It reads past LATEST once an order written now arrives on the bus
     let mut canaries = 0;
-    while env.queue_depth(&env.sink_queue_url).await == 0 {
+    while env.sink_depth().await == 0 {
         assert!(canaries < 10, "relay-stream-local published no new order");
         create_orders(&env, 1).await;
         canaries += 1;

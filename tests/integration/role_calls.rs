@@ -18,8 +18,8 @@ use outbox_shared::schema;
 use outbox_tests::dynamodb_reads::Read;
 use outbox_tests::fault_proxy::{FaultProxy, FaultRates};
 use outbox_tests::{TestEnv, emulator_endpoints, minimal_outbox_item, unique_name};
-use relay_runtime::AggregateHolds;
 use relay_runtime::permissions::{Call, Target, action_of_target};
+use relay_runtime::{AggregateHolds, TargetKind};
 
 /// The IAM actions of the operations called through `proxy` that `granted` lacks, besides
 /// `platform` (calls made by the platform on the job's behalf, or by a local stand-in for it).
@@ -181,7 +181,7 @@ async fn each_job_calls_only_what_its_role_grants() {
 
     // Then it called only what its role grants: publishes, marks, the hold reads, the record of
     // the event it left under the hold, a dead letter and its mark
-    let stream_calls = relay_stream::permissions::calls();
+    let stream_calls = relay_stream::permissions::calls(TargetKind::Classic);
     assert_eq!(
         called_without_permission(&stream, &stream_calls, STREAM_READER),
         Vec::<String>::new()
@@ -243,7 +243,7 @@ async fn each_job_calls_only_what_its_role_grants() {
     assert!(exit.success(), "{exit:?}");
 
     // Then it called only what the service's role grants: the index, marks, publishes, the leases
-    let service_calls = relay_poller::permissions::service();
+    let service_calls = relay_poller::permissions::service(TargetKind::Classic);
     assert_eq!(
         called_without_permission(&service, &service_calls, &[]),
         Vec::<String>::new()
@@ -294,7 +294,7 @@ async fn each_job_calls_only_what_its_role_grants() {
     }
 
     // Then they called only what the operator's role grants
-    let operator_calls = relay_poller::permissions::operator();
+    let operator_calls = relay_poller::permissions::operator(TargetKind::Classic);
     assert_eq!(
         called_without_permission(&operator, &operator_calls, &[]),
         Vec::<String>::new()
@@ -333,7 +333,7 @@ async fn the_discarded_batch_recovery_calls_only_what_its_roles_grant() {
     // function's role
     let env = TestEnv::new().await;
     let discarded = discarded_batch(&env).await;
-    let mut mapping = relay_stream::permissions::calls();
+    let mut mapping = relay_stream::permissions::calls(TargetKind::Classic);
     mapping.extend_from_slice(relay_stream::permissions::ON_FAILURE_DESTINATION);
     assert_eq!(
         called_without_permission(&discarded.reader, &mapping, STREAM_READER),
@@ -354,7 +354,11 @@ async fn the_discarded_batch_recovery_calls_only_what_its_roles_grant() {
     // Then it called only what the operator's role grants: the bucket's listing, the batch's read
     // and delete, the re-create
     assert_eq!(
-        called_without_permission(&operator, &relay_poller::permissions::operator(), &[]),
+        called_without_permission(
+            &operator,
+            &relay_poller::permissions::operator(TargetKind::Classic),
+            &[]
+        ),
         Vec::<String>::new()
     );
     assert_called(
@@ -404,7 +408,11 @@ async fn the_discarded_batch_recovery_calls_only_what_its_roles_grant() {
 
     // Then it called only what the service's role grants
     assert_eq!(
-        called_without_permission(&service, &relay_poller::permissions::service(), &[]),
+        called_without_permission(
+            &service,
+            &relay_poller::permissions::service(TargetKind::Classic),
+            &[]
+        ),
         Vec::<String>::new()
     );
     assert_called(
@@ -453,4 +461,61 @@ async fn the_writer_calls_only_what_the_order_services_policy_grants() {
         ])
     );
     assert!(outbox_writer::TABLE_ACTIONS.contains(&"dynamodb:GetItem"));
+}
+
+on_every_target!(each_relay_publishes_to_its_target_with_only_what_its_role_grants);
+
+async fn each_relay_publishes_to_its_target_with_only_what_its_role_grants(kind: TargetKind) {
+    // Given five orders on the stream, and a target of `kind`
+    let env = TestEnv::with_target(kind).await;
+    env.create_orders(5, 5).await;
+    let publish_action = kind.spec().calls[0].action;
+
+    // When relay-stream-local publishes them through the proxy
+    let stream = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 3).await;
+    let output = env
+        .relay_command("relay-stream-local")
+        .args(["--from", "trim-horizon", "--exit-when-idle", "1s"])
+        .envs(stream.endpoint_env())
+        .env("RUST_LOG", "error")
+        .output()
+        .await
+        .expect("relay-stream-local runs");
+    assert!(output.status.success(), "{output:?}");
+
+    // Then it called the target's publish call and nothing its role for that kind lacks
+    assert_eq!(
+        called_without_permission(
+            &stream,
+            &relay_stream::permissions::calls(kind),
+            STREAM_READER
+        ),
+        Vec::<String>::new(),
+        "{kind}"
+    );
+    assert_called(&stream, "relay-stream", &[publish_action]);
+
+    // And so does a drain of five more by the poller's service
+    env.create_orders(5, 5).await;
+    let service = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 4).await;
+    let output = env
+        .relay_command("relay-poller")
+        .args(["drain"])
+        .envs(service.endpoint_env())
+        .env("RUST_LOG", "error")
+        .output()
+        .await
+        .expect("relay-poller drain runs");
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        called_without_permission(&service, &relay_poller::permissions::service(kind), &[]),
+        Vec::<String>::new(),
+        "{kind}"
+    );
+    assert_called(&service, "relay-poller drain", &[publish_action]);
+    assert_eq!(
+        env.wait_for_sink(10, Duration::from_secs(30)).await.len(),
+        10,
+        "{kind}"
+    );
 }

@@ -29,7 +29,7 @@ use outbox_shared::envelope::EventFormat;
 use outbox_shared::schema::attr;
 use outbox_tests::{TestEnv, fixtures};
 use outbox_writer::{NewOrder, OrderLine, TraceContext, TraceHeader};
-use relay_runtime::{BusKind, PublisherArgs};
+use relay_runtime::{PublisherArgs, TargetKind};
 use relay_stream::RelayArgs;
 use serde_json::Value;
 
@@ -199,7 +199,9 @@ async fn sink_messages(env: &TestEnv, count: usize) -> Vec<order_consumer::SqsMe
 }
 
 on_both_buses!(one_trace_runs_from_the_order_through_the_relays_to_the_example_consumer);
-async fn one_trace_runs_from_the_order_through_the_relays_to_the_example_consumer(kind: BusKind) {
+async fn one_trace_runs_from_the_order_through_the_relays_to_the_example_consumer(
+    kind: TargetKind,
+) {
     use outbox_tests::otlp::{self, AppTracing};
     use tracing::Instrument as _;
     use tracing::instrument::WithSubscriber as _;
@@ -467,10 +469,10 @@ async fn parsed_by_the_cloudevents_sdk(bodies: &[String]) -> Vec<Value> {
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
-on_both_buses!(cloudevents_the_relays_publish_are_read_by_the_cloudevents_sdk);
-async fn cloudevents_the_relays_publish_are_read_by_the_cloudevents_sdk(kind: BusKind) {
+on_every_target!(cloudevents_the_relays_publish_are_read_by_the_cloudevents_sdk);
+async fn cloudevents_the_relays_publish_are_read_by_the_cloudevents_sdk(kind: TargetKind) {
     // Given an order written in a caller's trace, and the stream relay publishing CloudEvents
-    let env = TestEnv::with_bus(kind).await;
+    let env = TestEnv::with_target(kind).await;
     let context = TraceContext::new(TRACEPARENT, Some("rojo=1")).unwrap();
     let created = env
         .writer()
@@ -502,13 +504,14 @@ async fn cloudevents_the_relays_publish_are_read_by_the_cloudevents_sdk(kind: Bu
     assert_eq!(delivered.len(), 1);
     let event = &delivered[0].event;
     let cloudevent = match kind {
-        // The classic bus: the CloudEvent is the EventBridge event's detail
-        BusKind::Classic => event["detail"].clone(),
         // The Custom Event Bus: a raw event, delivered as it was published
-        BusKind::Custom => {
+        TargetKind::Custom => {
             assert!(event.get("detail").is_none(), "not a raw event: {event}");
             event.clone()
         }
+        // The classic bus: the CloudEvent is the EventBridge event's detail; SNS and SQS: the
+        // message's body, Kinesis: the record's data (read by the sink as a detail)
+        _ => event["detail"].clone(),
     };
     let [parsed]: [Value; 1] = parsed_by_the_cloudevents_sdk(&[cloudevent.to_string()])
         .await

@@ -35,6 +35,13 @@
 //!   [`PUT_EVENTS_V2`]): the same entry failures (`InternalException`) and lost replies as the
 //!   classic `PutEvents`, in CBOR; a lost reply answers HTTP 500 `InternalException` as the bus
 //!   does. The double itself refuses what the bus refuses as a whole (`InvalidInputException`).
+//! - The SQS target's `SendMessageBatch` (JSON, results by entry id), the SNS target's
+//!   `PublishBatch` (the query protocol: a form in, XML out; no `X-Amz-Target`, named
+//!   `AmazonSNS.PublishBatch` from its signature's scope and `Action`) and the Kinesis target's
+//!   `PutRecords` (JSON, results by position): the same entry failures (`InternalError` with
+//!   `SenderFault` false, Kinesis's `InternalFailure`) and lost replies as `PutEvents`, each in its
+//!   service's wire format ([`SEND_MESSAGE_BATCH`], [`PUBLISH_BATCH`], [`PUT_RECORDS`]). moto
+//!   fails no entry of any of them.
 //! - `DynamoDB_20120810.BatchGetItem`: a test can make its next calls answer every key
 //!   unprocessed ([`FaultProxy::leave_keys_unprocessed`]), HTTP 200 with the request's keys as
 //!   `UnprocessedKeys` and nothing read, as DynamoDB answers a read it throttled partway (DynamoDB
@@ -358,6 +365,15 @@ const PUT_EVENTS: &str = "AWSEvents.PutEvents";
 /// [`FaultProxy::lose_next_replies`].
 pub const PUT_EVENTS_V2: &str = "AWSEventsV2.PutEvents";
 const SEND_MESSAGE: &str = "AmazonSQS.SendMessage";
+/// The SQS target's `SendMessageBatch`.
+pub const SEND_MESSAGE_BATCH: &str = "AmazonSQS.SendMessageBatch";
+/// The SNS target's `PublishBatch` (a query call: no `X-Amz-Target`, named from its signature's
+/// scope and its `Action`).
+pub const PUBLISH_BATCH: &str = "AmazonSNS.PublishBatch";
+/// The Kinesis target's `PutRecords`.
+pub const PUT_RECORDS: &str = "Kinesis_20131202.PutRecords";
+/// The classic bus's `PutEvents`.
+pub const PUT_EVENTS_CLASSIC: &str = PUT_EVENTS;
 const GET_QUEUE_ATTRIBUTES: &str = "AmazonSQS.GetQueueAttributes";
 /// The relays' batched marks.
 pub const BATCH_EXECUTE_STATEMENT: &str = "DynamoDB_20120810.BatchExecuteStatement";
@@ -452,6 +468,13 @@ impl State {
             let details = crate::cbor::details(body);
             return self.fail_entries(&mut rng, counts, &details, "InternalException");
         }
+        if let Some((details, code)) = target_entries(target, body) {
+            if self.percent(&mut rng, self.rates.lost_replies) {
+                counts.lost_replies += 1;
+                return Plan::LoseReply;
+            }
+            return self.fail_entries(&mut rng, counts, &details, code);
+        }
         if target == PUT_EVENTS {
             if let Some(message) = put_events_refusal(body) {
                 counts.refused_calls += 1;
@@ -539,6 +562,14 @@ impl State {
                 None if signed_for(&parts.headers) == Some("s3") => {
                     format!("AmazonS3.{}", s3_operation(&parts))
                 }
+                None if signed_for(&parts.headers) == Some("sns") => format!(
+                    "AmazonSNS.{}",
+                    form_pairs(&body)
+                        .into_iter()
+                        .find(|(k, _)| k == "Action")
+                        .map(|(_, v)| v)
+                        .unwrap_or_default()
+                ),
                 None => String::new(),
             },
         };
@@ -572,6 +603,23 @@ impl State {
             }
             Plan::Entries(plan) if target == PUT_EVENTS_V2 => {
                 self.put_events::<CustomCbor>(&parts, &body, &plan).await
+            }
+            Plan::LoseReply if target == PUBLISH_BATCH => {
+                let _ = self.forward(&parts, body).await;
+                sns_error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "InternalError",
+                    "injected: reply lost after the call took effect",
+                )
+            }
+            Plan::Entries(plan) if target == PUBLISH_BATCH => {
+                self.put_events::<SnsQuery>(&parts, &body, &plan).await
+            }
+            Plan::Entries(plan) if target == SEND_MESSAGE_BATCH => {
+                self.put_events::<SqsJson>(&parts, &body, &plan).await
+            }
+            Plan::Entries(plan) if target == PUT_RECORDS => {
+                self.put_events::<KinesisJson>(&parts, &body, &plan).await
             }
             Plan::LoseReply => {
                 let _ = self.forward(&parts, body).await;
@@ -746,11 +794,13 @@ impl State {
         if plan.iter().all(Option::is_none) {
             return self.forward(parts, body.clone()).await;
         }
-        let kept: Vec<W::Value> = W::entries(&request)
-            .into_iter()
+        // Read before the request is re-encoded with the kept entries only.
+        let entries = W::entries(&request);
+        let kept: Vec<W::Value> = entries
+            .iter()
             .zip(plan)
             .filter(|(_, fault)| fault.is_none())
-            .map(|(entry, _)| entry)
+            .map(|(entry, _)| entry.clone())
             .collect();
         let delivered = if kept.is_empty() {
             Vec::new()
@@ -772,11 +822,12 @@ impl State {
         let mut delivered = delivered.into_iter();
         let results = plan
             .iter()
-            .map(|fault| match fault {
-                Some(code) => W::entry_error(code, "injected entry failure"),
+            .zip(&entries)
+            .map(|(fault, entry)| match fault {
+                Some(code) => W::entry_error(entry, code, "injected entry failure"),
                 None => delivered
                     .next()
-                    .unwrap_or_else(|| W::entry_error(W::INTERNAL_ERROR, "missing result")),
+                    .unwrap_or_else(|| W::entry_error(entry, W::INTERNAL_ERROR, "missing result")),
             })
             .collect();
         W::answer(results)
@@ -786,7 +837,7 @@ impl State {
 /// A bus's `PutEvents` wire format, as much of it as splitting a call needs: the classic bus's
 /// JSON ([`ClassicJson`]) or the Custom Event Bus's CBOR ([`CustomCbor`]).
 trait PutEventsWire {
-    type Value;
+    type Value: Clone;
     /// The bus's code for an internal error, given to a result upstream's answer lacks.
     const INTERNAL_ERROR: &'static str;
     /// The request, if its body parses.
@@ -797,8 +848,8 @@ trait PutEventsWire {
     fn encode_with(request: &mut Self::Value, entries: Vec<Self::Value>) -> Bytes;
     /// The per-entry results of an answer's body.
     fn results(answer: &[u8]) -> Vec<Self::Value>;
-    /// A failed entry's result.
-    fn entry_error(code: &str, message: &str) -> Self::Value;
+    /// The failed result of `entry`.
+    fn entry_error(entry: &Self::Value, code: &str, message: &str) -> Self::Value;
     /// The answer of `results`, in entry order, with its failed-entry count.
     fn answer(results: Vec<Self::Value>) -> Response<Full<Bytes>>;
 }
@@ -828,7 +879,7 @@ impl PutEventsWire for ClassicJson {
         answer["Entries"].as_array().cloned().unwrap_or_default()
     }
 
-    fn entry_error(code: &str, message: &str) -> Value {
+    fn entry_error(_: &Value, code: &str, message: &str) -> Value {
         json!({"ErrorCode": code, "ErrorMessage": message})
     }
 
@@ -872,13 +923,353 @@ impl PutEventsWire for CustomCbor {
             .unwrap_or_default()
     }
 
-    fn entry_error(code: &str, message: &str) -> ciborium::Value {
+    fn entry_error(_: &ciborium::Value, code: &str, message: &str) -> ciborium::Value {
         crate::cbor::entry_error(code, message)
     }
 
     fn answer(results: Vec<ciborium::Value>) -> Response<Full<Bytes>> {
         cbor_response(StatusCode::OK, crate::cbor::put_events_answer(results))
     }
+}
+
+/// The entries' envelopes (their bus `Detail`, a message's body, a record's data) of a call to
+/// the SQS, SNS or Kinesis target, with the code the target gives a failed entry; `None` for any
+/// other call.
+fn target_entries(target: &str, body: &[u8]) -> Option<(Vec<String>, &'static str)> {
+    match target {
+        SEND_MESSAGE_BATCH => {
+            let request = SqsJson::request(body)?;
+            let details = SqsJson::entries(&request)
+                .iter()
+                .map(|e| e["MessageBody"].as_str().unwrap_or_default().to_owned())
+                .collect();
+            Some((details, "InternalError"))
+        }
+        PUBLISH_BATCH => {
+            let request = SnsQuery::request(body)?;
+            let details = SnsQuery::entries(&request)
+                .iter()
+                .map(|e| e["Message"].as_str().unwrap_or_default().to_owned())
+                .collect();
+            Some((details, "InternalError"))
+        }
+        PUT_RECORDS => {
+            let request = KinesisJson::request(body)?;
+            let details = KinesisJson::entries(&request)
+                .iter()
+                .map(|e| {
+                    e["Data"]
+                        .as_str()
+                        .and_then(|d| aws_smithy_types::base64::decode(d).ok())
+                        .map(|d| String::from_utf8_lossy(&d).into_owned())
+                        .unwrap_or_default()
+                })
+                .collect();
+            Some((details, "InternalFailure"))
+        }
+        _ => None,
+    }
+}
+
+/// The SQS target's `SendMessageBatch`: AWS JSON 1.0, results by entry id.
+struct SqsJson;
+
+impl PutEventsWire for SqsJson {
+    type Value = Value;
+    const INTERNAL_ERROR: &'static str = "InternalError";
+
+    fn request(body: &[u8]) -> Option<Value> {
+        serde_json::from_slice(body).ok()
+    }
+
+    fn entries(request: &Value) -> Vec<Value> {
+        request["Entries"].as_array().cloned().unwrap_or_default()
+    }
+
+    fn encode_with(request: &mut Value, entries: Vec<Value>) -> Bytes {
+        request["Entries"] = Value::Array(entries);
+        Bytes::from(serde_json::to_vec(request).expect("JSON"))
+    }
+
+    fn results(answer: &[u8]) -> Vec<Value> {
+        let answer: Value = serde_json::from_slice(answer).unwrap_or_default();
+        ["Successful", "Failed"]
+            .iter()
+            .flat_map(|list| answer[list].as_array().cloned().unwrap_or_default())
+            .collect()
+    }
+
+    fn entry_error(entry: &Value, code: &str, message: &str) -> Value {
+        json!({"Id": entry["Id"], "Code": code, "Message": message, "SenderFault": false})
+    }
+
+    fn answer(results: Vec<Value>) -> Response<Full<Bytes>> {
+        let (failed, successful): (Vec<Value>, Vec<Value>) =
+            results.into_iter().partition(|r| r.get("Code").is_some());
+        let bytes = Bytes::from(
+            serde_json::to_vec(&json!({"Successful": successful, "Failed": failed})).expect("JSON"),
+        );
+        Response::builder()
+            .status(StatusCode::OK)
+            .header(hyper::header::CONTENT_TYPE, "application/x-amz-json-1.0")
+            .header(hyper::header::CONTENT_LENGTH, bytes.len())
+            .body(Full::new(bytes))
+            .expect("a valid response")
+    }
+}
+
+/// The Kinesis target's `PutRecords`: AWS JSON 1.1, results by position.
+struct KinesisJson;
+
+impl PutEventsWire for KinesisJson {
+    type Value = Value;
+    const INTERNAL_ERROR: &'static str = "InternalFailure";
+
+    fn request(body: &[u8]) -> Option<Value> {
+        serde_json::from_slice(body).ok()
+    }
+
+    fn entries(request: &Value) -> Vec<Value> {
+        request["Records"].as_array().cloned().unwrap_or_default()
+    }
+
+    fn encode_with(request: &mut Value, entries: Vec<Value>) -> Bytes {
+        request["Records"] = Value::Array(entries);
+        Bytes::from(serde_json::to_vec(request).expect("JSON"))
+    }
+
+    fn results(answer: &[u8]) -> Vec<Value> {
+        let answer: Value = serde_json::from_slice(answer).unwrap_or_default();
+        answer["Records"].as_array().cloned().unwrap_or_default()
+    }
+
+    fn entry_error(_: &Value, code: &str, message: &str) -> Value {
+        json!({"ErrorCode": code, "ErrorMessage": message})
+    }
+
+    fn answer(results: Vec<Value>) -> Response<Full<Bytes>> {
+        let failed = results
+            .iter()
+            .filter(|r| r.get("ErrorCode").is_some())
+            .count();
+        json_response(
+            StatusCode::OK,
+            &json!({"FailedRecordCount": failed, "Records": results}),
+        )
+    }
+}
+
+/// The SNS target's `PublishBatch`: the query protocol (a form in, XML out), results by entry id.
+/// A request is read as `{"head": [[name, value], …], "entries": [{member: value, …}, …]}`.
+struct SnsQuery;
+
+/// The form members of `PublishBatch`'s entries.
+const SNS_ENTRY_PREFIX: &str = "PublishBatchRequestEntries.member.";
+
+impl PutEventsWire for SnsQuery {
+    type Value = Value;
+    const INTERNAL_ERROR: &'static str = "InternalError";
+
+    fn request(body: &[u8]) -> Option<Value> {
+        let mut head = Vec::new();
+        let mut entries: std::collections::BTreeMap<usize, serde_json::Map<String, Value>> =
+            std::collections::BTreeMap::new();
+        for (name, value) in form_pairs(body) {
+            match name
+                .strip_prefix(SNS_ENTRY_PREFIX)
+                .and_then(|rest| rest.split_once('.'))
+                .and_then(|(n, member)| Some((n.parse::<usize>().ok()?, member.to_owned())))
+            {
+                Some((n, member)) => {
+                    entries
+                        .entry(n)
+                        .or_default()
+                        .insert(member, Value::String(value));
+                }
+                None => head.push(json!([name, value])),
+            }
+        }
+        Some(json!({"head": head, "entries": entries.into_values().collect::<Vec<_>>()}))
+    }
+
+    fn entries(request: &Value) -> Vec<Value> {
+        request["entries"].as_array().cloned().unwrap_or_default()
+    }
+
+    fn encode_with(request: &mut Value, entries: Vec<Value>) -> Bytes {
+        let mut pairs: Vec<(String, String)> = request["head"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|pair| {
+                (
+                    pair[0].as_str().unwrap_or_default().to_owned(),
+                    pair[1].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        for (i, entry) in entries.iter().enumerate() {
+            for (member, value) in entry.as_object().into_iter().flatten() {
+                pairs.push((
+                    format!("{SNS_ENTRY_PREFIX}{}.{member}", i + 1),
+                    value.as_str().unwrap_or_default().to_owned(),
+                ));
+            }
+        }
+        Bytes::from(form_encode(&pairs))
+    }
+
+    fn results(answer: &[u8]) -> Vec<Value> {
+        let answer = String::from_utf8_lossy(answer);
+        let successful = answer
+            .split_once("<Successful>")
+            .and_then(|(_, rest)| rest.split_once("</Successful>"))
+            .map_or("", |(list, _)| list);
+        successful
+            .split("<member>")
+            .skip(1)
+            .map(|member| {
+                json!({
+                    "Id": xml_text(member, "Id"),
+                    "MessageId": xml_text(member, "MessageId"),
+                })
+            })
+            .collect()
+    }
+
+    fn entry_error(entry: &Value, code: &str, message: &str) -> Value {
+        json!({"Id": entry["Id"], "Code": code, "Message": message})
+    }
+
+    fn answer(results: Vec<Value>) -> Response<Full<Bytes>> {
+        let member = |fields: &[(&str, String)]| {
+            let inner: String = fields
+                .iter()
+                .map(|(name, value)| format!("<{name}>{}</{name}>", xml_escape(value)))
+                .collect();
+            format!("<member>{inner}</member>")
+        };
+        let text = |r: &Value, name: &str| r[name].as_str().unwrap_or_default().to_owned();
+        let (failed, successful): (Vec<Value>, Vec<Value>) =
+            results.into_iter().partition(|r| r.get("Code").is_some());
+        let successful: String = successful
+            .iter()
+            .map(|r| member(&[("Id", text(r, "Id")), ("MessageId", text(r, "MessageId"))]))
+            .collect();
+        let failed: String = failed
+            .iter()
+            .map(|r| {
+                member(&[
+                    ("Id", text(r, "Id")),
+                    ("Code", text(r, "Code")),
+                    ("Message", text(r, "Message")),
+                    ("SenderFault", "false".to_owned()),
+                ])
+            })
+            .collect();
+        let body = format!(
+            "<PublishBatchResponse xmlns=\"http://sns.amazonaws.com/doc/2010-03-31/\">\
+             <PublishBatchResult><Successful>{successful}</Successful><Failed>{failed}</Failed>\
+             </PublishBatchResult><ResponseMetadata><RequestId>fault-proxy</RequestId>\
+             </ResponseMetadata></PublishBatchResponse>"
+        );
+        Response::builder()
+            .status(StatusCode::OK)
+            .header(hyper::header::CONTENT_TYPE, "text/xml")
+            .header(hyper::header::CONTENT_LENGTH, body.len())
+            .body(Full::new(Bytes::from(body)))
+            .expect("a valid response")
+    }
+}
+
+/// SNS's error answer (the query protocol's XML).
+fn sns_error(status: StatusCode, code: &str, message: &str) -> Response<Full<Bytes>> {
+    let body = format!(
+        "<ErrorResponse xmlns=\"http://sns.amazonaws.com/doc/2010-03-31/\"><Error>\
+         <Type>Receiver</Type><Code>{code}</Code><Message>{}</Message></Error>\
+         <RequestId>fault-proxy</RequestId></ErrorResponse>",
+        xml_escape(message)
+    );
+    Response::builder()
+        .status(status)
+        .header(hyper::header::CONTENT_TYPE, "text/xml")
+        .header(hyper::header::CONTENT_LENGTH, body.len())
+        .body(Full::new(Bytes::from(body)))
+        .expect("a valid response")
+}
+
+/// The text of the first `<name>` element in `xml` (unescaped).
+fn xml_text(xml: &str, name: &str) -> String {
+    xml.split_once(&format!("<{name}>"))
+        .and_then(|(_, rest)| rest.split_once(&format!("</{name}>")))
+        .map(|(text, _)| {
+            text.replace("&lt;", "<")
+                .replace("&gt;", ">")
+                .replace("&quot;", "\"")
+                .replace("&apos;", "'")
+                .replace("&amp;", "&")
+        })
+        .unwrap_or_default()
+}
+
+fn xml_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// The pairs of an `application/x-www-form-urlencoded` body, decoded.
+fn form_pairs(body: &[u8]) -> Vec<(String, String)> {
+    let decode = |text: &str| {
+        let bytes = text.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'+' => out.push(b' '),
+                b'%' if i + 2 < bytes.len() => {
+                    let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                    match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                        Some(byte) => {
+                            out.push(byte);
+                            i += 2;
+                        }
+                        None => out.push(b'%'),
+                    }
+                }
+                byte => out.push(byte),
+            }
+            i += 1;
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    String::from_utf8_lossy(body)
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (decode(name), decode(value))
+        })
+        .collect()
+}
+
+/// `pairs` as an `application/x-www-form-urlencoded` body.
+fn form_encode(pairs: &[(String, String)]) -> String {
+    let encode = |text: &str| {
+        text.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                    (b as char).to_string()
+                }
+                other => format!("%{other:02X}"),
+            })
+            .collect::<String>()
+    };
+    pairs
+        .iter()
+        .map(|(name, value)| format!("{}={}", encode(name), encode(value)))
+        .collect::<Vec<_>>()
+        .join("&")
 }
 
 /// Why EventBridge would refuse this `PutEvents` request as a whole, where moto lets it pass; the

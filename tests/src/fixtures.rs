@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use outbox_shared::schema;
 use outbox_shared::{NewOutboxEvent, OutboxConfig, OutboxItem};
-use relay_runtime::{BusPublisher, ClassicBus, PublisherArgs, PublisherConfig};
+use relay_runtime::{ClassicBus, PublisherArgs, PublisherConfig, TargetPublisher};
 use relay_stream::aws_lambda_events::dynamodb::EventRecord;
 
 /// `count` pending `OrderCreated` events for `table`, one per aggregate (`order-{i}`) over 100
@@ -54,31 +54,20 @@ pub fn insert_record(item: &OutboxItem, sequence: usize) -> EventRecord {
 pub fn classic_publisher(
     eventbridge: aws_sdk_eventbridge::Client,
     config: PublisherConfig,
-) -> BusPublisher {
-    BusPublisher::on(std::sync::Arc::new(ClassicBus::new(eventbridge)), config)
+) -> TargetPublisher {
+    TargetPublisher::on(std::sync::Arc::new(ClassicBus::new(eventbridge)), config)
         .expect("a valid classic configuration")
 }
 
 /// The publisher's flags at their defaults (what both relays run with), for `bus` and the test
 /// source ([`crate::TEST_SOURCE`]).
 pub fn publisher_args(bus: &str) -> PublisherArgs {
-    publisher_args_of(relay_runtime::BusKind::Classic, bus)
+    publisher_args_of(relay_runtime::TargetKind::Classic, bus)
 }
 
 /// The publisher's flags at their defaults for `bus`, a bus of `kind`, and the test source.
-pub fn publisher_args_of(kind: relay_runtime::BusKind, bus: &str) -> PublisherArgs {
-    PublisherArgs {
-        event_bus_kind: kind,
-        event_bus_name: bus.to_owned(),
-        source: crate::TEST_SOURCE.into(),
-        max_entries_per_call: None,
-        max_request_bytes: None,
-        max_entry_bytes: None,
-        publish_concurrency: relay_runtime::config::DEFAULT_PUBLISH_CONCURRENCY,
-        publish_max_attempts: relay_runtime::config::DEFAULT_PUBLISH_MAX_ATTEMPTS,
-        max_publish_rate: None,
-        event_format: outbox_shared::envelope::EventFormat::Envelope,
-    }
+pub fn publisher_args_of(kind: relay_runtime::TargetKind, bus: &str) -> PublisherArgs {
+    PublisherArgs::of_kind(kind, bus, crate::TEST_SOURCE)
 }
 
 /// The stream relay's flags at their defaults for `table`, publishing with `publisher`, with no

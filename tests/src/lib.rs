@@ -30,7 +30,7 @@ use outbox_shared::{OutboxConfig, OutboxItem};
 use outbox_writer::{NewOrder, OrderLine, OutboxWriter, WriterConfig};
 use rand::Rng;
 use rand::distr::Alphanumeric;
-use relay_runtime::{BusKind, PublisherConfig};
+use relay_runtime::{PublisherConfig, TargetKind};
 
 /// The EventBridge `Source` the test environment publishes with.
 pub const TEST_SOURCE: &str = "test.orders";
@@ -224,7 +224,20 @@ fn build_workspace() -> Result<PathBuf, String> {
     Ok(profile_dir)
 }
 
-/// One event as EventBridge delivered it to the sink queue.
+/// A sink message read from `event`: a bus's event (the envelope or a CloudEvent as its detail),
+/// a raw event's CloudEvent, or another target's message read as a bus's event. Its event is
+/// read as a consumer reads it.
+///
+/// # Panics
+/// When it holds no event the relays publish, in either format.
+fn sink_message(event: serde_json::Value) -> SinkMessage {
+    let envelope = outbox_consumer::decode(&event)
+        .unwrap_or_else(|e| panic!("sink message is not an outbox event ({e}): {event}"));
+    SinkMessage { event, envelope }
+}
+
+/// One event as the target delivered it to the sink (for SNS, SQS and Kinesis read as an event of
+/// the bus's shape: [`TestEnv::drain_sink`]).
 #[derive(Debug, Clone)]
 pub struct SinkMessage {
     /// The whole EventBridge event (`id`, `source`, `detail-type`, `detail`, …), or a raw
@@ -345,16 +358,25 @@ pub struct TestEnv {
     /// The Custom Event Bus's client (`AWS_ENDPOINT_URL_EVENTBRIDGEV2`: the local double).
     pub eventbridgev2: aws_sdk_eventbridgev2::Client,
     pub sqs: aws_sdk_sqs::Client,
+    /// SNS on moto: a topic target and its subscription into the sink queue.
+    pub sns: aws_sdk_sns::Client,
+    /// Kinesis on moto: a stream target, read back as the sink.
+    pub kinesis: aws_sdk_kinesis::Client,
+    /// Per shard of a Kinesis target, where the sink has read up to (its next shard iterator).
+    kinesis_cursors: std::sync::Arc<std::sync::Mutex<HashMap<String, String>>>,
+    /// Records of a Kinesis target read by [`sink_depth`](Self::sink_depth) and not drained yet.
+    kinesis_unread: std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
     /// S3 on moto: the stream mapping's on-failure destination
     /// ([`create_discarded_batch_bucket`](Self::create_discarded_batch_bucket)).
     pub s3: aws_sdk_s3::Client,
     pub table_name: String,
     pub stream_arn: String,
-    /// Which bus the relays publish to: `bus_name` is the classic bus's name, or the Custom
-    /// Event Bus's ARN.
-    pub bus_kind: BusKind,
+    /// What the relays publish to: `bus_name` is the target (`EVENT_TARGET`): the classic bus's
+    /// name, the Custom Event Bus's ARN, a topic's ARN, a queue's URL or a stream's ARN.
+    pub target_kind: TargetKind,
     pub bus_name: String,
-    /// Receives every event on the bus, through a rule.
+    /// Receives every event published: through a rule (classic), a FIFO subscriber (custom), a
+    /// raw subscription (SNS), or it is the target itself (SQS); a Kinesis target is read back.
     pub sink_queue_url: String,
     /// Where the relays send poison records.
     pub dead_letter_queue_url: String,
@@ -381,22 +403,201 @@ impl TestEnv {
         )
     }
 
-    /// Like [`new`](Self::new) with a bus of `kind`: for [`BusKind::Custom`] a Custom Event Bus on
+    /// Like [`new`](Self::new) with a bus of `kind`: for [`TargetKind::Custom`] a Custom Event Bus on
     /// the local double with a FIFO subscriber into a FIFO sink queue (the group as the
     /// `MessageGroupId`, the bus's event id as the `MessageDeduplicationId`), in place of the
     /// classic bus and its sink.
     ///
     /// # Panics
     /// When the emulator or the double is missing or refuses to create a resource.
-    pub async fn with_bus(kind: BusKind) -> Self {
+    pub async fn with_bus(kind: TargetKind) -> Self {
         let mut env = Self::new().await;
-        if kind == BusKind::Custom {
+        if kind == TargetKind::Custom {
             let (bus_arn, sink) = env.create_custom_bus(true).await;
-            env.bus_kind = BusKind::Custom;
+            env.target_kind = TargetKind::Custom;
             env.bus_name = bus_arn;
             env.sink_queue_url = sink;
         }
         env
+    }
+
+    /// Like [`new`](Self::new) with a target of `kind`: a bus ([`with_bus`](Self::with_bus)), or a
+    /// FIFO SNS topic delivering into a FIFO sink queue (raw messages), a FIFO SQS queue that is
+    /// the sink itself, or a Kinesis stream read back as the sink.
+    ///
+    /// # Panics
+    /// When the emulator refuses a resource.
+    pub async fn with_target(kind: TargetKind) -> Self {
+        Self::with_target_of(kind, true).await
+    }
+
+    /// Like [`with_target`](Self::with_target), the topic or queue FIFO or standard.
+    ///
+    /// # Panics
+    /// When the emulator refuses a resource.
+    pub async fn with_target_of(kind: TargetKind, fifo: bool) -> Self {
+        if kind.is_bus() {
+            return Self::with_bus(kind).await;
+        }
+        let mut env = Self::new().await;
+        env.target_kind = kind;
+        match kind {
+            TargetKind::Sqs => {
+                let queue = env.create_sink_queue("sqs-target", fifo).await;
+                env.bus_name = queue.clone();
+                env.sink_queue_url = queue;
+            }
+            TargetKind::Sns => {
+                let (topic, queue) = env.create_topic(fifo).await;
+                env.bus_name = topic;
+                env.sink_queue_url = queue;
+            }
+            TargetKind::Kinesis => env.bus_name = env.create_stream().await,
+            TargetKind::Classic | TargetKind::Custom => unreachable!("a bus"),
+        }
+        env
+    }
+
+    /// A new queue, FIFO (its name ending `.fifo`) or standard; its URL.
+    ///
+    /// # Panics
+    /// When moto refuses it.
+    pub async fn create_sink_queue(&self, prefix: &str, fifo: bool) -> String {
+        if !fifo {
+            return self.create_queue(&unique_name(prefix)).await;
+        }
+        self.sqs
+            .create_queue()
+            .queue_name(format!("{}.fifo", unique_name(prefix)))
+            .attributes(QueueAttributeName::FifoQueue, "true")
+            .send()
+            .await
+            .expect("create FIFO queue")
+            .queue_url()
+            .expect("queue url")
+            .to_owned()
+    }
+
+    /// An SNS topic (FIFO or standard) with a raw subscription into a new queue of the same
+    /// kind, as a consumer subscribes; the topic's ARN and the queue's URL.
+    ///
+    /// # Panics
+    /// When moto refuses a resource.
+    pub async fn create_topic(&self, fifo: bool) -> (String, String) {
+        let name = unique_name("topic");
+        let mut create = self.sns.create_topic();
+        create = if fifo {
+            create
+                .name(format!("{name}.fifo"))
+                .attributes("FifoTopic", "true")
+        } else {
+            create.name(name)
+        };
+        let topic = create
+            .send()
+            .await
+            .expect("create topic")
+            .topic_arn()
+            .expect("topic ARN")
+            .to_owned();
+        let queue = self.create_sink_queue("topic-sink", fifo).await;
+        self.sns
+            .subscribe()
+            .topic_arn(&topic)
+            .protocol("sqs")
+            .endpoint(self.queue_arn(&queue).await)
+            .attributes("RawMessageDelivery", "true")
+            .send()
+            .await
+            .expect("subscribe the sink queue");
+        (topic, queue)
+    }
+
+    /// A Kinesis data stream of two shards; its ARN.
+    ///
+    /// # Panics
+    /// When moto refuses it.
+    pub async fn create_stream(&self) -> String {
+        let name = unique_name("stream");
+        self.kinesis
+            .create_stream()
+            .stream_name(&name)
+            .shard_count(2)
+            .send()
+            .await
+            .expect("create stream");
+        self.kinesis
+            .describe_stream_summary()
+            .stream_name(&name)
+            .send()
+            .await
+            .expect("describe stream")
+            .stream_description_summary()
+            .expect("a summary")
+            .stream_arn()
+            .to_owned()
+    }
+
+    /// Every record put on the Kinesis target since the last read, each shard from where the
+    /// last read left it (its start, the first time), shard after shard.
+    async fn read_stream(&self) -> Vec<Vec<u8>> {
+        let shards = self
+            .kinesis
+            .list_shards()
+            .stream_arn(&self.bus_name)
+            .send()
+            .await
+            .expect("list shards");
+        let mut data = Vec::new();
+        for shard in shards.shards() {
+            let id = shard.shard_id().to_owned();
+            let known = self
+                .kinesis_cursors
+                .lock()
+                .expect("cursors")
+                .get(&id)
+                .cloned();
+            let mut iterator = match known {
+                Some(iterator) => iterator,
+                None => self
+                    .kinesis
+                    .get_shard_iterator()
+                    .stream_arn(&self.bus_name)
+                    .shard_id(&id)
+                    .shard_iterator_type(aws_sdk_kinesis::types::ShardIteratorType::TrimHorizon)
+                    .send()
+                    .await
+                    .expect("shard iterator")
+                    .shard_iterator()
+                    .expect("an iterator")
+                    .to_owned(),
+            };
+            loop {
+                let read = self
+                    .kinesis
+                    .get_records()
+                    .shard_iterator(&iterator)
+                    .stream_arn(&self.bus_name)
+                    .limit(1000)
+                    .send()
+                    .await
+                    .expect("get records");
+                let records = read.records();
+                data.extend(records.iter().map(|r| r.data().as_ref().to_vec()));
+                let Some(next) = read.next_shard_iterator() else {
+                    break;
+                };
+                iterator = next.to_owned();
+                if records.is_empty() {
+                    break;
+                }
+            }
+            self.kinesis_cursors
+                .lock()
+                .expect("cursors")
+                .insert(id, iterator);
+        }
+        data
     }
 
     /// Creates a Custom Event Bus on the double and a subscriber (FIFO, or UNORDERED) into a new
@@ -490,6 +691,10 @@ impl TestEnv {
         sqs: aws_sdk_sqs::Client,
     ) -> Self {
         Self {
+            sns: aws_sdk_sns::Client::new(&sdk_config),
+            kinesis: aws_sdk_kinesis::Client::new(&sdk_config),
+            kinesis_cursors: std::sync::Arc::default(),
+            kinesis_unread: std::sync::Arc::default(),
             streams: aws_sdk_dynamodbstreams::Client::new(&sdk_config),
             eventbridgev2: aws_sdk_eventbridgev2::Client::new(&sdk_config),
             s3: aws_sdk_s3::Client::new(&sdk_config),
@@ -500,7 +705,7 @@ impl TestEnv {
             sqs,
             table_name: stack.table_name,
             stream_arn: stack.stream_arn,
-            bus_kind: BusKind::Classic,
+            target_kind: TargetKind::Classic,
             bus_name: stack.bus_name,
             sink_queue_url: stack.sink_queue_url,
             dead_letter_queue_url: stack.dead_letter_queue_url,
@@ -708,25 +913,26 @@ impl TestEnv {
     ///
     /// # Panics
     /// When `config` is invalid.
-    pub fn publisher(&self, config: PublisherConfig) -> relay_runtime::BusPublisher {
-        relay_runtime::BusPublisher::new(&self.sdk_config, config).expect("a valid configuration")
+    pub fn publisher(&self, config: PublisherConfig) -> relay_runtime::TargetPublisher {
+        relay_runtime::TargetPublisher::new(&self.sdk_config, config)
+            .expect("a valid configuration")
     }
 
     /// The publisher configuration for this environment's bus, with [`TEST_SOURCE`].
     pub fn publisher_config(&self) -> PublisherConfig {
-        PublisherConfig::of_kind(self.bus_kind, &self.bus_name, TEST_SOURCE)
+        PublisherConfig::of_kind(self.target_kind, &self.bus_name, TEST_SOURCE)
     }
 
     /// The publisher's flags at their defaults for this environment's bus.
     pub fn publisher_args(&self) -> relay_runtime::PublisherArgs {
-        fixtures::publisher_args_of(self.bus_kind, &self.bus_name)
+        fixtures::publisher_args_of(self.target_kind, &self.bus_name)
     }
 
     /// Environment variables that point a relay binary at this environment (and sign its calls
     /// with this environment's credentials).
     pub fn relay_env(&self) -> Vec<(&'static str, String)> {
         let mut env = self.stack().relay_env(TEST_SOURCE);
-        env.push(("EVENT_BUS_KIND", self.bus_kind.to_string()));
+        env.push(("EVENT_TARGET_KIND", self.target_kind.to_string()));
         env.extend(self.credentials_env());
         env
     }
@@ -774,6 +980,7 @@ impl TestEnv {
                 .message_system_attribute_names(
                     aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId,
                 )
+                .message_attribute_names("All")
                 .send()
                 .await
                 .expect("receive message");
@@ -814,31 +1021,87 @@ impl TestEnv {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// Every event delivered to the sink queue so far (read and deleted), parsed.
+    /// Every event delivered to the sink so far (read and deleted from the sink queue, or read
+    /// from the Kinesis target), parsed. On a bus the message is the bus's event; on SNS and SQS
+    /// the message's body is the envelope and its `eventType` attribute the type, and on Kinesis
+    /// the record's data: both read here as an event of the bus's shape (`detail`,
+    /// `detail-type`).
     ///
     /// # Panics
     /// When a message is not an event the relays publish.
     pub async fn drain_sink(&self) -> Vec<SinkMessage> {
+        if self.target_kind == TargetKind::Kinesis {
+            let mut records = std::mem::take(&mut *self.kinesis_unread.lock().expect("unread"));
+            records.extend(self.read_stream().await);
+            return records
+                .into_iter()
+                .map(|data| {
+                    let detail: serde_json::Value = serde_json::from_slice(&data)
+                        .unwrap_or_else(|e| panic!("a record's data is not JSON ({e})"));
+                    // The envelope's type, or a CloudEvent's.
+                    let detail_type = match &detail["metadata"]["eventType"] {
+                        serde_json::Value::Null => detail["type"].clone(),
+                        event_type => event_type.clone(),
+                    };
+                    sink_message(serde_json::json!({
+                        "detail-type": detail_type,
+                        "detail": detail,
+                    }))
+                })
+                .collect();
+        }
         self.drain_queue(&self.sink_queue_url)
             .await
             .into_iter()
             .map(|m| {
                 let body = m.body().expect("message body");
-                let event: serde_json::Value = serde_json::from_str(body)
+                let parsed: serde_json::Value = serde_json::from_str(body)
                     .unwrap_or_else(|e| panic!("sink message {body:?}: {e}"));
-                // The envelope or a CloudEvent, as the classic event's detail or alone (a raw
-                // event of the Custom Event Bus): what a consumer reads.
-                let envelope = outbox_consumer::decode(&event).unwrap_or_else(|e| {
-                    panic!("sink message is not an outbox event ({e}): {body}")
-                });
-                SinkMessage { event, envelope }
+                if self.target_kind.is_bus() {
+                    return sink_message(parsed);
+                }
+                let attribute = |name: &str| {
+                    m.message_attributes()
+                        .and_then(|a| a.get(name))
+                        .and_then(|v| v.string_value())
+                        .map(str::to_owned)
+                };
+                sink_message(serde_json::json!({
+                    "detail-type": attribute("eventType"),
+                    "eventId": attribute("eventId"),
+                    "group": m.attributes().and_then(|a| a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId)),
+                    "detail": parsed,
+                }))
             })
             .collect()
     }
 
-    /// Waits until the sink queue holds at least `count` messages or `timeout` passes, then drains it.
+    /// Messages on the sink queue (visible or in flight), or a Kinesis target's records not
+    /// drained yet (read now and kept for [`drain_sink`](Self::drain_sink)).
+    pub async fn sink_depth(&self) -> u64 {
+        if self.target_kind != TargetKind::Kinesis {
+            return self.queue_depth(&self.sink_queue_url).await;
+        }
+        let read = self.read_stream().await;
+        let mut unread = self.kinesis_unread.lock().expect("unread");
+        unread.extend(read);
+        unread.len() as u64
+    }
+
+    /// Waits until the sink holds at least `count` messages or `timeout` passes, then drains it
+    /// (a Kinesis target: reads it until it has `count` records or `timeout` passes).
     pub async fn wait_for_sink(&self, count: u64, timeout: Duration) -> Vec<SinkMessage> {
         let deadline = Instant::now() + timeout;
+        if self.target_kind == TargetKind::Kinesis {
+            let mut all = Vec::new();
+            loop {
+                all.extend(self.drain_sink().await);
+                if all.len() as u64 >= count || Instant::now() >= deadline {
+                    return all;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
         while self.queue_depth(&self.sink_queue_url).await < count && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

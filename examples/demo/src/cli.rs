@@ -9,11 +9,13 @@ use outbox_shared::ShardCount;
 #[derive(Debug, Parser)]
 #[command(name = "outbox-demo", version)]
 pub(crate) struct Args {
-    /// The bus the relays publish to: the classic bus (a rule into a standard sink queue) or the
-    /// Custom Event Bus (the template's FIFO subscriber into a FIFO sink queue, each order's
-    /// events in order, repeats within 300 s de-duplicated at the bus), on the local double.
-    #[arg(long, value_enum, default_value_t = Bus::Classic)]
-    pub(crate) bus: Bus,
+    /// What the relays publish to, and where the demo reads what a consumer receives: the classic
+    /// bus (a rule into a standard sink queue), the Custom Event Bus (the template's FIFO
+    /// subscriber into a FIFO sink queue, on the local double), a FIFO SNS topic (delivering into
+    /// a FIFO SQS queue), a FIFO SQS queue (read itself), or a Kinesis stream (read back with
+    /// GetRecords). `--bus` is its earlier name.
+    #[arg(long, alias = "bus", value_enum, default_value_t = Target::Classic)]
+    pub(crate) target: Target,
     /// Orders written while the stream relay runs.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub(crate) orders: u64,
@@ -51,7 +53,8 @@ pub(crate) struct Args {
     #[arg(long)]
     pub(crate) json: bool,
     /// Use an existing table instead of provisioning one (with --event-bus-name, --sink-queue-url and
-    /// --dead-letter-queue-url; for --bus custom the bus's ARN and a queue of a FIFO subscriber).
+    /// --dead-letter-queue-url; for --target custom the bus's ARN and a queue of a FIFO
+    /// subscriber; buses only).
     #[arg(long, requires_all = ["event_bus_name", "sink_queue_url", "dead_letter_queue_url"])]
     pub(crate) table_name: Option<String>,
     #[arg(long, requires = "table_name")]
@@ -63,20 +66,25 @@ pub(crate) struct Args {
     pub(crate) dead_letter_queue_url: Option<String>,
 }
 
-/// The bus kinds of `--bus`, named as the relays' `EVENT_BUS_KIND` names them.
+/// The target kinds of `--target`, named as the relays' `EVENT_TARGET_KIND` names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Bus {
+pub(crate) enum Target {
     Classic,
     Custom,
+    Sns,
+    Sqs,
+    Kinesis,
 }
 
-impl Bus {
-    /// The relays' `EVENT_BUS_KIND` (and the template's `EventBusKind`) for this bus.
+impl Target {
+    /// The relays' `EVENT_TARGET_KIND` for this target.
     pub(crate) fn kind(self) -> &'static str {
-        use outbox_infra::template::parameter::{CLASSIC, CUSTOM};
         match self {
-            Self::Classic => CLASSIC,
-            Self::Custom => CUSTOM,
+            Self::Classic => "classic",
+            Self::Custom => "custom",
+            Self::Sns => "sns",
+            Self::Sqs => "sqs",
+            Self::Kinesis => "kinesis",
         }
     }
 }

@@ -1,5 +1,7 @@
-//! What reached the far end: the events the bus delivered to the sink queue (read and deleted as
-//! they arrive) and, from the outbox items, when each event was published.
+//! What reached the far end: the events the target delivered to the sink queue (read and deleted
+//! as they arrive; a bus's event carries the envelope as its `detail`, an SNS or SQS message as its
+//! body), or a Kinesis stream's records (read back with `GetRecords`), and, from the outbox items,
+//! when each event was published.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,6 +37,9 @@ pub(crate) async fn read_deliveries(
     stop: watch::Receiver<bool>,
     delivered: Arc<AtomicU64>,
 ) -> Result<Vec<Delivery>> {
+    if env.target == crate::cli::Target::Kinesis {
+        return read_stream(env, stop, delivered).await;
+    }
     let mut deliveries = Vec::new();
     loop {
         let received = env
@@ -60,9 +65,13 @@ pub(crate) async fn read_deliveries(
             let body = message.body().unwrap_or_default();
             let event: serde_json::Value =
                 serde_json::from_str(body).with_context(|| format!("sink message {body:?}"))?;
-            let envelope: Envelope<serde_json::Value> =
-                serde_json::from_value(event["detail"].clone())
-                    .with_context(|| format!("sink message detail {body:?}"))?;
+            // A bus's event holds the envelope as its detail; an SNS (raw) or SQS message is it.
+            let detail = match event.get("detail") {
+                Some(detail) => detail.clone(),
+                None => event,
+            };
+            let envelope: Envelope<serde_json::Value> = serde_json::from_value(detail)
+                .with_context(|| format!("sink message detail {body:?}"))?;
             let sent_ms = message
                 .attributes()
                 .and_then(|a| a.get(&MessageSystemAttributeName::SentTimestamp))
@@ -99,6 +108,87 @@ pub(crate) async fn read_deliveries(
             .send()
             .await
             .context("deleting from the sink queue")?;
+    }
+}
+
+/// Reads the Kinesis target's records as they arrive, each shard from its start, until `stop` is
+/// set and a read finds nothing new; the deliveries in each shard's order (an aggregate is on one
+/// shard, so its order is the stream's).
+async fn read_stream(
+    env: Env,
+    stop: watch::Receiver<bool>,
+    delivered: Arc<AtomicU64>,
+) -> Result<Vec<Delivery>> {
+    let stream = env.stack.bus_name.clone();
+    let shards = env
+        .kinesis
+        .list_shards()
+        .stream_arn(&stream)
+        .send()
+        .await
+        .context("listing the stream's shards")?;
+    let mut iterators = Vec::new();
+    for shard in shards.shards() {
+        let iterator = env
+            .kinesis
+            .get_shard_iterator()
+            .stream_arn(&stream)
+            .shard_id(shard.shard_id())
+            .shard_iterator_type(aws_sdk_kinesis::types::ShardIteratorType::TrimHorizon)
+            .send()
+            .await
+            .context("a shard iterator")?
+            .shard_iterator()
+            .map(str::to_owned);
+        iterators.push(iterator);
+    }
+    let mut deliveries = Vec::new();
+    loop {
+        let stopping = *stop.borrow();
+        let mut read = 0;
+        for iterator in iterators.iter_mut() {
+            let Some(current) = iterator.clone() else {
+                continue;
+            };
+            let answer = env
+                .kinesis
+                .get_records()
+                .stream_arn(&stream)
+                .shard_iterator(current)
+                .limit(1000)
+                .send()
+                .await
+                .context("reading the stream")?;
+            for record in answer.records() {
+                let envelope: Envelope<serde_json::Value> =
+                    serde_json::from_slice(record.data().as_ref())
+                        .context("a record's data is the envelope")?;
+                let arrived_ms = record
+                    .approximate_arrival_timestamp()
+                    .and_then(|t| t.to_millis().ok());
+                let occurred_ms =
+                    outbox_shared::time::parse_timestamp(&envelope.metadata.occurred_at)
+                        .ok()
+                        .map(|t| t.timestamp_millis());
+                deliveries.push(Delivery {
+                    event_id: envelope.metadata.event_id,
+                    aggregate_id: envelope.metadata.aggregate_id,
+                    sequence: envelope.metadata.sequence,
+                    latency_ms: arrived_ms
+                        .zip(occurred_ms)
+                        .and_then(|(arrived, occurred)| u64::try_from(arrived - occurred).ok()),
+                });
+            }
+            read += answer.records().len();
+            *iterator = answer.next_shard_iterator().map(str::to_owned);
+        }
+        delivered.fetch_add(read as u64, Ordering::Relaxed);
+        if read == 0 {
+            if stopping {
+                return Ok(deliveries);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }
 

@@ -1,12 +1,14 @@
 //! The stack the demo runs on (table, bus, sink queue, dead-letter queue), provisioned from the
 //! template on the local emulators or given on the command line, and the clients it reads it with.
-//! On the Custom Event Bus (`--bus custom`) the stack's bus is the bus's ARN and its sink queue
-//! the template's FIFO subscriber's queue.
+//! On the Custom Event Bus (`--target custom`) the stack's bus is the bus's ARN and its sink queue
+//! the template's FIFO subscriber's queue; on SNS a FIFO topic with a FIFO queue subscribed (raw
+//! messages), on SQS a FIFO queue that is its own sink, on Kinesis a stream read back (no sink
+//! queue). The stack's `bus_name` is the relays' `EVENT_TARGET` whatever the kind.
 
 use anyhow::{Result, bail};
 use outbox_infra::LocalStack;
 
-use crate::cli::{Args, Bus};
+use crate::cli::{Args, Target};
 use crate::progress::phase;
 
 /// The EventBridge `Source` the demo's writer and relays use.
@@ -18,6 +20,9 @@ pub(crate) struct Env {
     pub(crate) stack: LocalStack,
     pub(crate) dynamodb: aws_sdk_dynamodb::Client,
     pub(crate) sqs: aws_sdk_sqs::Client,
+    pub(crate) kinesis: aws_sdk_kinesis::Client,
+    /// The kind of target the relays publish to.
+    pub(crate) target: Target,
 }
 
 impl Env {
@@ -28,7 +33,7 @@ impl Env {
 
 pub(crate) async fn provision(args: &Args) -> Result<Env> {
     // The demo creates and fills its own resources: never against an account by accident.
-    let custom = (args.bus == Bus::Custom).then_some("AWS_ENDPOINT_URL_EVENTBRIDGEV2");
+    let custom = (args.target == Target::Custom).then_some("AWS_ENDPOINT_URL_EVENTBRIDGEV2");
     for variable in ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB"]
         .into_iter()
         .chain(custom)
@@ -54,20 +59,29 @@ pub(crate) async fn provision(args: &Args) -> Result<Env> {
         _ => {
             let suffix = uuid::Uuid::now_v7().simple().to_string();
             let suffix = &suffix[suffix.len() - 10..];
-            match args.bus {
-                Bus::Classic => {
+            match args.target {
+                Target::Classic => {
                     phase(
                         "provisioning the table, bus, sink queue and dead-letter queue from infra/template.yaml",
                     );
                     let eventbridge = aws_sdk_eventbridge::Client::new(&sdk);
                     LocalStack::provision(&dynamodb, &eventbridge, &sqs, suffix).await?
                 }
-                Bus::Custom => {
+                Target::Custom => {
                     phase(
                         "provisioning the table, Custom Event Bus, FIFO subscriber and queue, and dead-letter queue from infra/template.yaml",
                     );
                     let eventbridgev2 = aws_sdk_eventbridgev2::Client::new(&sdk);
                     provision_custom(&dynamodb, &eventbridgev2, &sqs, suffix).await?
+                }
+                target => {
+                    phase(&format!(
+                        "provisioning the table and dead-letter queue from infra/template.yaml, and the {} target",
+                        target.kind()
+                    ));
+                    let sns = aws_sdk_sns::Client::new(&sdk);
+                    let kinesis = aws_sdk_kinesis::Client::new(&sdk);
+                    provision_target(target, &dynamodb, &sqs, &sns, &kinesis, suffix).await?
                 }
             }
         }
@@ -76,6 +90,8 @@ pub(crate) async fn provision(args: &Args) -> Result<Env> {
         stack,
         dynamodb,
         sqs,
+        kinesis: aws_sdk_kinesis::Client::new(&sdk),
+        target: args.target,
     })
 }
 
@@ -104,6 +120,96 @@ async fn provision_custom(
         stream_arn: table.stream_arn,
         bus_name: bus_arn,
         sink_queue_url: subscriber.queue_url,
+        dead_letter_queue_url: dead_letters.queue_url,
+    })
+}
+
+/// The template's table and dead-letter queue, and a target of `target`'s kind with what a consumer
+/// reads it through: a FIFO topic with a FIFO queue subscribed (raw messages, so the body is the
+/// envelope), a FIFO queue, or a stream of two shards; names end in `suffix`.
+async fn provision_target(
+    target: Target,
+    dynamodb: &aws_sdk_dynamodb::Client,
+    sqs: &aws_sdk_sqs::Client,
+    sns: &aws_sdk_sns::Client,
+    kinesis: &aws_sdk_kinesis::Client,
+    suffix: &str,
+) -> Result<LocalStack> {
+    let table = outbox_infra::create_outbox_table(dynamodb, &format!("outbox-{suffix}")).await?;
+    let dead_letters =
+        outbox_infra::create_dead_letter_queue(sqs, &format!("dlq-{suffix}")).await?;
+    let fifo_queue = |name: String| async move {
+        let url = sqs
+            .create_queue()
+            .queue_name(format!("{name}.fifo"))
+            .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+            .send()
+            .await?
+            .queue_url()
+            .unwrap_or_default()
+            .to_owned();
+        anyhow::Ok(url)
+    };
+    let (target_name, sink) = match target {
+        Target::Sqs => {
+            let queue = fifo_queue(format!("orders-{suffix}")).await?;
+            (queue.clone(), queue)
+        }
+        Target::Sns => {
+            let topic = sns
+                .create_topic()
+                .name(format!("orders-{suffix}.fifo"))
+                .attributes("FifoTopic", "true")
+                .send()
+                .await?
+                .topic_arn()
+                .unwrap_or_default()
+                .to_owned();
+            let queue = fifo_queue(format!("sink-{suffix}")).await?;
+            let queue_arn = sqs
+                .get_queue_attributes()
+                .queue_url(&queue)
+                .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+                .send()
+                .await?
+                .attributes()
+                .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn))
+                .cloned()
+                .unwrap_or_default();
+            sns.subscribe()
+                .topic_arn(&topic)
+                .protocol("sqs")
+                .endpoint(queue_arn)
+                .attributes("RawMessageDelivery", "true")
+                .send()
+                .await?;
+            (topic, queue)
+        }
+        Target::Kinesis => {
+            let name = format!("orders-{suffix}");
+            kinesis
+                .create_stream()
+                .stream_name(&name)
+                .shard_count(2)
+                .send()
+                .await?;
+            let arn = kinesis
+                .describe_stream_summary()
+                .stream_name(&name)
+                .send()
+                .await?
+                .stream_description_summary()
+                .map(|s| s.stream_arn().to_owned())
+                .unwrap_or_default();
+            (arn, String::new())
+        }
+        Target::Classic | Target::Custom => bail!("{} is a bus", target.kind()),
+    };
+    Ok(LocalStack {
+        table_name: table.table_name,
+        stream_arn: table.stream_arn,
+        bus_name: target_name,
+        sink_queue_url: sink,
         dead_letter_queue_url: dead_letters.queue_url,
     })
 }

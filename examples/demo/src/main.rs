@@ -186,7 +186,7 @@ async fn run(args: &Args) -> Result<Summary> {
     let relay_lags = relay_lags(env).await?;
     let summary = summarize(
         &Written {
-            bus: args.bus.kind(),
+            target: args.target.kind(),
             orders: args.orders + outage_orders,
             all: &written_ids,
             live: &live_ids,

@@ -23,7 +23,7 @@ pub(crate) struct RelaySummary {
     #[serde(default)]
     pub(crate) failed: u64,
     #[serde(default)]
-    pub(crate) put_events_calls: u64,
+    pub(crate) publish_calls: u64,
     /// Entries the Custom Event Bus answered `DEDUPLICATED` (a repeat within its 300 s window:
     /// published, not stored again); absent on the classic bus.
     #[serde(default)]
@@ -66,7 +66,7 @@ pub(crate) fn spawn_relay(
     command
         .args(extra)
         .envs(env.stack.relay_env(SOURCE))
-        .env("EVENT_BUS_KIND", args.bus.kind())
+        .env("EVENT_TARGET_KIND", args.target.kind())
         .env("OUTBOX_SHARD_COUNT", args.shard_count.to_string())
         .env(
             "RUST_LOG",

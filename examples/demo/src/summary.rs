@@ -13,8 +13,9 @@ use crate::relays::RelaySummary;
 /// What the demo observed; also printed as JSON with `--json`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Summary {
-    /// The bus the relays published to: `classic` or `custom` (`--bus`).
-    pub(crate) bus: String,
+    /// What the relays published to: `classic`, `custom`, `sns`, `sqs` or `kinesis`
+    /// (`--target`).
+    pub(crate) target: String,
     /// Orders written (each an aggregate with its `OrderCreated` event).
     pub(crate) orders: u64,
     /// Events written: every order's `OrderCreated` and the follow-ups' `OrderStatusChanged`.
@@ -42,14 +43,18 @@ pub(crate) struct Summary {
     pub(crate) dead_lettered: u64,
     /// Orders per second written while the stream relay ran (`--rate`).
     pub(crate) rate: u64,
-    /// Write to published (PutEvents accepted, the item marked): the relay's own latency, over
+    /// Write to published (the target accepted it, the item marked): the relay's own latency, over
     /// the events written while the stream relay ran.
     pub relay_lag_p50_ms: u64,
     pub relay_lag_p99_ms: u64,
     /// Write to delivery on the sink queue (through the emulator's rule), over the same events.
     pub latency_p50_ms: u64,
     pub latency_p99_ms: u64,
-    /// PutEvents calls by both relays, retries included.
+    /// Calls to the target by both relays, retries included.
+    pub(crate) publish_calls: u64,
+    /// Deprecated: `publish_calls` under its earlier name, the same value, kept one release for
+    /// scripts that read it (removed in the next).
+    #[serde(default)]
     pub(crate) put_events_calls: u64,
     pub(crate) seconds: f64,
 }
@@ -57,7 +62,7 @@ pub(crate) struct Summary {
 /// The events the demo wrote: all of them, those written while the stream relay ran (whose
 /// latencies are the live relay's), and the rate those were written at.
 pub(crate) struct Written<'a> {
-    pub(crate) bus: &'a str,
+    pub(crate) target: &'a str,
     pub(crate) orders: u64,
     pub(crate) all: &'a [String],
     pub(crate) live: &'a HashSet<String>,
@@ -100,7 +105,7 @@ pub(crate) fn summarize(
     let delivered = deliveries.len() as u64;
     let unique = first_latency.len() as u64;
     Summary {
-        bus: written.bus.to_owned(),
+        target: written.target.to_owned(),
         orders: written.orders,
         written: written.all.len() as u64,
         published_by_stream: stream.published,
@@ -117,7 +122,8 @@ pub(crate) fn summarize(
         relay_lag_p99_ms: percentile(&lags, 99),
         latency_p50_ms: percentile(&latencies, 50),
         latency_p99_ms: percentile(&latencies, 99),
-        put_events_calls: stream.put_events_calls + poller.put_events_calls,
+        publish_calls: stream.publish_calls + poller.publish_calls,
+        put_events_calls: stream.publish_calls + poller.publish_calls,
         seconds: (elapsed.as_secs_f64() * 10.0).round() / 10.0,
     }
 }
@@ -166,7 +172,7 @@ fn percentile(sorted: &[u64], p: usize) -> u64 {
 /// Prints the summary table on stdout, with what its latencies measure and where the logs are.
 pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
     let rows: [(&str, String); 16] = [
-        ("bus", s.bus.clone()),
+        ("target", s.target.clone()),
         ("orders written", s.orders.to_string()),
         ("events written", s.written.to_string()),
         (
@@ -177,7 +183,7 @@ pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
             "published by poller (backfill)",
             s.published_by_poller.to_string(),
         ),
-        ("delivered to sink queue", s.delivered.to_string()),
+        ("delivered to the consumer", s.delivered.to_string()),
         ("duplicates", s.duplicates.to_string()),
         ("out of order", s.out_of_order.to_string()),
         ("missing", s.missing.to_string()),
@@ -192,7 +198,7 @@ pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
             "  write-to-delivery p50 / p99",
             format!("{} / {} ms", s.latency_p50_ms, s.latency_p99_ms),
         ),
-        ("PutEvents calls", s.put_events_calls.to_string()),
+        ("publish calls", s.publish_calls.to_string()),
         ("elapsed", format!("{:.1} s", s.seconds)),
     ];
     println!();
@@ -210,21 +216,27 @@ pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
         }
     );
     println!();
-    println!("relay lag: an order's write to its event's publication (PutEvents accepted and the");
+    println!("relay lag: an order's write to its event's publication (the target accepted it, the");
     println!(
         "  item marked PUBLISHED), the relay's own latency, over the orders written while the"
     );
     println!(
-        "  stream relay ran; write-to-delivery: to the event's arrival on the sink queue through"
+        "  stream relay ran; write-to-delivery: to the event's arrival on the consumer side through"
     );
-    if s.bus == outbox_infra::template::parameter::CUSTOM {
-        println!(
+    match s.target.as_str() {
+        "custom" => println!(
             "  the local Custom Event Bus's FIFO subscriber (the double delivers after PutEvents)."
-        );
-    } else {
-        println!(
+        ),
+        "sns" => println!(
+            "  the FIFO topic's subscription into a FIFO queue (moto delivers inside PublishBatch)."
+        ),
+        "sqs" => println!("  the FIFO queue itself (SendMessageBatch's own timestamp)."),
+        "kinesis" => {
+            println!("  the stream, read back with GetRecords (the record's arrival timestamp).")
+        }
+        _ => println!(
             "  the local emulator's EventBridge rule (moto delivers inside the PutEvents call)."
-        );
+        ),
     }
     println!("out of order: events received before an earlier event (lower sequence) of the same");
     println!(
@@ -267,7 +279,7 @@ mod tests {
             .into();
         let s = summarize(
             &Written {
-                bus: "classic",
+                target: "classic",
                 orders: 4,
                 all: &written,
                 live: &live,
@@ -337,7 +349,7 @@ mod tests {
         assert_eq!(out_of_order(&repeated), 0);
         let s = summarize(
             &Written {
-                bus: "custom",
+                target: "custom",
                 orders: 1,
                 all: &["a1".to_owned(), "a2".to_owned()],
                 live: &HashSet::new(),

@@ -113,7 +113,22 @@ fn missing_and_malformed_flags_are_rejected_by_name() {
     let err = parse(&["drain", "--table-name", "t"])
         .unwrap_err()
         .to_string();
-    assert!(err.contains("--event-bus-name"), "{err}");
+    assert!(err.contains("--source"), "{err}");
+    // The target is a setting or its alias, so its absence is the configuration's to name
+    let no_target = ["drain", "--table-name", "t", "--source", "orders"];
+    let no_target: Vec<&str> = no_target
+        .iter()
+        .chain(&["--dead-letter-queue-url", "http://q"])
+        .copied()
+        .collect();
+    let err = match parse(&no_target).unwrap().command {
+        Command::Drain(d) => d.relay.validate().unwrap_err().to_string(),
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        err.contains("--target (EVENT_TARGET)") && err.contains("--event-bus-name"),
+        "{err}"
+    );
     let err = parse(&["status", "--table-name", "t", "--shard-count", "0"])
         .unwrap_err()
         .to_string();

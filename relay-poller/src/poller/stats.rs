@@ -148,10 +148,13 @@ pub struct DrainSummary {
     pub complete: bool,
     /// Stopped by SIGTERM or ctrl-c.
     pub interrupted: bool,
-    /// `PutEvents` calls sent (filled in by the binary from the EventBridge publisher's stats).
+    /// Calls sent to the target (filled in by the binary from the publisher's stats).
+    pub publish_calls: u64,
+    /// Deprecated: `publish_calls` under its earlier name, the same value, kept one release for
+    /// scripts that read it (removed in the next).
     pub put_events_calls: u64,
     /// Entries the Custom Event Bus answered `DEDUPLICATED` (published before within its 300 s
-    /// window; a part of `published`), filled in like `put_events_calls`; 0 on the classic bus.
+    /// window; a part of `published`), filled in like `publish_calls`; 0 on the classic bus.
     pub deduplicated: u64,
     /// Shards the last pass left to the pollers holding their leases (`--respect-leases`).
     pub skipped_shards: Vec<u16>,
@@ -217,6 +220,7 @@ impl Totals {
             passes: 0,
             complete: false,
             interrupted: false,
+            publish_calls: 0,
             put_events_calls: 0,
             deduplicated: 0,
             skipped_shards: Vec::new(),

@@ -35,7 +35,7 @@ fn errors_name_the_setting() {
     let err = PublisherConfig::new("", "orders").validate().unwrap_err();
     assert_eq!(
         err.to_string(),
-        "invalid --event-bus-name (EVENT_BUS_NAME): must not be empty"
+        "invalid --target (EVENT_TARGET): must not be empty"
     );
     let mut p = PublisherConfig::new("bus", "orders");
     p.max_request_bytes = 1000;
@@ -70,10 +70,10 @@ fn a_bus_eventbridge_would_refuse_on_every_entry_is_refused_at_start() {
         let err = PublisherConfig::new(refused, "orders")
             .validate()
             .unwrap_err();
-        assert_eq!(err.flag, "--event-bus-name", "{refused}");
+        assert_eq!(err.flag, "--target", "{refused}");
         assert!(
             err.to_string()
-                .starts_with("invalid --event-bus-name (EVENT_BUS_NAME): must be"),
+                .starts_with("invalid --target (EVENT_TARGET): must be"),
             "{err}"
         );
     }
@@ -83,7 +83,7 @@ const CUSTOM_ARN: &str =
     "arn:aws:events:eu-west-1:123456789012:event-busv2/orders-bus/abcdefghij0123456789klmno";
 
 #[test]
-fn the_bus_kind_is_classic_unless_set_to_custom() {
+fn the_target_kind_is_classic_unless_set_to_custom() {
     // Given no kind, then kind custom with a Custom Event Bus ARN
     let classic = parse(&[]).config().unwrap();
     let custom = parse(&["--event-bus-kind", "custom", "--event-bus-name", CUSTOM_ARN])
@@ -91,14 +91,14 @@ fn the_bus_kind_is_classic_unless_set_to_custom() {
         .unwrap();
 
     // Then the classic bus keeps its defaults, and the custom one takes 100 entries a call
-    assert_eq!(classic.bus_kind, BusKind::Classic);
+    assert_eq!(classic.target_kind, TargetKind::Classic);
     assert_eq!(classic.max_entries_per_call, 10);
-    assert_eq!(custom.bus_kind, BusKind::Custom);
+    assert_eq!(custom.target_kind, TargetKind::Custom);
     assert_eq!(custom.max_entries_per_call, 100);
     assert_eq!(custom.max_request_bytes, 256 * 1024);
     assert_eq!(
         custom,
-        PublisherConfig::of_kind(BusKind::Custom, CUSTOM_ARN, "orders")
+        PublisherConfig::of_kind(TargetKind::Custom, CUSTOM_ARN, "orders")
     );
     let fifty = parse(&[
         "--event-bus-kind=custom",
@@ -149,10 +149,10 @@ fn a_bus_of_the_other_kind_is_refused_naming_both_settings() {
     ] {
         let err = result.unwrap_err().to_string();
         for part in [
-            "--event-bus-name",
-            "EVENT_BUS_NAME",
-            "--event-bus-kind",
-            "EVENT_BUS_KIND",
+            "--target",
+            "EVENT_TARGET",
+            "--target-kind",
+            "EVENT_TARGET_KIND",
         ] {
             assert!(err.contains(part), "{part} in {err}");
         }
@@ -171,7 +171,7 @@ fn custom_bus_arns_are_checked_as_the_bus_documents_them() {
         CUSTOM_ARN,
         "arn:aws-us-gov:events:us-gov-west-1:123456789012:event-busv2/o.r_d-1/abcdefghij0123456789klmno",
     ] {
-        let config = PublisherConfig::of_kind(BusKind::Custom, accepted, "orders");
+        let config = PublisherConfig::of_kind(TargetKind::Custom, accepted, "orders");
         assert_eq!(config.validate(), Ok(()), "{accepted}");
     }
     for refused in [
@@ -182,18 +182,18 @@ fn custom_bus_arns_are_checked_as_the_bus_documents_them() {
         "arn:aws:events:eu-west-1:1234:event-busv2/orders/abcdefghij0123456789klmno",
         "arn:aws:sqs:eu-west-1:123456789012:event-busv2/orders/abcdefghij0123456789klmno",
     ] {
-        let config = PublisherConfig::of_kind(BusKind::Custom, refused, "orders");
+        let config = PublisherConfig::of_kind(TargetKind::Custom, refused, "orders");
         assert!(config.validate().is_err(), "{refused}");
     }
-    let reserved = PublisherConfig::of_kind(BusKind::Custom, CUSTOM_ARN, "aws.orders");
+    let reserved = PublisherConfig::of_kind(TargetKind::Custom, CUSTOM_ARN, "aws.orders");
     assert_eq!(reserved.validate().unwrap_err().flag, "--source");
-    let long = PublisherConfig::of_kind(BusKind::Custom, CUSTOM_ARN, "a".repeat(257));
+    let long = PublisherConfig::of_kind(TargetKind::Custom, CUSTOM_ARN, "a".repeat(257));
     assert_eq!(
         long.validate().unwrap_err().to_string(),
         "invalid --source (EVENT_SOURCE): must have at most 256 characters on the Custom Event \
          Bus, got 257"
     );
-    let mut too_many = PublisherConfig::of_kind(BusKind::Custom, CUSTOM_ARN, "orders");
+    let mut too_many = PublisherConfig::of_kind(TargetKind::Custom, CUSTOM_ARN, "orders");
     too_many.max_entries_per_call = 101;
     assert_eq!(
         too_many.validate().unwrap_err().to_string(),
@@ -205,8 +205,8 @@ fn custom_bus_arns_are_checked_as_the_bus_documents_them() {
 fn a_source_with_the_reserved_aws_prefix_is_refused_on_either_bus() {
     // Given a source in AWS's reserved `aws.` namespace, on each bus kind
     for (kind, bus) in [
-        (BusKind::Classic, "orders-bus"),
-        (BusKind::Custom, CUSTOM_ARN),
+        (TargetKind::Classic, "orders-bus"),
+        (TargetKind::Custom, CUSTOM_ARN),
     ] {
         let config = PublisherConfig::of_kind(kind, bus, "aws.orders");
 
@@ -228,7 +228,7 @@ fn a_source_with_the_reserved_aws_prefix_is_refused_on_either_bus() {
         "AWS.orders",
         "com.aws.orders",
     ] {
-        let config = PublisherConfig::of_kind(BusKind::Classic, "orders-bus", source);
+        let config = PublisherConfig::of_kind(TargetKind::Classic, "orders-bus", source);
         assert!(config.validate().is_ok(), "{source}");
     }
 }
@@ -267,11 +267,8 @@ fn every_out_of_range_flag_is_named_with_its_variable() {
             "PUBLISH_MAX_ATTEMPTS",
         ),
         (&["--source", " "][..], "--source", "EVENT_SOURCE"),
-        (
-            &["--event-bus-name", ""][..],
-            "--event-bus-name",
-            "EVENT_BUS_NAME",
-        ),
+        (&["--event-bus-name", ""][..], "--target", "EVENT_TARGET"),
+        (&["--target", ""][..], "--target", "EVENT_TARGET"),
     ] {
         let err = parse(args).config().unwrap_err();
         assert_eq!(
@@ -340,6 +337,196 @@ fn the_event_format_is_the_envelope_unless_set_to_cloudevents() {
         "EVENT_FORMAT",
         "\"avro\"",
         "envelope, cloudevents",
+    ] {
+        assert!(err.contains(part), "{part} in {err}");
+    }
+}
+
+const TOPIC: &str = "arn:aws:sns:eu-west-1:123456789012:orders.fifo";
+const QUEUE: &str = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders";
+const STREAM: &str = "arn:aws:kinesis:eu-west-1:123456789012:stream/orders";
+
+/// The publisher's flags without the base's bus, from `args`.
+fn parse_only(args: &[&str]) -> Result<PublisherArgs, clap::Error> {
+    Cli::try_parse_from(["relay", "--source", "orders"].iter().chain(args)).map(|c| c.publisher)
+}
+
+#[test]
+fn each_target_kind_takes_its_target_and_its_limits() {
+    // Given each kind with a target of its own
+    for (kind, target, entries, entry_bytes, request_bytes) in [
+        ("classic", "orders", 10, 256 * 1024, 256 * 1024),
+        ("custom", CUSTOM_ARN, 100, 256 * 1024, 256 * 1024),
+        ("sns", TOPIC, 10, 256 * 1024, 256 * 1024),
+        ("sqs", QUEUE, 10, 256 * 1024, 256 * 1024),
+        ("kinesis", STREAM, 500, 1024 * 1024, 5 * 1024 * 1024),
+    ] {
+        // When it is configured with the new settings
+        let config = parse_only(&["--target-kind", kind, "--target", target])
+            .unwrap()
+            .config()
+            .unwrap();
+
+        // Then it has the kind's defaults
+        assert_eq!(config.target_kind.to_string(), kind);
+        assert_eq!(config.target, target);
+        assert_eq!(
+            (
+                config.max_entries_per_call,
+                config.max_entry_bytes,
+                config.max_request_bytes
+            ),
+            (entries, entry_bytes, request_bytes),
+            "{kind}"
+        );
+    }
+    // And the largest sizes each kind takes are accepted, one byte more is not
+    let kinesis = ["--target-kind", "kinesis", "--target", STREAM];
+    let sqs = ["--target-kind", "sqs", "--target", QUEUE];
+    let with =
+        |base: &[&str], extra: &[&str]| parse_only(&[base, extra].concat()).unwrap().config();
+    assert!(with(&kinesis, &["--max-request-bytes", "5242880"]).is_ok());
+    assert!(with(&kinesis, &["--max-request-bytes", "5242881"]).is_err());
+    assert!(with(&kinesis, &["--max-entries-per-call", "501"]).is_err());
+    assert!(
+        with(
+            &sqs,
+            &[
+                "--max-entry-bytes",
+                "1048576",
+                "--max-request-bytes",
+                "1048576"
+            ]
+        )
+        .is_ok()
+    );
+    assert!(with(&sqs, &["--max-entries-per-call", "11"]).is_err());
+}
+
+#[test]
+fn the_bus_settings_are_aliases_and_may_not_contradict_their_new_names() {
+    // Given the aliases alone, the new names alone, and both set alike
+    let alias = parse_only(&["--event-bus-kind", "custom", "--event-bus-name", CUSTOM_ARN]);
+    let new = parse_only(&["--target-kind", "custom", "--target", CUSTOM_ARN]);
+    let both = parse_only(&[
+        "--target-kind",
+        "custom",
+        "--event-bus-kind",
+        "custom",
+        "--target",
+        CUSTOM_ARN,
+        "--event-bus-name",
+        CUSTOM_ARN,
+    ]);
+
+    // Then they are the same configuration
+    let expected = PublisherConfig::of_kind(TargetKind::Custom, CUSTOM_ARN, "orders");
+    for args in [alias, new, both] {
+        assert_eq!(args.unwrap().config().unwrap(), expected);
+    }
+
+    // And an alias set differently from its new name is refused naming both, with the values
+    let kinds = parse_only(&[
+        "--target-kind",
+        "sqs",
+        "--event-bus-kind",
+        "classic",
+        "--target",
+        QUEUE,
+    ])
+    .unwrap()
+    .config()
+    .unwrap_err()
+    .to_string();
+    for part in [
+        "--target-kind (EVENT_TARGET_KIND)",
+        "--event-bus-kind (EVENT_BUS_KIND)",
+        "Sqs",
+        "Classic",
+    ] {
+        assert!(kinds.contains(part), "{part} in {kinds}");
+    }
+    let targets = parse_only(&["--target", "orders", "--event-bus-name", "other"])
+        .unwrap()
+        .config()
+        .unwrap_err()
+        .to_string();
+    for part in [
+        "--target (EVENT_TARGET)",
+        "--event-bus-name (EVENT_BUS_NAME)",
+        "\"orders\"",
+        "\"other\"",
+    ] {
+        assert!(targets.contains(part), "{part} in {targets}");
+    }
+    // And neither set names the setting and its alias
+    let missing = parse_only(&[]).unwrap().config().unwrap_err().to_string();
+    assert_eq!(
+        missing,
+        "invalid --target (EVENT_TARGET): must be set (or its alias --event-bus-name \
+         (EVENT_BUS_NAME), for a bus)"
+    );
+    // And the bus alias names buses only
+    let err = parse_only(&["--event-bus-kind", "sns", "--target", TOPIC])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("--event-bus-kind") && err.contains("--target-kind"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_target_of_another_kind_than_named_is_refused_naming_the_setting_and_the_value() {
+    // Given an SQS queue's URL for SNS, a topic for SQS, a stream for SNS, a queue for Kinesis
+    for (kind, target, other) in [
+        ("sns", QUEUE, "sqs"),
+        ("sqs", TOPIC, "sns"),
+        ("sns", STREAM, "kinesis"),
+        ("kinesis", QUEUE, "sqs"),
+        ("classic", TOPIC, "sns"),
+    ] {
+        let err = parse_only(&["--target-kind", kind, "--target", target])
+            .unwrap()
+            .config()
+            .unwrap_err();
+
+        // Then the relay refuses it at start, naming the setting, the value and the kind it is
+        let message = err.to_string();
+        assert_eq!(err.flag, "--target", "{message}");
+        for part in [
+            "--target (EVENT_TARGET)",
+            &format!("{target:?}"),
+            "--target-kind (EVENT_TARGET_KIND)",
+            &format!("({other})"),
+        ] {
+            assert!(message.contains(part), "{part} in {message}");
+        }
+    }
+    // And one that is no target at all says what the kind's target looks like, with the value
+    let err = parse_only(&[
+        "--target-kind",
+        "sqs",
+        "--target",
+        "arn:aws:sqs:eu-west-1:123456789012:q",
+    ])
+    .unwrap()
+    .config()
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("queue's URL") && err.contains("arn:aws:sqs"),
+        "{err}"
+    );
+    // And a mistaken kind names the value and every accepted kind
+    let err = parse_only(&["--target-kind", "sns-fifo", "--target", TOPIC])
+        .unwrap_err()
+        .to_string();
+    for part in [
+        "--target-kind",
+        "EVENT_TARGET_KIND",
+        "\"sns-fifo\"",
+        "classic, custom, sns, sqs, kinesis",
     ] {
         assert!(err.contains(part), "{part} in {err}");
     }

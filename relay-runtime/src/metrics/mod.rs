@@ -52,16 +52,17 @@ pub const RETRIED: &str = "Retried";
 /// the last 300 s, stored no second time, and counted in [`PUBLISHED`] too (a success). Count;
 /// both relays, custom bus only.
 pub const DEDUPLICATED: &str = "Deduplicated";
-/// `PutEvents` entries EventBridge refused with `ThrottlingException` (the account's quota).
-/// Count; both relays.
+/// Entries the target refused for its quota (EventBridge's `ThrottlingException`, SNS's
+/// `Throttled`, a Kinesis shard's `ProvisionedThroughputExceededException`, …). Count; both
+/// relays.
 pub const THROTTLED: &str = "Throttled";
 /// The publish rate's limit each time throttling lowered it (`relay_runtime::publish_rate`):
 /// the Minimum over a period shows how far the relay slowed down for the bus. Entries per
 /// second; both relays.
 pub const PUBLISH_RATE_LIMIT: &str = "PublishRateLimit";
-/// The limit of `PutEvents` calls in flight each time a timed-out call lowered it
+/// The limit of publish calls in flight each time a timed-out call lowered it
 /// (`relay_runtime::publish_concurrency`): the Minimum over a period shows how far the relay
-/// slowed down for a slow bus. Count; both relays.
+/// slowed down for a slow target. Count; both relays.
 pub const PUBLISH_CONCURRENCY_LIMIT: &str = "PublishConcurrencyLimit";
 /// AWS calls that failed after the SDK's own retries, per [`OPERATION_DIMENSION`]. Count.
 pub const FAILED_CALLS: &str = "FailedCalls";
@@ -178,10 +179,7 @@ fn describe() {
             DEDUPLICATED,
             "entries the Custom Event Bus answered DEDUPLICATED (published before)",
         ),
-        (
-            THROTTLED,
-            "PutEvents entries refused with ThrottlingException",
-        ),
+        (THROTTLED, "entries the target refused for its quota"),
         (
             FAILED_CALLS,
             "AWS calls that failed after the SDK's retries",
@@ -232,7 +230,7 @@ fn describe() {
     metrics::describe_histogram!(
         PUBLISH_CONCURRENCY_LIMIT,
         Unit::Count,
-        "the limit of PutEvents calls in flight, each time a timeout lowered it"
+        "the limit of publish calls in flight, each time a timeout lowered it"
     );
     metrics::describe_histogram!(
         BACKLOG,

@@ -40,31 +40,42 @@ use futures::future::BoxFuture;
 use outbox_shared::OutboundEvent;
 use outbox_shared::envelope::{CLOUDEVENTS_CONTENT_TYPE, EventFormat};
 use outbox_shared::event_group::deduplication_id;
-use outbox_shared::limits::{CUSTOM_BUS_DEFAULT_MAX_BYTES, CUSTOM_BUS_PUT_EVENTS_MAX_ENTRIES};
+use outbox_shared::limits::{
+    CUSTOM_BUS_DEFAULT_MAX_BYTES, CUSTOM_BUS_PUT_EVENTS_MAX_ENTRIES, PUT_EVENTS_ABSOLUTE_MAX_BYTES,
+};
 
-use super::BusSpec;
+use super::TargetSpec;
 use super::send::{
-    BusAdapter, BusCall, CallAnswer, EntryResult, TimeoutsToThePublisher, answer_of,
+    CallAnswer, EntryResult, TargetAdapter, TargetCall, TimeoutsToThePublisher, answer_of,
 };
 use crate::CallTasks;
-use crate::config::{BusKind, PublisherConfig, SettingError};
+use crate::config::{PublisherConfig, SettingError, TargetKind};
 
-/// The Custom Event Bus's raw events (CloudEvents): `events:PutRawEvents` on the bus (on a
-/// classic bus the action authorizes nothing).
-pub const RAW_CALLS: &[crate::permissions::Call] = &[crate::permissions::Call::new(
-    "events:PutRawEvents",
-    crate::permissions::Target::EventBus,
-)];
+/// The Custom Event Bus's publisher: `events:PutEvents` on the bus, and for CloudEvents (raw
+/// events) `events:PutRawEvents`, both on its ARN.
+pub const CALLS: &[crate::permissions::Call] = &[
+    crate::permissions::Call::new("events:PutEvents", crate::permissions::Target::EventTarget),
+    crate::permissions::Call::new(
+        "events:PutRawEvents",
+        crate::permissions::Target::EventTarget,
+    ),
+];
 
 /// The Custom Event Bus: 100 entries a call, 256 KiB by default (it documents no limit); its
 /// whole ARN; a `Source` of at most 256 characters.
-pub const SPEC: BusSpec = BusSpec {
+pub const SPEC: TargetSpec = TargetSpec {
     max_entries_per_call: CUSTOM_BUS_PUT_EVENTS_MAX_ENTRIES,
-    default_max_bytes: CUSTOM_BUS_DEFAULT_MAX_BYTES,
+    default_max_entry_bytes: CUSTOM_BUS_DEFAULT_MAX_BYTES,
+    max_entry_bytes: PUT_EVENTS_ABSOLUTE_MAX_BYTES,
+    default_max_request_bytes: CUSTOM_BUS_DEFAULT_MAX_BYTES,
+    max_request_bytes: PUT_EVENTS_ABSOLUTE_MAX_BYTES,
+    entry_size: OutboundEvent::entry_size,
     named_by: "a Custom Event Bus ARN (event-busv2)",
     claims: |name| name.contains(":event-busv2/"),
     check_name,
     check_source,
+    messaging_system: "aws_eventbridge",
+    calls: CALLS,
     call: |sdk| {
         std::sync::Arc::new(CustomBus::new(aws_sdk_eventbridgev2::Client::from_conf(
             aws_sdk_eventbridgev2::config::Builder::from(sdk)
@@ -166,9 +177,9 @@ pub struct CustomBus {
 }
 
 /// The Custom Event Bus's adapter.
-pub type CustomBusPublisher = BusAdapter<CustomBus>;
+pub type CustomBusPublisher = TargetAdapter<CustomBus>;
 
-impl BusAdapter<CustomBus> {
+impl TargetAdapter<CustomBus> {
     /// The Custom Event Bus's publisher on `client` ([`CustomBus::new`]).
     ///
     /// # Errors
@@ -178,7 +189,7 @@ impl BusAdapter<CustomBus> {
         client: aws_sdk_eventbridgev2::Client,
         config: PublisherConfig,
     ) -> Result<Self, SettingError> {
-        Self::with_bus(CustomBus::new(client), config)
+        Self::with_target(CustomBus::new(client), config)
     }
 }
 
@@ -230,9 +241,9 @@ impl CustomBus {
     }
 }
 
-impl BusCall for CustomBus {
-    fn kind(&self) -> BusKind {
-        BusKind::Custom
+impl TargetCall for CustomBus {
+    fn kind(&self) -> TargetKind {
+        TargetKind::Custom
     }
 
     fn put<'a>(
@@ -250,11 +261,11 @@ impl BusCall for CustomBus {
             let call = self
                 .client
                 .put_raw_events()
-                .event_bus_arn(&config.event_bus_name)
+                .event_bus_arn(&config.target)
                 .set_entries(Some(entries))
                 .send();
             return async move {
-                answer_of(call_tasks.run(call).await, |output| {
+                answer_of("PutRawEvents", call_tasks.run(call).await, |output| {
                     output.entries().iter().map(raw_entry_result).collect()
                 })
             }
@@ -267,11 +278,11 @@ impl BusCall for CustomBus {
         let call = self
             .client
             .put_events()
-            .event_bus_arn(&config.event_bus_name)
+            .event_bus_arn(&config.target)
             .set_entries(Some(entries))
             .send();
         async move {
-            answer_of(call_tasks.run(call).await, |output| {
+            answer_of("PutEvents", call_tasks.run(call).await, |output| {
                 output.entries().iter().map(entry_result).collect()
             })
         }

@@ -7,33 +7,41 @@ use aws_sdk_eventbridge::types::{PutEventsRequestEntry, PutEventsResultEntry};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use outbox_shared::OutboundEvent;
-use outbox_shared::limits::{PUT_EVENTS_DEFAULT_MAX_BYTES, PUT_EVENTS_MAX_ENTRIES};
+use outbox_shared::limits::{
+    PUT_EVENTS_ABSOLUTE_MAX_BYTES, PUT_EVENTS_DEFAULT_MAX_BYTES, PUT_EVENTS_MAX_ENTRIES,
+};
 
-use super::BusSpec;
+use super::TargetSpec;
 #[cfg(test)]
 use super::send::{Attempt, read_results};
 use super::send::{
-    BusAdapter, BusCall, CallAnswer, EntryResult, TimeoutsToThePublisher, answer_of,
+    CallAnswer, EntryResult, TargetAdapter, TargetCall, TimeoutsToThePublisher, answer_of,
 };
 use crate::CallTasks;
-use crate::config::{BusKind, PublisherConfig, SettingError};
+use crate::config::{PublisherConfig, SettingError, TargetKind};
 
-/// The calls of either bus's publisher: `events:PutEvents` on the bus (the Custom Event Bus's
-/// `PutEvents` is authorized under the same action, on its ARN).
+/// The classic bus's publisher: `events:PutEvents` on the bus (the Custom Event Bus's calls are
+/// [`super::custom_bus::CALLS`]).
 pub const CALLS: &[crate::permissions::Call] = &[crate::permissions::Call::new(
     "events:PutEvents",
-    crate::permissions::Target::EventBus,
+    crate::permissions::Target::EventTarget,
 )];
 
 /// The classic bus: 10 entries a call, 256 KiB by default; a bus name or ARN; any `Source` but
 /// EventBridge's reserved ones (checked for every kind).
-pub const SPEC: BusSpec = BusSpec {
+pub const SPEC: TargetSpec = TargetSpec {
     max_entries_per_call: PUT_EVENTS_MAX_ENTRIES,
-    default_max_bytes: PUT_EVENTS_DEFAULT_MAX_BYTES,
+    default_max_entry_bytes: PUT_EVENTS_DEFAULT_MAX_BYTES,
+    max_entry_bytes: PUT_EVENTS_ABSOLUTE_MAX_BYTES,
+    default_max_request_bytes: PUT_EVENTS_DEFAULT_MAX_BYTES,
+    max_request_bytes: PUT_EVENTS_ABSOLUTE_MAX_BYTES,
+    entry_size: OutboundEvent::entry_size,
     named_by: "a classic bus's name or ARN",
     claims: |name| check_name(name).is_ok(),
     check_name,
     check_source: |_| Ok(()),
+    messaging_system: "aws_eventbridge",
+    calls: CALLS,
     call: |sdk| {
         std::sync::Arc::new(ClassicBus::new(aws_sdk_eventbridge::Client::from_conf(
             aws_sdk_eventbridge::config::Builder::from(sdk)
@@ -90,9 +98,9 @@ pub struct ClassicBus {
 }
 
 /// The classic bus's adapter.
-pub type EventBridgePublisher = BusAdapter<ClassicBus>;
+pub type EventBridgePublisher = TargetAdapter<ClassicBus>;
 
-impl BusAdapter<ClassicBus> {
+impl TargetAdapter<ClassicBus> {
     /// The classic bus's publisher on `client` ([`ClassicBus::new`]).
     ///
     /// # Errors
@@ -102,7 +110,7 @@ impl BusAdapter<ClassicBus> {
         client: aws_sdk_eventbridge::Client,
         config: PublisherConfig,
     ) -> Result<Self, SettingError> {
-        Self::with_bus(ClassicBus::new(client), config)
+        Self::with_target(ClassicBus::new(client), config)
     }
 }
 
@@ -123,7 +131,7 @@ impl ClassicBus {
     /// The `PutEvents` entry of `event`, on the configured bus with the configured source.
     fn entry(config: &PublisherConfig, event: &OutboundEvent) -> PutEventsRequestEntry {
         PutEventsRequestEntry::builder()
-            .event_bus_name(&config.event_bus_name)
+            .event_bus_name(&config.target)
             .source(&config.source)
             .detail_type(&event.detail_type)
             .detail(&event.detail)
@@ -133,9 +141,9 @@ impl ClassicBus {
     }
 }
 
-impl BusCall for ClassicBus {
-    fn kind(&self) -> BusKind {
-        BusKind::Classic
+impl TargetCall for ClassicBus {
+    fn kind(&self) -> TargetKind {
+        TargetKind::Classic
     }
 
     fn put<'a>(
@@ -151,7 +159,7 @@ impl BusCall for ClassicBus {
             .collect();
         let call = self.client.put_events().set_entries(Some(entries)).send();
         async move {
-            answer_of(call_tasks.run(call).await, |output| {
+            answer_of("PutEvents", call_tasks.run(call).await, |output| {
                 output.entries().iter().map(entry_result).collect()
             })
         }

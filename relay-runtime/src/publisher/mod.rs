@@ -32,14 +32,14 @@
 //! publish-by time; the events not sent are [`PublishOutcome::NotSent`]. A call already sent is
 //! bounded by the SDK client's operation timeout.
 //!
-//! The room: this module is the port, what every adapter answers with, and [`BusPublisher`], the
+//! The room: this module is the port, what every adapter answers with, and [`TargetPublisher`], the
 //! publisher of the configured bus kind; [`request`] packs events into calls (what goes together,
 //! what waits for what), apart from the calls themselves; [`send`] sends them and retries what may
 //! succeed, for any bus; [`eventbridge`] is the classic bus's call, [`custom_bus`] the Custom
 //! Event Bus's (EventsV2: up to 100 entries, each with its aggregate as `EventGroupId` and its
 //! event id as `DeduplicationId`; `DEDUPLICATED` counts as published). A bus kind is one
-//! [`BusCall`] in a file of its own, its [`BusSpec`] beside it, and one variant of [`BusKind`]:
-//! [`BusKind::spec`] is the one place a kind is chosen.
+//! [`TargetCall`] in a file of its own, its [`TargetSpec`] beside it, and one variant of [`TargetKind`]:
+//! [`TargetKind::spec`] is the one place a kind is chosen.
 //!
 //! [`Deadline`]: crate::deadline::Deadline
 
@@ -54,23 +54,30 @@ use crate::{publish_concurrency::PublishConcurrency, publish_rate::PublishRate};
 
 pub mod custom_bus;
 pub mod eventbridge;
+pub mod kinesis;
+pub mod message;
 pub mod request;
 pub mod send;
+pub mod sns;
+pub mod sqs;
 
 pub use custom_bus::{CustomBus, CustomBusPublisher};
 pub use eventbridge::{ClassicBus, EventBridgePublisher};
+pub use kinesis::KinesisStream;
 pub use request::pack_calls;
-pub use send::{BusAdapter, BusCall};
+pub use send::{TargetAdapter, TargetCall};
+pub use sns::SnsTopic;
+pub use sqs::SqsQueue;
 
-use crate::config::BusKind;
+use crate::config::TargetKind;
 use crate::deadline::Deadline;
 
 /// What happened to one event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PublishOutcome {
-    /// EventBridge accepted it.
+    /// The target accepted it.
     Published,
-    /// EventBridge can never accept it as it is (malformed, too large): poison, for the dead-letter
+    /// The target can never accept it as it is (malformed, too large): poison, for the dead-letter
     /// queue.
     Rejected { code: String, message: String },
     /// Not published after every attempt (throttling, outage, access denied). It stays pending and
@@ -79,7 +86,7 @@ pub enum PublishOutcome {
     /// Not sent: an earlier event of its aggregate was not published, and this one must not
     /// overtake it. It stays pending.
     HeldBack,
-    /// Not sent: the deadline came first, or the bus answered nothing even one call at a time
+    /// Not sent: the deadline came first, or the target answered nothing even one call at a time
     /// and the one call it was let have was out. It stays pending.
     NotSent,
 }
@@ -100,18 +107,32 @@ pub const POISON_ENTRY_CODES: &[&str] = &[
     ENTRY_TOO_LARGE,
     // The Custom Event Bus's code for a parameter over a model constraint.
     "InvalidInputException",
+    // SNS and SQS: a message (or a batch) the service refuses for what it holds or its size.
+    "InvalidParameter",
+    "InvalidParameterValue",
+    "InvalidMessageContents",
+    "BatchRequestTooLong",
+    // Kinesis: a record (or a call) the service refuses for what it holds or its size.
+    "InvalidArgumentException",
 ];
 
 /// Our code for an event larger than the configured entry size; it is never sent.
 pub const ENTRY_TOO_LARGE: &str = "EntryTooLarge";
 
-/// The code of a call or entry refused because the bus's `PutEvents` quota is exceeded.
+/// EventBridge's code of a call or entry refused because the bus's `PutEvents` quota is exceeded.
 pub const THROTTLED: &str = "ThrottlingException";
+
+/// Whether `code` refuses a call or an entry for the target's quota (EventBridge's
+/// `ThrottlingException`, SNS's `Throttled`, Kinesis's `ProvisionedThroughputExceededException`,
+/// …): the publish rate drops.
+pub(crate) fn is_throttled(code: &str) -> bool {
+    outbox_shared::error::is_throttling_code(code)
+}
 
 /// Counters across every call of one publisher.
 #[derive(Debug, Default)]
 pub struct PublishStats {
-    pub(crate) put_events_calls: AtomicU64,
+    pub(crate) publish_calls: AtomicU64,
     published: AtomicU64,
     pub(crate) deduplicated: AtomicU64,
     pub(crate) retried: AtomicU64,
@@ -126,17 +147,18 @@ pub struct PublishStats {
 /// A point-in-time copy of [`PublishStats`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PublishStatsSnapshot {
-    /// `PutEvents` calls sent, retries included.
-    pub put_events_calls: u64,
+    /// Calls sent to the target (`PutEvents`, `PublishBatch`, `SendMessageBatch`, `PutRecords`),
+    /// retries included.
+    pub publish_calls: u64,
     pub published: u64,
     /// Entries the Custom Event Bus answered `DEDUPLICATED` (accepted before, within its 300 s
     /// window): published, and a part of `published`; always 0 on the classic bus.
     pub deduplicated: u64,
     /// Entries sent again after a retryable failure (one per entry per retry).
     pub retried: u64,
-    /// Entries refused with `ThrottlingException` (one per entry per attempt).
+    /// Entries refused for the target's quota (one per entry per attempt).
     pub throttled: u64,
-    /// `PutEvents` calls that got no answer in time (the SDK's timeout).
+    /// Calls that got no answer in time (the SDK's timeout).
     pub timed_out: u64,
     pub rejected: u64,
     pub failed: u64,
@@ -150,7 +172,7 @@ pub struct PublishStatsSnapshot {
 impl PublishStats {
     pub fn snapshot(&self) -> PublishStatsSnapshot {
         PublishStatsSnapshot {
-            put_events_calls: self.put_events_calls.load(Ordering::Relaxed),
+            publish_calls: self.publish_calls.load(Ordering::Relaxed),
             published: self.published.load(Ordering::Relaxed),
             deduplicated: self.deduplicated.load(Ordering::Relaxed),
             retried: self.retried.load(Ordering::Relaxed),
@@ -197,42 +219,62 @@ impl<P: Publisher> Publisher for &P {
     }
 }
 
-/// What a bus kind is before it has a client: its limits, what names a bus of the kind, what
-/// `Source` it takes, and how its call is built. Each kind's is beside its [`BusCall`].
+/// What a target kind is before it has a client: its limits, how it counts an entry's size, what
+/// names a target of the kind, what `Source` it takes, how its call is built and what IAM must
+/// allow for it. Each kind's is beside its [`TargetCall`].
 #[derive(Debug)]
-pub struct BusSpec {
-    /// Most entries one `PutEvents` call takes.
+pub struct TargetSpec {
+    /// Most entries one call takes.
     pub max_entries_per_call: usize,
-    /// The default size budget of one entry and of one request.
-    pub default_max_bytes: usize,
-    /// What a bus of this kind is named by, in words, for a setting naming a bus of another kind.
+    /// The default size budget of one entry, and the most it may be configured to.
+    pub default_max_entry_bytes: usize,
+    pub max_entry_bytes: usize,
+    /// The default size budget of one call, and the most it may be configured to.
+    pub default_max_request_bytes: usize,
+    pub max_request_bytes: usize,
+    /// An event's size as this target counts it against its entry and call limits, published
+    /// with the configured `Source`.
+    pub entry_size: fn(&OutboundEvent, &str) -> usize,
+    /// What a target of this kind is named by, in words, for a setting naming a target of
+    /// another kind.
     pub named_by: &'static str,
-    /// Whether a name is one of this kind's, as far as telling kinds apart goes (a bus of another
-    /// kind configured by mistake).
+    /// Whether a name is one of this kind's, as far as telling kinds apart goes (a target of
+    /// another kind configured by mistake).
     pub claims: fn(&str) -> bool,
-    /// Checks that a name is a bus of this kind, as the bus accepts it: what it must be if not.
+    /// Checks that a name is a target of this kind, as the service accepts it: what it must be
+    /// if not.
     pub check_name: fn(&str) -> Result<(), String>,
     /// Checks that a `Source` is one this kind takes: what is wrong with it if not.
     pub check_source: fn(&str) -> Result<(), String>,
     /// This kind's call, on a client built from `sdk` (counting its failed calls).
-    pub call: fn(&aws_config::SdkConfig) -> std::sync::Arc<dyn BusCall>,
+    pub call: fn(&aws_config::SdkConfig) -> std::sync::Arc<dyn TargetCall>,
+    /// What the publisher calls on a target of this kind, as IAM names it (the roles of both
+    /// relays grant it on the configured target).
+    /// `messaging.system` of its publish spans: OpenTelemetry's messaging conventions' value
+    /// where they have one (`aws.sns`, `aws_sqs`), else `aws_` and the service (`aws_eventbridge`
+    /// for both buses, `aws_kinesis`).
+    pub messaging_system: &'static str,
+    pub calls: &'static [crate::permissions::Call],
 }
 
-impl BusKind {
-    /// What a bus of this kind is: the one place a kind is chosen.
-    pub fn spec(self) -> &'static BusSpec {
+impl TargetKind {
+    /// What a target of this kind is: the one place a kind is chosen.
+    pub fn spec(self) -> &'static TargetSpec {
         match self {
             Self::Classic => &eventbridge::SPEC,
             Self::Custom => &custom_bus::SPEC,
+            Self::Sns => &sns::SPEC,
+            Self::Sqs => &sqs::SPEC,
+            Self::Kinesis => &kinesis::SPEC,
         }
     }
 }
 
-/// The publisher of the configured bus kind ([`crate::config::PublisherConfig::bus_kind`]): what
-/// both relays run. The bus's call is chosen at start from the configuration, so it is a trait
-/// object (shared by the publisher's clones); what is done with the calls is the same
-/// [`BusAdapter`] for every kind.
-pub type BusPublisher = BusAdapter<std::sync::Arc<dyn BusCall>>;
+/// The publisher of the configured target kind ([`crate::config::PublisherConfig::target_kind`]):
+/// what both relays run. The target's call is chosen at start from the configuration, so it is a
+/// trait object (shared by the publisher's clones); what is done with the calls is the same
+/// [`TargetAdapter`] for every kind.
+pub type TargetPublisher = TargetAdapter<std::sync::Arc<dyn TargetCall>>;
 
 /// The outcome of an entry refused with the non-retryable `code`: poison when the event itself
 /// can never be accepted, a failure (it stays pending) otherwise.

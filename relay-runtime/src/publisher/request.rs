@@ -1,19 +1,30 @@
-//! The publisher's request builder: which events share a `PutEvents` call, and which call waits
+//! The publisher's request builder: which events share a call to the target, and which call waits
 //! for which, so that one aggregate's events leave in order. Pure functions of the events, apart
 //! from sending them ([`super::send`]).
+//!
+//! Order, on every target: a call holds at most one event of an aggregate, and a call holding an
+//! aggregate's event waits until the call holding the aggregate's previous event has finished,
+//! retries included ([`call_dependencies`]); the sender then sends nothing of an aggregate after
+//! an event of it that was not published. So an aggregate never has two unconfirmed events in
+//! flight: a retried entry, alone of its aggregate in its call, cannot overtake a later event of
+//! its aggregate, whatever the target does with the entries of one call. This is what keeps
+//! Kinesis's `PutRecords` in order under partial failures: AWS warns that retrying only a call's
+//! failed records can put them behind later records of their partition key, which here are never
+//! in the same call nor sent before the retry is accepted.
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
 
 use outbox_shared::OutboundEvent;
 
-/// Packs `indices` into calls of at most `max_entries` entries and `max_bytes` bytes (entries
-/// sized as published with `source`), at most one event of an aggregate per call, each event in
-/// a later call than its aggregate's previous one; within a call, events keep their input order.
+/// Packs `indices` into calls of at most `max_entries` entries and `max_bytes` bytes (each entry
+/// `size` bytes, as the target counts it), at most one event of an aggregate per call, each event
+/// in a later call than its aggregate's previous one; within a call, events keep their input
+/// order.
 pub fn pack_calls<E: Borrow<OutboundEvent>>(
     events: &[E],
     indices: impl IntoIterator<Item = usize>,
-    source: &str,
+    size: impl Fn(&OutboundEvent) -> usize,
     max_entries: usize,
     max_bytes: usize,
 ) -> Vec<Vec<usize>> {
@@ -23,7 +34,7 @@ pub fn pack_calls<E: Borrow<OutboundEvent>>(
     let mut first_open = 0;
     for index in indices {
         let event = events[index].borrow();
-        let size = event.entry_size(source);
+        let size = size(event);
         let key = event.ordering_key.as_str();
         let earliest = last_call_of
             .get(key)

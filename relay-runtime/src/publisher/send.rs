@@ -1,14 +1,17 @@
-//! What every bus adapter does with the calls the request builder packed, whatever the bus:
+//! What every target's adapter does with the calls the request builder packed, whatever the
+//! target:
 //! at most `max_concurrency` in flight per publish and no more than the [`PublishConcurrency`]
 //! lets the whole process have, every entry's result checked, the entries that failed with a
 //! retryable code sent again with backoff, a call refused as a whole for what one entry can cause
 //! sent again in halves, at the [`PublishRate`]'s pace. A throttle lowers the rate; a call that
 //! times out lowers the calls in flight.
 //!
-//! A bus is a [`BusCall`]: how one `PutEvents` of some entries is sent and its answer read. The
-//! classic bus's is [`super::eventbridge`], the Custom Event Bus's [`super::custom_bus`]; the
-//! publisher of each is a [`BusAdapter`] of it, and the relays' is a [`BusAdapter`] of the call
-//! their configuration chose ([`super::BusPublisher`]).
+//! A target is a [`TargetCall`]: how one call of some entries is sent and its answer read (the
+//! classic bus's `PutEvents` in [`super::eventbridge`], the Custom Event Bus's in
+//! [`super::custom_bus`], SNS's `PublishBatch` in [`super::sns`], SQS's `SendMessageBatch` in
+//! [`super::sqs`], Kinesis's `PutRecords` in [`super::kinesis`]); the publisher of each is a
+//! [`TargetAdapter`] of it, and the relays' is a [`TargetAdapter`] of the call their configuration
+//! chose ([`super::TargetPublisher`]).
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -24,20 +27,20 @@ use tokio::sync::Semaphore;
 
 use super::request::{call_dependencies, pack_calls, previous_of_aggregate};
 use super::{
-    ENTRY_TOO_LARGE, PublishOutcome, PublishStats, PublishStatsSnapshot, Publisher, THROTTLED,
-    is_poison_code, permanent_outcome,
+    ENTRY_TOO_LARGE, PublishOutcome, PublishStats, PublishStatsSnapshot, Publisher, is_poison_code,
+    is_throttled, permanent_outcome,
 };
 use crate::CallTasks;
-use crate::config::{BusKind, PublisherArgs, PublisherConfig, SettingError};
+use crate::config::{PublisherArgs, PublisherConfig, SettingError, TargetKind};
 use crate::deadline::Deadline;
 use crate::publish_concurrency::{Permit, PublishConcurrency};
 use crate::publish_rate::{PublishRate, Slot};
 
-/// One bus's `PutEvents`: the entries of some events sent in one call, and the answer read.
-/// Object-safe, so the relays choose the bus from their configuration at start.
-pub trait BusCall: Send + Sync + fmt::Debug {
-    /// The kind of bus this call publishes to.
-    fn kind(&self) -> BusKind;
+/// One target's call: the entries of some events sent in one call, and the answer read.
+/// Object-safe, so the relays choose the target from their configuration at start.
+pub trait TargetCall: Send + Sync + fmt::Debug {
+    /// The kind of target this call publishes to.
+    fn kind(&self) -> TargetKind;
 
     /// Sends one call of the events at `pending` (in that order) as `config` says, run as
     /// `call_tasks` says.
@@ -50,9 +53,9 @@ pub trait BusCall: Send + Sync + fmt::Debug {
     ) -> BoxFuture<'a, CallAnswer>;
 }
 
-/// A shared call is a call (the relays' publisher shares its bus's call among its clones).
-impl<B: BusCall + ?Sized> BusCall for Arc<B> {
-    fn kind(&self) -> BusKind {
+/// A shared call is a call (the relays' publisher shares its target's call among its clones).
+impl<B: TargetCall + ?Sized> TargetCall for Arc<B> {
+    fn kind(&self) -> TargetKind {
         (**self).kind()
     }
 
@@ -67,7 +70,7 @@ impl<B: BusCall + ?Sized> BusCall for Arc<B> {
     }
 }
 
-/// What a bus answered to one call.
+/// What a target answered to one call.
 #[derive(Debug)]
 pub enum CallAnswer {
     /// The call was answered: one result per entry, in entry order (the answer's own order).
@@ -87,14 +90,20 @@ pub enum EntryResult {
     Published,
     /// Accepted before (the Custom Event Bus's `DEDUPLICATED`): stored once, a success.
     Deduplicated,
-    /// Refused with the bus's `code`.
+    /// Refused with the target's `code`: retried when the code is a retryable one, else poison
+    /// or a failure as the code says ([`super::POISON_ENTRY_CODES`]).
     Refused { code: String, message: String },
+    /// Refused for the target's own reason, whatever the code (SNS's and SQS's `SenderFault`
+    /// false): retried.
+    Retry { code: String, message: String },
 }
 
-/// A publisher of one bus: sends the calls the request builder packs through `B`.
+/// A publisher of one target: sends the calls the request builder packs through `B`.
 #[derive(Debug, Clone)]
-pub struct BusAdapter<B> {
+pub struct TargetAdapter<B> {
     pub(crate) bus: B,
+    /// How the target counts an entry's size ([`super::TargetSpec::entry_size`]).
+    pub(crate) entry_size: fn(&OutboundEvent, &str) -> usize,
     pub(crate) config: PublisherConfig,
     pub(crate) stats: Arc<PublishStats>,
     pub(crate) rate: Arc<PublishRate>,
@@ -102,35 +111,35 @@ pub struct BusAdapter<B> {
     pub(crate) call_tasks: CallTasks,
 }
 
-impl BusAdapter<Arc<dyn BusCall>> {
-    /// The publisher of `config`'s bus kind, its call on a client built from `sdk`.
+impl TargetAdapter<Arc<dyn TargetCall>> {
+    /// The publisher of `config`'s target kind, its call on a client built from `sdk`.
     ///
     /// # Errors
     /// [`SettingError`] when the configuration is out of range.
     pub fn new(sdk: &aws_config::SdkConfig, config: PublisherConfig) -> Result<Self, SettingError> {
-        Self::with_bus((config.bus_kind.spec().call)(sdk), config)
+        Self::with_target((config.target_kind.spec().call)(sdk), config)
     }
 
     /// The publisher of `config` over `bus`, a call built elsewhere (tests inject faults through
     /// its client).
     ///
     /// # Errors
-    /// [`SettingError`] when the configuration is out of range or for another bus kind.
-    pub fn on(bus: Arc<dyn BusCall>, config: PublisherConfig) -> Result<Self, SettingError> {
-        Self::with_bus(bus, config)
+    /// [`SettingError`] when the configuration is out of range or for another target kind.
+    pub fn on(bus: Arc<dyn TargetCall>, config: PublisherConfig) -> Result<Self, SettingError> {
+        Self::with_target(bus, config)
     }
 }
 
-impl<B: BusCall> BusAdapter<B> {
+impl<B: TargetCall> TargetAdapter<B> {
     /// # Errors
     /// [`SettingError`] when the configuration is out of range, or is for another kind of
-    /// bus than `bus`.
-    pub(crate) fn with_bus(bus: B, config: PublisherConfig) -> Result<Self, SettingError> {
-        if config.bus_kind != bus.kind() {
+    /// target than `bus`.
+    pub(crate) fn with_target(bus: B, config: PublisherConfig) -> Result<Self, SettingError> {
+        if config.target_kind != bus.kind() {
             return Err(SettingError::of::<PublisherArgs>(
-                "event_bus_kind",
+                "target_kind",
                 format!(
-                    "must be {} for a {} bus's publisher",
+                    "must be {} for a {} target's publisher",
                     bus.kind(),
                     bus.kind()
                 ),
@@ -138,6 +147,7 @@ impl<B: BusCall> BusAdapter<B> {
         }
         config.validate()?;
         Ok(Self {
+            entry_size: config.target_kind.spec().entry_size,
             bus,
             rate: Arc::new(PublishRate::new(config.max_publish_rate)),
             concurrency: Arc::new(PublishConcurrency::new(config.max_concurrency)),
@@ -147,7 +157,7 @@ impl<B: BusCall> BusAdapter<B> {
         })
     }
 
-    /// Runs its `PutEvents` calls as `call_tasks` says (default: in the caller's task).
+    /// Runs its calls as `call_tasks` says (default: in the caller's task).
     #[must_use]
     pub fn with_call_tasks(mut self, call_tasks: CallTasks) -> Self {
         self.call_tasks = call_tasks;
@@ -168,7 +178,7 @@ impl<B: BusCall> BusAdapter<B> {
         self.rate.limit()
     }
 
-    /// The `PutEvents` calls it lets be in flight at once, all publishes together (each also
+    /// The calls it lets be in flight at once, all publishes together (each also
     /// keeps to `max_concurrency`), shared by its clones.
     pub fn publish_concurrency(&self) -> usize {
         self.concurrency.limit()
@@ -220,7 +230,7 @@ impl<B: BusCall> BusAdapter<B> {
                     code = %code,
                     error = %message,
                     entries = attempt.retry.len(),
-                    "PutEvents retries exhausted"
+                    "publish retries exhausted"
                 );
                 done.extend(attempt.retry.into_iter().map(|i| {
                     (
@@ -233,7 +243,7 @@ impl<B: BusCall> BusAdapter<B> {
                 }));
                 break;
             };
-            tracing::debug!(code = %code, entries = attempt.retry.len(), delay_ms = delay.as_millis() as u64, "retrying PutEvents entries");
+            tracing::debug!(code = %code, entries = attempt.retry.len(), delay_ms = delay.as_millis() as u64, "retrying entries");
             self.stats
                 .retried
                 .fetch_add(attempt.retry.len() as u64, Ordering::Relaxed);
@@ -245,7 +255,7 @@ impl<B: BusCall> BusAdapter<B> {
         done
     }
 
-    /// Sends the entries of a call the bus refused as a whole as two calls, each split again if
+    /// Sends the entries of a call the target refused as a whole as two calls, each split again if
     /// it is refused too ([`send_call`](Self::send_call)), until the entry at fault is alone.
     /// One half after the other, in the refused call's place among the calls in flight: a call
     /// holds one event per aggregate, so neither half waits for the other for order, and the
@@ -273,7 +283,7 @@ impl<B: BusCall> BusAdapter<B> {
 
     /// The turn of a call of `entries` entries: its slot at the publish rate, then its place
     /// among the process's calls in flight; `None` when either would come at or after the
-    /// deadline's publish-by time, or when the bus answers nothing and the one place is taken.
+    /// deadline's publish-by time, or when the target answers nothing and the one place is taken.
     async fn turn(&self, entries: usize, deadline: Deadline) -> Option<(Slot, Permit<'_>)> {
         let stop_at = deadline.publish_until();
         let slot = self.rate.acquire(entries, stop_at).await?;
@@ -281,7 +291,7 @@ impl<B: BusCall> BusAdapter<B> {
         Some((slot, in_flight))
     }
 
-    /// One `PutEvents` call of the events at `pending`, in its place `in_flight`, and what it did
+    /// One call of the events at `pending`, in its place `in_flight`, and what it did
     /// to each.
     async fn attempt(
         &self,
@@ -289,7 +299,7 @@ impl<B: BusCall> BusAdapter<B> {
         pending: &[usize],
         in_flight: Permit<'_>,
     ) -> Attempt {
-        self.stats.put_events_calls.fetch_add(1, Ordering::Relaxed);
+        self.stats.publish_calls.fetch_add(1, Ordering::Relaxed);
         let answer = self
             .bus
             .put(&self.config, events, pending, self.call_tasks)
@@ -329,7 +339,7 @@ impl<B: BusCall> BusAdapter<B> {
             crate::metrics::observe(crate::metrics::PUBLISH_CONCURRENCY_LIMIT, limit as f64);
             tracing::info!(
                 calls = limit,
-                "PutEvents timed out: calls in flight lowered"
+                "publish call timed out: calls in flight lowered"
             );
         }
     }
@@ -357,7 +367,7 @@ impl<B: BusCall> BusAdapter<B> {
             crate::metrics::observe(crate::metrics::PUBLISH_RATE_LIMIT, limit);
             tracing::info!(
                 entries_per_second = limit.round() as u64,
-                "PutEvents throttled: publish rate lowered"
+                "publish throttled: publish rate lowered"
             );
         }
     }
@@ -365,7 +375,7 @@ impl<B: BusCall> BusAdapter<B> {
 
 type CallResult = Arc<Vec<(usize, PublishOutcome)>>;
 
-impl<B: BusCall> Publisher for BusAdapter<B> {
+impl<B: TargetCall> Publisher for TargetAdapter<B> {
     async fn publish<E: Borrow<OutboundEvent> + Sync>(
         &self,
         events: &[E],
@@ -376,7 +386,7 @@ impl<B: BusCall> Publisher for BusAdapter<B> {
         let mut outcomes: Vec<Option<PublishOutcome>> = vec![None; events.len()];
         let mut sendable = Vec::with_capacity(events.len());
         for (index, event) in events.iter().enumerate() {
-            let size = event.entry_size(&self.config.source);
+            let size = (self.entry_size)(event, &self.config.source);
             if size > self.config.max_entry_bytes {
                 outcomes[index] = Some(PublishOutcome::Rejected {
                     code: ENTRY_TOO_LARGE.to_owned(),
@@ -392,7 +402,7 @@ impl<B: BusCall> Publisher for BusAdapter<B> {
         let calls = pack_calls(
             events,
             sendable,
-            &self.config.source,
+            |event| (self.entry_size)(event, &self.config.source),
             self.config.max_entries_per_call,
             self.config.max_request_bytes,
         );
@@ -460,7 +470,7 @@ impl<B: BusCall> Publisher for BusAdapter<B> {
     }
 }
 
-/// What one `PutEvents` call did to its entries.
+/// What one call did to its entries.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Attempt {
     /// Entries that ended: published, or refused for good.
@@ -476,13 +486,13 @@ pub(crate) struct Attempt {
     pub(crate) accepted: usize,
     /// Entries the bus had accepted before (`DEDUPLICATED`), a part of `accepted`.
     pub(crate) deduplicated: usize,
-    /// Entries refused for the quota ([`THROTTLED`]).
+    /// Entries refused for the quota (a throttling code).
     pub(crate) throttled: usize,
     /// The call got no answer in time (the SDK's timeout): the bus is congested.
     pub(crate) timed_out: bool,
 }
 
-/// Reads an answer entry by entry: a `PutEvents` call answers HTTP 200 even when entries failed,
+/// Reads an answer entry by entry: every target answers HTTP 200 even when entries failed,
 /// so each result is checked, and matched to its entry by position (`pending[i]` is the event of
 /// result `i`). An answer with another number of results than entries can't be matched: nothing
 /// in it is called published, and every entry is sent again.
@@ -493,7 +503,7 @@ pub(crate) fn read_results(pending: &[usize], results: &[EntryResult]) -> Attemp
         attempt.retry_error = (
             "ResponseMismatch".to_owned(),
             format!(
-                "PutEvents answered {} results for {} entries",
+                "the target answered {} results for {} entries",
                 results.len(),
                 pending.len()
             ),
@@ -509,8 +519,14 @@ pub(crate) fn read_results(pending: &[usize], results: &[EntryResult]) -> Attemp
                 continue;
             }
             EntryResult::Refused { code, message } => (code, message),
+            EntryResult::Retry { code, message } => {
+                attempt.throttled += usize::from(is_throttled(code));
+                attempt.retry.push(index);
+                attempt.retry_error = (code.clone(), message.clone());
+                continue;
+            }
         };
-        attempt.throttled += usize::from(code == THROTTLED);
+        attempt.throttled += usize::from(is_throttled(code));
         match classify_code(code) {
             ErrorClass::Retryable => {
                 attempt.retry.push(index);
@@ -524,7 +540,7 @@ pub(crate) fn read_results(pending: &[usize], results: &[EntryResult]) -> Attemp
     attempt
 }
 
-/// A `PutEvents` call that failed as a whole (after the SDK's retries): every entry is sent
+/// A call that failed as a whole (after the SDK's retries): every entry is sent
 /// again when the failure is retryable; a call of several entries refused with a code one entry
 /// can cause (a field over a model constraint fails them all) is split to find it; otherwise
 /// every entry fails, or, alone, is poison when the code says so.
@@ -534,7 +550,11 @@ fn call_failed(pending: &[usize], failure: &SdkFailure) -> Attempt {
         .clone()
         .unwrap_or_else(|| "RequestFailed".into());
     let message = failure.to_string();
-    let throttled = if code == THROTTLED { pending.len() } else { 0 };
+    let throttled = if is_throttled(&code) {
+        pending.len()
+    } else {
+        0
+    };
     match failure.class {
         ErrorClass::Retryable => Attempt {
             retry: pending.to_vec(),
@@ -543,14 +563,14 @@ fn call_failed(pending: &[usize], failure: &SdkFailure) -> Attempt {
             ..Attempt::default()
         },
         ErrorClass::Permanent if pending.len() > 1 && is_poison_code(&code) => {
-            tracing::info!(code = %code, entries = pending.len(), "PutEvents call rejected as a whole: sending it in halves to find the entry at fault");
+            tracing::info!(code = %code, entries = pending.len(), "publish call rejected as a whole: sending it in halves to find the entry at fault");
             Attempt {
                 split: pending.to_vec(),
                 ..Attempt::default()
             }
         }
         ErrorClass::Permanent => {
-            tracing::warn!(code = %code, entries = pending.len(), "PutEvents call rejected");
+            tracing::warn!(code = %code, entries = pending.len(), "publish call rejected");
             Attempt {
                 done: pending
                     .iter()
@@ -566,6 +586,7 @@ fn call_failed(pending: &[usize], failure: &SdkFailure) -> Attempt {
 /// A call's SDK result as a [`CallAnswer`]: answered entries read by `read`, a failure classified
 /// (and whether it timed out).
 pub(crate) fn answer_of<O, E>(
+    operation: &'static str,
     result: Result<
         O,
         aws_smithy_runtime_api::client::result::SdkError<
@@ -586,12 +607,12 @@ where
         Ok(output) => CallAnswer::Answered(read(output)),
         Err(err) => CallAnswer::Failed {
             timed_out: outbox_shared::error::is_timeout(&err),
-            failure: SdkFailure::new("PutEvents", err),
+            failure: SdkFailure::new(operation, err),
         },
     }
 }
 
-/// Keeps the SDK from retrying a `PutEvents` that timed out: the publisher sees the timeout at
+/// Keeps the SDK from retrying a publish call that timed out: the publisher sees the timeout at
 /// once and, the bus being congested, lowers its calls in flight before it sends the entries
 /// again (with its own backoff). Retried by the SDK, the call went straight back into the
 /// bus's queue, behind the calls it had just waited for, and the publisher learnt of the timeout

@@ -145,7 +145,7 @@ async fn a_throttled_entry_is_retried_until_it_is_published() {
     // Then both are published, the second after one retry
     assert_eq!(outcomes, vec![PublishOutcome::Published; 2]);
     let stats = publisher.stats();
-    assert_eq!((stats.put_events_calls, stats.retried), (2, 1));
+    assert_eq!((stats.publish_calls, stats.retried), (2, 1));
     // And the publisher lowered its rate to 70 % of the one entry accepted in the last second
     // (no lower than 1 entry/s), counting the throttled entry; the retry left once the
     // throttled call's 2 entries had passed at that rate (2 s), and being accepted raised
@@ -269,7 +269,7 @@ async fn once_an_event_fails_the_later_events_of_its_aggregate_are_held_back() {
         ]
     );
     let stats = publisher.stats();
-    assert_eq!((stats.put_events_calls, stats.held_back), (3, 2));
+    assert_eq!((stats.publish_calls, stats.held_back), (3, 2));
 }
 
 #[tokio::test]
@@ -297,7 +297,7 @@ fn packs_one_event_of_an_aggregate_per_call_each_after_the_previous() {
         .iter()
         .map(|k| event(k, 1))
         .collect();
-    let calls = pack_calls(&events, 0..5, "s", 10, 1024);
+    let calls = pack_calls(&events, 0..5, |e| e.entry_size("s"), 10, 1024);
     assert_eq!(calls, vec![vec![0, 2, 4], vec![1], vec![3]]);
     assert_eq!(
         call_dependencies(&events, &calls),
@@ -320,7 +320,7 @@ fn event(key: &str, detail_len: usize) -> OutboundEvent {
 #[test]
 fn packs_at_most_ten_entries_per_call() {
     let events: Vec<_> = (0..25).map(|i| event(&i.to_string(), 10)).collect();
-    let calls = pack_calls(&events, 0..25, "s", 10, 256 * 1024);
+    let calls = pack_calls(&events, 0..25, |e| e.entry_size("s"), 10, 256 * 1024);
     assert_eq!(calls.iter().map(Vec::len).collect::<Vec<_>>(), [10, 10, 5]);
     assert_eq!(calls.concat(), (0..25).collect::<Vec<_>>());
 }
@@ -329,7 +329,7 @@ fn packs_at_most_ten_entries_per_call() {
 fn packs_by_request_size() {
     // Each entry is 2 + 98 = 100 bytes; a 250-byte budget fits two.
     let events: Vec<_> = (0..5).map(|i| event(&i.to_string(), 98)).collect();
-    let calls = pack_calls(&events, 0..5, "s", 10, 250);
+    let calls = pack_calls(&events, 0..5, |e| e.entry_size("s"), 10, 250);
     assert_eq!(calls, vec![vec![0, 1], vec![2, 3], vec![4]]);
 }
 
@@ -339,7 +339,7 @@ fn calls_sharing_an_aggregate_wait_for_each_other() {
         .iter()
         .map(|k| event(k, 1))
         .collect();
-    let calls = pack_calls(&events, 0..6, "s", 2, 1024);
+    let calls = pack_calls(&events, 0..6, |e| e.entry_size("s"), 2, 1024);
     // calls: [a b] [a c] [b d]
     assert_eq!(
         call_dependencies(&events, &calls),
@@ -443,11 +443,7 @@ async fn a_call_refused_as_a_whole_is_split_until_the_entry_at_fault_is_alone() 
     // before the call of d2 and a2
     let stats = publisher.stats();
     assert_eq!(
-        (
-            refused.num_calls(),
-            accept.num_calls(),
-            stats.put_events_calls
-        ),
+        (refused.num_calls(), accept.num_calls(), stats.publish_calls),
         (3, 3, 6)
     );
     assert_eq!((stats.published, stats.rejected, stats.failed), (7, 1, 0));
@@ -740,5 +736,5 @@ async fn a_call_waiting_for_its_place_in_flight_is_not_sent_after_the_deadline()
     // only the first publish's three attempts
     assert_eq!(second, [PublishOutcome::NotSent]);
     assert_eq!(connection.requests(), 3);
-    assert_eq!(publisher.stats().put_events_calls, 3);
+    assert_eq!(publisher.stats().publish_calls, 3);
 }

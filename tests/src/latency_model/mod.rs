@@ -30,6 +30,17 @@
 //! - The aggregate holds ([`holds`]): `UpdateItem`s, `DeleteItem`s and reads by key of hold items
 //!   (`HOLD#…`), with their conditions, and `Query`s of the hold partitions; a `BatchGetItem` of
 //!   outbox events answers each with its `GSI1PK` while it is pending.
+//! - The SNS, SQS and Kinesis targets' calls, `PublishBatch` (SNS's query protocol: the form in,
+//!   XML out), `SendMessageBatch` and `PutRecords`: every entry accepted and counted with the
+//!   `PutEvents` entries, after the same fixed delay (AWS documents no latency for any of these
+//!   calls, nor for `PutEvents`: the delay stands for a round trip in the region); a stream's
+//!   write quota when one is set ([`LatencyModel::limit_stream_writes`], 1,000 records a second
+//!   a shard), a record beyond it refused with `ProvisionedThroughputExceededException`. No quota
+//!   for SNS or SQS: a standard queue's and topic's throughput is not limited per call, and a
+//!   FIFO one's (3,000 messages a second a queue without high throughput, SQS developer guide,
+//!   "Amazon SQS message quotas"; 3,000 a second a topic at the topic scope, SNS
+//!   `FifoThroughputScope`) refuses whole calls, which the model does not do: docs/benchmarks.md
+//!   compares the relay's rate with it.
 //! - An outage ([`LatencyModel::fail_put_events`]): every `PutEvents` call, on either bus, answered
 //!   HTTP 500 (`InternalFailure`, `InternalException`), as a bus that is down answers.
 //! - What a consumer would see ([`LatencyModel::track_order`]): each accepted entry's aggregate
@@ -85,6 +96,9 @@ struct State {
     entries: u64,
     throttled: u64,
     quota: Option<Quota>,
+    /// A Kinesis stream's write quota, its shards' records per second together
+    /// ([`LatencyModel::limit_stream_writes`]).
+    stream_quota: Option<Quota>,
     /// `PutEvents` served at a fixed capacity.
     server: Option<Server>,
     /// How long a marked item stays in query results ([`LatencyModel::lag_index`]).
@@ -304,6 +318,24 @@ impl LatencyModel {
         });
     }
 
+    /// Gives `PutRecords` the write quota of a stream of `shards` shards: 1,000 records a second
+    /// per shard, AWS's documented limit ("Each shard can support writes up to 1,000 records per
+    /// second, up to a maximum data write total of 1 MiB per second", Kinesis API reference,
+    /// `PutRecords`), as one token bucket of `shards` × 1,000 records a second (one second's
+    /// worth, full at the start): the relay's partition keys, one per aggregate, spread evenly
+    /// over the shards, so the model does not hash them to shards; events of a few hundred bytes
+    /// reach the record limit long before the 1 MiB one. A record beyond it is refused with
+    /// `ProvisionedThroughputExceededException`, the call answering HTTP 200 with
+    /// `FailedRecordCount`, as Kinesis does. Time is tokio's.
+    pub fn limit_stream_writes(&self, shards: u32) {
+        let per_second = f64::from(shards) * 1_000.0;
+        self.state.lock().expect("model state").stream_quota = Some(Quota {
+            per_second,
+            tokens: per_second,
+            refilled_at: tokio::time::Instant::now(),
+        });
+    }
+
     /// Makes the pending index lag the table by `lag`: a marked item is out of the table's pending
     /// set at once (its condition fails for a second mark) and still in query results for `lag`.
     pub fn lag_index(&self, lag: Duration) {
@@ -358,7 +390,8 @@ impl LatencyModel {
         }
     }
 
-    /// `PutEvents` entries received so far, and how many of them were throttled.
+    /// Entries received so far (`PutEvents`'s, or the SNS, SQS or Kinesis target's), and how
+    /// many of them were throttled.
     pub fn put_events_entries(&self) -> (u64, u64) {
         let state = self.state.lock().expect("model state");
         (state.entries, state.throttled)
@@ -551,6 +584,12 @@ impl LatencyModel {
                 );
                 (200, body, calls, queued)
             }
+            "SendMessageBatch" | "PutRecords" | "PublishBatch" => {
+                let mut state = self.state.lock().expect("model state");
+                let calls = state.count(operation);
+                let (status, body) = state.publish_to_target(operation, body);
+                (status, body, calls, Duration::ZERO)
+            }
             _ => {
                 let request: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
                 let mut state = self.state.lock().expect("model state");
@@ -578,6 +617,33 @@ impl LatencyModel {
             }
         }
     }
+}
+
+/// A form value decoded (`+` a space, `%XX` a byte).
+fn form_decoded(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                match std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                {
+                    Some(byte) => {
+                        out.push(byte);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            byte => out.push(byte),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The `Key` of an `UpdateItem` request, its other fields skipped.
@@ -655,6 +721,130 @@ struct EntriesOnly {
 }
 
 impl State {
+    /// A call to the SQS, SNS or Kinesis target (`SendMessageBatch`, `PublishBatch`,
+    /// `PutRecords`): every entry accepted (a record beyond a stream's write quota refused), its envelope seen by the order tracker, the answer in
+    /// the service's own shape (SNS's query protocol answers XML); HTTP 500 during an outage.
+    fn publish_to_target(&mut self, operation: &str, body: &[u8]) -> (u16, String) {
+        if self.put_events_down {
+            return (
+                500,
+                r#"{"__type":"InternalFailure","message":"the target is down (latency model outage)"}"#
+                    .to_owned(),
+            );
+        }
+        // (entry id, envelope) of each entry.
+        let entries: Vec<(String, String)> = match operation {
+            "SendMessageBatch" => serde_json::from_slice::<Value>(body)
+                .ok()
+                .and_then(|r| r["Entries"].as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .map(|e| {
+                    (
+                        e["Id"].as_str().unwrap_or_default().to_owned(),
+                        e["MessageBody"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect(),
+            "PutRecords" => serde_json::from_slice::<Value>(body)
+                .ok()
+                .and_then(|r| r["Records"].as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .map(|e| {
+                    let data = e["Data"]
+                        .as_str()
+                        .and_then(|d| aws_smithy_types::base64::decode(d).ok())
+                        .unwrap_or_default();
+                    (String::new(), String::from_utf8_lossy(&data).into_owned())
+                })
+                .collect(),
+            _ => {
+                // The query protocol's form: PublishBatchRequestEntries.member.N.{Id,Message}.
+                let mut by_member: BTreeMap<usize, (String, String)> = BTreeMap::new();
+                for pair in String::from_utf8_lossy(body).split('&') {
+                    let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+                    let Some((n, field)) = name
+                        .strip_prefix("PublishBatchRequestEntries.member.")
+                        .and_then(|rest| rest.split_once('.'))
+                    else {
+                        continue;
+                    };
+                    let Ok(n) = n.parse() else { continue };
+                    let entry = by_member.entry(n).or_default();
+                    match field {
+                        "Id" => entry.0 = value.to_owned(),
+                        "Message" if self.order.is_some() => entry.1 = form_decoded(value),
+                        _ => {}
+                    }
+                }
+                by_member.into_values().collect()
+            }
+        };
+        self.entries += entries.len() as u64;
+        // Whether each entry was taken: all of them but the records beyond a stream's quota.
+        let taken: Vec<bool> = entries
+            .iter()
+            .map(|_| match (operation, self.stream_quota.as_mut()) {
+                ("PutRecords", Some(quota)) => quota.take(),
+                _ => true,
+            })
+            .collect();
+        for ((_, envelope), taken) in entries.iter().zip(&taken) {
+            if !taken {
+                self.throttled += 1;
+                continue;
+            }
+            if let Some(order) = self.order.as_mut() {
+                order.accept(envelope);
+            }
+            self.event_ids += 1;
+        }
+        let body = match operation {
+            "SendMessageBatch" => {
+                let successful: Vec<String> = entries
+                    .iter()
+                    .map(|(id, _)| {
+                        format!(
+                            r#"{{"Id":"{id}","MessageId":"model-{id}","MD5OfMessageBody":"model"}}"#
+                        )
+                    })
+                    .collect();
+                format!(r#"{{"Successful":[{}],"Failed":[]}}"#, successful.join(","))
+            }
+            "PutRecords" => {
+                let records: Vec<&str> = taken
+                    .iter()
+                    .map(|taken| {
+                        if *taken {
+                            r#"{"SequenceNumber":"1","ShardId":"shardId-000000000000"}"#
+                        } else {
+                            r#"{"ErrorCode":"ProvisionedThroughputExceededException","ErrorMessage":"Rate exceeded for shard shardId-000000000000 (latency model)"}"#
+                        }
+                    })
+                    .collect();
+                let failed = taken.iter().filter(|taken| !**taken).count();
+                format!(
+                    r#"{{"FailedRecordCount":{failed},"Records":[{}]}}"#,
+                    records.join(",")
+                )
+            }
+            _ => {
+                let members: String = entries
+                    .iter()
+                    .map(|(id, _)| {
+                        format!("<member><Id>{id}</Id><MessageId>model-{id}</MessageId></member>")
+                    })
+                    .collect();
+                format!(
+                    "<PublishBatchResponse><PublishBatchResult><Successful>{members}</Successful>\
+                     <Failed/></PublishBatchResult></PublishBatchResponse>"
+                )
+            }
+        };
+        (200, body)
+    }
+
     /// Takes the item at `key` (`PK`, `SK`) out of the index: whether it was pending there.
     fn unindex(&mut self, key: &(String, String)) -> bool {
         let Some((gsi1pk, gsi1sk)) = self.keys.remove(key) else {
@@ -823,20 +1013,27 @@ impl HttpConnector for LatencyModel {
             .get("x-amz-target")
             .unwrap_or_default()
             .to_owned();
-        let operation = target.rsplit('.').next().unwrap_or(&target);
-        let (status, body, calls, queued) =
-            self.answer(operation, request.body().bytes().unwrap_or_default());
-        self.reply(operation, calls, queued, status, body, Protocol::Json)
+        let body = request.body().bytes().unwrap_or_default();
+        // SNS's query calls have no `X-Amz-Target`: their form names the action.
+        let (operation, protocol) = if target.is_empty() && body.starts_with(b"Action=PublishBatch")
+        {
+            ("PublishBatch", Protocol::Query)
+        } else {
+            (target.rsplit('.').next().unwrap_or(&target), Protocol::Json)
+        };
+        let (status, body, calls, queued) = self.answer(operation, body);
+        self.reply(operation, calls, queued, status, body, protocol)
     }
 }
 
-/// How an answer is written: the JSON protocols' or the Custom Event Bus's CBOR.
+/// How an answer is written: the JSON protocols', SNS's query protocol (XML) or the Custom
+/// Event Bus's CBOR.
 #[derive(Debug, Clone, Copy)]
 enum Protocol {
     Json,
+    Query,
     Cbor,
 }
-
 impl LatencyModel {
     /// The answer `body` with `status`, after the model's delay for the `calls`-th call of
     /// `operation` (slower once it turned slow) and `queued` behind a bus of fixed capacity.
@@ -863,6 +1060,9 @@ impl LatencyModel {
             match protocol {
                 Protocol::Json => {
                     headers.insert("content-type", "application/x-amz-json-1.0");
+                }
+                Protocol::Query => {
+                    headers.insert("content-type", "text/xml");
                 }
                 Protocol::Cbor => {
                     headers.insert("content-type", crate::cbor::CONTENT_TYPE);

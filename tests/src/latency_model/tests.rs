@@ -306,7 +306,7 @@ async fn put_events_accepts_every_entry() {
             .all(relay_runtime::PublishOutcome::is_published)
     );
     assert_eq!(model.calls()["PutEvents"], 3);
-    assert_eq!(publisher.stats().put_events_calls, 3);
+    assert_eq!(publisher.stats().publish_calls, 3);
 }
 
 #[tokio::test]
@@ -316,7 +316,7 @@ async fn the_custom_bus_put_events_publishes_every_entry_in_cbor() {
     let publisher = relay_runtime::CustomBusPublisher::new(
         aws_sdk_eventbridgev2::Client::new(&model.sdk_config()),
         relay_runtime::PublisherConfig::of_kind(
-            relay_runtime::BusKind::Custom,
+            relay_runtime::TargetKind::Custom,
             "arn:aws:events:us-east-1:123456789012:event-busv2/bus/abcdefghij0123456789klmno",
             "src",
         ),
@@ -347,5 +347,110 @@ async fn the_custom_bus_put_events_publishes_every_entry_in_cbor() {
     );
     assert_eq!(model.calls()["PutEvents"], 3);
     assert_eq!(model.put_events_entries(), (250, 0));
-    assert_eq!(publisher.stats().put_events_calls, 3);
+    assert_eq!(publisher.stats().publish_calls, 3);
+}
+
+#[tokio::test]
+async fn sns_sqs_and_kinesis_calls_publish_every_entry_in_each_services_wire_format() {
+    for (kind, target, operation, calls) in [
+        (
+            relay_runtime::TargetKind::Sns,
+            "arn:aws:sns:us-east-1:123456789012:model-topic.fifo",
+            "PublishBatch",
+            25,
+        ),
+        (
+            relay_runtime::TargetKind::Sqs,
+            "https://sqs.us-east-1.amazonaws.com/123456789012/model-queue.fifo",
+            "SendMessageBatch",
+            25,
+        ),
+        (
+            relay_runtime::TargetKind::Kinesis,
+            "arn:aws:kinesis:us-east-1:123456789012:stream/model-stream",
+            "PutRecords",
+            1,
+        ),
+    ] {
+        // Given the model as an SNS topic, an SQS queue or a Kinesis stream
+        let model = LatencyModel::new(Duration::from_millis(1));
+        let publisher = relay_runtime::TargetPublisher::new(
+            &model.sdk_config(),
+            relay_runtime::PublisherConfig::of_kind(kind, target, "src"),
+        )
+        .unwrap();
+        let events: Vec<_> = items_of(250, |i| format!("aggregate-{i}"))
+            .iter()
+            .map(|i| {
+                outbox_shared::OutboundEvent::from_item(
+                    i,
+                    &outbox_shared::envelope::Encoding::envelope(),
+                )
+                .unwrap()
+            })
+            .collect();
+
+        // When 250 events of as many aggregates are published
+        use relay_runtime::Publisher;
+        let outcomes = publisher
+            .publish(&events, relay_runtime::Deadline::NONE)
+            .await;
+
+        // Then the SDK read every answer (SNS's in XML) as every entry published, in calls of
+        // the target's size (10 messages, 500 records)
+        assert!(
+            outcomes
+                .iter()
+                .all(relay_runtime::PublishOutcome::is_published),
+            "{kind}: {outcomes:?}"
+        );
+        assert_eq!(model.calls()[operation], calls, "{kind}");
+        assert_eq!(model.put_events_entries(), (250, 0), "{kind}");
+        assert_eq!(publisher.stats().publish_calls, calls, "{kind}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_refuses_records_beyond_its_shards_write_quota_and_the_relay_slows_to_it() {
+    // Given the model as a Kinesis stream of one shard (1,000 records a second)
+    let model = LatencyModel::new(Duration::from_millis(10));
+    model.limit_stream_writes(1);
+    let publisher = relay_runtime::TargetPublisher::new(
+        &model.sdk_config(),
+        relay_runtime::PublisherConfig::of_kind(
+            relay_runtime::TargetKind::Kinesis,
+            "arn:aws:kinesis:us-east-1:123456789012:stream/model-stream",
+            "src",
+        ),
+    )
+    .unwrap();
+    let events: Vec<_> = items_of(3_000, |i| format!("aggregate-{i}"))
+        .iter()
+        .map(|i| {
+            outbox_shared::OutboundEvent::from_item(
+                i,
+                &outbox_shared::envelope::Encoding::envelope(),
+            )
+            .unwrap()
+        })
+        .collect();
+
+    // When 3,000 events of as many aggregates are published at once
+    use relay_runtime::Publisher;
+    let outcomes = publisher
+        .publish(&events, relay_runtime::Deadline::NONE)
+        .await;
+
+    // Then the records beyond the quota were refused per record (HTTP 200, their
+    // `ErrorCode`), read as throttles and sent again; every record the stream took is an event
+    // published, and every event not published is one it refused on each attempt
+    let (received, throttled) = model.put_events_entries();
+    assert!(throttled > 0, "{received} received, {throttled} throttled");
+    let published = outcomes.iter().filter(|o| o.is_published()).count() as u64;
+    assert_eq!(published, received - throttled);
+    assert!(
+        published > 1_000,
+        "{published}: the refused records were sent again"
+    );
+    assert_eq!(publisher.stats().throttled, throttled);
 }

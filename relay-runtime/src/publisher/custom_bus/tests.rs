@@ -22,7 +22,7 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use outbox_shared::{OutboundEvent, RetryPolicy};
 
 use super::CustomBusPublisher;
-use crate::config::{BusKind, PublisherConfig};
+use crate::config::{PublisherConfig, TargetKind};
 use crate::deadline::Deadline;
 use crate::publisher::{PublishOutcome, Publisher};
 
@@ -55,7 +55,7 @@ fn quick_config() -> PublisherConfig {
             base_delay: Duration::from_millis(1),
             max_delay: Duration::from_millis(2),
         },
-        ..PublisherConfig::of_kind(BusKind::Custom, BUS_ARN, "test.orders")
+        ..PublisherConfig::of_kind(TargetKind::Custom, BUS_ARN, "test.orders")
     }
 }
 
@@ -229,7 +229,7 @@ async fn a_call_whose_answer_was_lost_is_sent_again_and_comes_back_deduplicated(
     assert_eq!(outcomes, vec![PublishOutcome::Published; 3]);
     let stats = publisher.stats();
     assert_eq!(
-        (stats.put_events_calls, stats.retried, stats.deduplicated),
+        (stats.publish_calls, stats.retried, stats.deduplicated),
         (2, 3, 3)
     );
 }
@@ -254,7 +254,7 @@ async fn a_throttled_call_is_retried_and_lowers_the_publish_rate() {
     // Then both are published after a retry, counted as throttled, and the rate has a limit
     assert_eq!(outcomes, vec![PublishOutcome::Published; 2]);
     let stats = publisher.stats();
-    assert_eq!((stats.put_events_calls, stats.throttled), (2, 2));
+    assert_eq!((stats.publish_calls, stats.throttled), (2, 2));
     assert!(publisher.publish_rate().is_some());
 }
 
@@ -398,7 +398,7 @@ fn the_custom_publisher_refuses_a_classic_configuration() {
     let err = CustomBusPublisher::new(custom_bus(RuleMode::MatchAny, &[]), classic).unwrap_err();
     assert!(
         err.to_string()
-            .starts_with("invalid --event-bus-kind (EVENT_BUS_KIND)"),
+            .starts_with("invalid --target-kind (EVENT_TARGET_KIND)"),
         "{err}"
     );
 }

@@ -1,0 +1,207 @@
+//! The SNS adapter on a mocked SDK, for what moto cannot produce: entries failed by the service's
+//! fault or the sender's (`SenderFault`), a call throttled as a whole. Delivery, FIFO groups and
+//! de-duplication are tested on moto in the integration tests.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_sns::Client;
+use aws_sdk_sns::config::retry::RetryConfig;
+use aws_sdk_sns::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_sns::error::ErrorMetadata;
+use aws_sdk_sns::operation::publish_batch::{PublishBatchError, PublishBatchOutput};
+use aws_sdk_sns::types::{BatchResultErrorEntry, PublishBatchResultEntry};
+use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock};
+use outbox_shared::RetryPolicy;
+
+use super::SnsTopic;
+use crate::config::{PublisherConfig, TargetKind};
+use crate::deadline::Deadline;
+use crate::publisher::{PublishOutcome, Publisher, TargetAdapter};
+use crate::testing::outbound;
+
+const TOPIC: &str = "arn:aws:sns:us-east-1:123456789012:orders";
+const FIFO_TOPIC: &str = "arn:aws:sns:us-east-1:123456789012:orders.fifo";
+
+fn publisher(topic: &str, rules: &[&Rule]) -> TargetAdapter<SnsTopic> {
+    let interceptor = rules.iter().fold(
+        MockResponseInterceptor::new().rule_mode(RuleMode::Sequential),
+        |i, rule| i.with_rule(rule),
+    );
+    let client = Client::from_conf(
+        aws_sdk_sns::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("test", "test", None, None, "test"))
+            .http_client(create_mock_http_client())
+            .interceptor(interceptor)
+            .retry_config(RetryConfig::disabled())
+            .build(),
+    );
+    let config = PublisherConfig {
+        retry: RetryPolicy {
+            max_retries: 2,
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(2),
+        },
+        ..PublisherConfig::of_kind(TargetKind::Sns, topic, "test.orders")
+    };
+    TargetAdapter::<SnsTopic>::new(client, config).unwrap()
+}
+
+/// An answer with every entry of `ids` successful but those `failed`.
+fn answer(ids: &[String], failed: &[(String, &str, bool)]) -> PublishBatchOutput {
+    let failed_ids: Vec<&String> = failed.iter().map(|(id, _, _)| id).collect();
+    PublishBatchOutput::builder()
+        .set_successful(Some(
+            ids.iter()
+                .filter(|id| !failed_ids.contains(id))
+                .map(|id| {
+                    PublishBatchResultEntry::builder()
+                        .id(id)
+                        .message_id(format!("m-{id}"))
+                        .build()
+                })
+                .collect(),
+        ))
+        .set_failed(Some(
+            failed
+                .iter()
+                .map(|(id, code, sender_fault)| {
+                    BatchResultErrorEntry::builder()
+                        .id(id)
+                        .code(*code)
+                        .message("from the mock")
+                        .sender_fault(*sender_fault)
+                        .build()
+                        .unwrap()
+                })
+                .collect(),
+        ))
+        .build()
+}
+
+fn ids(req: &aws_sdk_sns::operation::publish_batch::PublishBatchInput) -> Vec<String> {
+    req.publish_batch_request_entries()
+        .iter()
+        .map(|e| e.id().to_owned())
+        .collect()
+}
+
+/// A message as the topic saw it: its `eventType` attribute, group and de-duplication id.
+type Seen = (Option<String>, Option<String>, Option<String>);
+
+#[tokio::test]
+async fn a_fifo_topic_gets_each_aggregate_as_its_group_and_the_event_id_as_its_dedup_id() {
+    for (topic, fifo) in [(FIFO_TOPIC, true), (TOPIC, false)] {
+        // Given a topic that notes what it was sent
+        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let noted = Arc::clone(&seen);
+        let publish = mock!(Client::publish_batch)
+            .match_requests(move |req| {
+                assert_eq!(req.topic_arn(), Some(topic));
+                noted
+                    .lock()
+                    .unwrap()
+                    .extend(req.publish_batch_request_entries().iter().map(|e| {
+                        (
+                            e.message_attributes()
+                                .and_then(|a| a.get("eventType"))
+                                .and_then(|v| v.string_value().map(str::to_owned)),
+                            e.message_group_id().map(str::to_owned),
+                            e.message_deduplication_id().map(str::to_owned),
+                        )
+                    }));
+                true
+            })
+            .then_compute_output(|req| answer(&ids(req), &[]));
+        let publisher = publisher(topic, &[&publish]);
+
+        // When two events are published
+        let outcomes = publisher
+            .publish(
+                &[outbound("e1", "o1"), outbound("e2", "o2")],
+                Deadline::NONE,
+            )
+            .await;
+
+        // Then each carries its type for filter policies, and on the FIFO topic only its
+        // aggregate as the group and its event id as the dedup id
+        assert_eq!(outcomes, vec![PublishOutcome::Published; 2]);
+        let seen = seen.lock().unwrap();
+        let expected_ids = if fifo {
+            (Some("Order#o2".to_owned()), Some("e2".to_owned()))
+        } else {
+            (None, None)
+        };
+        assert_eq!(
+            seen[1],
+            (
+                Some("OrderCreated".to_owned()),
+                expected_ids.0,
+                expected_ids.1
+            )
+        );
+    }
+}
+
+#[tokio::test]
+async fn failed_entries_are_retried_for_the_services_fault_and_poison_for_the_messages() {
+    // Given a topic that fails entry 1 for its own fault and entry 0 for the message's
+    let first = mock!(Client::publish_batch).then_compute_output(|req| {
+        answer(
+            &ids(req),
+            &[
+                ("1".into(), "InternalError", false),
+                ("0".into(), "InvalidParameter", true),
+            ],
+        )
+    });
+    let retry = mock!(Client::publish_batch).then_compute_output(|req| answer(&ids(req), &[]));
+    let publisher = publisher(TOPIC, &[&first, &retry]);
+
+    // When two events are published
+    let outcomes = publisher
+        .publish(
+            &[outbound("e1", "o1"), outbound("e2", "o2")],
+            Deadline::NONE,
+        )
+        .await;
+
+    // Then the first is poison with the topic's code, the second published after a retry
+    assert!(
+        matches!(&outcomes[0], PublishOutcome::Rejected { code, .. } if code == "InvalidParameter"),
+        "{outcomes:?}"
+    );
+    assert_eq!(outcomes[1], PublishOutcome::Published);
+    assert_eq!(publisher.stats().retried, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_throttled_as_a_whole_is_retried_and_lowers_the_publish_rate() {
+    // Given a topic over the account's publish quota for one call
+    let throttled = mock!(Client::publish_batch).then_error(|| {
+        PublishBatchError::generic(
+            ErrorMetadata::builder()
+                .code("Throttled")
+                .message("Rate exceeded")
+                .build(),
+        )
+    });
+    let accept = mock!(Client::publish_batch).then_compute_output(|req| answer(&ids(req), &[]));
+    let publisher = publisher(TOPIC, &[&throttled, &accept]);
+
+    // When two events are published
+    let outcomes = publisher
+        .publish(
+            &[outbound("e1", "o1"), outbound("e2", "o2")],
+            Deadline::NONE,
+        )
+        .await;
+
+    // Then both are published after a retry, counted as throttled, and the rate has a limit
+    assert_eq!(outcomes, vec![PublishOutcome::Published; 2]);
+    let stats = publisher.stats();
+    assert_eq!((stats.publish_calls, stats.throttled), (2, 2));
+    assert!(publisher.publish_rate().is_some());
+}
