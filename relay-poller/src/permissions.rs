@@ -8,9 +8,11 @@ use relay_runtime::permissions::{Call, union};
 /// `run` and a `drain` backfill (the service's task definition): the index, marks and TTL
 /// refreshes, the release of holds (and the read of the events recorded on them), publishes, dead
 /// letters, the shard leases, and the discarded stream batches (read, their TTL-deleted events
-/// re-created, deleted).
+/// re-created, deleted); at start-up, the describe calls of the probe (`relay_runtime::preflight`).
 pub fn service() -> Vec<Call> {
     union(&[
+        relay_runtime::preflight::CALLS,
+        relay_runtime::preflight::LEASE_TABLE_CALLS,
         crate::discarded::s3::CALLS,
         crate::recreate::CALLS,
         crate::index::CALLS,
@@ -25,9 +27,12 @@ pub fn service() -> Vec<Call> {
 
 /// `redrive`, `recover-discarded`, `inspect` and `status` (the operator's task definition). A
 /// redrive publishes what it put back with the poller's publish path: publishes, marks and dead
-/// letters, with their calls; it and `recover-discarded` re-create gone items.
+/// letters, with their calls; it and `recover-discarded` re-create gone items. Each first
+/// describes what it relies on (`relay_runtime::preflight`).
 pub fn operator() -> Vec<Call> {
     union(&[
+        relay_runtime::preflight::CALLS,
+        relay_runtime::preflight::LEASE_TABLE_CALLS,
         crate::redrive::CALLS,
         crate::recreate::CALLS,
         crate::discarded::s3::CALLS,

@@ -14,9 +14,11 @@ pub const ON_FAILURE_DESTINATION: &[Call] = &[
 ];
 
 /// Marks, publishes, dead letters, and in hold mode (`HOLD_FAILED_AGGREGATES`, which the template
-/// turns on) the holds it sets and reads.
+/// turns on) the holds it sets and reads; at init, the describe calls of the start-up probe (the
+/// table and the bus: `relay_runtime::preflight`).
 pub fn calls() -> Vec<Call> {
     union(&[
+        relay_runtime::preflight::CALLS,
         relay_runtime::status_store::CALLS,
         relay_runtime::publisher::eventbridge::CALLS,
         relay_runtime::dead_letter::CALLS,

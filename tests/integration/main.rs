@@ -36,6 +36,7 @@ mod duplicates;
 mod harness;
 mod hold_recovery;
 mod infra_template;
+mod misconfigured;
 mod operator_commands;
 mod poller_drain;
 mod poller_fleet;

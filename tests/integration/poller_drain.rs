@@ -586,23 +586,30 @@ async fn expired_pending_events_are_published_and_kept_the_retention_after(kind:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_drain_that_cannot_publish_exits_non_zero_and_says_how_many_remain() {
-    // Given 30 pending events and a bus that does not exist
+    // Given 30 pending events and a bus that refuses every PutEvents (a policy without
+    // events:PutEvents: the bus exists, so the drain starts, and every call fails)
     let env = TestEnv::new().await;
     create_orders(&env, 30).await;
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 7).await;
+    proxy.deny("AWSEvents.PutEvents");
 
-    // When a drain gives up after one stalled pass
-    let (status, summary) = finish(spawn_drain(
-        &env,
-        &[
-            "--event-bus-name",
-            "no-such-bus",
+    // When a drain through it gives up after one stalled pass
+    let child = env
+        .relay_command("relay-poller")
+        .args([
+            "drain",
             "--max-stalled-passes",
             "1",
             "--publish-max-attempts",
             "1",
-        ],
-    ))
-    .await;
+        ])
+        .envs(proxy.endpoint_env())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn relay-poller");
+    let (status, summary) = finish(child).await;
 
     // Then it exits 1, and its summary says all 30 remain
     assert_eq!(status.code(), Some(1), "{summary:?}");
