@@ -164,6 +164,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Redrive(args) => redrive(args).await,
         Command::Inspect(args) => inspect(args).await,
         Command::RecoverDiscarded(args) => recover_discarded(args).await,
+        Command::Check(args) => crate::check::run(args).await,
     }
 }
 

@@ -42,6 +42,7 @@ mod poller_drain;
 mod poller_fleet;
 mod poller_metrics;
 mod poller_quota;
+mod preflight_check;
 mod relay_faults;
 mod relay_refused_calls;
 mod relay_stream_deadline;
