@@ -5,7 +5,8 @@
 //! Each case is made the way it happens: a name nothing exists under, on the emulators; access
 //! denied by the fault proxy (`deny`, as a policy without the action answers); no credentials by
 //! unsetting them; an unknown region by the SDK's own endpoint for it; a refused connection by a
-//! port nothing listens on. The real binaries run; nothing of the relay is mocked.
+//! port nothing listens on. The real binaries run; nothing of the relay is mocked. The Lambda's
+//! case (one ERROR at init, exit 2) runs through its packaged `bootstrap`, in `bootstrap.rs`.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -14,8 +15,10 @@ use outbox_tests::fault_proxy::{FaultProxy, FaultRates};
 use outbox_tests::{TestEnv, emulator_endpoints};
 
 /// How long a misconfigured binary may take to stop: its probe's calls, and the SDK's retries of
-/// a refused connection (three attempts with backoff), with room for a loaded machine.
-const STOPS_WITHIN: Duration = Duration::from_secs(15);
+/// a refused connection (three attempts with backoff, about 2 s), with room for a loaded
+/// two-core machine. A binary that retried what cannot succeed would take minutes (drain's
+/// passes, run's loop never ends); the times measured are printed with `--nocapture`.
+const STOPS_WITHIN: Duration = Duration::from_secs(30);
 
 /// The exit code of a misconfiguration (README, "Exit codes").
 const MISCONFIGURED: i32 = 2;
@@ -446,32 +449,6 @@ async fn the_demo_stops_at_once_when_its_endpoint_refuses_or_its_table_is_missin
         &[
             "table NoSuchTable does not exist",
             "set by --table-name",
-            "ResourceNotFoundException",
-        ],
-    );
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn the_lambda_logs_one_error_at_init_and_fails_fast_when_its_table_is_missing() {
-    // Given the Lambda's environment with a table name that does not exist
-    let env = TestEnv::new().await;
-    let mut lambda = env.relay_command("relay-stream");
-    lambda
-        .env("TABLE_NAME", "NoSuchTable")
-        .env("AWS_LAMBDA_LOG_FORMAT", "JSON");
-
-    // When the function initialises (before it asks the runtime API for an invocation)
-    let stopped = stopped("relay-stream init", lambda).await;
-
-    // Then its init fails at once, and its last log line is an ERROR naming the table, the
-    // variable and the code
-    assert_stopped_naming(
-        "relay-stream init",
-        &stopped,
-        &[
-            "\"level\":\"ERROR\"",
-            "table NoSuchTable does not exist",
-            "TABLE_NAME",
             "ResourceNotFoundException",
         ],
     );
