@@ -102,7 +102,21 @@ pub async fn create_outbox_table(
     client: &aws_sdk_dynamodb::Client,
     table_name: &str,
 ) -> Result<ProvisionedTable, ProvisionError> {
-    let spec = Template::embedded()?.outbox_table()?;
+    create_table_from(client, table_name, &Template::embedded()?.outbox_table()?).await
+}
+
+/// Creates a table as `spec` declares it (keys, billing mode, global secondary indexes, stream
+/// view type, TTL), under `table_name`: the template's own ([`create_outbox_table`]), or one that
+/// differs from it in one thing, for a test of what `relay-poller check` says about it.
+///
+/// # Errors
+/// [`ProvisionError`] naming the property or the call that failed.
+pub async fn create_table_from(
+    client: &aws_sdk_dynamodb::Client,
+    table_name: &str,
+    spec: &TableSpec,
+) -> Result<ProvisionedTable, ProvisionError> {
+    let spec = spec.clone();
     let request = client
         .create_table()
         .table_name(table_name)

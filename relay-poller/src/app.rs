@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use aws_config::SdkConfig;
 use chrono::Utc;
+use relay_runtime::preflight::{Kind, Need, Resource, Unusable};
 use relay_runtime::{
-    CallTasks, DynamoHoldStore, DynamoStatusStore, SettingError, SqsDeadLetterSink, TargetPublisher,
+    CallTasks, DynamoHoldStore, DynamoStatusStore, PublisherConfig, SettingError,
+    SqsDeadLetterSink, TargetPublisher,
 };
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -22,8 +24,8 @@ use crate::assignment::{
     create_lease_table, discover_owner,
 };
 use crate::config::{
-    Cli, Command, DrainArgs, InspectArgs, RecoverDiscardedArgs, RedriveArgs, RelayConfig, RunArgs,
-    StatusArgs,
+    Cli, Command, DiscardedBatchArgs, DrainArgs, IndexConfig, InspectArgs, LeaseTableArgs,
+    RecoverDiscardedArgs, RedriveArgs, RelayArgs, RelayConfig, RunArgs, StatusArgs, TableArgs,
 };
 use crate::discarded::{DiscardedBatches, S3DiscardedBatches};
 use crate::index::DynamoPendingIndex;
@@ -34,9 +36,13 @@ use crate::recreate::DynamoGoneItems;
 use crate::redrive::{Redrive, Selection, Source};
 use crate::status;
 
-/// Exit code for configuration errors (clap uses the same for bad flags).
-pub const EXIT_CONFIG: u8 = 2;
-/// Exit code when `drain` leaves events unpublished, or the poller fails at run time.
+/// Exit code when the settings, or what they name, are wrong: a setting out of range (clap uses
+/// the same for bad flags), a missing resource, access denied, no credentials, an unknown region,
+/// an endpoint that refuses connections ([`relay_runtime::preflight::EXIT_MISCONFIGURED`]).
+pub const EXIT_CONFIG: u8 = relay_runtime::preflight::EXIT_MISCONFIGURED;
+/// Exit code when a command gave up with work left (`drain` with events pending,
+/// `recover-discarded` with batches left, `inspect` with an event not found, `check` with an item
+/// that does not hold is [`EXIT_CONFIG`]), or failed at run time.
 pub const EXIT_FAILURE: u8 = 1;
 
 /// How often metrics are flushed (CloudWatch EMF) during `run` and `drain`.
@@ -159,16 +165,87 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Redrive(args) => redrive(args).await,
         Command::Inspect(args) => inspect(args).await,
         Command::RecoverDiscarded(args) => recover_discarded(args).await,
+        Command::Check(args) => crate::check::run(args).await,
     }
 }
 
 /// The exit code for an error returned by [`run`].
 pub fn exit_code_for(err: &anyhow::Error) -> ExitCode {
-    if err.downcast_ref::<SettingError>().is_some() {
+    if err.downcast_ref::<SettingError>().is_some() || err.downcast_ref::<Unusable>().is_some() {
         ExitCode::from(EXIT_CONFIG)
     } else {
         ExitCode::from(EXIT_FAILURE)
     }
+}
+
+/// The outbox table a command's settings name, and its pending index when the command reads it.
+pub fn table_need(index: &IndexConfig, with_index: bool) -> Need {
+    let outbox = &index.outbox;
+    Need::Table {
+        table: Resource::new(
+            Kind::Table,
+            &outbox.table_name,
+            SettingError::name_of::<TableArgs>("table_name"),
+        ),
+        index: with_index.then(|| {
+            Resource::new(
+                Kind::Index,
+                &outbox.index_name,
+                SettingError::name_of::<TableArgs>("index_name"),
+            )
+        }),
+    }
+}
+
+/// The target a command publishes to.
+pub fn target_need(publisher: &PublisherConfig) -> Need {
+    Need::target(publisher)
+}
+
+/// The dead-letter queue of `run`, `drain` and `redrive`.
+pub fn queue_need(url: &str) -> Need {
+    Need::Queue(Resource::new(
+        Kind::DeadLetterQueue,
+        url,
+        SettingError::name_of::<RelayArgs>("dead_letter_queue_url"),
+    ))
+}
+
+/// The lease table `--lease-table` names.
+pub fn lease_table_need(table: &str) -> Need {
+    Need::LeaseTable(Resource::new(
+        Kind::LeaseTable,
+        table,
+        SettingError::name_of::<LeaseTableArgs>("lease_table"),
+    ))
+}
+
+/// The discarded-batch bucket `--discarded-batch-bucket` names.
+pub fn bucket_need(bucket: &str) -> Need {
+    Need::Bucket(Resource::new(
+        Kind::Bucket,
+        bucket,
+        SettingError::name_of::<DiscardedBatchArgs>("discarded_batch_bucket"),
+    ))
+}
+
+/// What `run` and `drain` rely on: the table and its index, the target, the dead-letter queue.
+fn relay_needs(config: &RelayConfig) -> Vec<Need> {
+    vec![
+        table_need(&config.index, true),
+        target_need(&config.publisher),
+        queue_need(&config.dead_letter_queue_url),
+    ]
+}
+
+/// The SDK's configuration, once the credentials and each of `needs` were found usable.
+///
+/// # Errors
+/// [`SettingError`] for a bad timeout variable, [`Unusable`] for what a probe found.
+pub async fn load_and_probe(needs: &[Need]) -> anyhow::Result<SdkConfig> {
+    let sdk = relay_runtime::load_aws_config().await?;
+    relay_runtime::preflight::require(&sdk, needs).await?;
+    Ok(sdk)
 }
 
 /// SIGTERM (ECS stopping the task) or SIGINT (ctrl-c). Registered before any work starts, so a
@@ -186,6 +263,7 @@ fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
 
 async fn start(
     config: &RelayConfig,
+    more: Vec<Need>,
 ) -> anyhow::Result<(
     Arc<AwsPoller>,
     relay_runtime::metrics::Emf,
@@ -200,7 +278,9 @@ async fn start(
         Some(METRICS_FLUSH_INTERVAL),
     )
     .context("installing the metrics recorder")?;
-    let sdk = relay_runtime::load_aws_config().await?;
+    let mut needs = relay_needs(config);
+    needs.extend(more);
+    let sdk = load_and_probe(&needs).await?;
     let poller = aws_poller(&sdk, config)?;
     let clients = AwsClients::new(&sdk);
     Ok((Arc::new(poller), metrics, clients, sdk))
@@ -246,7 +326,14 @@ async fn run_continuously(args: RunArgs) -> anyhow::Result<ExitCode> {
     let leases = args.leases.settings(args.relay.table.shards.is_some())?;
     let discarded = args.discarded.settings()?;
     let shutdown = shutdown_signal()?;
-    let (poller, metrics, clients, sdk) = start(&config).await?;
+    let mut more = Vec::new();
+    if let Some(settings) = leases.as_ref().filter(|s| !s.create_table) {
+        more.push(lease_table_need(&settings.table_name));
+    }
+    if let Some((bucket, _)) = discarded {
+        more.push(bucket_need(bucket));
+    }
+    let (poller, metrics, clients, sdk) = start(&config, more).await?;
     let manager = match &leases {
         Some(settings) => Some(Arc::new(
             lease_manager(&clients.dynamodb, &config, settings).await?,
@@ -365,6 +452,11 @@ async fn run_continuously(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     flush_metrics(&metrics);
     tracing::info!("poller stopped");
+    let totals = poller.summary(Duration::ZERO);
+    say(&format!(
+        "run: stopped; published {} events ({} dead-lettered, {} failed and left pending)",
+        totals.published, totals.dead_lettered, totals.failed
+    ));
     match failure.flatten() {
         Some(err) => Err(err).context("holding shard leases"),
         None => Ok(ExitCode::SUCCESS),
@@ -375,7 +467,8 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
     let config = args.relay.validate()?;
     let respected = args.respected_lease_table()?.map(str::to_owned);
     let shutdown = shutdown_signal()?;
-    let (poller, metrics, clients, _) = start(&config).await?;
+    let more = respected.iter().map(|t| lease_table_need(t)).collect();
+    let (poller, metrics, clients, _) = start(&config, more).await?;
     let respect = respected.map(|table| {
         Arc::new(RespectLeases::new(
             DynamoLeaseStore::new(clients.dynamodb.clone(), table),
@@ -451,6 +544,7 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
         interrupted = summary.interrupted,
         "drain finished"
     );
+    say(&drain_words(&summary));
     // Only an empty index is success: a script that runs a drain and sees exit 0 may rely on
     // nothing being left, interrupted or not (the summary says how many remain).
     if summary.complete {
@@ -462,7 +556,18 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
 
 async fn show_status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let index_config = args.table.validate()?;
-    let sdk = relay_runtime::load_aws_config().await?;
+    let queue_url =
+        relay_runtime::config::dead_letter_queue_url(args.dead_letter_queue_url.as_deref());
+    let mut needs = vec![table_need(&index_config, true)];
+    needs.extend(queue_url.map(|url| {
+        Need::Queue(Resource::new(
+            Kind::DeadLetterQueue,
+            url,
+            SettingError::name_of::<StatusArgs>("dead_letter_queue_url"),
+        ))
+    }));
+    needs.extend(args.lease_table.name().map(lease_table_need));
+    let sdk = load_and_probe(&needs).await?;
     let clients = AwsClients::new(&sdk);
     let outbox = &index_config.outbox;
     let index = DynamoPendingIndex::new(
@@ -508,7 +613,46 @@ async fn show_status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     std::io::stdout()
         .write_all(text.as_bytes())
         .context("writing the status")?;
+    say(&format!(
+        "status: {} events pending in the shards (the oldest {:.0} s old), {} under stray \
+         partitions, {} holds",
+        report.total_pending, report.oldest_pending_age_seconds, report.stray_pending, report.holds
+    ));
     Ok(ExitCode::SUCCESS)
+}
+
+/// The command's outcome in words, its last line at a terminal
+/// ([`relay_runtime::telemetry::outcome`]).
+fn say(words: &str) {
+    relay_runtime::telemetry::outcome("relay-poller", words);
+}
+
+/// A drain's outcome in words.
+pub fn drain_words(summary: &DrainSummary) -> String {
+    let done = format!(
+        "published {} events ({} already marked, {} dead-lettered) in {} passes, {:.1} s",
+        summary.published,
+        summary.already_marked,
+        summary.dead_lettered,
+        summary.passes,
+        summary.seconds
+    );
+    if summary.complete {
+        format!("drain: {done}; nothing left pending")
+    } else {
+        let left = summary
+            .remaining
+            .map_or_else(|| "an unknown number of".to_owned(), |n| n.to_string());
+        let why = if summary.interrupted {
+            "interrupted".to_owned()
+        } else {
+            format!(
+                "gave up ({} failed, {} not marked)",
+                summary.failed, summary.not_marked
+            )
+        };
+        format!("drain: {why} with {left} events left pending; {done} (exit {EXIT_FAILURE})")
+    }
 }
 
 /// Whether stdout is a person's terminal (tables) or a script's pipe (JSON).
@@ -519,7 +663,14 @@ fn stdout_is_terminal() -> bool {
 
 async fn redrive(args: RedriveArgs) -> anyhow::Result<ExitCode> {
     let config = args.relay.validate()?;
-    let sdk = relay_runtime::load_aws_config().await?;
+    let mut needs = vec![
+        table_need(&config.index, false),
+        queue_need(&config.dead_letter_queue_url),
+    ];
+    if args.publish && !args.dry_run {
+        needs.push(target_need(&config.publisher));
+    }
+    let sdk = load_and_probe(&needs).await?;
     let clients = AwsClients::new(&sdk);
     let outbox = &config.index.outbox;
     let redrive = Redrive {
@@ -565,6 +716,16 @@ async fn redrive(args: RedriveArgs) -> anyhow::Result<ExitCode> {
     std::io::stdout()
         .write_all(text.as_bytes())
         .context("writing the summary")?;
+    say(&format!(
+        "redrive{}: {} redriven ({} re-created), {} published, {} skipped as done, {} left in \
+         the queue",
+        if summary.dry_run { " (dry run)" } else { "" },
+        summary.redriven,
+        summary.recreated,
+        summary.published,
+        summary.skipped,
+        summary.left_in_queue
+    ));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -575,7 +736,15 @@ async fn recover_discarded(args: RecoverDiscardedArgs) -> anyhow::Result<ExitCod
         "discarded_batch_bucket",
         &args.discarded_batch_bucket,
     )?;
-    let sdk = relay_runtime::load_aws_config().await?;
+    let sdk = load_and_probe(&[
+        table_need(&index, false),
+        Need::Bucket(Resource::new(
+            Kind::Bucket,
+            &args.discarded_batch_bucket,
+            SettingError::name_of::<RecoverDiscardedArgs>("discarded_batch_bucket"),
+        )),
+    ])
+    .await?;
     let batches = aws_discarded_batches(
         &sdk,
         relay_runtime::clients::dynamodb(&sdk),
@@ -595,6 +764,21 @@ async fn recover_discarded(args: RecoverDiscardedArgs) -> anyhow::Result<ExitCod
     std::io::stdout()
         .write_all(text.as_bytes())
         .context("writing the summary")?;
+    say(&format!(
+        "recover-discarded{}: {} of {} batches recovered ({} events re-created), {} left in the \
+         bucket, {} to retry{}",
+        if recovery.dry_run { " (dry run)" } else { "" },
+        recovery.recovered,
+        recovery.batches,
+        recovery.recreated,
+        recovery.left_in_bucket,
+        recovery.retry_later,
+        if recovery.left_in_bucket + recovery.retry_later == 0 {
+            String::new()
+        } else {
+            format!(" (exit {EXIT_FAILURE})")
+        }
+    ));
     // A batch left for a person, or for a later run, is not done: a script should see it.
     if recovery.left_in_bucket + recovery.retry_later == 0 {
         Ok(ExitCode::SUCCESS)
@@ -605,7 +789,15 @@ async fn recover_discarded(args: RecoverDiscardedArgs) -> anyhow::Result<ExitCod
 
 async fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
     SettingError::non_empty::<InspectArgs>("table_name", &args.table_name)?;
-    let sdk = relay_runtime::load_aws_config().await?;
+    let sdk = load_and_probe(&[Need::Table {
+        table: Resource::new(
+            Kind::Table,
+            &args.table_name,
+            SettingError::name_of::<InspectArgs>("table_name"),
+        ),
+        index: None,
+    }])
+    .await?;
     let inspector = Inspector {
         dynamodb: aws_sdk_dynamodb::Client::new(&sdk),
         table_name: args.table_name.clone(),
@@ -633,6 +825,17 @@ async fn inspect(args: InspectArgs) -> anyhow::Result<ExitCode> {
     std::io::stdout()
         .write_all(text.as_bytes())
         .context("writing the inspection")?;
+    let missing = found.iter().filter(|i| !i.found).count();
+    say(&format!(
+        "inspect: {} of {} found{}",
+        found.len() - missing,
+        found.len(),
+        if missing > 0 {
+            format!(" (exit {EXIT_FAILURE})")
+        } else {
+            String::new()
+        }
+    ));
     // Not finding an event is an answer, but a script should see it.
     if found.iter().all(|i| i.found) {
         Ok(ExitCode::SUCCESS)

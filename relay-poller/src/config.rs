@@ -63,6 +63,12 @@ pub enum Command {
     /// `run` does the same on an interval. The passes then publish them. Safe to run again;
     /// `--dry-run` changes nothing.
     RecoverDiscarded(RecoverDiscardedArgs),
+    /// Check a deployment against what the relays rely on, with the same settings as `run`: the
+    /// table's keys, the pending index's keys and projection, TTL, the stream's view, the target,
+    /// the dead-letter queue, the lease table, the bucket, stray partitions, the caller's
+    /// permissions, the shard count's write ceiling. One line per item, OK or what is wrong and
+    /// how to fix it (`--json` for pipelines); exit 0 only when every item holds, 2 otherwise.
+    Check(crate::check::CheckArgs),
 }
 
 /// Where the pending events are.

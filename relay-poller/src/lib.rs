@@ -19,11 +19,13 @@
 //!   destination: each TTL deletion of a pending event in them re-created ([`recreate`], the path
 //!   `redrive` re-creates gone items with), the batch deleted once handled.
 //! - [`inspect`]: what happened to one event.
+//! - [`check`]: a preflight of a deployment: what the relays rely on, item by item, with the fix.
 //! - [`metrics`]: metric names and the CloudWatch EMF recorder.
 //! - [`app`]: the binary's wiring (clients, signals, exit codes).
 
 pub mod app;
 pub mod assignment;
+pub mod check;
 pub mod config;
 pub mod discarded;
 pub mod index;

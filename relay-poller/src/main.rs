@@ -16,8 +16,16 @@ async fn main() -> ExitCode {
     match app::run(cli).await {
         Ok(code) => code,
         Err(err) => {
+            // A resource that cannot be used is one line as it is: its SDK error is in the log.
+            let line = match err.downcast_ref::<relay_runtime::preflight::Unusable>() {
+                Some(unusable) => unusable.to_string(),
+                None => format!("{err:#}"),
+            };
             tracing::error!(error = format!("{err:#}"), "relay-poller failed");
-            eprintln!("relay-poller: {err:#}");
+            eprintln!(
+                "{}",
+                relay_runtime::telemetry::outcome_line("relay-poller", &line)
+            );
             app::exit_code_for(&err)
         }
     }

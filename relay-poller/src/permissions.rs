@@ -10,9 +10,11 @@ use relay_runtime::permissions::{Call, union};
 /// kind: the index, marks and TTL
 /// refreshes, the release of holds (and the read of the events recorded on them), publishes, dead
 /// letters, the shard leases, and the discarded stream batches (read, their TTL-deleted events
-/// re-created, deleted).
+/// re-created, deleted); at start-up, the describe calls of the probe (`relay_runtime::preflight`).
 pub fn service(target: TargetKind) -> Vec<Call> {
     union(&[
+        relay_runtime::preflight::CALLS,
+        relay_runtime::preflight::LEASE_TABLE_CALLS,
         crate::discarded::s3::CALLS,
         crate::recreate::CALLS,
         crate::index::CALLS,
@@ -20,6 +22,7 @@ pub fn service(target: TargetKind) -> Vec<Call> {
         crate::poller::ttl::CALLS,
         relay_runtime::holds::RELEASE_CALLS,
         target.spec().calls,
+        relay_runtime::preflight::target_calls(target),
         relay_runtime::dead_letter::CALLS,
         crate::assignment::store::CALLS,
     ])
@@ -27,13 +30,17 @@ pub fn service(target: TargetKind) -> Vec<Call> {
 
 /// `redrive`, `recover-discarded`, `inspect` and `status` (the operator's task definition). A
 /// redrive publishes what it put back with the poller's publish path: publishes, marks and dead
-/// letters, with their calls; it and `recover-discarded` re-create gone items.
+/// letters, with their calls; it and `recover-discarded` re-create gone items. Each first
+/// describes what it relies on (`relay_runtime::preflight`).
 pub fn operator(target: TargetKind) -> Vec<Call> {
     union(&[
+        relay_runtime::preflight::CALLS,
+        relay_runtime::preflight::LEASE_TABLE_CALLS,
         crate::redrive::CALLS,
         crate::recreate::CALLS,
         crate::discarded::s3::CALLS,
         target.spec().calls,
+        relay_runtime::preflight::target_calls(target),
         relay_runtime::status_store::CALLS,
         relay_runtime::dead_letter::CALLS,
         crate::inspect::CALLS,

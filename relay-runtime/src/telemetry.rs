@@ -257,6 +257,21 @@ pub fn span_context(trace: &TraceContext) -> Option<SpanContext> {
     ))
 }
 
+/// Writes `program: words` to stderr when stderr is a person's terminal: the command's outcome in
+/// words, its last line, after every log line (which stay what they are, for machines). Not at a
+/// terminal (ECS, Lambda, a pipe) nothing is written: the logs and the summaries say it there.
+pub fn outcome(program: &str, words: &str) {
+    if std::io::stderr().is_terminal() {
+        // Nowhere left to report a failure to write the last line.
+        let _ = Lines::stderr().write_line(outcome_line(program, words).as_bytes());
+    }
+}
+
+/// The outcome line: `program: words`.
+pub fn outcome_line(program: &str, words: &str) -> String {
+    format!("{program}: {words}")
+}
+
 /// The process's one output for log lines and metric documents: each line is written whole,
 /// under one lock, so a log line never lands inside a metric document (which CloudWatch would
 /// then reject) nor a document inside a log line. `tracing` writes through it

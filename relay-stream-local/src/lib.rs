@@ -22,6 +22,7 @@ use aws_sdk_dynamodbstreams::Client as StreamsClient;
 use aws_sdk_dynamodbstreams::error::ProvideErrorMetadata;
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use futures::future::join_all;
+use relay_runtime::preflight::{Kind, Need, Resource, Unusable};
 use relay_runtime::{
     AggregateHolds, DeadLetterSink, Deadline, Publisher, SettingError, StatusStore,
 };
@@ -117,6 +118,10 @@ pub enum RunnerError {
     DescribeStream { stream_arn: String, message: String },
     #[error(transparent)]
     Config(#[from] SettingError),
+    /// What the runner relies on cannot be used (`relay_runtime::preflight`); boxed, as the
+    /// rarest and largest.
+    #[error(transparent)]
+    Unusable(#[from] Box<Unusable>),
 }
 
 /// The one-line JSON summary `relay-stream-local` prints on exit.
@@ -148,6 +153,27 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// The run's outcome in words, for the last line at a terminal.
+    pub fn to_words(&self) -> String {
+        let mut words = format!("published {} events", self.published);
+        for (count, what) in [
+            (self.dead_lettered, "dead-lettered"),
+            (self.failed, "failed (pending: the poller publishes them)"),
+            (self.left_to_hold, "left to the poller under holds"),
+            (
+                self.not_marked,
+                "not marked (the poller publishes them again)",
+            ),
+            (self.discarded_batches, "batches discarded to the bucket"),
+        ] {
+            if count > 0 {
+                words.push_str(&format!(", {count} {what}"));
+            }
+        }
+        words.push_str(&format!(" in {} PutEvents calls", self.put_events_calls));
+        words
+    }
+
     /// Whether events left the outbox (published or dead-lettered) and not one of them was
     /// marked: the status store cannot mark (an endpoint without PartiQL, a policy without
     /// `dynamodb:PartiQLUpdate`), so everything stays pending and is published again. The runner
@@ -164,17 +190,33 @@ impl Summary {
 /// [`RunnerError`] when the configuration is invalid or the stream cannot be found or listed.
 pub async fn run(args: &LocalArgs, shutdown: &CancellationToken) -> Result<Summary, RunnerError> {
     let sdk_config = relay_runtime::load_aws_config().await?;
-    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk_config);
-    let relay = relay_stream::build_relay(&args.relay, &sdk_config)?;
-    let stream_arn = stream_arn_of(&dynamodb, &args.relay.table_name).await?;
-    tracing::info!(stream_arn = %stream_arn, batch_size = args.batch_size, from = ?args.from, "relaying stream");
-    let on_failure = args
+    let mut needs = relay_stream::needs(&args.relay)?;
+    let bucket = args
         .discarded_batch_bucket
         .as_deref()
-        .filter(|bucket| !bucket.trim().is_empty())
-        .map(|bucket| {
-            S3OnFailureDestination::new(aws_sdk_s3::Client::new(&sdk_config), bucket, &stream_arn)
-        });
+        .filter(|bucket| !bucket.trim().is_empty());
+    needs.extend(bucket.map(|bucket| {
+        Need::Bucket(Resource::new(
+            Kind::Bucket,
+            bucket,
+            SettingError::name_of::<LocalArgs>("discarded_batch_bucket"),
+        ))
+    }));
+    relay_runtime::preflight::require(&sdk_config, &needs)
+        .await
+        .map_err(Box::new)?;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk_config);
+    let relay = relay_stream::build_relay(&args.relay, &sdk_config)?;
+    let stream_arn = match stream_arn_of(&dynamodb, &args.relay.table_name).await {
+        Err(RunnerError::NoStream { .. }) => {
+            return Err(Box::new(no_stream(&sdk_config, &args.relay.table_name)).into());
+        }
+        found => found?,
+    };
+    tracing::info!(stream_arn = %stream_arn, batch_size = args.batch_size, from = ?args.from, "relaying stream");
+    let on_failure = bucket.map(|bucket| {
+        S3OnFailureDestination::new(aws_sdk_s3::Client::new(&sdk_config), bucket, &stream_arn)
+    });
     let runner = LocalRunner::new(
         relay,
         aws_sdk_dynamodbstreams::Client::new(&sdk_config),
@@ -197,6 +239,25 @@ pub async fn run(args: &LocalArgs, shutdown: &CancellationToken) -> Result<Summa
         deduplicated: runner.relay().publisher().stats().deduplicated,
         discarded_batches: runner.discarded_batches(),
     })
+}
+
+/// The table `table_name` has no stream: one line, as any resource the runner cannot use.
+fn no_stream(sdk: &aws_config::SdkConfig, table_name: &str) -> Unusable {
+    let setting = SettingError::name_of::<relay_stream::RelayArgs>("table_name");
+    Unusable {
+        resource: Resource::new(Kind::Stream, format!("of table {table_name}"), setting),
+        problem: outbox_shared::Misconfiguration::Missing,
+        place: relay_runtime::preflight::Place::of(
+            sdk,
+            relay_runtime::preflight::Service::DynamoDb,
+            None,
+        ),
+        operation: "DescribeTable",
+        code: None,
+        fix: "enable the table's stream with the view NEW_AND_OLD_IMAGES, as               infra/template.yaml declares it"
+            .to_owned(),
+        failure: None,
+    }
 }
 
 /// The stream ARN of `table_name`.

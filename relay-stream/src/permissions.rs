@@ -14,12 +14,15 @@ pub const ON_FAILURE_DESTINATION: &[Call] = &[
     Call::new("s3:ListBucket", Target::DiscardedBatchBucket),
 ];
 
-/// Marks, publishes (to a `target` of its kind), dead letters, and in hold mode (`HOLD_FAILED_AGGREGATES`, which the template
-/// turns on) the holds it sets and reads.
+/// Marks, publishes (to a `target` of its kind), dead letters, and in hold mode
+/// (`HOLD_FAILED_AGGREGATES`, which the template turns on) the holds it sets and reads; at init,
+/// the describe calls of the start-up probe (the table and the target: `relay_runtime::preflight`).
 pub fn calls(target: TargetKind) -> Vec<Call> {
     union(&[
+        relay_runtime::preflight::CALLS,
         relay_runtime::status_store::CALLS,
         target.spec().calls,
+        relay_runtime::preflight::target_calls(target),
         relay_runtime::dead_letter::CALLS,
         relay_runtime::holds::HOLD_CALLS,
     ])

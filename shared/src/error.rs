@@ -1,7 +1,11 @@
-//! The one place where AWS SDK errors are classified as retryable or not.
+//! The one place where AWS SDK errors are classified: retryable or not, and, for a failure no
+//! retry can fix until a person changes something, which [`Misconfiguration`] it is.
 //!
 //! Timeouts, dispatch (I/O) failures, malformed responses, throttling codes, transient service
 //! codes and HTTP 5xx retry; request construction failures and every other service error do not.
+//! The two questions are apart: a connection refused retries (an endpoint restarting), and is
+//! also what a process finds at start-up when its endpoint is wrong; the relays' start-up probes
+//! (`relay_runtime::preflight`) stop on any misconfiguration, the loops keep to the class.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -35,6 +39,74 @@ impl fmt::Display for ErrorClass {
     }
 }
 
+/// What a person must change for a call to succeed: the failures no retry of the call can fix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Misconfiguration {
+    /// The resource the call names does not exist: a table, an index, a bus, a queue, a bucket
+    /// ([`NOT_FOUND_CODES`]).
+    Missing,
+    /// The caller's identity may not make the call ([`ACCESS_DENIED_CODES`]).
+    AccessDenied,
+    /// The service does not take the caller's credentials: an unknown key, a bad signature, an
+    /// expired token ([`CREDENTIALS_REFUSED_CODES`]).
+    CredentialsRefused,
+    /// The SDK found no credentials to sign with.
+    NoCredentials,
+    /// The endpoint's host name does not resolve: a region AWS does not have, or a mistyped
+    /// endpoint.
+    UnknownHost,
+    /// Nothing accepts connections at the endpoint.
+    ConnectionRefused,
+}
+
+impl Misconfiguration {
+    /// What is wrong, in words that follow the resource's name ("table t does not exist").
+    pub fn words(self) -> &'static str {
+        match self {
+            Self::Missing => "does not exist",
+            Self::AccessDenied => "may not be used with these credentials",
+            Self::CredentialsRefused => "is out of reach: the service refuses these credentials",
+            Self::NoCredentials => "is out of reach: no AWS credentials were found",
+            Self::UnknownHost => "is out of reach: the endpoint's host name does not resolve",
+            Self::ConnectionRefused => {
+                "is out of reach: nothing accepts connections at the endpoint"
+            }
+        }
+    }
+}
+
+/// Codes AWS services answer for a resource that does not exist (DynamoDB, EventBridge and the
+/// Custom Event Bus, SQS's JSON and query protocols, S3).
+pub const NOT_FOUND_CODES: &[&str] = &[
+    "ResourceNotFoundException",
+    "QueueDoesNotExist",
+    "AWS.SimpleQueueService.NonExistentQueue",
+    "NoSuchBucket",
+    "NoSuchEntity",
+];
+
+/// Codes AWS services answer when a policy does not allow the call.
+pub const ACCESS_DENIED_CODES: &[&str] = &[
+    "AccessDeniedException",
+    "AccessDenied",
+    "AuthorizationError",
+    "UnauthorizedOperation",
+    "KMSAccessDeniedException",
+];
+
+/// Codes AWS services answer when they do not take the request's credentials.
+pub const CREDENTIALS_REFUSED_CODES: &[&str] = &[
+    "UnrecognizedClientException",
+    "InvalidClientTokenId",
+    "InvalidAccessKeyId",
+    "InvalidSignatureException",
+    "SignatureDoesNotMatch",
+    "ExpiredTokenException",
+    "ExpiredToken",
+    "IncompleteSignature",
+];
+
 /// One failed AWS SDK call, classified: the one shape every crate uses for it.
 ///
 /// The SDK error stays whole as the [`source`](std::error::Error::source) (shared, so the failure
@@ -47,6 +119,8 @@ pub struct SdkFailure {
     pub class: ErrorClass,
     /// The service's error code, when the service answered with one.
     pub code: Option<String>,
+    /// What a person must change, when no retry can fix it ([`misconfiguration`]).
+    pub misconfiguration: Option<Misconfiguration>,
     /// The SDK's description of the failure with its causes.
     pub message: String,
     /// The SDK error itself.
@@ -81,6 +155,7 @@ impl SdkFailure {
             operation,
             class: classify_sdk_error(&err),
             code: error_code(&err).map(str::to_owned),
+            misconfiguration: misconfiguration(&err),
             message: describe(&err),
             source: Arc::new(err),
         }
@@ -94,6 +169,7 @@ impl SdkFailure {
             operation,
             class: ErrorClass::Retryable,
             code: None,
+            misconfiguration: None,
             source: Arc::new(Incomplete(message.clone())),
             message,
         }
@@ -107,6 +183,7 @@ impl SdkFailure {
             operation,
             class: classify_code(code),
             code: Some(code.to_owned()),
+            misconfiguration: misconfiguration_of_code(code),
             source: Arc::new(PartFailed {
                 code: code.to_owned(),
                 message: message.clone(),
@@ -237,6 +314,58 @@ where
         }
         _ => ErrorClass::Retryable,
     }
+}
+
+/// What a person must change for `err`'s call to succeed, when no retry can fix it: a service
+/// code of a missing resource, a denied call or refused credentials; a connection refused, or a
+/// host name that does not resolve (read from the dispatch failure's causes: the HTTP client
+/// says `dns error`, and a refused connection is an [`std::io::ErrorKind::ConnectionRefused`]).
+/// The SDK's own "no credentials" is not read here: a process resolves its credentials before
+/// its first call (`relay_runtime::preflight::credentials`), which names what it looked for.
+pub fn misconfiguration<E, R>(err: &SdkError<E, R>) -> Option<Misconfiguration>
+where
+    E: ProvideErrorMetadata,
+{
+    match err {
+        SdkError::ServiceError(ctx) => ctx.err().code().and_then(misconfiguration_of_code),
+        SdkError::DispatchFailure(failure) if !failure.is_timeout() => failure
+            .as_connector_error()
+            .and_then(|connector| unreachable_endpoint(connector)),
+        _ => None,
+    }
+}
+
+/// The misconfiguration a service's error `code` means, if any.
+pub fn misconfiguration_of_code(code: &str) -> Option<Misconfiguration> {
+    if NOT_FOUND_CODES.contains(&code) {
+        Some(Misconfiguration::Missing)
+    } else if ACCESS_DENIED_CODES.contains(&code) {
+        Some(Misconfiguration::AccessDenied)
+    } else if CREDENTIALS_REFUSED_CODES.contains(&code) {
+        Some(Misconfiguration::CredentialsRefused)
+    } else {
+        None
+    }
+}
+
+/// A refused connection or an unresolvable host among `err`'s causes.
+fn unreachable_endpoint(err: &(dyn StdError + 'static)) -> Option<Misconfiguration> {
+    let mut cause = Some(err);
+    while let Some(current) = cause {
+        if let Some(io) = current.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return Some(Misconfiguration::ConnectionRefused);
+        }
+        // hyper-util's connector names a failed lookup `dns error` (its `ConnectError`), and the
+        // resolver's own error says it could not look the name up.
+        let text = current.to_string();
+        if text.starts_with("dns error") || text.contains("failed to lookup address") {
+            return Some(Misconfiguration::UnknownHost);
+        }
+        cause = current.source();
+    }
+    None
 }
 
 /// Whether `err` is a call that got no answer in time: the SDK's attempt or operation timeout
@@ -383,6 +512,47 @@ mod tests {
                 .downcast_ref::<SdkError<ErrorMetadata, HttpResponse>>()
                 .is_some()
         );
+    }
+
+    #[test]
+    fn a_missing_resource_a_denied_call_or_a_refused_connection_is_a_misconfiguration() {
+        use aws_smithy_runtime_api::client::result::ConnectorError;
+        assert_eq!(
+            misconfiguration(&service_error("ResourceNotFoundException", 400)),
+            Some(Misconfiguration::Missing)
+        );
+        assert_eq!(
+            misconfiguration(&service_error(
+                "AWS.SimpleQueueService.NonExistentQueue",
+                400
+            )),
+            Some(Misconfiguration::Missing)
+        );
+        assert_eq!(
+            misconfiguration(&service_error("AccessDeniedException", 400)),
+            Some(Misconfiguration::AccessDenied)
+        );
+        assert_eq!(
+            misconfiguration(&service_error("UnrecognizedClientException", 400)),
+            Some(Misconfiguration::CredentialsRefused)
+        );
+        assert_eq!(
+            misconfiguration(&service_error("ThrottlingException", 400)),
+            None
+        );
+        let refused: SdkError<ErrorMetadata, HttpResponse> =
+            SdkError::dispatch_failure(ConnectorError::io(Box::new(std::io::Error::from(
+                std::io::ErrorKind::ConnectionRefused,
+            ))));
+        assert_eq!(
+            misconfiguration(&refused),
+            Some(Misconfiguration::ConnectionRefused)
+        );
+        // Still retryable in a loop: an endpoint restarting refuses connections for a while.
+        assert_eq!(classify_sdk_error(&refused), ErrorClass::Retryable);
+        let timeout: SdkError<ErrorMetadata, HttpResponse> =
+            SdkError::dispatch_failure(ConnectorError::timeout("connect timed out".into()));
+        assert_eq!(misconfiguration(&timeout), None);
     }
 
     #[test]

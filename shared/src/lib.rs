@@ -39,7 +39,7 @@ pub mod trace_context;
 pub use config::{ConfigError, OutboxConfig};
 pub use entry_field::EntryFieldError;
 pub use envelope::{Envelope, EnvelopeError, EventMetadata, OutboundEvent};
-pub use error::{ErrorClass, SdkFailure, classify_sdk_error};
+pub use error::{ErrorClass, Misconfiguration, SdkFailure, classify_sdk_error};
 pub use item::{ItemError, ItemKey, NewOutboxEvent, OutboxItem, OutboxStatus};
 pub use retry::RetryPolicy;
 pub use shard::{ShardCount, shard_for};

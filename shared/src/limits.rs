@@ -82,3 +82,18 @@ pub const KINESIS_PUT_RECORDS_MAX_BYTES: usize = 5 * 1024 * 1024;
 
 /// A Kinesis partition key is 1 to 256 Unicode characters.
 pub const KINESIS_PARTITION_KEY_MAX_CHARS: usize = 256;
+
+/// Writes per second one partition key takes, a global secondary index's included (1,000 WCU of
+/// items up to 1 KB): beyond it DynamoDB throttles, and an index that throttles throttles the
+/// table's own writes.
+pub const PARTITION_WRITES_PER_SECOND: u64 = 1_000;
+
+/// Writes an event costs on its shard's index partition: in when the writer puts it pending, out
+/// when a relay marks it (its `GSI1PK` removed).
+pub const INDEX_WRITES_PER_EVENT: u64 = 2;
+
+/// Events per second the pending index takes over `shards` shards before a partition throttles,
+/// with the aggregates spread evenly over the shards.
+pub fn index_events_per_second(shards: u16) -> u64 {
+    u64::from(shards) * PARTITION_WRITES_PER_SECOND / INDEX_WRITES_PER_EVENT
+}

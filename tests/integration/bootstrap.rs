@@ -1,6 +1,7 @@
 //! The Lambda's `bootstrap`, built and packaged by `cargo lambda build`, behind cargo-lambda's
 //! runtime API emulator: a batch read from the emulator's stream is invoked through the runtime
-//! API and its events arrive on the sink queue.
+//! API and its events arrive on the sink queue; a function whose table is missing logs one ERROR
+//! at init and exits before it asks the runtime API for an invocation (issue 34).
 //!
 //! The test builds the development profile: the release profile (fat LTO, one codegen unit) takes
 //! ten minutes of a two-core CI machine's time. The release package itself is built and measured
@@ -26,8 +27,18 @@ fn target_dir() -> PathBuf {
         .to_path_buf()
 }
 
+/// The `bootstrap`, built once for the tests of this module (both would otherwise package into
+/// the same directory at the same time).
+async fn bootstrap() -> PathBuf {
+    static BUILT: tokio::sync::OnceCell<PathBuf> = tokio::sync::OnceCell::const_new();
+    BUILT
+        .get_or_init(|| build_bootstrap(target_dir().join("lambda")))
+        .await
+        .clone()
+}
+
 /// `cargo lambda build` of the Lambda (development profile); returns the `bootstrap` path.
-async fn build_bootstrap(lambda_dir: &Path) -> PathBuf {
+async fn build_bootstrap(lambda_dir: PathBuf) -> PathBuf {
     let status = Command::new("cargo")
         .current_dir(workspace_root())
         .env("CARGO_TARGET_DIR", target_dir())
@@ -42,7 +53,7 @@ async fn build_bootstrap(lambda_dir: &Path) -> PathBuf {
             "relay-stream",
             "--lambda-dir",
         ])
-        .arg(lambda_dir)
+        .arg(&lambda_dir)
         .status()
         .await
         .expect("cargo lambda runs (it is in .venv/bin, on PATH under `make test`)");
@@ -74,6 +85,40 @@ async fn wait_for_port(port: u16, child: &mut Child) {
     }
 }
 
+/// cargo-lambda's runtime API emulator on a free port: the port, and the process (killed when
+/// dropped).
+async fn runtime_api() -> (u16, Child) {
+    let port = free_port();
+    let mut watch = Command::new("cargo")
+        .current_dir(workspace_root().join("relay-stream"))
+        .args(["lambda", "watch", "--only-lambda-apis", "--invoke-port"])
+        .arg(port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("cargo lambda watch starts");
+    wait_for_port(port, &mut watch).await;
+    (port, watch)
+}
+
+/// The `bootstrap` as Lambda starts it: the relay's environment for `env`, the runtime API on
+/// `port`, the function's variables, JSON logs.
+fn function(bootstrap: &Path, env: &TestEnv, port: u16) -> Command {
+    let mut function = Command::new(bootstrap);
+    function
+        .envs(env.relay_env())
+        .env(
+            "AWS_LAMBDA_RUNTIME_API",
+            format!("http://127.0.0.1:{port}/.rt"),
+        )
+        .env("AWS_LAMBDA_FUNCTION_NAME", "_")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
+        .env("AWS_LAMBDA_LOG_FORMAT", "JSON");
+    function
+}
+
 #[tokio::test]
 async fn bootstrap_relays_a_stream_batch_through_the_runtime_api() {
     // Given orders written with the writer, and the batch they made on the emulator's stream
@@ -99,28 +144,9 @@ async fn bootstrap_relays_a_stream_batch_through_the_runtime_api() {
     std::fs::write(&event_file, json!({ "Records": records }).to_string()).unwrap();
 
     // And the bootstrap running against cargo-lambda's runtime API emulator
-    let bootstrap = build_bootstrap(&target_dir().join("lambda")).await;
-    let port = free_port();
-    let mut watch = Command::new("cargo")
-        .current_dir(workspace_root().join("relay-stream"))
-        .args(["lambda", "watch", "--only-lambda-apis", "--invoke-port"])
-        .arg(port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("cargo lambda watch starts");
-    wait_for_port(port, &mut watch).await;
-    let mut function = Command::new(&bootstrap)
-        .envs(env.relay_env())
-        .env(
-            "AWS_LAMBDA_RUNTIME_API",
-            format!("http://127.0.0.1:{port}/.rt"),
-        )
-        .env("AWS_LAMBDA_FUNCTION_NAME", "_")
-        .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
-        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
-        .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
+    let bootstrap = bootstrap().await;
+    let (port, watch) = runtime_api().await;
+    let mut function = function(&bootstrap, &env, port)
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -182,5 +208,63 @@ async fn bootstrap_relays_a_stream_batch_through_the_runtime_api() {
         Vec::<String>::new()
     );
     assert_eq!(emf["Published"], 8, "{emf}");
+    drop(watch);
+}
+
+#[tokio::test]
+async fn bootstrap_logs_one_error_at_init_and_exits_when_its_table_is_missing() {
+    // Given the bootstrap, the runtime API it would ask for invocations, and a table name that
+    // does not exist
+    let env = TestEnv::new().await;
+    let bootstrap = bootstrap().await;
+    let (port, watch) = runtime_api().await;
+    let mut function = function(&bootstrap, &env, port);
+    function
+        .env("TABLE_NAME", "NoSuchTable")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+
+    // When Lambda starts it (a function that got past init would wait on the runtime API for an
+    // invocation, and never exit)
+    let started = Instant::now();
+    let output = tokio::time::timeout(Duration::from_secs(60), function.output())
+        .await
+        .expect("the function's init fails instead of waiting for an invocation")
+        .expect("the bootstrap runs");
+    let elapsed = started.elapsed();
+
+    // Then it exits at init within seconds with the misconfiguration's code (Lambda reports
+    // Runtime.ExitError and the init's log) ...
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprintln!(
+        "bootstrap init: exit {:?} after {:.2} s; stderr: {stderr}",
+        output.status.code(),
+        elapsed.as_secs_f64()
+    );
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(elapsed < Duration::from_secs(30), "took {elapsed:?}");
+
+    // ... and its last log line is one JSON ERROR naming the table, its variable, the code and
+    // the fix
+    let last: Value = serde_json::from_str(stderr.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("the last line is one JSON object ({e}): {stderr}"));
+    assert_eq!(last["level"], "ERROR", "{last}");
+    assert_eq!(last["fields"]["resource"], "NoSuchTable", "{last}");
+    assert_eq!(
+        last["fields"]["code"], "ResourceNotFoundException",
+        "{last}"
+    );
+    let message = last["fields"]["message"].as_str().unwrap_or_default();
+    for name in [
+        "table NoSuchTable does not exist",
+        "TABLE_NAME",
+        "region us-east-1",
+        "DescribeTable: ResourceNotFoundException",
+        "the stack's TableName output",
+    ] {
+        assert!(message.contains(name), "no {name:?} in {message}");
+    }
     drop(watch);
 }

@@ -515,6 +515,7 @@ fn the_poller_service_runs_on_leases_and_scales_on_its_backlog() {
         actions,
         [
             "dynamodb:DeleteItem",
+            "dynamodb:DescribeTable",
             "dynamodb:PutItem",
             "dynamodb:Scan",
             "dynamodb:UpdateItem"

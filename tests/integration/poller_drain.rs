@@ -586,23 +586,30 @@ async fn expired_pending_events_are_published_and_kept_the_retention_after(kind:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_drain_that_cannot_publish_exits_non_zero_and_says_how_many_remain() {
-    // Given 30 pending events and a bus that does not exist
+    // Given 30 pending events and a bus that refuses every PutEvents (a policy without
+    // events:PutEvents: the bus exists, so the drain starts, and every call fails)
     let env = TestEnv::new().await;
     create_orders(&env, 30).await;
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 7).await;
+    proxy.deny("AWSEvents.PutEvents");
 
-    // When a drain gives up after one stalled pass
-    let (status, summary) = finish(spawn_drain(
-        &env,
-        &[
-            "--event-bus-name",
-            "no-such-bus",
+    // When a drain through it gives up after one stalled pass
+    let child = env
+        .relay_command("relay-poller")
+        .args([
+            "drain",
             "--max-stalled-passes",
             "1",
             "--publish-max-attempts",
             "1",
-        ],
-    ))
-    .await;
+        ])
+        .envs(proxy.endpoint_env())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn relay-poller");
+    let (status, summary) = finish(child).await;
 
     // Then it exits 1, and its summary says all 30 remain
     assert_eq!(status.code(), Some(1), "{summary:?}");
@@ -651,4 +658,42 @@ async fn a_drain_that_cannot_mark_exits_non_zero_and_counts_each_publish_not_mar
     assert_eq!(summary.remaining, Some(10), "{summary:?}");
     assert_eq!(sink_counts(&env, 20).await.values().sum::<u64>(), 20);
     assert_eq!(env.pending_in_index().await, 10);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn at_a_terminal_the_last_line_of_a_drain_is_its_outcome_in_words() {
+    // Given 3 pending events
+    let env = TestEnv::new().await;
+    create_orders(&env, 3).await;
+
+    // When a person runs a drain at a terminal (`script` gives it one)
+    let poller = outbox_tests::workspace_binary("relay-poller");
+    let output = tokio::process::Command::new("script")
+        .envs(env.relay_env())
+        .args(["-qec", &format!("{} drain", poller.display()), "/dev/null"])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("script runs");
+
+    // Then it exits 0 and the last line it sees says what happened, in words, after the logs
+    let terminal = String::from_utf8_lossy(&output.stdout);
+    let lines: Vec<&str> = terminal
+        .lines()
+        .map(|l| l.trim_end_matches('\r'))
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(output.status.code(), Some(0), "{terminal}");
+    let last = lines.last().copied().unwrap_or_default();
+    assert!(
+        last.starts_with(
+            "relay-poller: drain: published 3 events (0 already marked, 0 dead-lettered) in "
+        ) && last.ends_with("; nothing left pending"),
+        "{terminal}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("drain finished")),
+        "the log lines stay: {terminal}"
+    );
 }

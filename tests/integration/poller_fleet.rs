@@ -621,8 +621,8 @@ async fn run_without_its_lease_table_exits_non_zero_naming_it() {
     .expect("exits instead of polling without leases")
     .expect("relay-poller run");
 
-    // Then it exits 1 and says which table is missing and how to create it
-    assert_eq!(output.status.code(), Some(1), "{:?}", output.status);
+    // Then it exits 2 (misconfigured) and says which table is missing and how to create it
+    assert_eq!(output.status.code(), Some(2), "{:?}", output.status);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains(&missing), "{stderr}");
     assert!(stderr.contains("--create-lease-table"), "{stderr}");

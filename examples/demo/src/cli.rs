@@ -87,6 +87,17 @@ impl Target {
             Self::Kinesis => "kinesis",
         }
     }
+
+    /// The relays' target kind for this target.
+    pub(crate) fn target_kind(self) -> relay_runtime::TargetKind {
+        match self {
+            Self::Classic => relay_runtime::TargetKind::Classic,
+            Self::Custom => relay_runtime::TargetKind::Custom,
+            Self::Sns => relay_runtime::TargetKind::Sns,
+            Self::Sqs => relay_runtime::TargetKind::Sqs,
+            Self::Kinesis => relay_runtime::TargetKind::Kinesis,
+        }
+    }
 }
 
 /// Default of `--rate`: orders per second the local emulators relay and deliver with room to

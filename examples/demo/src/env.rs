@@ -7,6 +7,9 @@
 
 use anyhow::{Result, bail};
 use outbox_infra::LocalStack;
+use outbox_shared::Misconfiguration;
+use relay_runtime::TargetKind;
+use relay_runtime::preflight::{self, Kind, Need, Resource, Unusable};
 
 use crate::cli::{Args, Target};
 use crate::progress::phase;
@@ -45,6 +48,7 @@ pub(crate) async fn provision(args: &Args) -> Result<Env> {
         }
     }
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    probe(&sdk, args).await?;
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let stack = match (
@@ -93,6 +97,101 @@ pub(crate) async fn provision(args: &Args) -> Result<Env> {
         kinesis: aws_sdk_kinesis::Client::new(&sdk),
         target: args.target,
     })
+}
+
+/// What the demo relies on, before it writes anything (`relay_runtime::preflight`, as the relays
+/// probe at start-up): the credentials, and the stack given on the command line, or, when the
+/// demo provisions its own, that DynamoDB, the bus's service and SQS answer at their endpoints.
+///
+/// # Errors
+/// [`Unusable`]: one line naming what cannot be used, where, and what to do.
+async fn probe(sdk: &aws_config::SdkConfig, args: &Args) -> Result<()> {
+    let kind = args.target.target_kind();
+    if let (Some(table), Some(bus), Some(sink), Some(dlq)) = (
+        &args.table_name,
+        &args.event_bus_name,
+        &args.sink_queue_url,
+        &args.dead_letter_queue_url,
+    ) {
+        return Ok(preflight::require(
+            sdk,
+            &[
+                Need::Table {
+                    table: Resource::new(Kind::Table, table, "--table-name"),
+                    index: None,
+                },
+                Need::Target {
+                    kind,
+                    target: Resource::new(Kind::of_target(kind), bus, "--event-bus-name"),
+                },
+                Need::Queue(Resource::new(
+                    Kind::DeadLetterQueue,
+                    dlq,
+                    "--dead-letter-queue-url",
+                )),
+                Need::Queue(Resource::new(
+                    Kind::DeadLetterQueue,
+                    sink,
+                    "--sink-queue-url",
+                )),
+            ],
+        )
+        .await?);
+    }
+    preflight::credentials(sdk).await?;
+    // Nothing is there yet: a missing resource is the answer of a service that is reachable.
+    let provisioned = "the demo's own stack (--table-name and the others to use an existing one)";
+    let reachable = |result: Result<(), Unusable>| -> Result<()> {
+        match result {
+            Err(unusable) if unusable.problem != Misconfiguration::Missing => Err(unusable.into()),
+            _ => Ok(()),
+        }
+    };
+    reachable(
+        preflight::table(
+            sdk,
+            &Resource::new(Kind::Table, "outbox-demo-probe", provisioned),
+        )
+        .await
+        .map(|_| ()),
+    )?;
+    let queue = std::env::var("AWS_ENDPOINT_URL")
+        .map(|url| {
+            format!(
+                "{}/123456789012/outbox-demo-probe",
+                url.trim_end_matches('/')
+            )
+        })
+        .unwrap_or_default();
+    let target = match kind {
+        TargetKind::Classic => "outbox-demo-probe".to_owned(),
+        TargetKind::Custom => {
+            "arn:aws:events:us-east-1:123456789012:event-busv2/outbox-demo-probe/0000000000000000000000000"
+                .to_owned()
+        }
+        TargetKind::Sns => "arn:aws:sns:us-east-1:123456789012:outbox-demo-probe".to_owned(),
+        TargetKind::Sqs => queue.clone(),
+        TargetKind::Kinesis => {
+            "arn:aws:kinesis:us-east-1:123456789012:stream/outbox-demo-probe".to_owned()
+        }
+    };
+    reachable(
+        preflight::target(
+            sdk,
+            kind,
+            &Resource::new(Kind::of_target(kind), target, provisioned),
+        )
+        .await
+        .map(|_| ()),
+    )?;
+    reachable(
+        preflight::queue(
+            sdk,
+            &Resource::new(Kind::DeadLetterQueue, queue, provisioned),
+        )
+        .await
+        .map(|_| ()),
+    )
 }
 
 /// The template's table and dead-letter queue, and its Custom Event Bus with the example FIFO

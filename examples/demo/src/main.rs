@@ -65,10 +65,17 @@ async fn main() -> ExitCode {
             eprintln!("outbox-demo: {} events missing", summary.missing);
             ExitCode::FAILURE
         }
-        Err(err) => {
-            eprintln!("outbox-demo: {err:#}");
-            ExitCode::FAILURE
-        }
+        Err(err) => match err.downcast_ref::<relay_runtime::preflight::Unusable>() {
+            // What the demo cannot use is one line as it is, and the code of a misconfiguration.
+            Some(unusable) => {
+                eprintln!("outbox-demo: {unusable}");
+                ExitCode::from(relay_runtime::preflight::EXIT_MISCONFIGURED)
+            }
+            None => {
+                eprintln!("outbox-demo: {err:#}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 
