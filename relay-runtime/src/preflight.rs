@@ -113,7 +113,7 @@ impl fmt::Display for Kind {
             Self::Bus => "bus",
             Self::Topic => "topic",
             Self::Queue => "queue",
-            Self::DataStream => "Kinesis stream",
+            Self::DataStream => "data stream",
             Self::DeadLetterQueue => "dead-letter queue",
             Self::LeaseTable => "lease table",
             Self::Bucket => "bucket",

@@ -77,9 +77,10 @@ impl Misconfiguration {
 }
 
 /// Codes AWS services answer for a resource that does not exist (DynamoDB, EventBridge and the
-/// Custom Event Bus, SQS's JSON and query protocols, S3).
+/// Custom Event Bus, Kinesis, SQS's JSON and query protocols, SNS's `NotFound`, S3).
 pub const NOT_FOUND_CODES: &[&str] = &[
     "ResourceNotFoundException",
+    "NotFound",
     "QueueDoesNotExist",
     "AWS.SimpleQueueService.NonExistentQueue",
     "NoSuchBucket",

@@ -191,19 +191,68 @@ async fn a_missing_bus_queue_lease_table_or_bucket_stops_the_binary_that_relies_
     let cases: Vec<(&str, tokio::process::Command, Vec<String>)> = vec![
         (
             "drain, a missing bus",
-            poller(&env, &["drain", "--event-bus-name", "no-such-bus"]),
+            poller(&env, &["drain", "--target", "no-such-bus"]),
             vec![
                 "bus no-such-bus does not exist".into(),
-                "--event-bus-name (EVENT_BUS_NAME)".into(),
+                "--target (EVENT_TARGET)".into(),
                 "DescribeEventBus: ResourceNotFoundException".into(),
             ],
         ),
         (
             "relay-stream-local, a missing bus",
-            stream_local(&env, &["--event-bus-name", "no-such-bus"]),
+            stream_local(&env, &["--target", "no-such-bus"]),
             vec![
                 "bus no-such-bus does not exist".into(),
-                "--event-bus-name (EVENT_BUS_NAME)".into(),
+                "--target (EVENT_TARGET)".into(),
+            ],
+        ),
+        (
+            "drain, a missing SNS topic",
+            poller(
+                &env,
+                &[
+                    "drain",
+                    "--target-kind",
+                    "sns",
+                    "--target",
+                    "arn:aws:sns:us-east-1:123456789012:no-such-topic.fifo",
+                ],
+            ),
+            vec![
+                "topic arn:aws:sns:us-east-1:123456789012:no-such-topic.fifo does not exist".into(),
+                "--target (EVENT_TARGET)".into(),
+                "GetTopicAttributes: NotFound".into(),
+            ],
+        ),
+        (
+            "drain, a missing SQS queue",
+            poller(
+                &env,
+                &["drain", "--target-kind", "sqs", "--target", &no_queue],
+            ),
+            vec![
+                format!("queue {no_queue} does not exist"),
+                "--target (EVENT_TARGET)".into(),
+                "GetQueueAttributes".into(),
+            ],
+        ),
+        (
+            "drain, a missing Kinesis stream",
+            poller(
+                &env,
+                &[
+                    "drain",
+                    "--target-kind",
+                    "kinesis",
+                    "--target",
+                    "arn:aws:kinesis:us-east-1:123456789012:stream/no-such-stream",
+                ],
+            ),
+            vec![
+                "data stream arn:aws:kinesis:us-east-1:123456789012:stream/no-such-stream does not exist"
+                    .into(),
+                "--target (EVENT_TARGET)".into(),
+                "DescribeStreamSummary: ResourceNotFoundException".into(),
             ],
         ),
         (

@@ -281,3 +281,44 @@ async fn check_without_json_prints_one_line_per_item_with_its_fix() {
     );
     assert_eq!(output.status.code(), Some(2));
 }
+
+on_every_target!(check_describes_a_target_of_each_kind_and_says_its_order);
+async fn check_describes_a_target_of_each_kind_and_says_its_order(kind: relay_runtime::TargetKind) {
+    use relay_runtime::TargetKind;
+    // Given a target of `kind` (the FIFO topic or queue, the stream, the bus)
+    let env = TestEnv::with_target(kind).await;
+
+    // When check runs with the relays' settings
+    let (_, report) = check(&env, &[], &[]).await;
+
+    // Then the target item holds, naming the kind and the order and de-duplication it gives
+    let (verdict, detail, _) = item(&report, "target");
+    assert_eq!(verdict, "ok", "{kind}: {report:#}");
+    let (what, order) = match kind {
+        TargetKind::Classic => ("classic bus", "no order and no de-duplication"),
+        TargetKind::Custom => ("custom bus", "each aggregate in order"),
+        TargetKind::Sns => ("sns topic", "FIFO: each aggregate in order"),
+        TargetKind::Sqs => ("sqs queue", "FIFO: each aggregate in order"),
+        TargetKind::Kinesis => ("kinesis data stream", "in order on its shard"),
+    };
+    assert!(detail.starts_with(what), "{kind}: {detail}");
+    assert!(detail.contains(order), "{kind}: {detail}");
+
+    // And a target of that kind that is not there fails that item alone, naming the setting
+    let missing = match kind {
+        TargetKind::Classic => "no-such-bus".to_owned(),
+        // arn:…:event-busv2/NAME/ID: another name
+        TargetKind::Custom => env.bus_name.replace("event-busv2/", "event-busv2/no-such-"),
+        // a topic's or a stream's ARN, a queue's URL: another name, last in each
+        _ => {
+            let at = env.bus_name.rfind([':', '/']).expect("a name") + 1;
+            format!("{}no-such-{}", &env.bus_name[..at], &env.bus_name[at..])
+        }
+    };
+    let (code, report) = check(&env, &[], &[("EVENT_TARGET", missing.as_str())]).await;
+    assert_eq!(failed(&report), ["target"], "{kind}: {report:#}");
+    assert_eq!(code, 2, "{kind}");
+    let (_, detail, fix) = item(&report, "target");
+    assert!(detail.contains("does not exist"), "{kind}: {detail}");
+    assert!(fix.contains("--target (EVENT_TARGET)"), "{kind}: {fix}");
+}
