@@ -835,7 +835,8 @@ impl State {
 }
 
 /// A bus's `PutEvents` wire format, as much of it as splitting a call needs: the classic bus's
-/// JSON ([`ClassicJson`]) or the Custom Event Bus's CBOR ([`CustomCbor`]).
+/// JSON ([`ClassicJson`]) or the Custom Event Bus's CBOR ([`CustomCbor`]); and the other targets'
+/// calls, which split alike.
 trait PutEventsWire {
     type Value: Clone;
     /// The bus's code for an internal error, given to a result upstream's answer lacks.
@@ -854,10 +855,30 @@ trait PutEventsWire {
     fn answer(results: Vec<Self::Value>) -> Response<Full<Bytes>>;
 }
 
-/// The classic bus: AWS JSON 1.1.
+/// A call in AWS JSON 1.1 whose entries and per-entry results, in entry order, are the array
+/// `ENTRIES` of the request and of the answer, which counts its failed ones in `FAILED_COUNT`.
+trait AwsJsonBatch {
+    const ENTRIES: &'static str;
+    const FAILED_COUNT: &'static str;
+}
+
+/// The classic bus's `PutEvents`.
 struct ClassicJson;
 
-impl PutEventsWire for ClassicJson {
+impl AwsJsonBatch for ClassicJson {
+    const ENTRIES: &'static str = "Entries";
+    const FAILED_COUNT: &'static str = "FailedEntryCount";
+}
+
+/// The Kinesis target's `PutRecords`.
+struct KinesisJson;
+
+impl AwsJsonBatch for KinesisJson {
+    const ENTRIES: &'static str = "Records";
+    const FAILED_COUNT: &'static str = "FailedRecordCount";
+}
+
+impl<W: AwsJsonBatch> PutEventsWire for W {
     type Value = Value;
     const INTERNAL_ERROR: &'static str = "InternalFailure";
 
@@ -866,17 +887,17 @@ impl PutEventsWire for ClassicJson {
     }
 
     fn entries(request: &Value) -> Vec<Value> {
-        request["Entries"].as_array().cloned().unwrap_or_default()
+        request[W::ENTRIES].as_array().cloned().unwrap_or_default()
     }
 
     fn encode_with(request: &mut Value, entries: Vec<Value>) -> Bytes {
-        request["Entries"] = Value::Array(entries);
+        request[W::ENTRIES] = Value::Array(entries);
         Bytes::from(serde_json::to_vec(request).expect("JSON"))
     }
 
     fn results(answer: &[u8]) -> Vec<Value> {
         let answer: Value = serde_json::from_slice(answer).unwrap_or_default();
-        answer["Entries"].as_array().cloned().unwrap_or_default()
+        answer[W::ENTRIES].as_array().cloned().unwrap_or_default()
     }
 
     fn entry_error(_: &Value, code: &str, message: &str) -> Value {
@@ -888,10 +909,10 @@ impl PutEventsWire for ClassicJson {
             .iter()
             .filter(|r| r.get("ErrorCode").is_some())
             .count();
-        json_response(
-            StatusCode::OK,
-            &json!({"FailedEntryCount": failed, "Entries": results}),
-        )
+        let mut answer = serde_json::Map::new();
+        answer.insert(W::FAILED_COUNT.to_owned(), json!(failed));
+        answer.insert(W::ENTRIES.to_owned(), Value::Array(results));
+        json_response(StatusCode::OK, &Value::Object(answer))
     }
 }
 
@@ -1015,47 +1036,6 @@ impl PutEventsWire for SqsJson {
             .header(hyper::header::CONTENT_LENGTH, bytes.len())
             .body(Full::new(bytes))
             .expect("a valid response")
-    }
-}
-
-/// The Kinesis target's `PutRecords`: AWS JSON 1.1, results by position.
-struct KinesisJson;
-
-impl PutEventsWire for KinesisJson {
-    type Value = Value;
-    const INTERNAL_ERROR: &'static str = "InternalFailure";
-
-    fn request(body: &[u8]) -> Option<Value> {
-        serde_json::from_slice(body).ok()
-    }
-
-    fn entries(request: &Value) -> Vec<Value> {
-        request["Records"].as_array().cloned().unwrap_or_default()
-    }
-
-    fn encode_with(request: &mut Value, entries: Vec<Value>) -> Bytes {
-        request["Records"] = Value::Array(entries);
-        Bytes::from(serde_json::to_vec(request).expect("JSON"))
-    }
-
-    fn results(answer: &[u8]) -> Vec<Value> {
-        let answer: Value = serde_json::from_slice(answer).unwrap_or_default();
-        answer["Records"].as_array().cloned().unwrap_or_default()
-    }
-
-    fn entry_error(_: &Value, code: &str, message: &str) -> Value {
-        json!({"ErrorCode": code, "ErrorMessage": message})
-    }
-
-    fn answer(results: Vec<Value>) -> Response<Full<Bytes>> {
-        let failed = results
-            .iter()
-            .filter(|r| r.get("ErrorCode").is_some())
-            .count();
-        json_response(
-            StatusCode::OK,
-            &json!({"FailedRecordCount": failed, "Records": results}),
-        )
     }
 }
 
