@@ -686,7 +686,7 @@ fn order_of(kind: relay_runtime::TargetKind, target: &str) -> &'static str {
     use relay_runtime::TargetKind;
     match kind {
         TargetKind::Custom => ", each aggregate in order, re-publishes suppressed",
-        TargetKind::Sns | TargetKind::Sqs if target.ends_with(".fifo") => {
+        TargetKind::Sns | TargetKind::Sqs if relay_runtime::publisher::message::is_fifo(target) => {
             ", FIFO: each aggregate in order, re-publishes within 5 minutes suppressed"
         }
         TargetKind::Sns | TargetKind::Sqs => {

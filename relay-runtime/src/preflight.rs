@@ -727,29 +727,15 @@ pub async fn target(
             (Service::Sns, result)
         }
         TargetKind::Sqs => {
-            use aws_sdk_sqs::types::QueueAttributeName;
-            let client = aws_sdk_sqs::Client::from_conf(
-                aws_sdk_sqs::config::Builder::from(sdk)
-                    .interceptor(seen.clone())
-                    .build(),
-            );
-            let result = client
-                .get_queue_attributes()
-                .queue_url(&resource.name)
-                .attribute_names(QueueAttributeName::QueueArn)
-                .send()
-                .await
-                .map(|out| TargetDescription {
+            // A queue is described as the dead-letter queue is.
+            return Ok(match queue(sdk, resource).await? {
+                Probed::Found(queue) => Probed::Found(TargetDescription {
                     kind,
-                    arn: out
-                        .attributes()
-                        .and_then(|a| a.get(&QueueAttributeName::QueueArn))
-                        .cloned()
-                        .unwrap_or_default(),
+                    arn: queue.arn,
                     state: None,
-                })
-                .map_err(|e| SdkFailure::new("GetQueueAttributes", e));
-            (Service::Sqs, result)
+                }),
+                Probed::Unknown(failure) => Probed::Unknown(failure),
+            });
         }
         TargetKind::Kinesis => {
             let client = aws_sdk_kinesis::Client::from_conf(
