@@ -31,6 +31,7 @@ pub fn pending_item(id: &str, payload: &str) -> OutboxItem {
         event_id: id.into(),
         event_type: "OrderCreated".into(),
         payload: payload.into(),
+        payload_ref: None,
         status: OutboxStatus::Pending,
         created_at: "2026-11-22T10:00:00.000Z".into(),
         gsi1pk: Some("OUTBOX#PENDING#1".into()),

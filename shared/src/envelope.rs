@@ -15,10 +15,17 @@
 //! The trace context is the item's W3C `TraceParent` and `TraceState`
 //! ([`crate::trace_context`]); one another client stored invalid is left out, and the event
 //! published without it.
+//!
+//! A payload in S3 ([`crate::claim_check`]: the writer stored it, or a relay did because the
+//! entry was too large for its target) is referenced in place of `data`, in either format, by
+//! the CloudEvents claim-check extension `dataref` (`s3://BUCKET/KEY`) with `datasize` (bytes)
+//! and `datasha256` (base64): `{"metadata": …, "dataref": "s3://…", "datasize": 5242880,
+//! "datasha256": "…"}`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use crate::claim_check::{PayloadRef, RefError};
 use crate::entry_field::{EntryFieldError, check_detail_type, check_trace_header};
 use crate::item::OutboxItem;
 use crate::limits::PUT_EVENTS_TIME_BYTES;
@@ -80,6 +87,61 @@ pub enum EnvelopeError {
         event_id: String,
         source: EntryFieldError,
     },
+    /// `PayloadRef` (another client's) does not say where or what the payload is.
+    #[error("event {event_id}: PayloadRef: {source}")]
+    BadPayloadRef { event_id: String, source: RefError },
+    /// Neither `Payload` nor `PayloadRef`: the event has no data.
+    #[error("event {event_id}: has neither Payload nor PayloadRef")]
+    NoPayload { event_id: String },
+    /// Both `Payload` and `PayloadRef`: which one is the event's data is not known.
+    #[error("event {event_id}: has both Payload and PayloadRef; an item has one or the other")]
+    PayloadTwice { event_id: String },
+}
+
+/// An event's data as its body carries it: the payload itself, or the reference to it in S3.
+#[derive(Debug, Clone, Copy)]
+enum Data<'a> {
+    Inline(&'a RawValue),
+    Stored(&'a PayloadRef),
+}
+
+impl<'a> Data<'a> {
+    /// The body's `data`, or its reference members.
+    fn split(self) -> (Option<&'a RawValue>, Option<DataRefOut<'a>>) {
+        match self {
+            Self::Inline(data) => (Some(data), None),
+            Self::Stored(reference) => (None, Some(DataRefOut::of(reference))),
+        }
+    }
+}
+
+/// The body's members in place of `data` for a payload in S3: the CloudEvents claim-check
+/// extension `dataref`, with the payload's size and SHA-256.
+#[derive(Serialize)]
+struct DataRefOut<'a> {
+    dataref: &'a str,
+    datasize: u64,
+    datasha256: &'a str,
+}
+
+impl<'a> DataRefOut<'a> {
+    fn of(reference: &'a PayloadRef) -> Self {
+        Self {
+            dataref: &reference.uri,
+            datasize: reference.size,
+            datasha256: &reference.sha256,
+        }
+    }
+}
+
+/// The envelope as the relays write it: `data`, or the reference in its place.
+#[derive(Serialize)]
+struct EnvelopeOut<'a> {
+    metadata: EventMetadata<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<&'a RawValue>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    stored: Option<DataRefOut<'a>>,
 }
 
 /// The envelope's bytes besides its field values: keys, quotes, braces and a sequence number.
@@ -172,8 +234,8 @@ impl Encoding {
     }
 }
 
-/// A CloudEvent as the relays write it, serialized from borrowed strings. Room is left for the
-/// `dataref` extension (a claim-checked payload), which takes the place of `data`.
+/// A CloudEvent as the relays write it, serialized from borrowed strings. A payload in S3 is the
+/// `dataref` extension (with `datasize` and `datasha256`) in place of `data`.
 #[derive(Serialize)]
 struct CloudEventOut<'a> {
     specversion: &'static str,
@@ -185,7 +247,10 @@ struct CloudEventOut<'a> {
     subject: Option<&'a str>,
     time: &'a str,
     datacontenttype: &'static str,
-    data: &'a RawValue,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<&'a RawValue>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    stored: Option<DataRefOut<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     sequence: Option<String>,
     partitionkey: &'a str,
@@ -245,11 +310,33 @@ impl OutboundEvent {
             event_id: event_id.clone(),
             source,
         })?;
-        let data: &RawValue =
-            serde_json::from_str(&item.payload).map_err(|e| EnvelopeError::PayloadNotJson {
-                event_id: event_id.clone(),
-                reason: e.to_string(),
-            })?;
+        let data = match &item.payload_ref {
+            Some(_) if !item.payload.is_empty() => {
+                return Err(EnvelopeError::PayloadTwice {
+                    event_id: event_id.clone(),
+                });
+            }
+            Some(reference) => {
+                reference
+                    .validate()
+                    .map_err(|source| EnvelopeError::BadPayloadRef {
+                        event_id: event_id.clone(),
+                        source,
+                    })?;
+                Data::Stored(reference)
+            }
+            None if item.payload.is_empty() => {
+                return Err(EnvelopeError::NoPayload {
+                    event_id: event_id.clone(),
+                });
+            }
+            None => Data::Inline(serde_json::from_str(&item.payload).map_err(|e| {
+                EnvelopeError::PayloadNotJson {
+                    event_id: event_id.clone(),
+                    reason: e.to_string(),
+                }
+            })?),
+        };
         let occurred =
             parse_timestamp(&item.created_at).map_err(|e| EnvelopeError::BadTimestamp {
                 event_id: event_id.clone(),
@@ -288,6 +375,80 @@ impl OutboundEvent {
         };
         time + source.len() + self.detail_type.len() + self.detail.len()
     }
+
+    /// The text of the event's `data`, its payload as stored; `None` when the payload is already
+    /// in S3 (the body has `dataref`) or the body has no `data`.
+    pub fn data(&self) -> Option<&str> {
+        members(&self.detail)
+            .into_iter()
+            .find(|(name, _)| name == "data")
+            .map(|(_, value)| value.get())
+    }
+
+    /// The same event with its `data` replaced by `reference` (the payload stored in S3): every
+    /// other member kept, in its order. An event without `data` is returned as it is.
+    pub fn with_data_ref(&self, reference: &PayloadRef) -> Self {
+        let members = members(&self.detail);
+        let mut detail = String::with_capacity(self.detail.len().min(4096));
+        detail.push('{');
+        for (index, (name, value)) in members.iter().enumerate() {
+            if index > 0 {
+                detail.push(',');
+            }
+            if name == "data" {
+                let stored = serde_json::to_string(&DataRefOut::of(reference))
+                    .expect("a reference serializes");
+                // Its members, without their braces.
+                detail.push_str(&stored[1..stored.len() - 1]);
+            } else {
+                detail.push_str(&serde_json::to_string(name).expect("a string serializes"));
+                detail.push(':');
+                detail.push_str(value.get());
+            }
+        }
+        detail.push('}');
+        Self {
+            detail,
+            ..self.clone_without_detail()
+        }
+    }
+
+    /// A copy of everything but the body (which may be megabytes).
+    fn clone_without_detail(&self) -> Self {
+        Self {
+            event_id: self.event_id.clone(),
+            ordering_key: self.ordering_key.clone(),
+            event_group: self.event_group.clone(),
+            detail_type: self.detail_type.clone(),
+            detail: String::new(),
+            time: self.time,
+            trace_header: self.trace_header.clone(),
+        }
+    }
+}
+
+/// The top-level members of a body the relays wrote (a JSON object), in their order; none when
+/// it is not one.
+fn members(detail: &str) -> Vec<(String, &RawValue)> {
+    struct Members;
+    impl<'de> serde::de::Visitor<'de> for Members {
+        type Value = Vec<(String, &'de RawValue)>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut members = Vec::new();
+            while let Some(entry) = map.next_entry::<String, &'de RawValue>()? {
+                members.push(entry);
+            }
+            Ok(members)
+        }
+    }
+    let mut deserializer = serde_json::Deserializer::from_str(detail);
+    serde::Deserializer::deserialize_map(&mut deserializer, Members).unwrap_or_default()
 }
 
 /// The lengths of the item's values a body carries, to size its buffer once (the common case:
@@ -303,10 +464,15 @@ fn values_len(item: &OutboxItem, trace: Option<&TraceContext>) -> usize {
             t.traceparent().len() + t.tracestate().map_or(0, str::len)
         })
         + item.payload.len()
+        + item
+            .payload_ref
+            .as_ref()
+            .map_or(0, |r| r.uri.len() + r.sha256.len() + 20)
 }
 
-fn envelope_detail(item: &OutboxItem, data: &RawValue, trace: Option<&TraceContext>) -> String {
-    let envelope = Envelope {
+fn envelope_detail(item: &OutboxItem, data: Data<'_>, trace: Option<&TraceContext>) -> String {
+    let (data, stored) = data.split();
+    let envelope = EnvelopeOut {
         metadata: EventMetadata {
             event_id: item.event_id.as_str(),
             event_type: item.event_type.as_str(),
@@ -318,6 +484,7 @@ fn envelope_detail(item: &OutboxItem, data: &RawValue, trace: Option<&TraceConte
             tracestate: trace.and_then(TraceContext::tracestate),
         },
         data,
+        stored,
     };
     let mut detail = Vec::with_capacity(ENVELOPE_OVERHEAD_BYTES + values_len(item, trace));
     serde_json::to_writer(&mut detail, &envelope).expect("envelope of valid JSON serializes");
@@ -326,10 +493,11 @@ fn envelope_detail(item: &OutboxItem, data: &RawValue, trace: Option<&TraceConte
 
 fn cloudevent_detail(
     item: &OutboxItem,
-    data: &RawValue,
+    data: Data<'_>,
     trace: Option<&TraceContext>,
     source: &str,
 ) -> String {
+    let (data, stored) = data.split();
     let event = CloudEventOut {
         specversion: CLOUDEVENTS_SPEC_VERSION,
         id: &item.event_id,
@@ -339,6 +507,7 @@ fn cloudevent_detail(
         time: &item.created_at,
         datacontenttype: DATA_CONTENT_TYPE,
         data,
+        stored,
         sequence: item
             .sequence
             .map(|s| format!("{s:0width$}", width = CLOUDEVENTS_SEQUENCE_DIGITS)),
@@ -382,6 +551,7 @@ mod tests {
             event_id: "e1".into(),
             event_type: "OrderCreated".into(),
             payload: payload.into(),
+            payload_ref: None,
             status: OutboxStatus::Pending,
             created_at: "2026-11-22T10:00:00.000Z".into(),
             gsi1pk: Some("OUTBOX#PENDING#1".into()),
@@ -596,5 +766,73 @@ mod tests {
             + "com.example.orders".len()
             + longest.ordering_key().len();
         assert!(event.detail.len() - values <= CLOUDEVENT_OVERHEAD_BYTES);
+    }
+
+    #[test]
+    fn a_payload_in_s3_is_referenced_in_place_of_data_in_either_format() {
+        // Given an item the writer stored the payload of in S3
+        let mut stored = item("");
+        let reference = PayloadRef::of("orders-payloads", "payloads/e1", br#"{"amount": 12}"#);
+        stored.payload_ref = Some(reference.clone());
+
+        // Then its envelope and its CloudEvent carry the reference, and no data
+        let detail: serde_json::Value =
+            serde_json::from_str(&envelope(&stored).unwrap().detail).unwrap();
+        assert_eq!(detail["dataref"], "s3://orders-payloads/payloads/e1");
+        assert_eq!(detail["datasize"], 14);
+        assert_eq!(detail["datasha256"], reference.sha256.as_str());
+        assert!(detail.get("data").is_none(), "{detail}");
+        assert_eq!(detail["metadata"]["eventId"], "e1");
+        let event = cloudevent(&stored);
+        assert_eq!(event["dataref"], "s3://orders-payloads/payloads/e1");
+        assert_eq!(event["datasize"], 14);
+        assert!(event.get("data").is_none(), "{event}");
+        assert_eq!(event["partitionkey"], "o1");
+        // And an event whose payload is in S3 has no data to store again
+        assert_eq!(envelope(&stored).unwrap().data(), None);
+    }
+
+    #[test]
+    fn an_item_with_a_bad_or_second_payload_reference_or_none_is_poison_named() {
+        let err = envelope(&item("")).unwrap_err();
+        assert_eq!(err.to_string(), "event e1: has neither Payload nor PayloadRef");
+        let mut both = item("{}");
+        both.payload_ref = Some(PayloadRef::of("b", "payloads/e1", b"{}"));
+        assert!(matches!(
+            envelope(&both),
+            Err(EnvelopeError::PayloadTwice { .. })
+        ));
+        let mut bad = item("");
+        bad.payload_ref = Some(PayloadRef {
+            uri: "http://b/k".into(),
+            size: 2,
+            sha256: "x".into(),
+        });
+        let err = envelope(&bad).unwrap_err();
+        assert!(err.to_string().contains("PayloadRef"), "{err}");
+    }
+
+    #[test]
+    fn an_event_with_its_data_referenced_keeps_every_other_member_in_order() {
+        for encoding in [Encoding::envelope(), Encoding::cloudevents("com.example.orders")] {
+            // Given an event with its payload in its body
+            let mut traced = item(r#"{"lines": [1, 2, 3]}"#);
+            traced.trace_parent = Some(TRACEPARENT.into());
+            let event = OutboundEvent::from_item(&traced, &encoding).unwrap();
+            assert_eq!(event.data(), Some(r#"{"lines": [1, 2, 3]}"#));
+
+            // When its data is replaced by its reference
+            let reference =
+                PayloadRef::of("b", "payloads/e1", event.data().unwrap().as_bytes());
+            let referenced = event.with_data_ref(&reference);
+
+            // Then the body is what the writer's reference gives, member for member and in order
+            let mut stored = traced.clone();
+            stored.payload = String::new();
+            stored.payload_ref = Some(reference);
+            let written = OutboundEvent::from_item(&stored, &encoding).unwrap();
+            assert_eq!(referenced, written, "{encoding:?}");
+            assert_eq!(referenced.data(), None);
+        }
     }
 }

@@ -94,6 +94,7 @@ mod tests {
             event_id: "e1".into(),
             event_type: "OrderCreated".into(),
             payload: "{}".into(),
+            payload_ref: None,
             status: OutboxStatus::Pending,
             created_at: "2026-11-22T10:00:00.000Z".into(),
             gsi1pk: None,

@@ -6,6 +6,7 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::claim_check::PayloadRef;
 use crate::config::OutboxConfig;
 use crate::entry_field::{EntryFieldError, check_detail_type, check_trace_header};
 use crate::schema::{self, entity};
@@ -43,8 +44,8 @@ impl fmt::Display for OutboxStatus {
 
 /// An outbox event item as stored in the table.
 ///
-/// Required attributes: `PK`, `SK`, `EntityType`, `EventId`, `EventType`, `Payload`, `Status`,
-/// `CreatedAt`, and — while the event is pending — `GSI1PK`/`GSI1SK`. Publishing removes the two
+/// Required attributes: `PK`, `SK`, `EntityType`, `EventId`, `EventType`, `Payload` (or
+/// `PayloadRef`, a map `{Uri, Size, Sha256}`, when the payload is in S3), `Status`, `CreatedAt`, and — while the event is pending — `GSI1PK`/`GSI1SK`. Publishing removes the two
 /// index keys (sparse index), so they are `Option` here. Everything else is optional, so items
 /// written by other clients with only the required attributes decode too.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,9 +60,18 @@ pub struct OutboxItem {
     pub event_id: String,
     #[serde(rename = "EventType")]
     pub event_type: String,
-    /// The event's data as a JSON document, stored as a string.
-    #[serde(rename = "Payload")]
+    /// The event's data as a JSON document, stored as a string; empty when the payload is in S3
+    /// ([`payload_ref`](Self::payload_ref)).
+    #[serde(rename = "Payload", default, skip_serializing_if = "String::is_empty")]
     pub payload: String,
+    /// Where the payload is when it was too large for the item: the writer stored it in S3 first
+    /// ([`crate::claim_check`]). An item has a `Payload` or a `PayloadRef`, never both.
+    #[serde(
+        rename = "PayloadRef",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub payload_ref: Option<PayloadRef>,
     #[serde(rename = "Status")]
     pub status: OutboxStatus,
     /// ISO-8601 UTC.
@@ -251,6 +261,7 @@ impl OutboxItem {
             event_id,
             event_type: event.event_type,
             payload: event.payload.to_string(),
+            payload_ref: None,
             status: OutboxStatus::Pending,
             created_at,
             aggregate_type: Some(event.aggregate_type),
@@ -381,6 +392,7 @@ mod tests {
             trace_header: Some("Root=1-5759e988-bd862e3fe1be46a994272793".into()),
             trace_parent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
             trace_state: Some("k=v".into()),
+            payload_ref: Some(PayloadRef::of("b", "payloads/e1", b"{}")),
             ..OutboxItem::pending(new_event(), &config(), Utc::now()).unwrap()
         };
         for name in item.to_item().unwrap().keys() {

@@ -1,8 +1,8 @@
 //! The contract every part of the outbox relay agrees on: what an outbox item is, how it is keyed
 //! and sharded, what its event looks like on EventBridge, and the limits it lives within.
 //!
-//! It links only `aws-sdk-dynamodb` (for the item's attribute values), so an order service that
-//! links the writer compiles nothing of the relays. The relays' runtime (publisher, status store,
+//! It links only `aws-sdk-dynamodb` (for the item's attribute values) and `aws-sdk-s3` (for the
+//! claim check), so an order service that links the writer compiles nothing of the relays. The relays' runtime (publisher, status store,
 //! dead-letter sink, telemetry) is the `relay-runtime` crate.
 //!
 //! - [`schema`]: attribute names, entity types and key formats of the single-table design.
@@ -13,6 +13,8 @@
 //! - [`envelope`]: the EventBridge envelope (`Detail = {"metadata": …, "data": <Payload>}`).
 //! - [`event_group`]: the Custom Event Bus's `EventGroupId` (the aggregate) and `DeduplicationId`
 //!   (the event id) of an event, cut to the bus's 128 characters by a documented rule.
+//! - [`claim_check`]: a payload too large for its event or item, stored in S3 under a key derived
+//!   from the event id and referenced (`dataref`, size, SHA-256) in its place.
 //! - [`config`]: where outbox items live (table, index, shard count, retention), shared by the writer
 //!   and the relays.
 //! - [`limits`]: the AWS limits the design works within, named.
@@ -22,6 +24,7 @@
 //! - [`trace_context`]: the W3C trace context (`traceparent`, `tracestate`) an item carries,
 //!   validated as the specification says.
 
+pub mod claim_check;
 pub mod config;
 pub mod entry_field;
 pub mod envelope;
@@ -36,6 +39,7 @@ pub mod shard;
 pub mod time;
 pub mod trace_context;
 
+pub use claim_check::{PayloadRef, PayloadStore, ResolveError};
 pub use config::{ConfigError, OutboxConfig};
 pub use entry_field::EntryFieldError;
 pub use envelope::{Envelope, EnvelopeError, EventMetadata, OutboundEvent};

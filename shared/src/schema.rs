@@ -29,6 +29,9 @@ pub mod attr {
     pub const AGGREGATE_ID: &str = "AggregateId";
     pub const SEQUENCE: &str = "Sequence";
     pub const PAYLOAD: &str = "Payload";
+    /// Where a payload too large for the item is stored (S3), a map `{Uri, Size, Sha256}`, in
+    /// place of [`PAYLOAD`] ([`crate::claim_check`]).
+    pub const PAYLOAD_REF: &str = "PayloadRef";
     pub const TRACE_HEADER: &str = "TraceHeader";
     /// W3C Trace Context `traceparent` captured at write time, carried in the envelope.
     pub const TRACE_PARENT: &str = "TraceParent";
@@ -180,6 +183,7 @@ pub const OUTBOX_ATTRIBUTES: &[&str] = &[
     attr::AGGREGATE_ID,
     attr::SEQUENCE,
     attr::PAYLOAD,
+    attr::PAYLOAD_REF,
     attr::TRACE_HEADER,
     attr::TRACE_PARENT,
     attr::TRACE_STATE,

@@ -91,9 +91,9 @@ fn errors_name_the_attribute() {
     );
 
     let mut missing = outbox_image();
-    missing.remove("Payload");
+    missing.remove("EventType");
     let err = from_image::<OutboxItem>(&missing).unwrap_err().to_string();
-    assert_eq!(err, "missing field `Payload`");
+    assert_eq!(err, "missing field `EventType`");
 }
 
 /// Decodes `image` with `name` set to `value`: the reason it does not decode.

@@ -1,0 +1,375 @@
+//! The claim check: a payload too large to travel in its event is stored in S3, and the event
+//! carries a reference to it instead of its `data`.
+//!
+//! - The object's key derives from the event id ([`object_key`]), so whoever stores a payload
+//!   again (a re-publish, another relay, the writer then a relay) finds it already there: the
+//!   store is a conditional `PutObject` (`If-None-Match: *`) that writes nothing when the object
+//!   exists, and S3 verifies the bytes against the `ChecksumSHA256` sent with them.
+//! - The reference ([`PayloadRef`]) is the object's URI `s3://BUCKET/KEY`, the payload's size in
+//!   bytes, and its SHA-256 (base64, as S3's `ChecksumSHA256` is). In an event it is the
+//!   CloudEvents claim-check extension `dataref` with `datasize` and `datasha256`, in place of
+//!   `data`; in an outbox item, the map attribute `PayloadRef` (`Uri`, `Size`, `Sha256`) in place
+//!   of `Payload`.
+//! - Reading it back ([`PayloadStore::get`]) checks the size and the SHA-256, and says so clearly
+//!   when the object is gone (past the bucket's lifecycle).
+
+use std::fmt;
+
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::ChecksumMode;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::SdkFailure;
+
+/// Where the payloads are in their bucket: every claim-check object's key starts so, and the
+/// bucket's lifecycle rule expires what is under it.
+pub const KEY_PREFIX: &str = "payloads/";
+
+/// The URI scheme of a reference.
+pub const URI_SCHEME: &str = "s3://";
+
+/// The event id's characters a key takes as they are; an id with any other (another client may
+/// write anything) is keyed by its SHA-256 instead, so the key and its URI need no escaping.
+fn key_safe(event_id: &str) -> bool {
+    !event_id.is_empty()
+        && event_id.len() <= 200
+        && event_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && event_id != "."
+        && event_id != ".."
+}
+
+/// The key of event `event_id`'s payload: `payloads/{event_id}`, or, for an id with characters a
+/// URI would have to escape, `payloads/sha256-{hex of the id}`. One event, one key, whoever stores
+/// it.
+pub fn object_key(event_id: &str) -> String {
+    if key_safe(event_id) {
+        format!("{KEY_PREFIX}{event_id}")
+    } else {
+        let digest = Sha256::digest(event_id.as_bytes());
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        format!("{KEY_PREFIX}sha256-{hex}")
+    }
+}
+
+/// The SHA-256 of `bytes`, base64 (S3's `ChecksumSHA256`).
+pub fn sha256_base64(bytes: &[u8]) -> String {
+    aws_smithy_types::base64::encode(Sha256::digest(bytes))
+}
+
+/// Where a payload is and what it is: enough to fetch it and check it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PayloadRef {
+    /// `s3://BUCKET/KEY`.
+    #[serde(rename = "Uri")]
+    pub uri: String,
+    /// The payload's length in bytes.
+    #[serde(rename = "Size")]
+    pub size: u64,
+    /// The payload's SHA-256, base64.
+    #[serde(rename = "Sha256")]
+    pub sha256: String,
+}
+
+impl PayloadRef {
+    /// The reference to `payload` stored as `key` in `bucket`.
+    pub fn of(bucket: &str, key: &str, payload: &[u8]) -> Self {
+        Self {
+            uri: format!("{URI_SCHEME}{bucket}/{key}"),
+            size: payload.len() as u64,
+            sha256: sha256_base64(payload),
+        }
+    }
+
+    /// The bucket and key of its URI.
+    ///
+    /// # Errors
+    /// [`RefError::Uri`] when the URI is not `s3://BUCKET/KEY`.
+    pub fn location(&self) -> Result<(&str, &str), RefError> {
+        self.uri
+            .strip_prefix(URI_SCHEME)
+            .and_then(|rest| rest.split_once('/'))
+            .filter(|(bucket, key)| !bucket.is_empty() && !key.is_empty())
+            .ok_or_else(|| RefError::Uri(self.uri.clone()))
+    }
+
+    /// Checks the reference itself (another client may have written it): an `s3://` URI and a
+    /// SHA-256 of 32 bytes.
+    ///
+    /// # Errors
+    /// [`RefError`] naming what is wrong.
+    pub fn validate(&self) -> Result<(), RefError> {
+        self.location()?;
+        match aws_smithy_types::base64::decode(&self.sha256) {
+            Ok(digest) if digest.len() == 32 => Ok(()),
+            _ => Err(RefError::Sha256(self.sha256.clone())),
+        }
+    }
+}
+
+impl fmt::Display for PayloadRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({} bytes)", self.uri, self.size)
+    }
+}
+
+/// A reference that does not say where or what its payload is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RefError {
+    #[error("payload reference {0:?} is not an s3://BUCKET/KEY URI")]
+    Uri(String),
+    #[error("payload reference's SHA-256 {0:?} is not 32 bytes in base64")]
+    Sha256(String),
+}
+
+/// Why a referenced payload could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error(transparent)]
+    Reference(#[from] RefError),
+    /// The object is not there: past the bucket's lifecycle, or deleted.
+    #[error(
+        "the payload of event {event_id} is gone from {uri}: its object expired (the payload \
+         bucket's lifecycle) or was deleted; the event cannot be processed from its reference"
+    )]
+    Gone { event_id: String, uri: String },
+    /// The object is not the payload the event names.
+    #[error(
+        "the payload of event {event_id} at {uri} is {found_size} bytes with SHA-256 \
+         {found_sha256}; the event says {size} bytes with SHA-256 {sha256}"
+    )]
+    Mismatch {
+        event_id: String,
+        uri: String,
+        size: u64,
+        sha256: String,
+        found_size: u64,
+        found_sha256: String,
+    },
+    /// S3 failed (retryable or not, as `SdkFailure::class` says).
+    #[error("reading the payload of event {event_id} from {uri}: {source}")]
+    Read {
+        event_id: String,
+        uri: String,
+        #[source]
+        source: SdkFailure,
+    },
+}
+
+impl ResolveError {
+    /// Whether trying again later may succeed (S3 failed transiently); a payload gone or not the
+    /// one named never comes back.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Read { source, .. } if source.is_retryable())
+    }
+}
+
+/// The payload bucket: stores payloads under their event's key and reads them back checked.
+#[derive(Debug, Clone)]
+pub struct PayloadStore {
+    client: aws_sdk_s3::Client,
+    bucket: String,
+}
+
+/// What storing a payload did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// The object was written.
+    Written,
+    /// An object was already under the key (stored before for the same event): nothing written.
+    AlreadyThere,
+}
+
+impl PayloadStore {
+    pub fn new(client: aws_sdk_s3::Client, bucket: impl Into<String>) -> Self {
+        Self {
+            client,
+            bucket: bucket.into(),
+        }
+    }
+
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    /// The S3 client it calls.
+    pub fn client(&self) -> &aws_sdk_s3::Client {
+        &self.client
+    }
+
+    /// The reference event `event_id`'s `payload` gets in this bucket (nothing is called).
+    pub fn reference(&self, event_id: &str, payload: &[u8]) -> PayloadRef {
+        PayloadRef::of(&self.bucket, &object_key(event_id), payload)
+    }
+
+    /// Stores event `event_id`'s `payload` under its key, unless an object is already there: one
+    /// conditional `PutObject` with the payload's `ChecksumSHA256`, which S3 verifies.
+    ///
+    /// # Errors
+    /// [`SdkFailure`] when S3 failed: nothing may be published with the reference then.
+    pub async fn put(
+        &self,
+        event_id: &str,
+        payload: &[u8],
+    ) -> Result<(PayloadRef, Stored), SdkFailure> {
+        let reference = self.reference(event_id, payload);
+        let (_, key) = reference
+            .location()
+            .expect("a reference this store built has a location");
+        let result = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .if_none_match("*")
+            .checksum_sha256(&reference.sha256)
+            .content_type("application/json")
+            .content_length(payload.len() as i64)
+            .body(ByteStream::from(payload.to_vec()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok((reference, Stored::Written)),
+            Err(err) => {
+                let failure = SdkFailure::new("PutObject", err);
+                // 412: the object exists (its key is the event's: the same payload, stored before).
+                if failure.code.as_deref() == Some(PRECONDITION_FAILED) {
+                    Ok((reference, Stored::AlreadyThere))
+                } else {
+                    Err(failure)
+                }
+            }
+        }
+    }
+
+    /// The payload `reference` names, checked against its size and SHA-256 (S3 checks the bytes
+    /// against the `ChecksumSHA256` stored with them too).
+    ///
+    /// # Errors
+    /// [`ResolveError`]: a reference that is not an `s3://` URI, an object gone, one that is not
+    /// the payload named, or an S3 failure.
+    pub async fn get(&self, event_id: &str, reference: &PayloadRef) -> Result<Vec<u8>, ResolveError> {
+        get(&self.client, event_id, reference).await
+    }
+}
+
+/// S3's code for a conditional write refused: `If-None-Match: *` on an existing key.
+pub const PRECONDITION_FAILED: &str = "PreconditionFailed";
+
+/// The payload `reference` names, read with `client` from whatever bucket it names, and checked.
+///
+/// # Errors
+/// As [`PayloadStore::get`].
+pub async fn get(
+    client: &aws_sdk_s3::Client,
+    event_id: &str,
+    reference: &PayloadRef,
+) -> Result<Vec<u8>, ResolveError> {
+    reference.validate()?;
+    let (bucket, key) = reference.location()?;
+    let read_failed = |source| ResolveError::Read {
+        event_id: event_id.to_owned(),
+        uri: reference.uri.clone(),
+        source,
+    };
+    let object = match client
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await
+    {
+        Ok(object) => object,
+        Err(err) => {
+            let failure = SdkFailure::new("GetObject", err);
+            return Err(match failure.code.as_deref() {
+                Some("NoSuchKey" | "NotFound") => ResolveError::Gone {
+                    event_id: event_id.to_owned(),
+                    uri: reference.uri.clone(),
+                },
+                _ => read_failed(failure),
+            });
+        }
+    };
+    let bytes = object
+        .body
+        .collect()
+        .await
+        .map_err(|err| {
+            read_failed(SdkFailure::incomplete(
+                "GetObject",
+                format!("reading the object's body: {err}"),
+            ))
+        })?
+        .into_bytes()
+        .to_vec();
+    let found_sha256 = sha256_base64(&bytes);
+    if bytes.len() as u64 != reference.size || found_sha256 != reference.sha256 {
+        return Err(ResolveError::Mismatch {
+            event_id: event_id.to_owned(),
+            uri: reference.uri.clone(),
+            size: reference.size,
+            sha256: reference.sha256.clone(),
+            found_size: bytes.len() as u64,
+            found_sha256,
+        });
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_is_the_event_id_under_the_prefix() {
+        assert_eq!(
+            object_key("0193a5e0-7c1a-7cc3-9f00-0a1b2c3d4e5f"),
+            "payloads/0193a5e0-7c1a-7cc3-9f00-0a1b2c3d4e5f"
+        );
+        assert_eq!(object_key("01JD0ABCDEF"), "payloads/01JD0ABCDEF");
+    }
+
+    #[test]
+    fn an_id_a_uri_would_escape_is_keyed_by_its_sha256() {
+        let key = object_key("order 1/../x?");
+        assert!(key.starts_with("payloads/sha256-"), "{key}");
+        assert_eq!(key.len(), "payloads/sha256-".len() + 64);
+        assert_eq!(key, object_key("order 1/../x?"), "one id, one key");
+        assert_ne!(key, object_key("order 2"));
+        assert!(object_key("..").starts_with("payloads/sha256-"));
+        assert!(object_key("").starts_with("payloads/sha256-"));
+    }
+
+    #[test]
+    fn a_reference_names_its_bucket_key_size_and_checksum() {
+        let reference = PayloadRef::of("orders-payloads", "payloads/e1", b"{\"a\":1}");
+        assert_eq!(reference.uri, "s3://orders-payloads/payloads/e1");
+        assert_eq!(reference.size, 7);
+        assert_eq!(
+            reference.location().unwrap(),
+            ("orders-payloads", "payloads/e1")
+        );
+        // sha256('{"a":1}') in base64, as `openssl dgst -sha256 -binary | base64` prints it.
+        assert_eq!(
+            reference.sha256,
+            "AVq9f1zFei3ZS3WQ8ErYCEJzkF7jPsXOvq5iJ2qX+GI="
+        );
+        reference.validate().unwrap();
+    }
+
+    #[test]
+    fn a_reference_another_client_wrote_wrong_is_refused_by_name() {
+        let mut reference = PayloadRef::of("b", "payloads/e1", b"{}");
+        reference.uri = "https://b.s3.amazonaws.com/payloads/e1".into();
+        assert!(matches!(reference.validate(), Err(RefError::Uri(_))));
+        reference.uri = "s3://b/".into();
+        assert!(matches!(reference.validate(), Err(RefError::Uri(_))));
+        let mut reference = PayloadRef::of("b", "payloads/e1", b"{}");
+        reference.sha256 = "abc".into();
+        assert!(matches!(reference.validate(), Err(RefError::Sha256(_))));
+    }
+}
