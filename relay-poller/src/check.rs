@@ -761,6 +761,7 @@ struct Arns {
     target: Option<String>,
     queue: Option<String>,
     bucket: Option<String>,
+    payload_bucket: Option<String>,
 }
 
 impl Arns {
@@ -782,6 +783,22 @@ impl Arns {
                 .bucket
                 .as_ref()
                 .map(|b| format!("arn:aws:s3:::{b}/aws/lambda/*")),
+            T::PayloadBucket => self
+                .payload_bucket
+                .as_ref()
+                .map(|b| format!("arn:aws:s3:::{b}")),
+            T::PayloadObjects => self.payload_bucket.as_ref().map(|b| {
+                format!(
+                    "arn:aws:s3:::{b}/{}*",
+                    outbox_shared::claim_check::KEY_PREFIX
+                )
+            }),
+            T::DeadLetterRecords => self.payload_bucket.as_ref().map(|b| {
+                format!(
+                    "arn:aws:s3:::{b}/{}*",
+                    relay_runtime::dead_letter::RECORD_PREFIX
+                )
+            }),
         }
     }
 }

@@ -24,6 +24,9 @@ pub fn service(target: TargetKind) -> Vec<Call> {
         target.spec().calls,
         relay_runtime::preflight::target_calls(target),
         relay_runtime::dead_letter::CALLS,
+        relay_runtime::dead_letter::RECORD_CALLS,
+        relay_runtime::claim_check::CALLS,
+        relay_runtime::preflight::PAYLOAD_BUCKET_CALLS,
         crate::assignment::store::CALLS,
     ])
 }
@@ -43,6 +46,9 @@ pub fn operator(target: TargetKind) -> Vec<Call> {
         relay_runtime::preflight::target_calls(target),
         relay_runtime::status_store::CALLS,
         relay_runtime::dead_letter::CALLS,
+        relay_runtime::dead_letter::RECORD_CALLS,
+        relay_runtime::claim_check::CALLS,
+        relay_runtime::preflight::PAYLOAD_BUCKET_CALLS,
         crate::inspect::CALLS,
         crate::status::CALLS,
         crate::index::CALLS,

@@ -142,6 +142,17 @@ pub const CALLS: &[crate::permissions::Call] = &[
     ),
 ];
 
+/// Where the record of a letter too large for its queue is kept in the payload bucket:
+/// `dead-letters/{event id or record key}`.
+pub const RECORD_PREFIX: &str = "dead-letters/";
+
+/// The calls of a letter too large for its queue: its record is kept in the payload bucket
+/// (`dead-letters/…`), and the letter names it.
+pub const RECORD_CALLS: &[crate::permissions::Call] = &[crate::permissions::Call::new(
+    "s3:PutObject",
+    crate::permissions::Target::DeadLetterRecords,
+)];
+
 /// The SQS adapter: one message per poison record, JSON body, with `reason`, `origin` and
 /// `eventId` as message attributes so an operator can filter without parsing bodies.
 ///

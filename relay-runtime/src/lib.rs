@@ -38,6 +38,7 @@
 //! The contract these work on (item schema, envelope, limits) is `outbox-shared`.
 
 pub mod batch_get;
+pub mod claim_check;
 pub mod config;
 pub mod dead_letter;
 pub mod deadline;

@@ -41,6 +41,13 @@ pub enum Target {
     DiscardedBatchBucket,
     /// The objects the mapping writes in that bucket (`aws/lambda/…`).
     DiscardedBatchObjects,
+    /// The payload bucket (`PAYLOAD_BUCKET`), as a bucket (`s3:ListBucket`: the start-up probe's
+    /// `HeadBucket`).
+    PayloadBucket,
+    /// The claim-check objects in it (`payloads/…`, [`outbox_shared::claim_check::KEY_PREFIX`]).
+    PayloadObjects,
+    /// The records of dead letters too large for their queue, in it (`dead-letters/…`).
+    DeadLetterRecords,
 }
 
 /// One IAM action a job needs, and on what.
@@ -99,7 +106,10 @@ impl Target {
             | Self::EventTarget
             | Self::DeadLetterQueue
             | Self::DiscardedBatchBucket
-            | Self::DiscardedBatchObjects => None,
+            | Self::DiscardedBatchObjects
+            | Self::PayloadBucket
+            | Self::PayloadObjects
+            | Self::DeadLetterRecords => None,
         }
     }
 
@@ -117,7 +127,10 @@ impl Target {
             | Self::EventTarget
             | Self::DeadLetterQueue
             | Self::DiscardedBatchBucket
-            | Self::DiscardedBatchObjects => &[],
+            | Self::DiscardedBatchObjects
+            | Self::PayloadBucket
+            | Self::PayloadObjects
+            | Self::DeadLetterRecords => &[],
         }
     }
 }

@@ -52,6 +52,10 @@ pub const CREDENTIALS_TIMEOUT: Duration = Duration::from_secs(10);
 /// `sqs:GetQueueAttributes` is the dead-letter sink's own call).
 pub const CALLS: &[Call] = &[Call::new("dynamodb:DescribeTable", Target::OutboxTable)];
 
+/// The probe of the payload bucket (`PAYLOAD_BUCKET`), when one is configured: `HeadBucket`,
+/// which IAM authorizes as `s3:ListBucket`.
+pub const PAYLOAD_BUCKET_CALLS: &[Call] = &[Call::new("s3:ListBucket", Target::PayloadBucket)];
+
 /// The describe call [`target`] makes of a target of `kind`, on the target.
 pub fn target_calls(kind: TargetKind) -> &'static [Call] {
     const BUS: &[Call] = &[Call::new("events:DescribeEventBus", Target::EventTarget)];

@@ -24,6 +24,9 @@ pub fn calls(target: TargetKind) -> Vec<Call> {
         target.spec().calls,
         relay_runtime::preflight::target_calls(target),
         relay_runtime::dead_letter::CALLS,
+        relay_runtime::dead_letter::RECORD_CALLS,
+        relay_runtime::claim_check::CALLS,
+        relay_runtime::preflight::PAYLOAD_BUCKET_CALLS,
         relay_runtime::holds::HOLD_CALLS,
     ])
 }

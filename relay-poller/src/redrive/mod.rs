@@ -202,6 +202,11 @@ impl Candidate {
 /// deleted; items read and scanned (`--from-table`), an outbox item's attributes only
 /// ([`crate::table`]), put back to pending (a status update).
 pub const CALLS: &[relay_runtime::permissions::Call] = &[
+    // The record of a letter that was too large for the queue, kept in the payload bucket.
+    relay_runtime::permissions::Call::new(
+        "s3:GetObject",
+        relay_runtime::permissions::Target::DeadLetterRecords,
+    ),
     relay_runtime::permissions::Call::new(
         "sqs:ReceiveMessage",
         relay_runtime::permissions::Target::DeadLetterQueue,
