@@ -197,9 +197,11 @@ pub fn table_need(index: &IndexConfig, with_index: bool) -> Need {
     }
 }
 
-/// The target a command publishes to.
-pub fn target_need(publisher: &PublisherConfig) -> Need {
-    Need::target(publisher)
+/// What a command that publishes relies on: the target, and the payload bucket when one is set.
+pub fn publish_needs(publisher: &PublisherConfig) -> Vec<Need> {
+    std::iter::once(Need::target(publisher))
+        .chain(relay_runtime::preflight::payload_bucket(publisher))
+        .collect()
 }
 
 /// The dead-letter queue of `run`, `drain` and `redrive`.
@@ -229,13 +231,13 @@ pub fn bucket_need(bucket: &str) -> Need {
     ))
 }
 
-/// What `run` and `drain` rely on: the table and its index, the target, the dead-letter queue.
+/// What `run` and `drain` rely on: the table and its index, the target (and the payload
+/// bucket), the dead-letter queue.
 fn relay_needs(config: &RelayConfig) -> Vec<Need> {
-    vec![
-        table_need(&config.index, true),
-        target_need(&config.publisher),
-        queue_need(&config.dead_letter_queue_url),
-    ]
+    let mut needs = vec![table_need(&config.index, true)];
+    needs.extend(publish_needs(&config.publisher));
+    needs.push(queue_need(&config.dead_letter_queue_url));
+    needs
 }
 
 /// The SDK's configuration, once the credentials and each of `needs` were found usable.
@@ -668,7 +670,7 @@ async fn redrive(args: RedriveArgs) -> anyhow::Result<ExitCode> {
         queue_need(&config.dead_letter_queue_url),
     ];
     if args.publish && !args.dry_run {
-        needs.push(target_need(&config.publisher));
+        needs.extend(publish_needs(&config.publisher));
     }
     let sdk = load_and_probe(&needs).await?;
     let clients = AwsClients::new(&sdk);

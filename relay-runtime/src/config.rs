@@ -132,6 +132,14 @@ pub struct PublisherConfig {
     /// What each event is published as: the envelope, or a CloudEvent whose `source` is
     /// [`Self::source`].
     pub event_format: EventFormat,
+    /// The payload bucket (`PAYLOAD_BUCKET`): an event whose entry is larger than
+    /// [`Self::payload_threshold`] is published with its payload stored there and referenced
+    /// (`dataref`) in place of its `data` ([`crate::claim_check`]). `None`: such an event is
+    /// dead-lettered, its reason saying how to turn the claim check on.
+    pub payload_bucket: Option<String>,
+    /// The entry size above which the payload goes to the bucket (`PAYLOAD_THRESHOLD_BYTES`);
+    /// `None`: [`Self::max_entry_bytes`], the target's entry budget.
+    pub payload_threshold_bytes: Option<usize>,
 }
 
 impl PublisherConfig {
@@ -157,7 +165,15 @@ impl PublisherConfig {
             retry: retry_policy(DEFAULT_PUBLISH_MAX_ATTEMPTS),
             max_publish_rate: None,
             event_format: EventFormat::Envelope,
+            payload_bucket: None,
+            payload_threshold_bytes: None,
         }
+    }
+
+    /// The entry size above which an event's payload is stored in the payload bucket: the
+    /// configured threshold, or the entry budget.
+    pub fn payload_threshold(&self) -> usize {
+        self.payload_threshold_bytes.unwrap_or(self.max_entry_bytes)
     }
 
     /// How each event's body is written: [`Self::event_format`], a CloudEvent's `source` being
@@ -217,11 +233,36 @@ impl PublisherConfig {
             1,
             MAX_PUBLISH_ATTEMPTS,
         )?;
+        if let Some(bucket) = &self.payload_bucket {
+            outbox_shared::claim_check::check_bucket_name(bucket)
+                .map_err(|reason| of("payload_bucket", reason))?;
+        }
+        if let Some(threshold) = self.payload_threshold_bytes {
+            if self.payload_bucket.is_none() {
+                return Err(of(
+                    "payload_threshold_bytes",
+                    format!(
+                        "is set but {} is not: a payload has nowhere to go",
+                        SettingError::name_of::<PublisherArgs>("payload_bucket")
+                    ),
+                ));
+            }
+            SettingError::in_range::<PublisherArgs, _>(
+                "payload_threshold_bytes",
+                threshold,
+                MIN_PAYLOAD_THRESHOLD_BYTES,
+                self.max_entry_bytes,
+            )?;
+        }
         self.retry
             .validate("publish retry")
             .map_err(|e| of("publish_max_attempts", e.to_string()))
     }
 }
+
+/// The smallest `PAYLOAD_THRESHOLD_BYTES`: an entry with its payload in S3 is about 600 bytes (its
+/// metadata and the reference), so a lower threshold would store payloads it cannot shrink.
+pub const MIN_PAYLOAD_THRESHOLD_BYTES: usize = 1024;
 
 /// The publisher's retry policy for `max_attempts` attempts per entry.
 fn retry_policy(max_attempts: usize) -> RetryPolicy {
@@ -446,6 +487,17 @@ pub struct PublisherArgs {
     /// `--source`; on the Custom Event Bus a raw event, `PutRawEvents`).
     #[arg(long, env = "EVENT_FORMAT", default_value_t = EventFormat::Envelope, value_parser = parse_event_format)]
     pub event_format: EventFormat,
+    /// The payload bucket: an event too large for the target (or above
+    /// `--payload-threshold-bytes`) is published with its payload stored in S3 under
+    /// `payloads/{event id}` and referenced (`dataref`) in place of `data`. Unset: such an event
+    /// is dead-lettered.
+    #[arg(long, env = "PAYLOAD_BUCKET")]
+    pub payload_bucket: Option<String>,
+    /// Entry size above which the payload goes to `--payload-bucket` (default: the entry budget,
+    /// `--max-entry-bytes`); lower it for consumers that take less than the target (at least
+    /// 1024).
+    #[arg(long, env = "PAYLOAD_THRESHOLD_BYTES")]
+    pub payload_threshold_bytes: Option<usize>,
 }
 
 impl PublisherArgs {
@@ -464,6 +516,8 @@ impl PublisherArgs {
             publish_max_attempts: DEFAULT_PUBLISH_MAX_ATTEMPTS,
             max_publish_rate: None,
             event_format: EventFormat::Envelope,
+            payload_bucket: None,
+            payload_threshold_bytes: None,
         }
     }
 
@@ -521,6 +575,8 @@ impl PublisherArgs {
             retry: retry_policy(self.publish_max_attempts),
             max_publish_rate: self.max_publish_rate,
             event_format: self.event_format,
+            payload_bucket: self.payload_bucket.clone(),
+            payload_threshold_bytes: self.payload_threshold_bytes,
             ..defaults
         };
         // Attempts are checked before they become a retry count (0 attempts would wrap to 1).

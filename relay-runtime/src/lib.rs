@@ -215,6 +215,14 @@ pub mod clients {
                 .build(),
         )
     }
+
+    pub fn s3(sdk: &aws_config::SdkConfig) -> aws_sdk_s3::Client {
+        aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::config::Builder::from(sdk)
+                .interceptor(FailedCallCounter)
+                .build(),
+        )
+    }
 }
 
 /// Loads the AWS SDK configuration from the standard sources (environment, profile, IMDS), with

@@ -41,8 +41,7 @@ pub enum Target {
     DiscardedBatchBucket,
     /// The objects the mapping writes in that bucket (`aws/lambda/…`).
     DiscardedBatchObjects,
-    /// The payload bucket (`PAYLOAD_BUCKET`), as a bucket (`s3:ListBucket`: the start-up probe's
-    /// `HeadBucket`).
+    /// The payload bucket (`PAYLOAD_BUCKET`), as a bucket (`s3:ListBucket`: the start-up probe).
     PayloadBucket,
     /// The claim-check objects in it (`payloads/…`, [`outbox_shared::claim_check::KEY_PREFIX`]).
     PayloadObjects,

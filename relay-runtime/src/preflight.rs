@@ -52,8 +52,8 @@ pub const CREDENTIALS_TIMEOUT: Duration = Duration::from_secs(10);
 /// `sqs:GetQueueAttributes` is the dead-letter sink's own call).
 pub const CALLS: &[Call] = &[Call::new("dynamodb:DescribeTable", Target::OutboxTable)];
 
-/// The probe of the payload bucket (`PAYLOAD_BUCKET`), when one is configured: `HeadBucket`,
-/// which IAM authorizes as `s3:ListBucket`.
+/// The probe of the payload bucket (`PAYLOAD_BUCKET`), when one is configured: [`bucket`]'s
+/// `ListObjectsV2` of one key, which IAM authorizes as `s3:ListBucket`.
 pub const PAYLOAD_BUCKET_CALLS: &[Call] = &[Call::new("s3:ListBucket", Target::PayloadBucket)];
 
 /// The describe call [`target`] makes of a target of `kind`, on the target.
@@ -175,8 +175,8 @@ impl Resource {
                  --create-lease-table creates it)"
             ),
             Kind::Bucket => format!(
-                "set {setting} to the stack's bucket (DiscardedBatchBucketName output), or leave \
-                 it unset"
+                "set {setting} to the stack's bucket (its DiscardedBatchBucketName or \
+                 PayloadBucketName output), or leave it unset"
             ),
             Kind::Credentials | Kind::Region => format!("set {setting}"),
         }
@@ -831,7 +831,6 @@ pub async fn queue(
 ///
 /// # Errors
 /// [`Unusable`] when it does not exist, may not be listed, or cannot be reached.
-#[cfg(feature = "s3")]
 pub async fn bucket(sdk: &SdkConfig, resource: &Resource) -> Result<Probed<()>, Unusable> {
     let seen = SeenEndpoint::default();
     let client = aws_sdk_s3::Client::from_conf(
@@ -870,7 +869,6 @@ pub enum Need {
     /// The poller fleet's lease table.
     LeaseTable(Resource),
     /// A bucket.
-    #[cfg(feature = "s3")]
     Bucket(Resource),
 }
 
@@ -882,6 +880,17 @@ impl Need {
             target: target_resource(publisher),
         }
     }
+}
+
+/// The payload bucket `publisher` stores large payloads in, named by its setting, if it has one.
+pub fn payload_bucket(publisher: &crate::PublisherConfig) -> Option<Need> {
+    publisher.payload_bucket.as_ref().map(|bucket| {
+        Need::Bucket(Resource::new(
+            Kind::Bucket,
+            bucket,
+            crate::SettingError::name_of::<crate::PublisherArgs>("payload_bucket"),
+        ))
+    })
 }
 
 /// The target `publisher` publishes to, as a resource named by `--target (EVENT_TARGET)`.
@@ -908,7 +917,6 @@ pub async fn require(sdk: &SdkConfig, needs: &[Need]) -> Result<(), Unusable> {
             Need::Target { kind, target: t } => target(sdk, *kind, t).await?.failure(),
             Need::Queue(q) => queue(sdk, q).await?.failure(),
             Need::LeaseTable(t) => table(sdk, t).await?.failure(),
-            #[cfg(feature = "s3")]
             Need::Bucket(b) => bucket(sdk, b).await?.failure(),
         };
         if let Some(failure) = unknown {

@@ -49,6 +49,7 @@ pub fn needs(args: &RelayArgs) -> Result<Vec<Need>, SettingError> {
         },
         Need::target(&publisher),
     ];
+    needs.extend(relay_runtime::preflight::payload_bucket(&publisher));
     needs.extend(args.dead_letter_queue_url().map(|url| {
         Need::Queue(Resource::new(
             Kind::DeadLetterQueue,

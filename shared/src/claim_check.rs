@@ -54,6 +54,35 @@ pub fn object_key(event_id: &str) -> String {
     }
 }
 
+/// Checks `bucket` against S3's rules for a general purpose bucket's name (3 to 63 lowercase
+/// letters, digits, dots and hyphens, starting and ending with a letter or digit), so a relay
+/// refuses at start a name no call could use.
+///
+/// # Errors
+/// What is wrong with the name (the name is configuration, not data: it is quoted).
+pub fn check_bucket_name(bucket: &str) -> Result<(), String> {
+    let allowed = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-';
+    let edge = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    if !(3..=63).contains(&bucket.len()) {
+        return Err(format!(
+            "{bucket:?} is {} characters; a bucket name has 3 to 63",
+            bucket.len()
+        ));
+    }
+    if !bucket.bytes().all(allowed) {
+        return Err(format!(
+            "{bucket:?} is not a bucket name: only lowercase letters, digits, dots and hyphens \
+             (a bucket's name, not its ARN or an s3:// URI)"
+        ));
+    }
+    if !edge(bucket.as_bytes().first()) || !edge(bucket.as_bytes().last()) {
+        return Err(format!(
+            "{bucket:?} is not a bucket name: it starts and ends with a letter or digit"
+        ));
+    }
+    Ok(())
+}
+
 /// The SHA-256 of `bytes`, base64 (S3's `ChecksumSHA256`).
 pub fn sha256_base64(bytes: &[u8]) -> String {
     aws_smithy_types::base64::encode(Sha256::digest(bytes))
@@ -250,7 +279,11 @@ impl PayloadStore {
     /// # Errors
     /// [`ResolveError`]: a reference that is not an `s3://` URI, an object gone, one that is not
     /// the payload named, or an S3 failure.
-    pub async fn get(&self, event_id: &str, reference: &PayloadRef) -> Result<Vec<u8>, ResolveError> {
+    pub async fn get(
+        &self,
+        event_id: &str,
+        reference: &PayloadRef,
+    ) -> Result<Vec<u8>, ResolveError> {
         get(&self.client, event_id, reference).await
     }
 }
@@ -323,6 +356,21 @@ pub async fn get(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bucket_name_is_checked_as_s3_names_them() {
+        assert_eq!(check_bucket_name("orders-payloads.v2"), Ok(()));
+        for bad in [
+            "ab",
+            "Orders",
+            "arn:aws:s3:::orders",
+            "s3://orders",
+            "-orders",
+            "orders-",
+        ] {
+            assert!(check_bucket_name(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn a_key_is_the_event_id_under_the_prefix() {

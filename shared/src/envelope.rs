@@ -795,7 +795,10 @@ mod tests {
     #[test]
     fn an_item_with_a_bad_or_second_payload_reference_or_none_is_poison_named() {
         let err = envelope(&item("")).unwrap_err();
-        assert_eq!(err.to_string(), "event e1: has neither Payload nor PayloadRef");
+        assert_eq!(
+            err.to_string(),
+            "event e1: has neither Payload nor PayloadRef"
+        );
         let mut both = item("{}");
         both.payload_ref = Some(PayloadRef::of("b", "payloads/e1", b"{}"));
         assert!(matches!(
@@ -814,7 +817,10 @@ mod tests {
 
     #[test]
     fn an_event_with_its_data_referenced_keeps_every_other_member_in_order() {
-        for encoding in [Encoding::envelope(), Encoding::cloudevents("com.example.orders")] {
+        for encoding in [
+            Encoding::envelope(),
+            Encoding::cloudevents("com.example.orders"),
+        ] {
             // Given an event with its payload in its body
             let mut traced = item(r#"{"lines": [1, 2, 3]}"#);
             traced.trace_parent = Some(TRACEPARENT.into());
@@ -822,8 +828,7 @@ mod tests {
             assert_eq!(event.data(), Some(r#"{"lines": [1, 2, 3]}"#));
 
             // When its data is replaced by its reference
-            let reference =
-                PayloadRef::of("b", "payloads/e1", event.data().unwrap().as_bytes());
+            let reference = PayloadRef::of("b", "payloads/e1", event.data().unwrap().as_bytes());
             let referenced = event.with_data_ref(&reference);
 
             // Then the body is what the writer's reference gives, member for member and in order

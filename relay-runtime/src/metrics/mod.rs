@@ -46,6 +46,12 @@ pub const PUBLISH_FAILED: &str = "PublishFailed";
 /// [`ALREADY_MARKED`]): they stay pending and are published again. The summaries' `not_marked`.
 /// Count; both relays.
 pub const NOT_MARKED: &str = "NotMarked";
+/// Payloads stored in the payload bucket at publish, their events too large for the target (the
+/// claim check, `PAYLOAD_BUCKET`): one per event, none on a re-publish. Count; both relays.
+pub const PAYLOADS_STORED: &str = "PayloadsStored";
+/// Events whose payload could not be stored in the payload bucket: not sent, they stay pending and
+/// hold back their aggregate. Count; both relays.
+pub const PAYLOAD_STORE_FAILED: &str = "PayloadStoreFailed";
 /// Entries sent again after a retryable failure. Count.
 pub const RETRIED: &str = "Retried";
 /// Entries the Custom Event Bus answered `DEDUPLICATED`: a repeat of an event id it accepted in
@@ -175,6 +181,14 @@ fn describe() {
             "events published or dead-lettered whose mark failed",
         ),
         (RETRIED, "entries sent again after a retryable failure"),
+        (
+            PAYLOADS_STORED,
+            "payloads stored in the payload bucket at publish (events too large for the target)",
+        ),
+        (
+            PAYLOAD_STORE_FAILED,
+            "events whose payload could not be stored: left pending",
+        ),
         (
             DEDUPLICATED,
             "entries the Custom Event Bus answered DEDUPLICATED (published before)",

@@ -142,6 +142,8 @@ pub struct PublishStats {
     failed: AtomicU64,
     held_back: AtomicU64,
     not_sent: AtomicU64,
+    pub(crate) payloads_stored: AtomicU64,
+    pub(crate) payloads_already_stored: AtomicU64,
 }
 
 /// A point-in-time copy of [`PublishStats`].
@@ -167,6 +169,11 @@ pub struct PublishStatsSnapshot {
     /// Not sent because the deadline came first (or the bus answered nothing; see
     /// [`PublishOutcome::NotSent`]).
     pub not_sent: u64,
+    /// Payloads written to the payload bucket (the claim check: events too large for the target).
+    pub payloads_stored: u64,
+    /// Payloads found already in the payload bucket (an earlier publish stored them): nothing
+    /// written, the entry sent with its reference.
+    pub payloads_already_stored: u64,
 }
 
 impl PublishStats {
@@ -182,6 +189,8 @@ impl PublishStats {
             failed: self.failed.load(Ordering::Relaxed),
             held_back: self.held_back.load(Ordering::Relaxed),
             not_sent: self.not_sent.load(Ordering::Relaxed),
+            payloads_stored: self.payloads_stored.load(Ordering::Relaxed),
+            payloads_already_stored: self.payloads_already_stored.load(Ordering::Relaxed),
         }
     }
 

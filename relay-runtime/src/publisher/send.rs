@@ -19,9 +19,10 @@ use std::fmt;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use futures::FutureExt;
 use futures::future::{BoxFuture, Shared, join_all};
+use futures::{FutureExt, StreamExt};
 use outbox_shared::OutboundEvent;
+use outbox_shared::claim_check::{PayloadStore, Stored};
 use outbox_shared::error::{ErrorClass, SdkFailure, classify_code};
 use tokio::sync::Semaphore;
 
@@ -31,6 +32,7 @@ use super::{
     is_throttled, permanent_outcome,
 };
 use crate::CallTasks;
+use crate::claim_check::ClaimCheck;
 use crate::config::{PublisherArgs, PublisherConfig, SettingError, TargetKind};
 use crate::deadline::Deadline;
 use crate::publish_concurrency::{Permit, PublishConcurrency};
@@ -109,6 +111,8 @@ pub struct TargetAdapter<B> {
     pub(crate) rate: Arc<PublishRate>,
     pub(crate) concurrency: Arc<PublishConcurrency>,
     pub(crate) call_tasks: CallTasks,
+    /// Where payloads too large for an entry go (`PAYLOAD_BUCKET`), if anywhere.
+    pub(crate) claim_check: Option<ClaimCheck>,
 }
 
 impl TargetAdapter<Arc<dyn TargetCall>> {
@@ -117,11 +121,20 @@ impl TargetAdapter<Arc<dyn TargetCall>> {
     /// # Errors
     /// [`SettingError`] when the configuration is out of range.
     pub fn new(sdk: &aws_config::SdkConfig, config: PublisherConfig) -> Result<Self, SettingError> {
-        Self::with_target((config.target_kind.spec().call)(sdk), config)
+        let claim_check = config
+            .payload_bucket
+            .as_ref()
+            .map(|bucket| PayloadStore::new(crate::clients::s3(sdk), bucket));
+        let publisher = Self::with_target((config.target_kind.spec().call)(sdk), config)?;
+        Ok(match claim_check {
+            Some(store) => publisher.with_payload_store(store),
+            None => publisher,
+        })
     }
 
     /// The publisher of `config` over `bus`, a call built elsewhere (tests inject faults through
-    /// its client).
+    /// its client). Its claim check, when `config` names a payload bucket, is
+    /// [`with_payload_store`](TargetAdapter::with_payload_store)'s.
     ///
     /// # Errors
     /// [`SettingError`] when the configuration is out of range or for another target kind.
@@ -154,7 +167,16 @@ impl<B: TargetCall> TargetAdapter<B> {
             config,
             stats: Arc::default(),
             call_tasks: CallTasks::Inline,
+            claim_check: None,
         })
+    }
+
+    /// Stores the payloads of events too large for an entry in `store` (the claim check); tests
+    /// inject S3 faults through its client.
+    #[must_use]
+    pub fn with_payload_store(mut self, store: PayloadStore) -> Self {
+        self.claim_check = Some(ClaimCheck::new(store));
+        self
     }
 
     /// Runs its calls as `call_tasks` says (default: in the caller's task).
@@ -381,24 +403,61 @@ impl<B: TargetCall> Publisher for TargetAdapter<B> {
         events: &[E],
         deadline: Deadline,
     ) -> Vec<PublishOutcome> {
-        let events: Vec<&OutboundEvent> = events.iter().map(Borrow::borrow).collect();
-        let events = events.as_slice();
-        let mut outcomes: Vec<Option<PublishOutcome>> = vec![None; events.len()];
-        let mut sendable = Vec::with_capacity(events.len());
-        for (index, event) in events.iter().enumerate() {
+        let originals: Vec<&OutboundEvent> = events.iter().map(Borrow::borrow).collect();
+        let mut outcomes: Vec<Option<PublishOutcome>> = vec![None; originals.len()];
+        let mut sendable = Vec::with_capacity(originals.len());
+        let mut to_store = Vec::new();
+        let threshold = self.config.payload_threshold();
+        for (index, event) in originals.iter().enumerate() {
             let size = (self.entry_size)(event, &self.config.source);
-            if size > self.config.max_entry_bytes {
-                outcomes[index] = Some(PublishOutcome::Rejected {
-                    code: ENTRY_TOO_LARGE.to_owned(),
-                    message: format!(
-                        "entry is {size} bytes, more than the {} allowed",
-                        self.config.max_entry_bytes
-                    ),
-                });
+            if size > threshold && self.claim_check.is_some() && event.data().is_some() {
+                to_store.push(index);
+            } else if size > self.config.max_entry_bytes {
+                outcomes[index] = Some(self.too_large(size));
             } else {
                 sendable.push(index);
             }
         }
+        // The payloads of the events too large go to the bucket first; each of them is then sent
+        // as its reference, or not at all when S3 failed.
+        let mut referenced: HashMap<usize, OutboundEvent> = HashMap::new();
+        let mut not_stored: HashMap<&str, usize> = HashMap::new();
+        for (index, stored) in self.store_payloads(&originals, &to_store, deadline).await {
+            match stored {
+                Ok(event) => {
+                    let size = (self.entry_size)(&event, &self.config.source);
+                    if size > self.config.max_entry_bytes {
+                        outcomes[index] = Some(self.too_large(size));
+                    } else {
+                        referenced.insert(index, event);
+                        sendable.push(index);
+                    }
+                }
+                Err(outcome) => {
+                    let key = originals[index].ordering_key.as_str();
+                    let first = not_stored.entry(key).or_insert(index);
+                    *first = (*first).min(index);
+                    outcomes[index] = Some(outcome);
+                }
+            }
+        }
+        // No event overtakes an earlier one of its aggregate whose payload was not stored.
+        sendable.retain(|&index| {
+            let held = not_stored
+                .get(originals[index].ordering_key.as_str())
+                .is_some_and(|&first| first < index);
+            if held {
+                outcomes[index] = Some(PublishOutcome::HeldBack);
+            }
+            !held
+        });
+        sendable.sort_unstable();
+        let events: Vec<&OutboundEvent> = originals
+            .iter()
+            .enumerate()
+            .map(|(index, event)| referenced.get(&index).unwrap_or(event))
+            .collect();
+        let events = events.as_slice();
         let calls = pack_calls(
             events,
             sendable,
@@ -467,6 +526,74 @@ impl<B: TargetCall> Publisher for TargetAdapter<B> {
             .map(|o| o.expect("every event gets an outcome"))
             .inspect(|o| self.stats.record(o))
             .collect()
+    }
+}
+
+impl<B: TargetCall> TargetAdapter<B> {
+    /// The outcome of an event of `size` bytes, more than an entry may be and not stored in S3:
+    /// poison, its reason saying how to publish it through the payload bucket when none is set.
+    fn too_large(&self, size: usize) -> PublishOutcome {
+        let hint = if self.claim_check.is_none() {
+            format!(
+                "; set {} to publish it with its payload in S3",
+                SettingError::name_of::<PublisherArgs>("payload_bucket")
+            )
+        } else {
+            String::new()
+        };
+        PublishOutcome::Rejected {
+            code: ENTRY_TOO_LARGE.to_owned(),
+            message: format!(
+                "entry is {size} bytes, more than the {} allowed{hint}",
+                self.config.max_entry_bytes
+            ),
+        }
+    }
+
+    /// Stores the payloads of the events at `indices` in the payload bucket, at most
+    /// `max_concurrency` at once and none once the deadline's publish-by time has passed: each
+    /// event as its reference, or the outcome it ends with (S3 failed: `Failed`, the event stays
+    /// pending; the deadline came: `NotSent`).
+    async fn store_payloads(
+        &self,
+        events: &[&OutboundEvent],
+        indices: &[usize],
+        deadline: Deadline,
+    ) -> Vec<(usize, Result<OutboundEvent, PublishOutcome>)> {
+        let Some(claim_check) = &self.claim_check else {
+            return Vec::new();
+        };
+        futures::stream::iter(indices.iter().copied())
+            .map(|index| async move {
+                if deadline.publish_passed() {
+                    return (index, Err(PublishOutcome::NotSent));
+                }
+                let stored = match claim_check.store(events[index]).await {
+                    Ok(Some((event, stored))) => {
+                        let counter = match stored {
+                            Stored::Written => &self.stats.payloads_stored,
+                            Stored::AlreadyThere => &self.stats.payloads_already_stored,
+                        };
+                        counter.fetch_add(1, Ordering::Relaxed);
+                        Ok(event)
+                    }
+                    Ok(None) => Ok(events[index].clone()),
+                    Err(failure) => Err(PublishOutcome::Failed {
+                        code: failure
+                            .code
+                            .clone()
+                            .unwrap_or_else(|| "PayloadNotStored".to_owned()),
+                        message: format!(
+                            "its payload could not be stored in {}: {failure}",
+                            claim_check.bucket()
+                        ),
+                    }),
+                };
+                (index, stored)
+            })
+            .buffered(self.config.max_concurrency)
+            .collect()
+            .await
     }
 }
 
