@@ -738,3 +738,117 @@ async fn a_call_waiting_for_its_place_in_flight_is_not_sent_after_the_deadline()
     assert_eq!(connection.requests(), 3);
     assert_eq!(publisher.stats().publish_calls, 3);
 }
+
+/// An event of aggregate `key` with a payload of `payload_len` bytes, in the envelope.
+fn large_event(key: &str, sequence: u64, payload_len: usize) -> OutboundEvent {
+    let payload = format!("{{\"lines\":\"{}\"}}", "x".repeat(payload_len));
+    OutboundEvent {
+        event_id: format!("e-{key}-{sequence}"),
+        ordering_key: key.to_owned(),
+        event_group: format!("Order#{key}"),
+        detail_type: "t".into(),
+        detail: format!(
+            r#"{{"metadata":{{"eventId":"e-{key}-{sequence}","eventType":"t","occurredAt":"2026-11-27T00:00:00.000Z","sequence":{sequence}}},"data":{payload}}}"#
+        ),
+        time: None,
+        trace_header: None,
+    }
+}
+
+/// An S3 client answered by `rules`, in order (SDK retries off).
+fn mock_s3(rules: &[&Rule]) -> aws_sdk_s3::Client {
+    let interceptor = rules.iter().fold(
+        MockResponseInterceptor::new().rule_mode(RuleMode::Sequential),
+        |i, rule| i.with_rule(rule),
+    );
+    aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::Config::builder()
+            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+            .region(aws_sdk_s3::config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_s3::config::Credentials::new(
+                "test", "test", None, None, "test",
+            ))
+            .http_client(create_mock_http_client())
+            .interceptor(interceptor)
+            .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
+            .build(),
+    )
+}
+
+#[tokio::test]
+async fn an_event_too_large_without_a_payload_bucket_is_poison_whose_reason_says_how_to_publish_it()
+{
+    // Given a publisher without a payload bucket, and an event over the entry budget
+    let publisher = EventBridgePublisher::new(mock_eventbridge(&[]), quick_config()).unwrap();
+    let events = [large_event("a", 1, 300 * 1024)];
+
+    // When it is published
+    let outcomes = publisher.publish(&events, Deadline::NONE).await;
+
+    // Then it is refused without a call, and the reason names the setting that turns the claim
+    // check on
+    let [PublishOutcome::Rejected { code, message }] = outcomes.as_slice() else {
+        panic!("{outcomes:?}")
+    };
+    assert_eq!(code, ENTRY_TOO_LARGE);
+    assert!(message.contains("--payload-bucket (PAYLOAD_BUCKET)"), "{message}");
+}
+
+#[tokio::test]
+async fn an_event_whose_payload_s3_did_not_store_stays_pending_and_holds_back_its_aggregate() {
+    // Given S3 that fails the first payload's PutObject (503), then stores the next one, and a bus
+    // that accepts whatever it is sent
+    let outage = mock!(aws_sdk_s3::Client::put_object).then_http_response(|| {
+        aws_smithy_runtime_api::http::Response::new(
+            aws_smithy_runtime_api::http::StatusCode::try_from(503).unwrap(),
+            aws_smithy_types::body::SdkBody::from(
+                "<Error><Code>ServiceUnavailable</Code><Message>injected</Message></Error>",
+            ),
+        )
+    });
+    let stored = mock!(aws_sdk_s3::Client::put_object)
+        .then_output(|| aws_sdk_s3::operation::put_object::PutObjectOutput::builder().build());
+    let sent = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = sent.clone();
+    let put = mock!(Client::put_events)
+        .match_requests(move |req| {
+            seen.lock().unwrap().extend(
+                req.entries()
+                    .iter()
+                    .map(|e| e.detail().unwrap_or_default().to_owned()),
+            );
+            true
+        })
+        .then_output(|| accepted(1));
+    let publisher = EventBridgePublisher::new(mock_eventbridge(&[&put, &put]), quick_config())
+        .unwrap()
+        .with_payload_store(outbox_shared::PayloadStore::new(
+            mock_s3(&[&outage, &stored]),
+            "orders-payloads",
+        ));
+    // x-1 large (its store fails), x-2 small; y-1 large (stored)
+    let events = [
+        large_event("x", 1, 300 * 1024),
+        large_event("x", 2, 10),
+        large_event("y", 1, 300 * 1024),
+    ];
+
+    // When they are published
+    let outcomes = publisher.publish(&events, Deadline::NONE).await;
+
+    // Then x-1 failed (it stays pending), x-2 is held back behind it, y-1 is published as its
+    // reference
+    assert!(
+        matches!(&outcomes[0], PublishOutcome::Failed { code, message }
+            if code == "ServiceUnavailable" && message.contains("orders-payloads")),
+        "{outcomes:?}"
+    );
+    assert_eq!(outcomes[1], PublishOutcome::HeldBack);
+    assert_eq!(outcomes[2], PublishOutcome::Published);
+    let sent = sent.lock().unwrap();
+    assert_eq!(sent.len(), 1, "only y-1 was sent");
+    let body: serde_json::Value = serde_json::from_str(&sent[0]).unwrap();
+    assert_eq!(body["dataref"], "s3://orders-payloads/payloads/e-y-1");
+    assert!(body.get("data").is_none());
+    assert_eq!(publisher.stats().payloads_stored, 1);
+}
