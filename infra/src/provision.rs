@@ -366,13 +366,35 @@ pub async fn create_discarded_batch_bucket(
     s3: &aws_sdk_s3::Client,
     bucket_name: &str,
 ) -> Result<String, ProvisionError> {
+    create_bucket_as(s3, logical_id::DISCARDED_BATCH_BUCKET, bucket_name).await
+}
+
+/// Creates the template's `PayloadBucket` (the claim check's: payloads too large for their event,
+/// and the records of dead letters too large for their queue) under `bucket_name`, with the
+/// template's encryption, versioning and public access block; its name, for `PAYLOAD_BUCKET`.
+///
+/// # Errors
+/// [`ProvisionError`] naming the bucket and what could not be set.
+pub async fn create_payload_bucket(
+    s3: &aws_sdk_s3::Client,
+    bucket_name: &str,
+) -> Result<String, ProvisionError> {
+    create_bucket_as(s3, logical_id::PAYLOAD_BUCKET, bucket_name).await
+}
+
+/// Creates the template's bucket `id` under `bucket_name`: its encryption, versioning and public
+/// access block as the template sets them.
+async fn create_bucket_as(
+    s3: &aws_sdk_s3::Client,
+    id: &str,
+    bucket_name: &str,
+) -> Result<String, ProvisionError> {
     use aws_sdk_s3::types::{
         BucketVersioningStatus, PublicAccessBlockConfiguration, ServerSideEncryption,
         ServerSideEncryptionByDefault, ServerSideEncryptionConfiguration, ServerSideEncryptionRule,
         VersioningConfiguration,
     };
     let template = Template::embedded()?;
-    let id = logical_id::DISCARDED_BATCH_BUCKET;
     let resource = |what: &str| format!("bucket {bucket_name} ({what})");
     let missing = |path: &str| ProvisionError {
         resource: format!("template resource {id}"),

@@ -29,6 +29,7 @@ pub mod logical_id {
     pub const DEAD_LETTER_QUEUE: &str = "DeadLetterQueue";
     /// The stream mapping's S3 on-failure destination (discarded batches).
     pub const DISCARDED_BATCH_BUCKET: &str = "DiscardedBatchBucket";
+    pub const PAYLOAD_BUCKET: &str = "PayloadBucket";
     /// The stream Lambda's event source mapping.
     pub const RELAY_EVENT_SOURCE_MAPPING: &str = "RelayEventSourceMapping";
     /// The poller fleet's shard leases (`relay-poller run --create-lease-table` creates the same

@@ -161,6 +161,8 @@ struct State {
     message_size_limits: Mutex<HashMap<String, usize>>,
     /// `X-Amz-Target`s answered `AccessDeniedException` (see [`FaultProxy::deny`]).
     denied: Mutex<HashSet<String>>,
+    /// Whether S3 is out (see [`FaultProxy::s3_outage`]).
+    s3_out: std::sync::atomic::AtomicBool,
     /// How many of the next `BatchGetItem` calls answer every key unprocessed (see
     /// [`FaultProxy::leave_keys_unprocessed`]).
     unprocessed_batch_gets: Mutex<u32>,
@@ -204,6 +206,7 @@ impl FaultProxy {
             scripted_lost_replies: Mutex::default(),
             message_size_limits: Mutex::default(),
             denied: Mutex::default(),
+            s3_out: std::sync::atomic::AtomicBool::new(false),
             unprocessed_batch_gets: Mutex::default(),
             failing_first_events: Mutex::default(),
             reads: Mutex::default(),
@@ -264,6 +267,15 @@ impl FaultProxy {
             .lock()
             .expect("denied targets")
             .insert(target.to_owned());
+    }
+
+    /// While `out`, every S3 call (bucket probes aside: `ListObjectsV2`, `HeadBucket`) is answered
+    /// HTTP 503 `ServiceUnavailable` and not sent on, as S3 answers during an outage of the
+    /// service; counted as failed calls.
+    pub fn s3_outage(&self, out: bool) {
+        self.state
+            .s3_out
+            .store(out, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// The next `calls` `BatchGetItem` calls read nothing and answer every key they asked for as
@@ -544,6 +556,51 @@ impl State {
                 .is_some_and(|id| failed.insert(id.to_owned()))
     }
 
+    /// What S3 answers and moto does not: an outage ([`FaultProxy::s3_outage`]), and a
+    /// `PutObject` whose `x-amz-checksum-sha256` is not its body's SHA-256, refused HTTP 400
+    /// `BadDigest` as S3 refuses it (moto stores it).
+    fn s3_fault(
+        &self,
+        target: &str,
+        parts: &hyper::http::request::Parts,
+        body: &Bytes,
+    ) -> Option<Response<Full<Bytes>>> {
+        let mut counts = self.counts.lock().expect("counts");
+        let counts = counts.entry(target.to_owned()).or_default();
+        let probe = matches!(target, "AmazonS3.ListObjectsV2" | "AmazonS3.HeadBucket");
+        if self.s3_out.load(std::sync::atomic::Ordering::SeqCst) && !probe {
+            counts.failed_calls += 1;
+            return Some(s3_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                "injected: S3 is out",
+            ));
+        }
+        let chunked = parts
+            .headers
+            .get("content-encoding")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("aws-chunked"));
+        if target == "AmazonS3.PutObject"
+            && !chunked
+            && let Some(sent) = parts
+                .headers
+                .get("x-amz-checksum-sha256")
+                .and_then(|v| v.to_str().ok())
+        {
+            let actual = outbox_shared::claim_check::sha256_base64(body);
+            if actual != sent {
+                counts.invalid_calls += 1;
+                return Some(s3_error(
+                    StatusCode::BAD_REQUEST,
+                    "BadDigest",
+                    "The SHA256 you specified did not match the calculated checksum.",
+                ));
+            }
+        }
+        None
+    }
+
     async fn handle(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
         let (parts, body) = request.into_parts();
         let body = match body.collect().await {
@@ -577,6 +634,11 @@ impl State {
             .lock()
             .expect("reads")
             .extend(crate::dynamodb_reads::reads_of(&target, &body));
+        if target.starts_with("AmazonS3.") {
+            if let Some(refused) = self.s3_fault(&target, &parts, &body) {
+                return refused;
+            }
+        }
         if target == SEND_MESSAGE
             && let Some(refused) = self.refuse_invalid_message(&body)
         {
@@ -1451,6 +1513,17 @@ pub fn s3_operation(parts: &hyper::http::request::Parts) -> &'static str {
         (&Method::PUT, false) if query.is_empty() => "CreateBucket",
         _ => "Other",
     }
+}
+
+/// An S3 error answer: XML, as S3's REST API answers.
+fn s3_error(status: StatusCode, code: &str, message: &str) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header(hyper::header::CONTENT_TYPE, "application/xml")
+        .body(Full::new(Bytes::from(format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>{message}</Message></Error>"
+        ))))
+        .expect("a response")
 }
 
 fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {

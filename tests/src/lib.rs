@@ -26,7 +26,7 @@ use futures::StreamExt;
 use outbox_infra::LocalStack;
 use outbox_shared::envelope::Envelope;
 use outbox_shared::schema::{self, attr, entity};
-use outbox_shared::{OutboxConfig, OutboxItem};
+use outbox_shared::{OutboxConfig, OutboxItem, PayloadRef};
 use outbox_writer::{NewOrder, OrderLine, OutboxWriter, WriterConfig};
 use rand::Rng;
 use rand::distr::Alphanumeric;
@@ -231,9 +231,45 @@ fn build_workspace() -> Result<PathBuf, String> {
 /// # Panics
 /// When it holds no event the relays publish, in either format.
 fn sink_message(event: serde_json::Value) -> SinkMessage {
-    let envelope = outbox_consumer::decode(&event)
+    let body = event.get("detail").unwrap_or(&event);
+    let payload_ref = body.get("dataref").map(|uri| PayloadRef {
+        uri: uri.as_str().expect("dataref is a string").to_owned(),
+        size: body["datasize"].as_u64().expect("datasize is a number"),
+        sha256: body["datasha256"]
+            .as_str()
+            .expect("datasha256 is a string")
+            .to_owned(),
+    });
+    // A claim-checked event is read as a consumer reads it once its payload is resolved: here its
+    // data is the reference, which `TestEnv::payload_of` resolves.
+    let readable = match &payload_ref {
+        None => event.clone(),
+        Some(_) => with_data_in_place_of_reference(&event),
+    };
+    let envelope = outbox_consumer::decode(&readable)
         .unwrap_or_else(|e| panic!("sink message is not an outbox event ({e}): {event}"));
-    SinkMessage { event, envelope }
+    SinkMessage {
+        event,
+        envelope,
+        payload_ref,
+    }
+}
+
+/// `event` with its reference's members moved under `data` (the test's own reading, so that
+/// [`outbox_consumer::decode`] reads a claim-checked event's metadata).
+fn with_data_in_place_of_reference(event: &serde_json::Value) -> serde_json::Value {
+    let mut event = event.clone();
+    let body = match event.get_mut("detail") {
+        Some(detail) => detail,
+        None => &mut event,
+    };
+    let object = body.as_object_mut().expect("an event is a JSON object");
+    let reference: serde_json::Map<String, serde_json::Value> = ["dataref", "datasize", "datasha256"]
+        .into_iter()
+        .filter_map(|name| object.remove(name).map(|v| (name.to_owned(), v)))
+        .collect();
+    object.insert("data".to_owned(), serde_json::Value::Object(reference));
+    event
 }
 
 /// One event as the target delivered it to the sink (for SNS, SQS and Kinesis read as an event of
@@ -243,8 +279,11 @@ pub struct SinkMessage {
     /// The whole EventBridge event (`id`, `source`, `detail-type`, `detail`, …), or a raw
     /// event's CloudEvent (the Custom Event Bus, `EVENT_FORMAT=cloudevents`).
     pub event: serde_json::Value,
-    /// The event, read as a consumer reads it (`outbox_consumer::decode`): either format.
+    /// The event, read as a consumer reads it (`outbox_consumer::decode`): either format. For a
+    /// claim-checked event, `data` holds the reference's members ([`Self::payload_ref`]).
     pub envelope: Envelope<serde_json::Value>,
+    /// Where its payload is, when it was published with its payload in S3 (`dataref`).
+    pub payload_ref: Option<PayloadRef>,
 }
 
 impl SinkMessage {
@@ -735,6 +774,49 @@ impl TestEnv {
         outbox_infra::create_discarded_batch_bucket(&self.s3, &unique_name("discarded"))
             .await
             .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A payload bucket as the template makes it (`PAYLOAD_BUCKET`), versioned, so a test can see
+    /// every object ever written in it ([`Self::object_versions`]).
+    ///
+    /// # Panics
+    /// When the emulator refuses the bucket.
+    pub async fn create_payload_bucket(&self) -> String {
+        outbox_infra::create_payload_bucket(&self.s3, &unique_name("payloads"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The versions of the object at `key` in `bucket`: how many times it was written.
+    pub async fn object_versions(&self, bucket: &str, key: &str) -> usize {
+        self.s3
+            .list_object_versions()
+            .bucket(bucket)
+            .prefix(key)
+            .send()
+            .await
+            .expect("list object versions")
+            .versions()
+            .iter()
+            .filter(|v| v.key() == Some(key))
+            .count()
+    }
+
+    /// The payload of `message`: its data, or, claim-checked, its object read back from S3 and
+    /// checked against its size and SHA-256 as a consumer checks it.
+    ///
+    /// # Panics
+    /// When the object is gone or is not the payload the event names.
+    pub async fn payload_of(&self, message: &SinkMessage) -> serde_json::Value {
+        match &message.payload_ref {
+            None => message.envelope.data.clone(),
+            Some(reference) => {
+                let bytes = outbox_shared::claim_check::get(&self.s3, message.event_id(), reference)
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+                serde_json::from_slice(&bytes).expect("a payload is JSON")
+            }
+        }
     }
 
     /// The keys of the objects in `bucket` (current versions), in key order.
