@@ -15,7 +15,7 @@ pub mod template;
 pub use provision::{
     LocalStack, ProvisionError, ProvisionedBus, ProvisionedQueue, ProvisionedSubscriber,
     ProvisionedTable, create_custom_event_bus, create_dead_letter_queue,
-    create_discarded_batch_bucket, create_event_bus, create_payload_bucket, create_fifo_subscriber, create_outbox_table,
-    create_sink_queue, create_table_from, queue_depth, route_all_events,
+    create_discarded_batch_bucket, create_event_bus, create_fifo_subscriber, create_outbox_table,
+    create_payload_bucket, create_sink_queue, create_table_from, queue_depth, route_all_events,
 };
 pub use template::{TEMPLATE_YAML, Template, TemplateError};

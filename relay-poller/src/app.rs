@@ -525,11 +525,13 @@ async fn drain(args: DrainArgs) -> anyhow::Result<ExitCode> {
             }
         }
     };
-    let publish_calls = poller.publisher().stats().publish_calls;
+    let publish = poller.publisher().stats();
     let summary = DrainSummary {
-        publish_calls,
-        put_events_calls: publish_calls,
-        deduplicated: poller.publisher().stats().deduplicated,
+        publish_calls: publish.publish_calls,
+        put_events_calls: publish.publish_calls,
+        deduplicated: publish.deduplicated,
+        payloads_stored: publish.payloads_stored,
+        payloads_already_stored: publish.payloads_already_stored,
         ..summary
     };
     flush_metrics(&metrics);

@@ -150,6 +150,11 @@ pub struct Summary {
     pub deduplicated: u64,
     /// Batches given up after their retries and written to the on-failure destination.
     pub discarded_batches: u64,
+    /// Payloads the claim check wrote to the payload bucket (`PAYLOAD_BUCKET`): one per event too
+    /// large for the target.
+    pub payloads_stored: u64,
+    /// Payloads found already in the bucket (stored by an earlier publish): nothing written.
+    pub payloads_already_stored: u64,
 }
 
 impl Summary {
@@ -225,7 +230,8 @@ pub async fn run(args: &LocalArgs, shutdown: &CancellationToken) -> Result<Summa
     )
     .with_on_failure(on_failure);
     let counts = runner.run(shutdown).await?;
-    let publish_calls = runner.relay().publisher().stats().publish_calls;
+    let publish = runner.relay().publisher().stats();
+    let publish_calls = publish.publish_calls;
     Ok(Summary {
         published: counts.published,
         ignored: counts.ignored,
@@ -236,8 +242,10 @@ pub async fn run(args: &LocalArgs, shutdown: &CancellationToken) -> Result<Summa
         publish_calls,
         put_events_calls: publish_calls,
         redelivered: runner.redelivered(),
-        deduplicated: runner.relay().publisher().stats().deduplicated,
+        deduplicated: publish.deduplicated,
         discarded_batches: runner.discarded_batches(),
+        payloads_stored: publish.payloads_stored,
+        payloads_already_stored: publish.payloads_already_stored,
     })
 }
 

@@ -62,6 +62,7 @@ macro_rules! on_both_buses {
 // explicit target, so the dependencies again) goes first, so it overlaps the emulator-bound tests
 // instead of running after them.
 mod bootstrap;
+mod claim_check;
 mod consumer_example;
 mod consumer_helpers;
 mod costs;

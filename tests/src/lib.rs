@@ -264,10 +264,11 @@ fn with_data_in_place_of_reference(event: &serde_json::Value) -> serde_json::Val
         None => &mut event,
     };
     let object = body.as_object_mut().expect("an event is a JSON object");
-    let reference: serde_json::Map<String, serde_json::Value> = ["dataref", "datasize", "datasha256"]
-        .into_iter()
-        .filter_map(|name| object.remove(name).map(|v| (name.to_owned(), v)))
-        .collect();
+    let reference: serde_json::Map<String, serde_json::Value> =
+        ["dataref", "datasize", "datasha256"]
+            .into_iter()
+            .filter_map(|name| object.remove(name).map(|v| (name.to_owned(), v)))
+            .collect();
     object.insert("data".to_owned(), serde_json::Value::Object(reference));
     event
 }
@@ -811,9 +812,10 @@ impl TestEnv {
         match &message.payload_ref {
             None => message.envelope.data.clone(),
             Some(reference) => {
-                let bytes = outbox_shared::claim_check::get(&self.s3, message.event_id(), reference)
-                    .await
-                    .unwrap_or_else(|e| panic!("{e}"));
+                let bytes =
+                    outbox_shared::claim_check::get(&self.s3, message.event_id(), reference)
+                        .await
+                        .unwrap_or_else(|e| panic!("{e}"));
                 serde_json::from_slice(&bytes).expect("a payload is JSON")
             }
         }

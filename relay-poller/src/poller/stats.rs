@@ -156,6 +156,11 @@ pub struct DrainSummary {
     /// Entries the Custom Event Bus answered `DEDUPLICATED` (published before within its 300 s
     /// window; a part of `published`), filled in like `publish_calls`; 0 on the classic bus.
     pub deduplicated: u64,
+    /// Payloads the claim check wrote to the payload bucket (`PAYLOAD_BUCKET`), filled in like
+    /// `publish_calls`: one per event too large for the target.
+    pub payloads_stored: u64,
+    /// Payloads found already in the bucket (stored by an earlier publish): nothing written.
+    pub payloads_already_stored: u64,
     /// Shards the last pass left to the pollers holding their leases (`--respect-leases`).
     pub skipped_shards: Vec<u16>,
 }
@@ -223,6 +228,8 @@ impl Totals {
             publish_calls: 0,
             put_events_calls: 0,
             deduplicated: 0,
+            payloads_stored: 0,
+            payloads_already_stored: 0,
             skipped_shards: Vec::new(),
         }
     }

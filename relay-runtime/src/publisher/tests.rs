@@ -791,7 +791,10 @@ async fn an_event_too_large_without_a_payload_bucket_is_poison_whose_reason_says
         panic!("{outcomes:?}")
     };
     assert_eq!(code, ENTRY_TOO_LARGE);
-    assert!(message.contains("--payload-bucket (PAYLOAD_BUCKET)"), "{message}");
+    assert!(
+        message.contains("--payload-bucket (PAYLOAD_BUCKET)"),
+        "{message}"
+    );
 }
 
 #[tokio::test]
