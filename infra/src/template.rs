@@ -120,6 +120,12 @@ pub struct Parameter {
     pub allowed_pattern: Option<String>,
     #[serde(default)]
     pub allowed_values: Option<Vec<Value>>,
+    /// The smallest value a `Number` parameter takes.
+    #[serde(default)]
+    pub min_value: Option<Value>,
+    /// What the parameter means, as CloudFormation's console shows it.
+    #[serde(default)]
+    pub description: Option<String>,
 }
 
 /// The parsed template.
