@@ -1370,12 +1370,23 @@ async fn discarded_batches_go_whole_to_a_private_tls_only_bucket_that_keeps_what
     // And the bucket local provisioning creates is the template's
     let env = TestEnv::new().await;
     let name = env.create_discarded_batch_bucket().await;
-    // (versioned: a deleted batch stays as a noncurrent version; moto answers GetBucketVersioning
-    // under a root element the SDK refuses, so it is observed as an operator would see it)
-    let key = "aws/lambda/esm/shard/2026/11/22/2026-11-22T10.00.00-x";
+    assert_local_bucket_is_the_templates(
+        &env,
+        &name,
+        "aws/lambda/esm/shard/2026/11/22/2026-11-22T10.00.00-x",
+    )
+    .await;
+}
+
+/// The bucket `name` that local provisioning created on the emulator is as the template makes
+/// it: versioned (an object `key` put then deleted stays as a noncurrent version; moto answers
+/// GetBucketVersioning under a root element the SDK refuses, so it is observed as an operator
+/// would see it), encrypted with SSE-S3, and with all public access blocked. (Its TLS-only policy
+/// and lifecycle are AWS's to enforce: the emulator serves plain HTTP and runs no lifecycle.)
+async fn assert_local_bucket_is_the_templates(env: &TestEnv, name: &str, key: &str) {
     env.s3
         .put_object()
-        .bucket(&name)
+        .bucket(name)
         .key(key)
         .body(b"{}".to_vec().into())
         .send()
@@ -1383,7 +1394,7 @@ async fn discarded_batches_go_whole_to_a_private_tls_only_bucket_that_keeps_what
         .unwrap();
     env.s3
         .delete_object()
-        .bucket(&name)
+        .bucket(name)
         .key(key)
         .send()
         .await
@@ -1391,7 +1402,7 @@ async fn discarded_batches_go_whole_to_a_private_tls_only_bucket_that_keeps_what
     let versions = env
         .s3
         .list_object_versions()
-        .bucket(&name)
+        .bucket(name)
         .send()
         .await
         .unwrap();
@@ -1400,7 +1411,7 @@ async fn discarded_batches_go_whole_to_a_private_tls_only_bucket_that_keeps_what
     let encryption = env
         .s3
         .get_bucket_encryption()
-        .bucket(&name)
+        .bucket(name)
         .send()
         .await
         .unwrap();
@@ -1413,7 +1424,7 @@ async fn discarded_batches_go_whole_to_a_private_tls_only_bucket_that_keeps_what
     let block = env
         .s3
         .get_public_access_block()
-        .bucket(&name)
+        .bucket(name)
         .send()
         .await
         .unwrap();
@@ -1444,9 +1455,8 @@ fn output_text(name: &str) -> String {
         .join("\n")
 }
 
-#[test]
-fn the_payload_bucket_is_private_encrypted_tls_only_and_expires_both_prefixes_after_the_retention()
-{
+#[tokio::test]
+async fn the_payload_bucket_is_private_encrypted_tls_only_and_expires_what_it_holds() {
     use outbox_infra::template::logical_id::PAYLOAD_BUCKET;
     use outbox_shared::claim_check::KEY_PREFIX;
     use relay_runtime::dead_letter::RECORD_PREFIX;
@@ -1568,6 +1578,11 @@ fn the_payload_bucket_is_private_encrypted_tls_only_and_expires_both_prefixes_af
     }
     let output = output_text("PayloadBucketName");
     assert!(output.contains("Value: !Ref PayloadBucket"), "{output}");
+
+    // And the bucket local provisioning creates is the template's
+    let env = TestEnv::new().await;
+    let name = env.create_payload_bucket().await;
+    assert_local_bucket_is_the_templates(&env, &name, &format!("{KEY_PREFIX}e-1")).await;
 }
 
 #[test]
