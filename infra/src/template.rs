@@ -29,6 +29,8 @@ pub mod logical_id {
     pub const DEAD_LETTER_QUEUE: &str = "DeadLetterQueue";
     /// The stream mapping's S3 on-failure destination (discarded batches).
     pub const DISCARDED_BATCH_BUCKET: &str = "DiscardedBatchBucket";
+    /// The claim check's bucket (`PAYLOAD_BUCKET`): payloads too large for their event, records of
+    /// dead letters too large for their queue.
     pub const PAYLOAD_BUCKET: &str = "PayloadBucket";
     /// The stream Lambda's event source mapping.
     pub const RELAY_EVENT_SOURCE_MAPPING: &str = "RelayEventSourceMapping";
@@ -118,6 +120,12 @@ pub struct Parameter {
     pub allowed_pattern: Option<String>,
     #[serde(default)]
     pub allowed_values: Option<Vec<Value>>,
+    /// The smallest value a `Number` parameter takes.
+    #[serde(default)]
+    pub min_value: Option<Value>,
+    /// What the parameter means, as CloudFormation's console shows it.
+    #[serde(default)]
+    pub description: Option<String>,
 }
 
 /// The parsed template.

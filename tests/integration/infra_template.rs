@@ -802,6 +802,8 @@ fn granted(template: &Template, holder: &str) -> BTreeSet<Granted> {
                     Ok(Target::EventTarget)
                 } else if text.contains("DeadLetterQueue") {
                     Ok(Target::DeadLetterQueue)
+                } else if text.contains("PayloadBucket") {
+                    Ok(payload_bucket_target(holder, &text))
                 } else if text.contains("DiscardedBatchBucket") && text.contains("/aws/lambda/*") {
                     Ok(Target::DiscardedBatchObjects)
                 } else if text.contains("DiscardedBatchBucket") {
@@ -824,6 +826,25 @@ fn granted(template: &Template, holder: &str) -> BTreeSet<Granted> {
         }
     }
     found
+}
+
+/// What a resource of the payload bucket (`PayloadBucket`, as `!GetAtt`, `!Sub` or their
+/// transformed forms) is in the code's terms: the bucket, its claim-check objects under
+/// `outbox_shared::claim_check::KEY_PREFIX`, or its dead letters' records under
+/// `relay_runtime::dead_letter::RECORD_PREFIX`. Any other part of it is a grant no job makes.
+fn payload_bucket_target(holder: &str, text: &str) -> relay_runtime::permissions::Target {
+    use outbox_shared::claim_check::KEY_PREFIX;
+    use relay_runtime::dead_letter::RECORD_PREFIX;
+    use relay_runtime::permissions::Target;
+    if text.contains(&format!("/{KEY_PREFIX}*")) {
+        Target::PayloadObjects
+    } else if text.contains(&format!("/{RECORD_PREFIX}*")) {
+        Target::DeadLetterRecords
+    } else if !text.contains('/') {
+        Target::PayloadBucket
+    } else {
+        panic!("{holder}: a part of the payload bucket no job uses: {text}")
+    }
 }
 
 /// The documents of the `AWS::IAM::Policy` resources attached to `holder` (a role) that
@@ -1058,12 +1079,28 @@ fn the_order_services_policy_grants_what_the_writer_calls_on_the_table_and_is_ex
     use relay_runtime::permissions::Target;
     let template = Template::embedded().unwrap();
 
-    // The managed policy grants the writer's actions on the outbox table, nothing more
-    let expected: BTreeSet<Granted> = outbox_writer::TABLE_ACTIONS
+    // The managed policy grants the writer's actions on the outbox table and the claim check's
+    // store of a payload larger than an item (PayloadStore::put: the conditional PutObject under
+    // payloads/ that relay_runtime::claim_check lists for the relays), nothing more
+    let mut expected: BTreeSet<Granted> = outbox_writer::TABLE_ACTIONS
         .iter()
         .map(|action| Granted::Job((*action).to_owned(), Target::OutboxTable))
         .collect();
-    assert_eq!(granted(&template, "OrderServiceWriterPolicy"), expected);
+    expected.extend(jobs(relay_runtime::claim_check::CALLS.to_vec()));
+    let writer = granted(&template, "OrderServiceWriterPolicy");
+    assert_eq!(writer, expected);
+    assert!(writer.contains(&Granted::Job(
+        "s3:PutObject".to_owned(),
+        Target::PayloadObjects
+    )));
+    // (and nothing on the dead letters' records, nor any read of the bucket)
+    assert!(
+        !writer.iter().any(|g| matches!(
+            g,
+            Granted::Job(_, Target::DeadLetterRecords | Target::PayloadBucket)
+        )),
+        "{writer:?}"
+    );
     assert_eq!(
         template
             .resource("OrderServiceWriterPolicy")
@@ -1333,12 +1370,23 @@ async fn discarded_batches_go_whole_to_a_private_tls_only_bucket_that_keeps_what
     // And the bucket local provisioning creates is the template's
     let env = TestEnv::new().await;
     let name = env.create_discarded_batch_bucket().await;
-    // (versioned: a deleted batch stays as a noncurrent version; moto answers GetBucketVersioning
-    // under a root element the SDK refuses, so it is observed as an operator would see it)
-    let key = "aws/lambda/esm/shard/2026/11/22/2026-11-22T10.00.00-x";
+    assert_local_bucket_is_the_templates(
+        &env,
+        &name,
+        "aws/lambda/esm/shard/2026/11/22/2026-11-22T10.00.00-x",
+    )
+    .await;
+}
+
+/// The bucket `name` that local provisioning created on the emulator is as the template makes
+/// it: versioned (an object `key` put then deleted stays as a noncurrent version; moto answers
+/// GetBucketVersioning under a root element the SDK refuses, so it is observed as an operator
+/// would see it), encrypted with SSE-S3, and with all public access blocked. (Its TLS-only policy
+/// and lifecycle are AWS's to enforce: the emulator serves plain HTTP and runs no lifecycle.)
+async fn assert_local_bucket_is_the_templates(env: &TestEnv, name: &str, key: &str) {
     env.s3
         .put_object()
-        .bucket(&name)
+        .bucket(name)
         .key(key)
         .body(b"{}".to_vec().into())
         .send()
@@ -1346,7 +1394,7 @@ async fn discarded_batches_go_whole_to_a_private_tls_only_bucket_that_keeps_what
         .unwrap();
     env.s3
         .delete_object()
-        .bucket(&name)
+        .bucket(name)
         .key(key)
         .send()
         .await
@@ -1354,7 +1402,7 @@ async fn discarded_batches_go_whole_to_a_private_tls_only_bucket_that_keeps_what
     let versions = env
         .s3
         .list_object_versions()
-        .bucket(&name)
+        .bucket(name)
         .send()
         .await
         .unwrap();
@@ -1363,7 +1411,7 @@ async fn discarded_batches_go_whole_to_a_private_tls_only_bucket_that_keeps_what
     let encryption = env
         .s3
         .get_bucket_encryption()
-        .bucket(&name)
+        .bucket(name)
         .send()
         .await
         .unwrap();
@@ -1376,7 +1424,7 @@ async fn discarded_batches_go_whole_to_a_private_tls_only_bucket_that_keeps_what
     let block = env
         .s3
         .get_public_access_block()
-        .bucket(&name)
+        .bucket(name)
         .send()
         .await
         .unwrap();
@@ -1389,6 +1437,260 @@ async fn discarded_batches_go_whole_to_a_private_tls_only_bucket_that_keeps_what
             block.restrict_public_buckets()
         ],
         [Some(true); 4]
+    );
+}
+
+/// The lines of output `name` in the template as written, up to the next output.
+fn output_text(name: &str) -> String {
+    let yaml = outbox_infra::TEMPLATE_YAML;
+    let outputs = &yaml[yaml.find("\nOutputs:\n").expect("the outputs")..];
+    let start = outputs
+        .find(&format!("\n  {name}:\n"))
+        .unwrap_or_else(|| panic!("no output {name}"));
+    let mut lines = outputs[start + 1..].lines();
+    let first = lines.next().unwrap();
+    std::iter::once(first)
+        .chain(lines.take_while(|l| l.starts_with("    ")))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn the_payload_bucket_is_private_encrypted_tls_only_and_expires_what_it_holds() {
+    use outbox_infra::template::logical_id::PAYLOAD_BUCKET;
+    use outbox_shared::claim_check::KEY_PREFIX;
+    use relay_runtime::dead_letter::RECORD_PREFIX;
+    let template = Template::embedded().unwrap();
+    let yaml = outbox_infra::TEMPLATE_YAML;
+
+    // The bucket is encrypted with SSE-S3 (no key grant for a writer, a relay or a consumer),
+    // private, owned by its account, versioned, and kept with the stack (events in flight name it)
+    let bucket = properties(&template, PAYLOAD_BUCKET);
+    assert_eq!(
+        template.resource(PAYLOAD_BUCKET).unwrap().resource_type,
+        "AWS::S3::Bucket"
+    );
+    assert_eq!(
+        bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]
+            ["SSEAlgorithm"],
+        "AES256"
+    );
+    for setting in [
+        "BlockPublicAcls",
+        "BlockPublicPolicy",
+        "IgnorePublicAcls",
+        "RestrictPublicBuckets",
+    ] {
+        assert_eq!(
+            bucket["PublicAccessBlockConfiguration"][setting], true,
+            "{setting}"
+        );
+    }
+    assert_eq!(
+        bucket["OwnershipControls"]["Rules"][0]["ObjectOwnership"],
+        "BucketOwnerEnforced"
+    );
+    assert_eq!(bucket["VersioningConfiguration"]["Status"], "Enabled");
+    let declared = &yaml[yaml.find("  PayloadBucket:\n").unwrap()..];
+    assert!(
+        declared
+            .lines()
+            .take(4)
+            .any(|l| l.trim() == "DeletionPolicy: Retain"),
+        "{declared}"
+    );
+
+    // And its lifecycle expires what is under each prefix the code writes (the claim check's
+    // payloads, the dead letters' records) PayloadRetentionDays after it was stored
+    let rules = bucket["LifecycleConfiguration"]["Rules"]
+        .as_array()
+        .unwrap();
+    for prefix in [KEY_PREFIX, RECORD_PREFIX] {
+        let rule = rules
+            .iter()
+            .find(|r| r["Prefix"] == prefix)
+            .unwrap_or_else(|| panic!("no lifecycle rule for {prefix}: {rules:?}"));
+        assert_eq!(rule["Status"], "Enabled", "{rule}");
+        assert!(
+            is_ref_to(&rule["ExpirationInDays"], "PayloadRetentionDays"),
+            "{rule}"
+        );
+    }
+    // (and nothing sooner, elsewhere, or by moving objects to another storage class)
+    for rule in rules {
+        assert!(rule.get("ExpirationDate").is_none(), "{rule}");
+        assert!(rule.get("Transitions").is_none(), "{rule}");
+        if let Some(days) = rule.get("ExpirationInDays") {
+            assert!(is_ref_to(days, "PayloadRetentionDays"), "{rule}");
+            assert!(
+                [KEY_PREFIX, RECORD_PREFIX]
+                    .iter()
+                    .any(|p| rule["Prefix"] == *p),
+                "{rule}"
+            );
+        }
+    }
+    // And an expired object's noncurrent version goes a day on, then its delete marker, and an
+    // upload never completed goes too, anywhere in the bucket
+    let cleanup = rules
+        .iter()
+        .find(|r| r.get("NoncurrentVersionExpiration").is_some())
+        .expect("a rule for noncurrent versions");
+    assert!(cleanup.get("Prefix").is_none(), "{cleanup}");
+    assert_eq!(cleanup["Status"], "Enabled");
+    assert_eq!(cleanup["NoncurrentVersionExpiration"]["NoncurrentDays"], 1);
+    assert_eq!(cleanup["ExpiredObjectDeleteMarker"], true);
+    assert_eq!(
+        cleanup["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"],
+        1
+    );
+
+    // And its policy refuses every request not over TLS, on the bucket and its objects
+    let policy = properties(&template, "PayloadBucketPolicy");
+    assert_eq!(policy["Bucket"]["!Ref"], PAYLOAD_BUCKET);
+    let statements = policy["PolicyDocument"]["Statement"].as_array().unwrap();
+    let tls = statements
+        .iter()
+        .find(|s| s["Condition"]["Bool"]["aws:SecureTransport"] == "false")
+        .expect("a TLS-only statement");
+    assert_eq!(tls["Effect"], "Deny");
+    assert_eq!(tls["Principal"], "*");
+    assert_eq!(tls["Action"], "s3:*");
+    let resources = tls["Resource"].to_string();
+    assert!(resources.contains("PayloadBucket.Arn"), "{resources}");
+    assert!(resources.contains("${PayloadBucket.Arn}/*"), "{resources}");
+
+    // And the stream relay and both poller task definitions are given it (PAYLOAD_BUCKET), and
+    // its name is an output
+    let lambda = properties(&template, "RelayFunction");
+    let variable = &lambda["Environment"]["Variables"]["PAYLOAD_BUCKET"];
+    assert!(is_ref_to(variable, PAYLOAD_BUCKET), "{variable}");
+    for task in ["PollerTaskDefinition", "OperatorTaskDefinition"] {
+        let env = properties(&template, task)["ContainerDefinitions"][0]["Environment"].clone();
+        let variable = env
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["Name"] == "PAYLOAD_BUCKET")
+            .unwrap_or_else(|| panic!("{task} sets PAYLOAD_BUCKET"))
+            .clone();
+        assert!(is_ref_to(&variable["Value"], PAYLOAD_BUCKET), "{task}");
+    }
+    let output = output_text("PayloadBucketName");
+    assert!(output.contains("Value: !Ref PayloadBucket"), "{output}");
+
+    // And the bucket local provisioning creates is the template's
+    let env = TestEnv::new().await;
+    let name = env.create_payload_bucket().await;
+    assert_local_bucket_is_the_templates(&env, &name, &format!("{KEY_PREFIX}e-1")).await;
+}
+
+#[test]
+fn payloads_outlive_every_copy_of_their_event_a_consumer_may_still_read() {
+    use relay_runtime::status_store::TtlPolicy;
+    use std::time::Duration;
+    const DAY: Duration = Duration::from_secs(24 * 60 * 60);
+    // How long EventBridge retries delivering an event to a target (its default, 24 hours).
+    const EVENTBRIDGE_RETRIES: Duration = DAY;
+    // SQS's longest MessageRetentionPeriod (1,209,600 s): a consumer queue's, its dead-letter
+    // queue's.
+    const SQS_MAX_RETENTION: Duration = Duration::from_secs(14 * 24 * 60 * 60);
+    let template = Template::embedded().unwrap();
+    // A number of days as the template writes it: 45, or "7d"
+    let days = |value: Option<&_>| -> Duration {
+        let text = match serde_json::to_value(value.expect("a value")).unwrap() {
+            Value::Number(n) => n.to_string(),
+            Value::String(s) => s.trim_end_matches('d').to_owned(),
+            other => panic!("not a number of days: {other}"),
+        };
+        DAY * text.parse::<u32>().unwrap()
+    };
+    let parameter = template.parameter("PayloadRetentionDays").unwrap();
+    assert_eq!(parameter.parameter_type, "Number");
+    let retention = days(parameter.default.as_ref());
+    let shortest = days(parameter.min_value.as_ref());
+
+    // Given the longest an event may wait in the outbox for its last publish at the template's
+    // defaults: pending, up to the outbox retention (TtlRetention); dead-lettered, as long as its
+    // item stays for a redrive
+    let ttl_retention = days(template.parameter("TtlRetention").unwrap().default.as_ref());
+    let in_outbox = ttl_retention.max(TtlPolicy::new(ttl_retention).dead_lettered);
+
+    // Then a payload stored when its event was written outlives that, EventBridge's retries, and
+    // a consumer queue's retention and its dead-letter queue's (a redrive of either included)
+    let needed = in_outbox + EVENTBRIDGE_RETRIES + SQS_MAX_RETENTION + SQS_MAX_RETENTION;
+    assert!(
+        retention >= needed,
+        "PayloadRetentionDays {} days < {} days",
+        retention.as_secs() / DAY.as_secs(),
+        needed.as_secs() / DAY.as_secs()
+    );
+
+    // And even the shortest retention allowed keeps what the stack's own redrive needs: a dead
+    // letter's record outlives its letter in DeadLetterQueue, and a dead-lettered item (at the
+    // shortest TtlRetention, 2d) finds its payload for as long as it stays
+    let queue_retention = template
+        .scalar_properties("DeadLetterQueue")
+        .unwrap()
+        .remove("MessageRetentionPeriod")
+        .unwrap();
+    let queue_retention = Duration::from_secs(queue_retention.parse().unwrap());
+    assert!(
+        shortest > queue_retention,
+        "{shortest:?} {queue_retention:?}"
+    );
+    assert!(shortest >= TtlPolicy::new(DAY * 2).dead_lettered);
+
+    // And the parameter's description states the rule, and that orphans need nothing else
+    let description = parameter.description.as_deref().unwrap();
+    for part in [
+        "TtlRetention",
+        "EventBridge's retries",
+        "14 days",
+        "dead-letters/",
+        "orphans",
+        "ArchiveRetentionDays",
+    ] {
+        assert!(description.contains(part), "{part}: {description}");
+    }
+}
+
+#[test]
+fn the_consumers_policy_reads_payloads_only_and_is_exported() {
+    use relay_runtime::permissions::Target;
+    let template = Template::embedded().unwrap();
+
+    // The consumers' managed policy reads the claim check's payloads (GetObject under payloads/),
+    // and may list the bucket, without which S3 answers a missing key with 403 instead of 404 and
+    // a payload past its retention could not be told from a permission missing; it writes
+    // nothing and reads no dead letter's record
+    assert_eq!(
+        template
+            .resource("PayloadConsumerPolicy")
+            .unwrap()
+            .resource_type,
+        "AWS::IAM::ManagedPolicy"
+    );
+    for (form, template) in both_forms() {
+        assert_eq!(
+            granted(&template, "PayloadConsumerPolicy"),
+            BTreeSet::from([
+                Granted::Job("s3:GetObject".to_owned(), Target::PayloadObjects),
+                Granted::Job("s3:ListBucket".to_owned(), Target::PayloadBucket),
+            ]),
+            "{form}"
+        );
+    }
+
+    // And its ARN is a stack output, exported for the consumers' stacks
+    let output = output_text("PayloadConsumerPolicyArn");
+    assert!(
+        output.contains("Value: !Ref PayloadConsumerPolicy"),
+        "{output}"
+    );
+    assert!(
+        output.contains(r#"Name: !Sub "${AWS::StackName}-PayloadConsumerPolicyArn""#),
+        "{output}"
     );
 }
 
