@@ -634,10 +634,10 @@ impl State {
             .lock()
             .expect("reads")
             .extend(crate::dynamodb_reads::reads_of(&target, &body));
-        if target.starts_with("AmazonS3.") {
-            if let Some(refused) = self.s3_fault(&target, &parts, &body) {
-                return refused;
-            }
+        if target.starts_with("AmazonS3.")
+            && let Some(refused) = self.s3_fault(&target, &parts, &body)
+        {
+            return refused;
         }
         if target == SEND_MESSAGE
             && let Some(refused) = self.refuse_invalid_message(&body)
