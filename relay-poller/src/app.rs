@@ -88,16 +88,20 @@ pub fn aws_discarded_batches(
     outbox: &outbox_shared::OutboxConfig,
     ttl: relay_runtime::TtlPolicy,
 ) -> AwsDiscardedBatches {
-    let s3 = aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(sdk)
-            .interceptor(relay_runtime::metrics::FailedCallCounter)
-            .build(),
-    );
     DiscardedBatches::new(
-        S3DiscardedBatches::new(s3, bucket),
+        S3DiscardedBatches::new(s3_client(sdk), bucket),
         DynamoGoneItems::new(dynamodb, &outbox.table_name),
         outbox.shard_count,
         ttl.published,
+    )
+}
+
+/// An S3 client of `sdk` that counts its failed calls as the others do.
+pub fn s3_client(sdk: &SdkConfig) -> aws_sdk_s3::Client {
+    aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(sdk)
+            .interceptor(relay_runtime::metrics::FailedCallCounter)
+            .build(),
     )
 }
 
@@ -676,6 +680,7 @@ async fn redrive(args: RedriveArgs) -> anyhow::Result<ExitCode> {
     let redrive = Redrive {
         dynamodb: clients.dynamodb.clone(),
         sqs: clients.sqs.clone(),
+        s3: s3_client(&sdk),
         table_name: outbox.table_name.clone(),
         dead_letter_queue_url: config.dead_letter_queue_url.clone(),
         shard_count: outbox.shard_count,
