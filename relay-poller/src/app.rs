@@ -120,29 +120,28 @@ pub fn aws_poller_with(
     publisher: TargetPublisher,
     config: &RelayConfig,
 ) -> AwsPoller {
+    let dead_letters = SqsDeadLetterSink::new(clients.sqs, &config.dead_letter_queue_url);
+    aws_poller_with_dead_letters(clients.dynamodb, publisher, dead_letters, config)
+}
+
+/// Builds the poller on a caller-built DynamoDB client, publisher and dead-letter sink (a sink
+/// that keeps records in a payload bucket, or sends through a test's proxy).
+pub fn aws_poller_with_dead_letters(
+    dynamodb: aws_sdk_dynamodb::Client,
+    publisher: TargetPublisher,
+    dead_letters: SqsDeadLetterSink,
+    config: &RelayConfig,
+) -> AwsPoller {
     let outbox = &config.index.outbox;
-    let index = DynamoPendingIndex::new(
-        clients.dynamodb.clone(),
-        &outbox.table_name,
-        &outbox.index_name,
-    );
+    let index = DynamoPendingIndex::new(dynamodb.clone(), &outbox.table_name, &outbox.index_name);
     // The poller's shards run in one task: its calls run on their own tasks to use every core.
     let publisher = publisher.with_call_tasks(CallTasks::Spawned);
     // A hold no poller ever released (none ran) lapses with the published retention.
-    let holds = DynamoHoldStore::new(
-        clients.dynamodb.clone(),
-        &outbox.table_name,
-        config.ttl.published,
-    )
-    .with_index_name(&outbox.index_name);
-    let ttl = DynamoPendingTtl::new(
-        clients.dynamodb.clone(),
-        &outbox.table_name,
-        config.ttl.published,
-    );
-    let store = DynamoStatusStore::new(clients.dynamodb, &outbox.table_name, config.ttl)
+    let holds = DynamoHoldStore::new(dynamodb.clone(), &outbox.table_name, config.ttl.published)
+        .with_index_name(&outbox.index_name);
+    let ttl = DynamoPendingTtl::new(dynamodb.clone(), &outbox.table_name, config.ttl.published);
+    let store = DynamoStatusStore::new(dynamodb, &outbox.table_name, config.ttl)
         .with_call_tasks(CallTasks::Spawned);
-    let dead_letters = SqsDeadLetterSink::new(clients.sqs, &config.dead_letter_queue_url);
     let settings = PollerSettings {
         shard_count: outbox.shard_count,
         page_size: config.page_size,

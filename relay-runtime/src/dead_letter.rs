@@ -191,8 +191,9 @@ pub enum DeadLetterError {
     Record {
         event_id: Option<String>,
         uri: String,
+        /// Boxed: the error stays small on every path that returns it.
         #[source]
-        failure: SdkFailure,
+        failure: Box<SdkFailure>,
     },
     /// The letter could not be written as JSON.
     #[error("could not encode the dead letter of event {}: {message}", event_id.as_deref().unwrap_or("(no id)"))]
@@ -539,7 +540,7 @@ async fn keep_record(
         .map_err(|e| DeadLetterError::Record {
             event_id: letter.event_id.clone(),
             uri: reference.uri.clone(),
-            failure: SdkFailure::new("PutObject", e),
+            failure: Box::new(SdkFailure::new("PutObject", e)),
         })?;
     Ok(reference)
 }
