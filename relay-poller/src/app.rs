@@ -88,16 +88,20 @@ pub fn aws_discarded_batches(
     outbox: &outbox_shared::OutboxConfig,
     ttl: relay_runtime::TtlPolicy,
 ) -> AwsDiscardedBatches {
-    let s3 = aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(sdk)
-            .interceptor(relay_runtime::metrics::FailedCallCounter)
-            .build(),
-    );
     DiscardedBatches::new(
-        S3DiscardedBatches::new(s3, bucket),
+        S3DiscardedBatches::new(s3_client(sdk), bucket),
         DynamoGoneItems::new(dynamodb, &outbox.table_name),
         outbox.shard_count,
         ttl.published,
+    )
+}
+
+/// An S3 client of `sdk` that counts its failed calls as the others do.
+pub fn s3_client(sdk: &SdkConfig) -> aws_sdk_s3::Client {
+    aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(sdk)
+            .interceptor(relay_runtime::metrics::FailedCallCounter)
+            .build(),
     )
 }
 
@@ -116,29 +120,28 @@ pub fn aws_poller_with(
     publisher: TargetPublisher,
     config: &RelayConfig,
 ) -> AwsPoller {
+    let dead_letters = SqsDeadLetterSink::new(clients.sqs, &config.dead_letter_queue_url);
+    aws_poller_with_dead_letters(clients.dynamodb, publisher, dead_letters, config)
+}
+
+/// Builds the poller on a caller-built DynamoDB client, publisher and dead-letter sink (a sink
+/// that keeps records in a payload bucket, or sends through a test's proxy).
+pub fn aws_poller_with_dead_letters(
+    dynamodb: aws_sdk_dynamodb::Client,
+    publisher: TargetPublisher,
+    dead_letters: SqsDeadLetterSink,
+    config: &RelayConfig,
+) -> AwsPoller {
     let outbox = &config.index.outbox;
-    let index = DynamoPendingIndex::new(
-        clients.dynamodb.clone(),
-        &outbox.table_name,
-        &outbox.index_name,
-    );
+    let index = DynamoPendingIndex::new(dynamodb.clone(), &outbox.table_name, &outbox.index_name);
     // The poller's shards run in one task: its calls run on their own tasks to use every core.
     let publisher = publisher.with_call_tasks(CallTasks::Spawned);
     // A hold no poller ever released (none ran) lapses with the published retention.
-    let holds = DynamoHoldStore::new(
-        clients.dynamodb.clone(),
-        &outbox.table_name,
-        config.ttl.published,
-    )
-    .with_index_name(&outbox.index_name);
-    let ttl = DynamoPendingTtl::new(
-        clients.dynamodb.clone(),
-        &outbox.table_name,
-        config.ttl.published,
-    );
-    let store = DynamoStatusStore::new(clients.dynamodb, &outbox.table_name, config.ttl)
+    let holds = DynamoHoldStore::new(dynamodb.clone(), &outbox.table_name, config.ttl.published)
+        .with_index_name(&outbox.index_name);
+    let ttl = DynamoPendingTtl::new(dynamodb.clone(), &outbox.table_name, config.ttl.published);
+    let store = DynamoStatusStore::new(dynamodb, &outbox.table_name, config.ttl)
         .with_call_tasks(CallTasks::Spawned);
-    let dead_letters = SqsDeadLetterSink::new(clients.sqs, &config.dead_letter_queue_url);
     let settings = PollerSettings {
         shard_count: outbox.shard_count,
         page_size: config.page_size,
@@ -680,6 +683,7 @@ async fn redrive(args: RedriveArgs) -> anyhow::Result<ExitCode> {
     let redrive = Redrive {
         dynamodb: clients.dynamodb.clone(),
         sqs: clients.sqs.clone(),
+        s3: s3_client(&sdk),
         table_name: outbox.table_name.clone(),
         dead_letter_queue_url: config.dead_letter_queue_url.clone(),
         shard_count: outbox.shard_count,

@@ -3,9 +3,19 @@
 //!
 //! A letter must fit in the queue's `MaximumMessageSize`, or SQS refuses it for good and the event
 //! would stay pending forever (an item may be 400 KB, a queue may take 256 KiB). A letter that
-//! does not fit goes without its record ([`RecordLeftOut`] says so): the item itself, marked
-//! `DEAD_LETTERED` in the table with a `ttl` past the queue's retention, holds it, and `redrive`
-//! puts it back from there.
+//! does not fit keeps its record in the payload bucket when the sink has one
+//! ([`SqsDeadLetterSink::with_record_bucket`]): the record is one object under
+//! [`RECORD_PREFIX`] ([`record_key`]), and the letter names it ([`RecordRef`]: its URI, size and
+//! SHA-256), so `redrive` restores the event from the letter even once the item is gone. Without
+//! a bucket the letter goes without its record ([`RecordLeftOut`] says so): the item itself,
+//! marked `DEAD_LETTERED` in the table with a `ttl` past the queue's retention, holds it, and
+//! `redrive` puts it back from there.
+//!
+//! When the record cannot be stored (S3 fails), the letter is not sent: [`DeadLetterError::Record`],
+//! and the event stays pending to be dead-lettered again, as when the queue itself fails. Sending
+//! it without its record instead would leave the event to the item alone, which expires, or, for
+//! a record whose key could not be read, to nothing: the bucket is there so that a letter can
+//! always restore its event.
 //!
 //! A letter must also hold only characters SQS takes, or SQS refuses it for good
 //! (`InvalidMessageContents`) whatever its size: XML 1.0's characters, `#x9 | #xA | #xD |
@@ -22,6 +32,7 @@ use std::sync::Arc;
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
 use outbox_shared::ItemKey;
 use outbox_shared::SdkFailure;
+use outbox_shared::claim_check::{self, PayloadRef, PayloadStore};
 use outbox_shared::limits::SQS_MESSAGE_DEFAULT_MAX_BYTES;
 use serde::{Deserialize, Serialize};
 use tokio::sync::OnceCell;
@@ -41,7 +52,8 @@ pub struct DeadLetter {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<ItemKey>,
     /// The full record as received (a stream record, or an item read from the index); `null` when
-    /// it was left out (see `record_left_out`).
+    /// it is kept in the payload bucket (see `record_ref`) or was left out (see
+    /// `record_left_out`).
     #[serde(default)]
     pub record: serde_json::Value,
     /// When the relay gave up, ISO-8601 UTC.
@@ -49,6 +61,39 @@ pub struct DeadLetter {
     /// Set when the record was left out because the letter would not fit in the queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub record_left_out: Option<RecordLeftOut>,
+    /// Set when the record is kept in the payload bucket because the letter would not fit in the
+    /// queue with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_ref: Option<RecordRef>,
+}
+
+/// Where a letter's record is kept in the payload bucket, what it is, and why it is there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordRef {
+    /// `s3://BUCKET/dead-letters/…`.
+    pub uri: String,
+    /// The record's length in bytes (its JSON).
+    pub size: u64,
+    /// The record's SHA-256, base64 (S3's `ChecksumSHA256`).
+    pub sha256: String,
+    /// The size the letter would have had with its record, as SQS counts a message.
+    pub letter_bytes: usize,
+    /// The queue's `MaximumMessageSize`.
+    pub max_message_bytes: usize,
+    /// For the operator: what it means and what to do.
+    pub note: String,
+}
+
+impl RecordRef {
+    /// The reference to read the record with ([`claim_check::get`] checks its size and SHA-256).
+    pub fn payload_ref(&self) -> PayloadRef {
+        PayloadRef {
+            uri: self.uri.clone(),
+            size: self.size,
+            sha256: self.sha256.clone(),
+        }
+    }
 }
 
 /// Why a letter carries no record, and where the record is.
@@ -74,7 +119,37 @@ pub const RECORD_LOST: &str = "The record was left out: with it the letter is la
      dead-letter queue's MaximumMessageSize, and the relay could not read the item's key, so \
      nothing else holds it.";
 
+/// The note of a letter whose record is kept in the payload bucket.
+pub const RECORD_IN_THE_BUCKET: &str = "The record is kept in the payload bucket at `uri`: with \
+     it the letter is larger than the dead-letter queue's MaximumMessageSize. `relay-poller \
+     redrive` reads it from there (checked against `size` and `sha256`) and restores the event \
+     even when its item is gone. The object expires with the bucket's lifecycle rule for \
+     dead-letters/.";
+
 impl DeadLetter {
+    /// This letter with its record kept at `reference` instead of in it (`letter_bytes`, the
+    /// size it had with it, is over `max_message_bytes`).
+    pub fn with_record_ref(
+        &self,
+        reference: PayloadRef,
+        letter_bytes: usize,
+        max_message_bytes: usize,
+    ) -> Self {
+        Self {
+            record: serde_json::Value::Null,
+            record_left_out: None,
+            record_ref: Some(RecordRef {
+                uri: reference.uri,
+                size: reference.size,
+                sha256: reference.sha256,
+                letter_bytes,
+                max_message_bytes,
+                note: RECORD_IN_THE_BUCKET.to_owned(),
+            }),
+            ..self.clone()
+        }
+    }
+
     /// This letter without its record, saying why (`letter_bytes`, the size it had with it, is
     /// over `max_message_bytes`) and where the record is.
     pub fn without_record(&self, letter_bytes: usize, max_message_bytes: usize) -> Self {
@@ -90,6 +165,7 @@ impl DeadLetter {
                 max_message_bytes,
                 note: note.to_owned(),
             }),
+            record_ref: None,
             ..self.clone()
         }
     }
@@ -104,6 +180,20 @@ pub enum DeadLetterError {
         event_id: Option<String>,
         #[source]
         failure: SdkFailure,
+    },
+    /// The letter was too large for the queue and its record could not be kept in the payload
+    /// bucket: the letter was not sent (it would name an object that is not there).
+    #[error(
+        "could not keep the record of event {} at {uri} (its letter is too large for the \
+         dead-letter queue); the letter was not sent",
+        event_id.as_deref().unwrap_or("(no id)")
+    )]
+    Record {
+        event_id: Option<String>,
+        uri: String,
+        /// Boxed: the error stays small on every path that returns it.
+        #[source]
+        failure: Box<SdkFailure>,
     },
     /// The letter could not be written as JSON.
     #[error("could not encode the dead letter of event {}: {message}", event_id.as_deref().unwrap_or("(no id)"))]
@@ -142,9 +232,30 @@ pub const CALLS: &[crate::permissions::Call] = &[
     ),
 ];
 
-/// Where the record of a letter too large for its queue is kept in the payload bucket:
-/// `dead-letters/{event id or record key}`.
+/// Where the record of a letter too large for its queue is kept in the payload bucket
+/// ([`record_key`]); the bucket's lifecycle rule for it must outlive the queue's retention.
 pub const RECORD_PREFIX: &str = "dead-letters/";
+
+/// Who a record is about when it has neither an event id nor an item key.
+const UNIDENTIFIED: &str = "unidentified";
+
+/// The key of one letter's record in the payload bucket:
+/// `dead-letters/{event}/{unique}.json`, where `{event}` is the event id as the claim check keys
+/// it ([`claim_check::object_key`]: the id itself, or `sha256-{hex}` for an id a URI would
+/// escape), or, without an event id, `sha256-{hex}` of the item's key (no user id in a key), and
+/// `unidentified` without either; `{unique}` tells apart the letters of one event (a record
+/// dead-lettered, redriven and dead-lettered again).
+pub fn record_key(event_id: Option<&str>, key: Option<&ItemKey>, unique: uuid::Uuid) -> String {
+    let event = match (event_id.filter(|id| !id.is_empty()), key) {
+        (Some(id), _) => claim_check::object_key(id),
+        // A newline is no key-safe character: the item's key is always hashed.
+        (None, Some(key)) => claim_check::object_key(&format!("{}\n{}", key.pk, key.sk)),
+        (None, None) => format!("{}{UNIDENTIFIED}", claim_check::KEY_PREFIX),
+    };
+    // The claim check's rule for a key segment, without its prefix.
+    let event = &event[claim_check::KEY_PREFIX.len()..];
+    format!("{RECORD_PREFIX}{event}/{unique}.json")
+}
 
 /// The calls of a letter too large for its queue: its record is kept in the payload bucket
 /// (`dead-letters/…`), and the letter names it.
@@ -156,7 +267,7 @@ pub const RECORD_CALLS: &[crate::permissions::Call] = &[crate::permissions::Call
 /// The SQS adapter: one message per poison record, JSON body, with `reason`, `origin` and
 /// `eventId` as message attributes so an operator can filter without parsing bodies.
 ///
-/// Its calls: [`CALLS`].
+/// Its calls: [`CALLS`]; with a record bucket, [`RECORD_CALLS`] too.
 ///
 /// The queue's `MaximumMessageSize` is read from the queue (`GetQueueAttributes`) at the first
 /// letter and kept for the sink's life, shared by its clones: the queue is the one place the
@@ -169,15 +280,35 @@ pub struct SqsDeadLetterSink {
     client: aws_sdk_sqs::Client,
     queue_url: String,
     max_message_bytes: Arc<OnceCell<usize>>,
+    /// Where the record of a letter too large for the queue is kept (`None`: it is left out).
+    records: Option<PayloadStore>,
 }
 
 impl SqsDeadLetterSink {
+    /// A sink sending to the queue at `queue_url`; a letter too large for it goes without its
+    /// record until [`with_record_bucket`](Self::with_record_bucket) names a bucket.
     pub fn new(client: aws_sdk_sqs::Client, queue_url: impl Into<String>) -> Self {
         Self {
             client,
             queue_url: queue_url.into(),
             max_message_bytes: Arc::default(),
+            records: None,
         }
+    }
+
+    /// Keeps the record of a letter too large for the queue in `store`'s bucket (the payload
+    /// bucket, `PAYLOAD_BUCKET`): one unconditional `PutObject` with its `ChecksumSHA256` under
+    /// [`record_key`], then the letter names it ([`RecordRef`]) instead of going without it. A
+    /// letter that fits calls nothing more. Its calls then include [`RECORD_CALLS`].
+    #[must_use]
+    pub fn with_record_bucket(mut self, store: PayloadStore) -> Self {
+        self.records = Some(store);
+        self
+    }
+
+    /// The bucket records of letters too large for the queue are kept in, when there is one.
+    pub fn record_bucket(&self) -> Option<&str> {
+        self.records.as_ref().map(PayloadStore::bucket)
     }
 
     pub fn queue_url(&self) -> &str {
@@ -332,34 +463,95 @@ fn encode(letter: &DeadLetter) -> Result<String, DeadLetterError> {
     Ok(String::from_utf8(body).expect("serde_json writes UTF-8"))
 }
 
-/// The body of `letter`'s message within `max_message_bytes` with `attributes`: the whole letter,
-/// or, when that is too large, the letter without its record.
+impl SqsDeadLetterSink {
+    /// The body of `letter`'s message within `max_message_bytes` with `attributes`: the whole
+    /// letter, or, when that is too large, the letter naming its record kept in the record
+    /// bucket, or without it when the sink has no bucket.
+    ///
+    /// # Errors
+    /// [`DeadLetterError::Encode`] when the letter cannot be written as JSON;
+    /// [`DeadLetterError::Record`] when its record could not be kept in the bucket.
+    async fn fitting_body(
+        &self,
+        letter: &DeadLetter,
+        attributes: &[(&str, MessageAttributeValue)],
+        max_message_bytes: usize,
+    ) -> Result<String, DeadLetterError> {
+        let body = encode(letter)?;
+        let size = message_size(&body, attributes);
+        if size <= max_message_bytes {
+            return Ok(body);
+        }
+        let event_id = letter.event_id.as_deref().unwrap_or("(no id)");
+        let Some(store) = &self.records else {
+            tracing::warn!(
+                event_id,
+                letter_bytes = size,
+                max_message_bytes,
+                "dead letter too large for the queue; it goes without its record, which the item holds"
+            );
+            return encode(&letter.without_record(size, max_message_bytes));
+        };
+        let reference = keep_record(store, letter).await?;
+        tracing::info!(
+            event_id,
+            letter_bytes = size,
+            max_message_bytes,
+            uri = %reference.uri,
+            "dead letter too large for the queue; its record is kept in the payload bucket"
+        );
+        encode(&letter.with_record_ref(reference, size, max_message_bytes))
+    }
+}
+
+/// Stores `letter`'s record (its JSON) in `store`'s bucket under a key of its own
+/// ([`record_key`]): an unconditional `PutObject` (the key is new) with the record's
+/// `ChecksumSHA256`, which S3 verifies. Its reference.
 ///
 /// # Errors
-/// [`DeadLetterError::Encode`] when the letter cannot be written as JSON.
-fn fitting_body(
+/// [`DeadLetterError::Encode`] when the record cannot be written as JSON;
+/// [`DeadLetterError::Record`] when S3 did not take it.
+async fn keep_record(
+    store: &PayloadStore,
     letter: &DeadLetter,
-    attributes: &[(&str, MessageAttributeValue)],
-    max_message_bytes: usize,
-) -> Result<String, DeadLetterError> {
-    let body = encode(letter)?;
-    let size = message_size(&body, attributes);
-    if size <= max_message_bytes {
-        return Ok(body);
-    }
-    tracing::warn!(
-        event_id = letter.event_id.as_deref().unwrap_or("(no id)"),
-        letter_bytes = size,
-        max_message_bytes,
-        "dead letter too large for the queue; it goes without its record, which the item holds"
+) -> Result<PayloadRef, DeadLetterError> {
+    let record = serde_json::to_vec(&letter.record).map_err(|e| DeadLetterError::Encode {
+        event_id: letter.event_id.clone(),
+        message: e.to_string(),
+    })?;
+    let key = record_key(
+        letter.event_id.as_deref(),
+        letter.key.as_ref(),
+        uuid::Uuid::now_v7(),
     );
-    encode(&letter.without_record(size, max_message_bytes))
+    let reference = PayloadRef::of(store.bucket(), &key, &record);
+    let length = record.len() as i64;
+    store
+        .client()
+        .put_object()
+        .bucket(store.bucket())
+        .key(&key)
+        .checksum_sha256(&reference.sha256)
+        .content_type("application/json")
+        .content_length(length)
+        .body(record.into())
+        .send()
+        .await
+        .map_err(|e| DeadLetterError::Record {
+            event_id: letter.event_id.clone(),
+            uri: reference.uri.clone(),
+            failure: Box::new(SdkFailure::new("PutObject", e)),
+        })?;
+    Ok(reference)
 }
 
 impl DeadLetterSink for SqsDeadLetterSink {
     async fn send(&self, letter: &DeadLetter) -> Result<(), DeadLetterError> {
         let attributes = attributes(letter);
-        let body = fitting_body(letter, &attributes, self.max_message_bytes().await)?;
+        let max_message_bytes = self.max_message_bytes().await;
+        let body = self
+            .fitting_body(letter, &attributes, max_message_bytes)
+            .await?;
         let mut request = self
             .client
             .send_message()
@@ -450,6 +642,7 @@ mod tests {
             record: serde_json::json!({"PK": "USER#u", "Payload": "x".repeat(payload_bytes)}),
             dead_lettered_at: "2026-11-22T10:00:00.000Z".into(),
             record_left_out: None,
+            record_ref: None,
         }
     }
 
@@ -697,5 +890,204 @@ mod tests {
             SQS_MESSAGE_DEFAULT_MAX_BYTES
         );
         assert_eq!(parse(&sent[1].0), under);
+    }
+
+    /// An S3 client answered by `rules`, in order (SDK retries off).
+    fn mock_s3(rules: &[&Rule]) -> aws_sdk_s3::Client {
+        let interceptor = rules.iter().fold(
+            MockResponseInterceptor::new().rule_mode(RuleMode::Sequential),
+            |i, rule| i.with_rule(rule),
+        );
+        let config = aws_sdk_s3::Config::builder()
+            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+            .region(aws_sdk_s3::config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_s3::config::Credentials::new(
+                "test", "test", None, None, "test",
+            ))
+            .http_client(create_mock_http_client())
+            .interceptor(interceptor)
+            .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
+            .build();
+        aws_sdk_s3::Client::from_conf(config)
+    }
+
+    /// What a `PutObject` was asked to store.
+    #[derive(Debug, Clone)]
+    struct Put {
+        bucket: String,
+        key: String,
+        checksum_sha256: Option<String>,
+        body: Vec<u8>,
+    }
+
+    /// A `PutObject` that is taken; what it stored goes to `puts`.
+    fn stored(puts: &Arc<Mutex<Vec<Put>>>) -> Rule {
+        let puts = puts.clone();
+        mock!(aws_sdk_s3::Client::put_object)
+            .match_requests(move |req| {
+                puts.lock().unwrap().push(Put {
+                    bucket: req.bucket().unwrap_or_default().to_owned(),
+                    key: req.key().unwrap_or_default().to_owned(),
+                    checksum_sha256: req.checksum_sha256().map(str::to_owned),
+                    body: req.body().bytes().unwrap_or_default().to_vec(),
+                });
+                true
+            })
+            .then_output(|| aws_sdk_s3::operation::put_object::PutObjectOutput::builder().build())
+    }
+
+    #[tokio::test]
+    async fn a_letter_too_large_for_the_queue_keeps_its_record_in_the_bucket_and_names_it() {
+        // Given a queue that takes messages of 2 KiB, and a record bucket
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let puts = Arc::new(Mutex::new(Vec::new()));
+        let limit = queue_limit(2048);
+        let (first, second) = (taken(&sent), taken(&sent));
+        let put = stored(&puts);
+        let sink = SqsDeadLetterSink::new(mock_sqs(&[&limit, &first, &second]), "q")
+            .with_record_bucket(PayloadStore::new(mock_s3(&[&put]), "orders-payloads"));
+        assert_eq!(sink.record_bucket(), Some("orders-payloads"));
+
+        // When a letter that fits and one that does not are sent
+        let small = letter("small", key("small"), 100);
+        let large = letter("large", key("large"), 4000);
+        sink.send(&small).await.unwrap();
+        sink.send(&large).await.unwrap();
+
+        // Then one object was stored, for the large letter: its record, under dead-letters/ and
+        // its event id, with its SHA-256 for S3 to check
+        assert_eq!(put.num_calls(), 1);
+        let puts = puts.lock().unwrap().clone();
+        let object = &puts[0];
+        assert_eq!(object.bucket, "orders-payloads");
+        assert!(
+            object.key.starts_with("dead-letters/large/") && object.key.ends_with(".json"),
+            "{}",
+            object.key
+        );
+        let record: serde_json::Value = serde_json::from_slice(&object.body).unwrap();
+        assert_eq!(record, large.record);
+        let sha256 = claim_check::sha256_base64(&object.body);
+        assert_eq!(object.checksum_sha256.as_deref(), Some(sha256.as_str()));
+
+        // And the small letter is whole, the large one names the object instead of carrying its
+        // record, and both fit
+        let sent = sent.lock().unwrap().clone();
+        assert!(sent.iter().all(|(_, size)| *size <= 2048), "{sent:?}");
+        assert_eq!(parse(&sent[0].0), small);
+        let named = parse(&sent[1].0);
+        let record_ref = named.record_ref.clone().expect("a record reference");
+        assert_eq!(
+            record_ref,
+            RecordRef {
+                uri: format!("s3://orders-payloads/{}", object.key),
+                size: object.body.len() as u64,
+                sha256,
+                letter_bytes: message_size(&encode(&large).unwrap(), &attributes(&large)),
+                max_message_bytes: 2048,
+                note: RECORD_IN_THE_BUCKET.to_owned(),
+            }
+        );
+        assert_eq!(
+            named,
+            DeadLetter {
+                record: serde_json::Value::Null,
+                record_ref: Some(record_ref.clone()),
+                ..large
+            }
+        );
+        assert_eq!(record_ref.payload_ref().validate(), Ok(()));
+        let body: serde_json::Value = serde_json::from_str(&sent[1].0).unwrap();
+        assert_eq!(body["recordRef"]["uri"], record_ref.uri, "{body}");
+        assert!(body.get("recordLeftOut").is_none(), "{body}");
+    }
+
+    #[tokio::test]
+    async fn when_s3_fails_a_letter_too_large_is_not_sent_so_its_event_stays_pending() {
+        // Given a queue that takes messages of 2 KiB, and a record bucket S3 cannot write to now
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let limit = queue_limit(2048);
+        let send = taken(&sent);
+        let unavailable = mock!(aws_sdk_s3::Client::put_object).then_http_response(|| {
+            aws_smithy_runtime_api::http::Response::new(
+                aws_smithy_runtime_api::http::StatusCode::try_from(503).unwrap(),
+                aws_smithy_types::body::SdkBody::from(
+                    "<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>",
+                ),
+            )
+        });
+        let sink = SqsDeadLetterSink::new(mock_sqs(&[&limit, &send]), "q").with_record_bucket(
+            PayloadStore::new(mock_s3(&[&unavailable]), "orders-payloads"),
+        );
+
+        // When a letter too large for the queue is sent
+        let err = sink
+            .send(&letter("large", key("large"), 4000))
+            .await
+            .unwrap_err();
+
+        // Then the sink fails it, retryable, naming the event, the object and S3's answer, and
+        // sent nothing: the relay keeps the event pending (never a letter without its record, nor
+        // one naming an object that is not there)
+        let DeadLetterError::Record {
+            event_id,
+            uri,
+            failure,
+        } = &err
+        else {
+            panic!("{err:?}")
+        };
+        assert_eq!(event_id.as_deref(), Some("large"));
+        assert!(
+            uri.starts_with("s3://orders-payloads/dead-letters/large/"),
+            "{uri}"
+        );
+        assert_eq!(failure.operation, "PutObject");
+        assert_eq!(failure.code.as_deref(), Some("SlowDown"));
+        assert!(failure.is_retryable(), "{failure}");
+        let text = err.to_string();
+        assert!(
+            text.contains("large") && text.contains(uri.as_str()),
+            "{text}"
+        );
+        assert_eq!(unavailable.num_calls(), 1);
+        assert_eq!(send.num_calls(), 0, "no letter sent");
+        assert!(sent.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn each_letter_of_an_event_has_a_record_key_of_its_own() {
+        // The event id as the claim check keys it, then a unique part
+        let (a, b) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+        let id = "0193a5e0-7c1a-7cc3-9f00-0a1b2c3d4e5f";
+        assert_eq!(
+            record_key(Some(id), key(id).as_ref(), a),
+            format!("dead-letters/{id}/{a}.json")
+        );
+        assert_ne!(
+            record_key(Some(id), None, a),
+            record_key(Some(id), None, b),
+            "dead-lettered twice, two records"
+        );
+        // An id a URI would escape is hashed, as the claim check hashes it
+        let odd = record_key(Some("order 1/../x?"), None, a);
+        let hashed = claim_check::object_key("order 1/../x?");
+        assert_eq!(
+            odd,
+            format!(
+                "dead-letters/{}/{a}.json",
+                &hashed[claim_check::KEY_PREFIX.len()..]
+            )
+        );
+        // Without an event id, the item's key, hashed (it names a user); without either, a
+        // fixed word
+        let keyed = record_key(None, key("e1").as_ref(), a);
+        assert!(keyed.starts_with("dead-letters/sha256-"), "{keyed}");
+        assert!(!keyed.contains("USER"), "{keyed}");
+        assert_eq!(keyed, record_key(Some(""), key("e1").as_ref(), a));
+        assert_eq!(
+            record_key(None, None, a),
+            format!("dead-letters/unidentified/{a}.json")
+        );
     }
 }

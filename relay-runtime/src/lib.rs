@@ -98,7 +98,7 @@ pub(crate) fn mocked_dynamodb(
 
 pub use config::{PublisherArgs, PublisherConfig, RetentionArgs, SettingError, TargetKind};
 pub use dead_letter::{
-    DeadLetter, DeadLetterError, DeadLetterSink, RecordLeftOut, SqsDeadLetterSink,
+    DeadLetter, DeadLetterError, DeadLetterSink, RecordLeftOut, RecordRef, SqsDeadLetterSink,
 };
 pub use deadline::Deadline;
 pub use event::{Behind, Event, IgnoreReason, State, Tally};

@@ -510,6 +510,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
             record: record_of(&event.source),
             dead_lettered_at: format_timestamp(Utc::now()),
             record_left_out: None,
+            record_ref: None,
         };
         let sent = deadline
             .finish("SendMessage", sink.send(&letter), |failure| {

@@ -2,7 +2,9 @@
 //! else the relays must send what fits. An item of up to 400 KB can be too large for EventBridge
 //! (poison) and its whole record too large for a queue at SQS's former default of 256 KiB; the
 //! relays then send the letter without the record (the item in the table, `DEAD_LETTERED`, holds
-//! it), mark the item, and `redrive` puts it back from the table.
+//! it), mark the item, and `redrive` puts it back from the table. With a payload bucket the record
+//! is kept there (`dead-letters/`, on moto's S3) and the letter names it, so `redrive` restores
+//! the event from the letter even once the item is gone.
 //!
 //! The queue's limit is AWS's as the fault proxy enforces it: moto checks `MaximumMessageSize` by
 //! the body's characters and no message attributes, so the payload here is multi-byte (300,000
@@ -14,6 +16,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::QueueAttributeName;
 use chrono::Utc;
+use outbox_shared::claim_check::{PayloadStore, sha256_base64};
 use outbox_shared::schema::attr;
 use outbox_shared::time::format_timestamp;
 use outbox_shared::{OutboxStatus, ShardCount};
@@ -323,4 +326,209 @@ async fn a_stream_dead_letter_too_large_for_its_queue_goes_without_its_record() 
     );
     assert_eq!(env.pending_in_index().await, 1);
     assert_eq!(env.queue_depth(&queue).await, 0);
+}
+
+/// A payload bucket on the emulator (moto's S3), for the records of letters too large.
+async fn payload_bucket(env: &TestEnv) -> String {
+    let bucket = unique_name("payloads");
+    env.s3
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .expect("create bucket");
+    bucket
+}
+
+/// Drains the table in this process with a dead-letter sink that keeps the records of letters too
+/// large for `queue` in `bucket`, its SQS calls through `proxy` (AWS's count of message sizes).
+async fn drain_with_record_bucket(
+    env: &TestEnv,
+    proxy: &FaultProxy,
+    queue: &str,
+    bucket: &str,
+) -> relay_poller::DrainSummary {
+    let cli = <relay_poller::Cli as clap::Parser>::try_parse_from([
+        "relay-poller",
+        "drain",
+        "--table-name",
+        &env.table_name,
+        "--event-bus-name",
+        &env.bus_name,
+        "--source",
+        outbox_tests::TEST_SOURCE,
+        "--dead-letter-queue-url",
+        queue,
+    ])
+    .expect("drain flags");
+    let relay_poller::Command::Drain(drain) = cli.command else {
+        panic!("a drain")
+    };
+    let config = drain.relay.validate().expect("valid settings");
+    let sqs = aws_sdk_sqs::Client::from_conf(
+        aws_sdk_sqs::config::Builder::from(&env.sdk_config)
+            .endpoint_url(proxy.url())
+            .build(),
+    );
+    let dead_letters = relay_runtime::SqsDeadLetterSink::new(sqs, queue)
+        .with_record_bucket(PayloadStore::new(env.s3.clone(), bucket));
+    let poller = relay_poller::app::aws_poller_with_dead_letters(
+        env.dynamodb.clone(),
+        env.publisher(config.publisher.clone()),
+        dead_letters,
+        &config,
+    );
+    poller
+        .drain(
+            &config.fixed_shards(),
+            Duration::ZERO,
+            3,
+            &relay_poller::CancellationToken::new(),
+        )
+        .await
+}
+
+/// Asserts `letter` is a letter about `event_id` naming its record in `bucket` (not carrying it,
+/// not leaving it out), and that the object there is that record, as large and with the SHA-256
+/// the letter says. The object's key.
+async fn assert_record_in_bucket(
+    env: &TestEnv,
+    letter: &Value,
+    event_id: &str,
+    bucket: &str,
+) -> String {
+    assert_eq!(letter["eventId"], event_id, "{letter}");
+    assert_eq!(letter["origin"], "relay-poller", "{letter}");
+    let reason = letter["reason"].as_str().expect("a reason");
+    assert!(reason.contains("EntryTooLarge"), "{reason}");
+    assert_eq!(letter["record"], Value::Null, "the record is in the bucket");
+    assert!(letter.get("recordLeftOut").is_none(), "{letter}");
+    let named = &letter["recordRef"];
+    assert_eq!(named["maxMessageBytes"], QUEUE_LIMIT, "{letter}");
+    assert!(named["letterBytes"].as_u64().expect("a size") > QUEUE_LIMIT as u64);
+    let uri = named["uri"].as_str().expect("a URI");
+    let prefix = format!("s3://{bucket}/dead-letters/{event_id}/");
+    assert!(uri.starts_with(&prefix), "{uri}");
+    let key = uri[format!("s3://{bucket}/").len()..].to_owned();
+    let object = env.object(bucket, &key).await;
+    assert_eq!(named["size"], object.len(), "{letter}");
+    assert_eq!(named["sha256"], sha256_base64(&object), "{letter}");
+    let record: Value = serde_json::from_slice(&object).expect("the record is JSON");
+    assert_eq!(
+        record["EventId"], event_id,
+        "the item as the poller read it"
+    );
+    let payload = record["Payload"].as_str().expect("its payload");
+    assert_eq!(payload.chars().count(), PAYLOAD_CHARS + 11);
+    key
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_a_payload_bucket_a_dead_letter_too_large_for_its_queue_keeps_its_record_there_and_redrive_restores_the_gone_item_from_it()
+ {
+    // Given two pending events of 300 KB each (too large for an EventBridge entry), a dead-letter
+    // queue of 256 KiB behind AWS's count of message sizes, and a payload bucket
+    let env = TestEnv::new().await;
+    let queue = small_queue(&env).await;
+    let bucket = payload_bucket(&env).await;
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 3).await;
+    put_large_event(&env, "large-restored").await;
+    put_large_event(&env, "large-lapsed").await;
+
+    // When the poller drains the table, keeping the records of letters too large in the bucket
+    let summary = drain_with_record_bucket(&env, &proxy, &queue, &bucket).await;
+
+    // Then both events were dead-lettered, none failed, and every letter fit
+    assert_eq!(summary.dead_lettered, 2, "{summary:?}");
+    assert_eq!(summary.failed, 0, "{summary:?}");
+    assert!(summary.complete, "{summary:?}");
+    assert_eq!(proxy.counts().oversized_messages, 0, "every letter fit");
+
+    // And each letter names its record in the bucket, one object each, under dead-letters/
+    let mut letters = letters_on(&env, &queue).await;
+    letters.sort_by_key(|l| l["eventId"].as_str().map(str::to_owned));
+    assert_eq!(letters.len(), 2, "{letters:?}");
+    let lapsed_key = assert_record_in_bucket(&env, &letters[0], "large-lapsed", &bucket).await;
+    assert_record_in_bucket(&env, &letters[1], "large-restored", &bucket).await;
+    assert_eq!(env.object_keys(&bucket).await.len(), 2);
+
+    // And the items are dead-lettered and out of the index, as without a bucket
+    assert_eq!(env.pending_in_index().await, 0);
+    for item in env.outbox_items().await {
+        assert_eq!(item.status, OutboxStatus::DeadLettered, "{}", item.event_id);
+    }
+
+    // When both items expire, one record's object expires from the bucket too, and the redrive
+    // runs once the bus takes 1 MiB entries
+    for letter in &letters {
+        let key = &letter["key"];
+        env.dynamodb
+            .delete_item()
+            .table_name(&env.table_name)
+            .key(
+                attr::PK,
+                AttributeValue::S(key["pk"].as_str().unwrap().to_owned()),
+            )
+            .key(
+                attr::SK,
+                AttributeValue::S(key["sk"].as_str().unwrap().to_owned()),
+            )
+            .send()
+            .await
+            .expect("delete item");
+    }
+    env.s3
+        .delete_object()
+        .bucket(&bucket)
+        .key(&lapsed_key)
+        .send()
+        .await
+        .expect("delete object");
+    let redrive = run(
+        &env,
+        None,
+        &queue,
+        "relay-poller",
+        &[
+            "redrive",
+            "--max-entry-bytes",
+            "1048576",
+            "--max-request-bytes",
+            "1048576",
+        ],
+    )
+    .await;
+
+    // Then the event whose record is in the bucket is re-created from it and published whole
+    let summary = redrive.summary();
+    assert_eq!(redrive.code, Some(0), "{summary}\n{}", redrive.stderr);
+    assert_eq!(summary["redriven"], 1, "{summary}");
+    assert_eq!(summary["recreated"], 1, "{summary}");
+    assert_eq!(summary["published"], 1, "{summary}");
+    assert_eq!(
+        status_of(&env, "large-restored").await,
+        Some(OutboxStatus::Published)
+    );
+    let delivered = env.wait_for_sink(1, Duration::from_secs(30)).await;
+    assert_eq!(delivered.len(), 1);
+    assert_eq!(delivered[0].event_id(), "large-restored");
+    let note = delivered[0].envelope.data["note"]
+        .as_str()
+        .expect("the payload");
+    assert_eq!(note, "€".repeat(PAYLOAD_CHARS));
+
+    // And the other's letter stays in the queue, with a line naming its object and saying it is
+    // gone
+    assert_eq!(summary["left_in_queue"], 1, "{summary}");
+    assert_eq!(status_of(&env, "large-lapsed").await, None);
+    let remaining = letters_on(&env, &queue).await;
+    assert_eq!(remaining.len(), 1, "{remaining:?}");
+    assert_eq!(remaining[0]["eventId"], "large-lapsed");
+    let why = redrive
+        .stderr
+        .lines()
+        .find(|line| line.contains("large-lapsed") && line.contains("left in the queue"))
+        .unwrap_or_else(|| panic!("no line about large-lapsed:\n{}", redrive.stderr));
+    assert!(why.contains(&lapsed_key), "{why}");
+    assert!(why.contains("is gone"), "{why}");
 }

@@ -7,14 +7,17 @@
 //!   `OldImage` for a TTL deletion, in DynamoDB JSON);
 //! - `relay-poller`: `record` is the item read from the index, its attributes as plain JSON.
 //!
-//! Either may come without its record (`recordLeftOut`): the letter was too large for the queue,
-//! and the item in the table (`DEAD_LETTERED`) holds the record; such a letter names the item by
-//! its `key` only.
+//! Either may come without its record when the letter was too large for the queue: the relay kept
+//! the record in the payload bucket and the letter names the object (`recordRef`: its URI, size
+//! and SHA-256), which `redrive` reads and reads the record from ([`record_item`]); or, without a
+//! bucket, it left the record out (`recordLeftOut`), and the item in the table (`DEAD_LETTERED`)
+//! holds it. Either names the item by its `key` only.
 //!
 //! Anything else (a message someone else sent, a body that is not a dead letter, one without a
 //! key) is [`Letter::Foreign`]: it stays in the queue.
 
 use outbox_shared::ItemKey;
+use outbox_shared::claim_check::PayloadRef;
 use outbox_shared::schema::attr;
 use relay_runtime::DeadLetter;
 
@@ -47,6 +50,8 @@ pub struct OutboxLetter {
     /// The relay left the record out (too large for the queue): only the item in the table holds
     /// it.
     pub record_left_out: bool,
+    /// The relay kept the record in the payload bucket (too large for the queue): where it is.
+    pub record_ref: Option<PayloadRef>,
 }
 
 impl OutboxLetter {
@@ -66,13 +71,14 @@ pub fn parse(body: &str) -> Letter {
         Ok(letter) => letter,
         Err(e) => return Letter::Foreign(format!("not a relay dead letter: {e}")),
     };
-    let item = match letter.origin.as_str() {
-        STREAM_ORIGIN => stream_image(&letter.record),
-        POLLER_ORIGIN => plain_item(&letter.record),
-        other => {
-            return Letter::Foreign(format!("origin {other:?} is not one of the relays"));
-        }
-    };
+    if !matches!(letter.origin.as_str(), STREAM_ORIGIN | POLLER_ORIGIN) {
+        return Letter::Foreign(format!(
+            "origin {:?} is not one of the relays",
+            letter.origin
+        ));
+    }
+    let item = record_item(&letter.origin, &letter.record);
+    let record_ref = letter.record_ref.as_ref().map(|r| r.payload_ref());
     let key = letter.key.clone().or_else(|| {
         let item = item.as_ref()?;
         Some(ItemKey {
@@ -81,7 +87,13 @@ pub fn parse(body: &str) -> Letter {
         })
     });
     let Some(key) = key else {
-        return Letter::Foreign("a dead letter that names no item (no key, no image)".to_owned());
+        return Letter::Foreign(match &record_ref {
+            Some(reference) => format!(
+                "a dead letter that names no item (no key; its record is at {})",
+                reference.uri
+            ),
+            None => "a dead letter that names no item (no key, no image)".to_owned(),
+        });
     };
     Letter::Outbox(Box::new(OutboxLetter {
         key,
@@ -90,7 +102,18 @@ pub fn parse(body: &str) -> Letter {
         reason: letter.reason,
         item,
         record_left_out: letter.record_left_out.is_some(),
+        record_ref,
     }))
+}
+
+/// The item's attributes in a relay's `record` (from `origin`): a stream record's image, or the
+/// poller's plain item; `None` when it holds none.
+pub fn record_item(origin: &str, record: &serde_json::Value) -> Option<Attributes> {
+    match origin {
+        STREAM_ORIGIN => stream_image(record),
+        POLLER_ORIGIN => plain_item(record),
+        _ => None,
+    }
 }
 
 /// The image of a stream record: the new one, or the old one of a `REMOVE`.
@@ -129,6 +152,7 @@ mod tests {
             record,
             dead_lettered_at: "2026-11-22T10:00:00.000Z".into(),
             record_left_out: None,
+            record_ref: None,
         })
         .unwrap()
     }
@@ -199,6 +223,7 @@ mod tests {
                 record: json!({"PK": "USER#u1"}),
                 dead_lettered_at: "2026-11-22T10:00:00.000Z".into(),
                 record_left_out: None,
+                record_ref: None,
             };
             let body = serde_json::to_string(&whole.without_record(300_000, 262_144)).unwrap();
             let parsed = outbox(parse(&body));
@@ -206,7 +231,64 @@ mod tests {
             assert_eq!(parsed.event_id.as_deref(), Some("e1"));
             assert_eq!(parsed.item, None);
             assert!(parsed.record_left_out);
+            assert_eq!(parsed.record_ref, None);
         }
+    }
+
+    #[test]
+    fn reads_a_letter_whose_record_is_in_the_bucket_by_its_key_and_reference() {
+        let key = ItemKey {
+            pk: "USER#u1".into(),
+            sk: "OUTBOX#e1".into(),
+        };
+        let reference = PayloadRef::of("payloads", "dead-letters/e1/u.json", b"{}");
+        for origin in [STREAM_ORIGIN, POLLER_ORIGIN] {
+            let whole = DeadLetter {
+                reason: "EventBridge rejected the entry: EntryTooLarge: too big".into(),
+                origin: origin.into(),
+                event_id: Some("e1".into()),
+                key: Some(key.clone()),
+                record: json!({"PK": "USER#u1"}),
+                dead_lettered_at: "2026-11-22T10:00:00.000Z".into(),
+                record_left_out: None,
+                record_ref: None,
+            };
+            let named = whole.with_record_ref(reference.clone(), 300_000, 262_144);
+            let parsed = outbox(parse(&serde_json::to_string(&named).unwrap()));
+            assert_eq!(parsed.key, key);
+            assert_eq!(parsed.item, None, "the record is in the bucket");
+            assert!(!parsed.record_left_out);
+            assert_eq!(parsed.record_ref.as_ref(), Some(&reference));
+        }
+        // And a keyless one stays in the queue, saying where its record is
+        let keyless = DeadLetter {
+            reason: "undecodable".into(),
+            origin: STREAM_ORIGIN.into(),
+            event_id: None,
+            key: None,
+            record: json!(null),
+            dead_lettered_at: "2026-11-22T10:00:00.000Z".into(),
+            record_left_out: None,
+            record_ref: None,
+        }
+        .with_record_ref(reference.clone(), 300_000, 262_144);
+        let parsed = parse(&serde_json::to_string(&keyless).unwrap());
+        assert!(
+            matches!(&parsed, Letter::Foreign(why) if why.contains(&reference.uri)),
+            "{parsed:?}"
+        );
+    }
+
+    #[test]
+    fn a_record_read_back_gives_the_item_as_an_in_message_record_does() {
+        let stream =
+            json!({"dynamodb": {"NewImage": {"PK": {"S": "USER#u1"}, "SK": {"S": "OUTBOX#e1"}}}});
+        let plain = json!({"PK": "USER#u1", "SK": "OUTBOX#e1"});
+        for (origin, record) in [(STREAM_ORIGIN, stream), (POLLER_ORIGIN, plain)] {
+            let item = record_item(origin, &record).expect("an item");
+            assert_eq!(item[attr::SK], AttributeValue::S("OUTBOX#e1".into()));
+        }
+        assert_eq!(record_item("someone-else", &json!({"PK": "x"})), None);
     }
 
     #[test]

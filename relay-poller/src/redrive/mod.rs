@@ -9,10 +9,16 @@
 //! left to do). A message that is not one of ours stays in the queue and is counted. Safe to run
 //! again: a second run finds nothing to do.
 //!
-//! A letter the relay sent without its record (too large for the queue) is read with its item from
-//! the table, which holds the record. If that item is gone too, nothing can re-create the event:
-//! the message stays in the queue, as the event's only trace, with a line (and an ERROR log) saying
-//! why; it is never deleted.
+//! A letter whose record the relay kept in the payload bucket (too large for the queue) is read
+//! with its record from there (`GetObject`, checked against the size and SHA-256 the letter
+//! names), and restored as a letter carrying its record is. When the object cannot be read (gone
+//! past the bucket's lifecycle, not the record named, or S3 failing), the letter is read as one
+//! without its record.
+//!
+//! A letter the relay sent without its record is read with its item from the table, which holds
+//! the record. If that item is gone too, nothing can re-create the event: the message stays in the
+//! queue, as the event's only trace, with a line (and an ERROR log) saying why; it is never
+//! deleted.
 //!
 //! With `--dry-run` nothing changes: received messages are made visible again at once.
 //!
@@ -24,6 +30,7 @@ use std::fmt::Write as _;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
+use outbox_shared::claim_check::{self, ResolveError};
 use outbox_shared::schema::{attr, entity};
 use outbox_shared::time::parse_timestamp;
 use outbox_shared::{ItemKey, OutboxStatus, SdkFailure, ShardCount};
@@ -33,7 +40,7 @@ use serde::Serialize;
 
 pub mod letters;
 
-use self::letters::Letter;
+use self::letters::{Letter, OutboxLetter};
 use crate::recreate::{DynamoGoneItems, GoneItems, Recreated, index_keys, pending_image};
 use crate::table::{Attributes, get_item};
 
@@ -171,8 +178,10 @@ struct Candidate {
     item: Option<Attributes>,
     /// The message to delete once done (`None` from the table).
     receipt: Option<String>,
-    /// The message is a letter without its record: only the item in the table holds it.
-    record_left_out: bool,
+    /// Why the message's record cannot re-create a gone item, when it is a letter without its
+    /// record (left out, or kept in the payload bucket and unreadable): only the item in the table
+    /// holds it.
+    record_unavailable: Option<String>,
 }
 
 impl Candidate {
@@ -238,6 +247,8 @@ pub const CALLS: &[relay_runtime::permissions::Call] = &[
 pub struct Redrive {
     pub dynamodb: aws_sdk_dynamodb::Client,
     pub sqs: aws_sdk_sqs::Client,
+    /// Reads the records the relays kept in the payload bucket (the bucket a letter names).
+    pub s3: aws_sdk_s3::Client,
     pub table_name: String,
     pub dead_letter_queue_url: String,
     pub shard_count: ShardCount,
@@ -311,11 +322,10 @@ impl Redrive {
                     if let Some(receipt) = &candidate.receipt {
                         self.release(receipt).await?;
                     }
-                    let why = if candidate.record_left_out {
-                        UNRECOVERABLE_WITHOUT_RECORD
-                    } else {
-                        UNRECOVERABLE_WITHOUT_IMAGE
-                    };
+                    let why = candidate
+                        .record_unavailable
+                        .as_deref()
+                        .unwrap_or(UNRECOVERABLE_WITHOUT_IMAGE);
                     let line = candidate.line(format!("left in queue: {why}"));
                     // The event can no longer be published: an operator decides. (No `PK` in
                     // logs: it may name a user.)
@@ -387,23 +397,7 @@ impl Redrive {
                         release.push(receipt);
                     }
                     Letter::Outbox(letter) => {
-                        // A letter without its record: the item in the table holds it (its type
-                        // and time too, for the selection and the order).
-                        let item = match letter.item {
-                            None if letter.record_left_out => {
-                                get_item(&self.dynamodb, &self.table_name, &letter.key)
-                                    .await
-                                    .map_err(RedriveError)?
-                            }
-                            item => item,
-                        };
-                        let candidate = Candidate {
-                            key: letter.key,
-                            event_id: letter.event_id,
-                            item,
-                            receipt: Some(receipt),
-                            record_left_out: letter.record_left_out,
-                        };
+                        let candidate = self.candidate(*letter, receipt).await?;
                         if selection.admits(
                             candidate.event_id.as_deref(),
                             candidate.attribute(attr::EVENT_TYPE),
@@ -423,6 +417,112 @@ impl Redrive {
                 .then_with(|| a.key.sk.cmp(&b.key.sk))
         });
         Ok((candidates, release))
+    }
+
+    /// The candidate of one of the relays' letters: with the record it carries, or the one it
+    /// names in the payload bucket; without either, with the item in the table, which holds it
+    /// (its type and time too, for the selection and the order).
+    ///
+    /// # Errors
+    /// [`RedriveError`] when the table cannot be read.
+    async fn candidate(
+        &self,
+        letter: OutboxLetter,
+        receipt: String,
+    ) -> Result<Candidate, RedriveError> {
+        let mut record_unavailable = letter
+            .record_left_out
+            .then(|| UNRECOVERABLE_WITHOUT_RECORD.to_owned());
+        let mut item = letter.item;
+        if let Some(reference) = &letter.record_ref {
+            match self
+                .read_record(
+                    &letter.origin,
+                    letter.event_id.as_deref(),
+                    &letter.key,
+                    reference,
+                )
+                .await
+            {
+                Ok(record) => item = Some(record),
+                Err(why) => {
+                    tracing::warn!(
+                        event_id = letter.event_id.as_deref().unwrap_or("(no id)"),
+                        sk = %letter.key.sk,
+                        uri = %reference.uri,
+                        error = %why,
+                        "the dead letter's record cannot be read from the payload bucket; the item in the table is used"
+                    );
+                    record_unavailable = Some(format!(
+                        "the item is gone (expired or deleted) and the letter's record, kept \
+                         in the payload bucket, cannot be read: {why}; the message is the \
+                         event's only trace"
+                    ));
+                }
+            }
+        }
+        if item.is_none() && record_unavailable.is_some() {
+            item = get_item(&self.dynamodb, &self.table_name, &letter.key)
+                .await
+                .map_err(RedriveError)?;
+        }
+        Ok(Candidate {
+            key: letter.key,
+            event_id: letter.event_id,
+            item,
+            receipt: Some(receipt),
+            record_unavailable,
+        })
+    }
+
+    /// The item in the record a letter names in the payload bucket, read with
+    /// [`claim_check::get`] (checked against its size and SHA-256).
+    ///
+    /// # Errors
+    /// Why it cannot be read, for the operator: the object gone, not the record named, S3 failing,
+    /// or no item in it.
+    async fn read_record(
+        &self,
+        origin: &str,
+        event_id: Option<&str>,
+        key: &ItemKey,
+        reference: &claim_check::PayloadRef,
+    ) -> Result<Attributes, String> {
+        let about = event_id.unwrap_or(&key.sk);
+        let bytes = claim_check::get(&self.s3, about, reference).await.map_err(
+            |err| match err {
+                ResolveError::Gone { uri, .. } => format!(
+                    "its object {uri} is gone (expired under the payload bucket's lifecycle rule \
+                     for {}, or deleted)",
+                    relay_runtime::dead_letter::RECORD_PREFIX
+                ),
+                ResolveError::Mismatch {
+                    uri,
+                    size,
+                    sha256,
+                    found_size,
+                    found_sha256,
+                    ..
+                } => format!(
+                    "its object {uri} is {found_size} bytes with SHA-256 {found_sha256}, not the \
+                     {size} bytes with SHA-256 {sha256} the letter names"
+                ),
+                ResolveError::Reference(err) => err.to_string(),
+                ResolveError::Read { uri, source, .. } => format!(
+                    "reading its object {uri} failed ({}){}",
+                    outbox_shared::error::describe(&source),
+                    if source.is_retryable() {
+                        "; running redrive again may read it"
+                    } else {
+                        ""
+                    }
+                ),
+            },
+        )?;
+        let record: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("the record at {} is not JSON: {e}", reference.uri))?;
+        letters::record_item(origin, &record)
+            .ok_or_else(|| format!("the record at {} holds no item", reference.uri))
     }
 
     /// `DEAD_LETTERED` outbox items of the table (a paginated `Scan`), in `CreatedAt` order.
@@ -465,7 +565,7 @@ impl Redrive {
                     event_id: string(attr::EVENT_ID),
                     item: Some(item),
                     receipt: None,
-                    record_left_out: false,
+                    record_unavailable: None,
                 };
                 if selection.admits(
                     candidate.event_id.as_deref(),
