@@ -120,7 +120,12 @@ pub fn aws_poller_with(
     publisher: TargetPublisher,
     config: &RelayConfig,
 ) -> AwsPoller {
+    // A letter too large for its queue keeps its record in the payload bucket, when there is one.
     let dead_letters = SqsDeadLetterSink::new(clients.sqs, &config.dead_letter_queue_url);
+    let dead_letters = match publisher.payload_store() {
+        Some(store) => dead_letters.with_record_bucket(store.clone()),
+        None => dead_letters,
+    };
     aws_poller_with_dead_letters(clients.dynamodb, publisher, dead_letters, config)
 }
 

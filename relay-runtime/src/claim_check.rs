@@ -37,13 +37,18 @@ impl ClaimCheck {
         self.store.bucket()
     }
 
+    /// The payload bucket.
+    pub fn store(&self) -> &PayloadStore {
+        &self.store
+    }
+
     /// `event` with its payload stored in the bucket and referenced in place of its `data`, and
     /// whether the object was written or found there; `None` when it has no `data` to store (its
     /// payload is already a reference).
     ///
     /// # Errors
     /// [`SdkFailure`] when S3 failed: the event must not be sent.
-    pub async fn store(
+    pub async fn stored(
         &self,
         event: &OutboundEvent,
     ) -> Result<Option<(OutboundEvent, Stored)>, SdkFailure> {

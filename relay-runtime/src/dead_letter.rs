@@ -524,25 +524,18 @@ async fn keep_record(
         letter.key.as_ref(),
         uuid::Uuid::now_v7(),
     );
-    let reference = PayloadRef::of(store.bucket(), &key, &record);
-    let length = record.len() as i64;
     store
-        .client()
-        .put_object()
-        .bucket(store.bucket())
-        .key(&key)
-        .checksum_sha256(&reference.sha256)
-        .content_type("application/json")
-        .content_length(length)
-        .body(record.into())
-        .send()
+        .put_object(&key, &record)
         .await
-        .map_err(|e| DeadLetterError::Record {
+        .map_err(|failure| DeadLetterError::Record {
             event_id: letter.event_id.clone(),
-            uri: reference.uri.clone(),
-            failure: Box::new(SdkFailure::new("PutObject", e)),
-        })?;
-    Ok(reference)
+            uri: format!(
+                "{}{}/{key}",
+                outbox_shared::claim_check::URI_SCHEME,
+                store.bucket()
+            ),
+            failure: Box::new(failure),
+        })
 }
 
 impl DeadLetterSink for SqsDeadLetterSink {

@@ -93,9 +93,14 @@ pub fn build_relay_with(
     let status = DynamoStatusStore::new(dynamodb.clone(), &args.table_name, ttl);
     // A hold no poller ever released (none ran) lapses with the published retention.
     let holds = DynamoHoldStore::new(dynamodb, &args.table_name, ttl.published);
-    let dead_letters = args
-        .dead_letter_queue_url()
-        .map(|url| SqsDeadLetterSink::new(sqs, url));
+    // A letter too large for its queue keeps its record in the payload bucket, when there is one.
+    let dead_letters = args.dead_letter_queue_url().map(|url| {
+        let sink = SqsDeadLetterSink::new(sqs, url);
+        match publisher.payload_store() {
+            Some(store) => sink.with_record_bucket(store.clone()),
+            None => sink,
+        }
+    });
     let outbound = relay_runtime::relay::Outbound::of(publisher.config());
     Ok(StreamRelay::new(publisher, status, holds, dead_letters, options).with_outbound(outbound))
 }

@@ -16,7 +16,7 @@
 use std::fmt;
 
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::ChecksumMode;
+use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumMode};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -243,34 +243,53 @@ impl PayloadStore {
         event_id: &str,
         payload: &[u8],
     ) -> Result<(PayloadRef, Stored), SdkFailure> {
-        let reference = self.reference(event_id, payload);
-        let (_, key) = reference
-            .location()
-            .expect("a reference this store built has a location");
-        let result = self
+        match self.write(&object_key(event_id), payload, true).await {
+            Ok(reference) => Ok((reference, Stored::Written)),
+            // 412: the object exists (its key is the event's: the same payload, stored before).
+            Err(failure) if failure.code.as_deref() == Some(PRECONDITION_FAILED) => {
+                Ok((self.reference(event_id, payload), Stored::AlreadyThere))
+            }
+            Err(failure) => Err(failure),
+        }
+    }
+
+    /// Writes `bytes` as the object `key`, whatever is there: one `PutObject` with their
+    /// `ChecksumSHA256`, which S3 verifies. For objects whose key is new each time (a dead
+    /// letter's record); a payload is [`put`](Self::put).
+    ///
+    /// # Errors
+    /// [`SdkFailure`] when S3 failed.
+    pub async fn put_object(&self, key: &str, bytes: &[u8]) -> Result<PayloadRef, SdkFailure> {
+        self.write(key, bytes, false).await
+    }
+
+    /// One `PutObject` of `bytes` as `key` with their checksum; only when no object is there
+    /// when `if_absent`.
+    async fn write(
+        &self,
+        key: &str,
+        bytes: &[u8],
+        if_absent: bool,
+    ) -> Result<PayloadRef, SdkFailure> {
+        let reference = PayloadRef::of(&self.bucket, key, bytes);
+        let request = self
             .client
             .put_object()
             .bucket(&self.bucket)
             .key(key)
-            .if_none_match("*")
+            .set_if_none_match(if_absent.then(|| "*".to_owned()))
+            // The algorithm names the checksum S3 verifies and keeps with the object (returned
+            // by a read with `ChecksumMode::Enabled`); the value is the one computed here.
+            .checksum_algorithm(ChecksumAlgorithm::Sha256)
             .checksum_sha256(&reference.sha256)
             .content_type("application/json")
-            .content_length(payload.len() as i64)
-            .body(ByteStream::from(payload.to_vec()))
+            .content_length(bytes.len() as i64)
+            .body(ByteStream::from(bytes.to_vec()));
+        request
             .send()
-            .await;
-        match result {
-            Ok(_) => Ok((reference, Stored::Written)),
-            Err(err) => {
-                let failure = SdkFailure::new("PutObject", err);
-                // 412: the object exists (its key is the event's: the same payload, stored before).
-                if failure.code.as_deref() == Some(PRECONDITION_FAILED) {
-                    Ok((reference, Stored::AlreadyThere))
-                } else {
-                    Err(failure)
-                }
-            }
-        }
+            .await
+            .map(|_| reference)
+            .map_err(|err| SdkFailure::new("PutObject", err))
     }
 
     /// The payload `reference` names, checked against its size and SHA-256 (S3 checks the bytes

@@ -126,7 +126,7 @@ async fn poison_items_are_dead_lettered_and_do_not_stop_the_step() {
     // Given an undecodable item, one EventBridge rejects, and a good one
     let table = Table::default();
     let mut undecodable = event("p", 1, 0);
-    undecodable.remove(attr::PAYLOAD);
+    undecodable.remove(attr::EVENT_TYPE);
     table.insert(undecodable.clone());
     table.insert(event("r", 1, 1));
     table.rejected.lock().unwrap().insert("r-1".into());

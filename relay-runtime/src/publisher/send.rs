@@ -171,6 +171,12 @@ impl<B: TargetCall> TargetAdapter<B> {
         })
     }
 
+    /// The payload bucket it stores payloads too large for an entry in, if any: the relays keep
+    /// the records of dead letters too large for their queue there too.
+    pub fn payload_store(&self) -> Option<&PayloadStore> {
+        self.claim_check.as_ref().map(ClaimCheck::store)
+    }
+
     /// Stores the payloads of events too large for an entry in `store` (the claim check); tests
     /// inject S3 faults through its client.
     #[must_use]
@@ -568,7 +574,7 @@ impl<B: TargetCall> TargetAdapter<B> {
                 if deadline.publish_passed() {
                     return (index, Err(PublishOutcome::NotSent));
                 }
-                let stored = match claim_check.store(events[index]).await {
+                let stored = match claim_check.stored(events[index]).await {
                     Ok(Some((event, stored))) => {
                         let counter = match stored {
                             Stored::Written => &self.stats.payloads_stored,

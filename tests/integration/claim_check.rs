@@ -1,0 +1,295 @@
+//! Events of any size (the claim check): a payload too large for its target's entry is stored in
+//! the payload bucket (`PAYLOAD_BUCKET`) under its event's key, and the event carries `dataref`,
+//! `datasize` and `datasha256` in place of `data`. On the emulators: DynamoDB Local's stream,
+//! moto's S3 (through the fault proxy, which verifies `ChecksumSHA256` as S3 does and can take S3
+//! out), both relays' binaries.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use outbox_shared::claim_check::object_key;
+use outbox_shared::schema::{self, attr};
+use outbox_tests::fault_proxy::{FaultProxy, FaultRates};
+use outbox_tests::{TestEnv, emulator_endpoints, minimal_outbox_item};
+use serde_json::{Value, json};
+
+/// A payload of about `bytes` bytes: an order with that many bytes of line items.
+fn order_payload(bytes: usize) -> String {
+    json!({"orderId": "o-large", "lines": "l".repeat(bytes)}).to_string()
+}
+
+/// Writes a pending event as another client would, with a raw `PutItem`: `payload` inline, in
+/// `user`'s item collection, as aggregate `aggregate`'s `sequence`-th event.
+async fn put_event(
+    env: &TestEnv,
+    user: &str,
+    event_id: &str,
+    aggregate: &str,
+    sequence: u64,
+    payload: &str,
+) {
+    let created_at = format!("2026-11-27T00:00:{:02}.000Z", sequence);
+    let mut item = minimal_outbox_item(user, event_id, "OrderCreated", payload, &created_at, 0);
+    item.insert(
+        attr::AGGREGATE_ID.to_owned(),
+        AttributeValue::S(aggregate.to_owned()),
+    );
+    item.insert(
+        attr::SEQUENCE.to_owned(),
+        AttributeValue::N(sequence.to_string()),
+    );
+    env.put_raw_item(item).await;
+}
+
+/// Runs a relay binary (`relay-poller drain` or `relay-stream-local`) with `PAYLOAD_BUCKET`, its
+/// AWS calls through `proxy`; whether it succeeded, and its JSON summary.
+async fn run_relay(env: &TestEnv, proxy: &FaultProxy, bucket: &str, relay: Relay) -> (bool, Value) {
+    let (bin, args): (&str, &[&str]) = match relay {
+        Relay::Drain => (
+            "relay-poller",
+            &["drain", "--shard-count", "1", "--max-stalled-passes", "1"],
+        ),
+        Relay::Stream => (
+            "relay-stream-local",
+            &["--from", "trim-horizon", "--exit-when-idle", "1s"],
+        ),
+    };
+    let output = env
+        .relay_command(bin)
+        .args(args)
+        .env("PAYLOAD_BUCKET", bucket)
+        .envs(proxy.endpoint_env())
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("{bin} runs: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let summary = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "{bin} summary {stdout:?}: {e}\nstderr:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (output.status.success(), summary)
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Relay {
+    Drain,
+    Stream,
+}
+
+/// The S3 calls of `operation` the relays made through `proxy`.
+fn s3_calls(proxy: &FaultProxy, operation: &str) -> u64 {
+    let counts = proxy.counts_for(&format!("AmazonS3.{operation}"));
+    counts.passed_calls + counts.failed_calls + counts.invalid_calls
+}
+
+/// A 300 KB payload (over the classic bus's 256 KiB entry, under DynamoDB's 400 KB item) written
+/// by another client is published by `relay` with its payload in the bucket: the event is
+/// delivered with its reference, the object is under the event's key, readable, with the
+/// checksum S3 verified and the SHA-256 the event names.
+async fn a_300_kb_payload_another_client_wrote_is_delivered_with_its_payload_in_s3(relay: Relay) {
+    let env = TestEnv::new().await;
+    let bucket = env.create_payload_bucket().await;
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 1).await;
+    let payload = order_payload(300 * 1000);
+    put_event(&env, "u-large", "e-large-1", "o-large", 1, &payload).await;
+
+    let (succeeded, summary) = run_relay(&env, &proxy, &bucket, relay).await;
+
+    assert!(succeeded, "{relay:?}: {summary}");
+    let delivered = env.wait_for_sink(1, Duration::from_secs(30)).await;
+    assert_eq!(delivered.len(), 1, "{relay:?}");
+    let event = &delivered[0];
+    assert_eq!(event.event_id(), "e-large-1");
+    let reference = event
+        .payload_ref
+        .as_ref()
+        .unwrap_or_else(|| panic!("{relay:?}: delivered without a reference: {}", event.event));
+    assert_eq!(
+        reference.uri,
+        format!("s3://{bucket}/{}", object_key("e-large-1"))
+    );
+    assert_eq!(reference.size, payload.len() as u64);
+    assert_eq!(
+        reference.sha256,
+        outbox_shared::claim_check::sha256_base64(payload.as_bytes())
+    );
+    // The consumer's read: the object is the payload, size and SHA-256 checked
+    assert_eq!(
+        env.payload_of(event).await,
+        serde_json::from_str::<Value>(&payload).unwrap()
+    );
+    // S3 verified and keeps the checksum it was sent
+    let head = env
+        .s3
+        .head_object()
+        .bucket(&bucket)
+        .key(object_key("e-large-1"))
+        .checksum_mode(aws_sdk_s3::types::ChecksumMode::Enabled)
+        .send()
+        .await
+        .expect("head object");
+    assert_eq!(head.checksum_sha256(), Some(reference.sha256.as_str()));
+    // One PutObject for the one large event
+    assert_eq!(s3_calls(&proxy, "PutObject"), 1, "{relay:?}");
+    let item = &env.outbox_items().await[0];
+    assert_eq!(item.status, outbox_shared::OutboxStatus::Published);
+    assert_eq!(item.payload, payload, "the item keeps its payload");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_300_kb_payload_another_client_wrote_is_delivered_by_drain_with_its_payload_in_s3() {
+    a_300_kb_payload_another_client_wrote_is_delivered_with_its_payload_in_s3(Relay::Drain).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_300_kb_payload_another_client_wrote_is_delivered_by_the_stream_relay_with_its_payload_in_s3()
+ {
+    a_300_kb_payload_another_client_wrote_is_delivered_with_its_payload_in_s3(Relay::Stream).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_re_publish_writes_no_second_object() {
+    // Given a large event the stream relay published, its payload stored once
+    let env = TestEnv::new().await;
+    let bucket = env.create_payload_bucket().await;
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 2).await;
+    let payload = order_payload(300 * 1000);
+    put_event(&env, "u-again", "e-again-1", "o-again", 1, &payload).await;
+    let (succeeded, summary) = run_relay(&env, &proxy, &bucket, Relay::Stream).await;
+    assert!(succeeded, "{summary}");
+    let key = object_key("e-again-1");
+    assert_eq!(env.object_versions(&bucket, &key).await, 1);
+
+    // And its item pending again, as a mark whose reply was lost leaves it
+    env.dynamodb
+        .update_item()
+        .table_name(&env.table_name)
+        .key(attr::PK, AttributeValue::S(schema::user_pk("u-again")))
+        .key(attr::SK, AttributeValue::S(schema::outbox_sk("e-again-1")))
+        .update_expression("SET #status = :pending, #gsi1pk = :pk, #gsi1sk = :sk")
+        .expression_attribute_names("#status", attr::STATUS)
+        .expression_attribute_names("#gsi1pk", attr::GSI1PK)
+        .expression_attribute_names("#gsi1sk", attr::GSI1SK)
+        .expression_attribute_values(
+            ":pending",
+            AttributeValue::S(schema::status::PENDING.into()),
+        )
+        .expression_attribute_values(":pk", AttributeValue::S(schema::pending_shard_pk(0)))
+        .expression_attribute_values(
+            ":sk",
+            AttributeValue::S(schema::pending_sort_key(
+                "2026-11-27T00:00:01.000Z",
+                "e-again-1",
+            )),
+        )
+        .send()
+        .await
+        .expect("put the item back to pending");
+
+    // When the poller publishes it again
+    let (succeeded, summary) = run_relay(&env, &proxy, &bucket, Relay::Drain).await;
+
+    // Then it is delivered again with the same reference, and S3 holds the one object it held:
+    // the re-publish's conditional PutObject found it and wrote nothing
+    assert!(succeeded, "{summary}");
+    let delivered = env.wait_for_sink(2, Duration::from_secs(30)).await;
+    assert_eq!(delivered.len(), 2);
+    assert_eq!(delivered[0].payload_ref, delivered[1].payload_ref);
+    assert_eq!(
+        env.object_versions(&bucket, &key).await,
+        1,
+        "a second object was written"
+    );
+    assert_eq!(env.object_keys(&bucket).await, vec![key]);
+    assert_eq!(summary["payloads_stored"], 0, "{summary}");
+    assert_eq!(summary["payloads_already_stored"], 1, "{summary}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_s3_outage_during_publish_loses_nothing_and_reorders_nothing() {
+    // Given aggregate x's large event then its small one, and aggregate y's small event
+    let env = TestEnv::new().await;
+    let bucket = env.create_payload_bucket().await;
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 3).await;
+    let large = order_payload(300 * 1000);
+    put_event(&env, "u-x", "e-x-1", "o-x", 1, &large).await;
+    put_event(
+        &env,
+        "u-x",
+        "e-x-2",
+        "o-x",
+        2,
+        r#"{"orderId":"o-x","status":"PAID"}"#,
+    )
+    .await;
+    put_event(&env, "u-y", "e-y-1", "o-y", 1, r#"{"orderId":"o-y"}"#).await;
+
+    // When the poller drains while S3 is out
+    proxy.s3_outage(true);
+    let (succeeded, summary) = run_relay(&env, &proxy, &bucket, Relay::Drain).await;
+
+    // Then it says events remain; only y's event left, x's stay pending in order, nothing was
+    // dead-lettered
+    assert!(
+        !succeeded,
+        "a drain that left events pending succeeded: {summary}"
+    );
+    assert!(proxy.counts_for("AmazonS3.PutObject").failed_calls > 0);
+    let delivered = env.wait_for_sink(1, Duration::from_secs(30)).await;
+    let ids: Vec<_> = delivered.iter().map(|m| m.event_id().to_owned()).collect();
+    assert_eq!(ids, ["e-y-1"]);
+    assert!(env.drain_dead_letters().await.is_empty());
+    assert_eq!(env.pending_in_index().await, 2);
+
+    // When S3 is back and the poller drains again
+    proxy.s3_outage(false);
+    let (succeeded, summary) = run_relay(&env, &proxy, &bucket, Relay::Drain).await;
+
+    // Then x's events are delivered, in order, the large one with its payload
+    assert!(succeeded, "{summary}");
+    let delivered = env.wait_for_sink(2, Duration::from_secs(30)).await;
+    let ids: Vec<_> = delivered.iter().map(|m| m.event_id().to_owned()).collect();
+    assert_eq!(ids, ["e-x-1", "e-x-2"]);
+    assert_eq!(
+        env.payload_of(&delivered[0]).await,
+        serde_json::from_str::<Value>(&large).unwrap()
+    );
+    assert_eq!(env.pending_in_index().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_payload_bucket_a_payload_too_large_is_dead_lettered_saying_how_to_publish_it() {
+    let env = TestEnv::new().await;
+    put_event(
+        &env,
+        "u-big",
+        "e-big-1",
+        "o-big",
+        1,
+        &order_payload(300 * 1000),
+    )
+    .await;
+
+    let output = env
+        .relay_command("relay-poller")
+        .args(["drain", "--shard-count", "1"])
+        .env("RUST_LOG", "error")
+        .output()
+        .await
+        .expect("drain runs");
+
+    assert!(output.status.success(), "{output:?}");
+    let letters = env.drain_dead_letters().await;
+    assert_eq!(letters.len(), 1);
+    let reason = &letters[0].reason;
+    assert!(
+        reason.contains("--payload-bucket (PAYLOAD_BUCKET)"),
+        "{reason}"
+    );
+}
