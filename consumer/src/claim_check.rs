@@ -11,12 +11,13 @@
 //! inline, so the idempotency store keys and hashes a claim-checked delivery and an inline one
 //! of the same event the same.
 //!
-//! The consumer needs `s3:GetObject` on the payload bucket's `payloads/*` (the template's
-//! managed policy `PayloadConsumerPolicy`). The objects expire with the bucket's lifecycle: an
-//! event read after that is [`ResolveError::Gone`], which a retry cannot bring back. S3 answers
-//! a missing key with `NoSuchKey` only to a caller allowed `s3:ListBucket` on the bucket; to one
-//! that is not, with `AccessDenied`, which the resolver reports as S3's refusal
-//! ([`ResolveError::Read`], not retryable), not as `Gone`.
+//! The consumer needs `s3:GetObject` on the payload bucket's `payloads/*`, and `s3:ListBucket` on
+//! the bucket to be told a gone object from a missing permission: the template's managed policy
+//! `PayloadConsumerPolicy` grants both. The objects expire with the bucket's lifecycle: an event
+//! read after that is [`ResolveError::Gone`], which a retry cannot bring back. S3 answers a
+//! missing key with `NoSuchKey` only to a caller allowed `s3:ListBucket`; to one that is not, with
+//! `AccessDenied`, which the resolver reports as S3's refusal ([`ResolveError::Read`], not
+//! retryable), not as `Gone`.
 //!
 //! [`ResolveError::Gone`]: outbox_shared::ResolveError::Gone
 //! [`ResolveError::Read`]: outbox_shared::ResolveError::Read
@@ -33,7 +34,8 @@ use crate::received::{Data, DecodeError, parse_body, receive};
 /// S3 client is).
 ///
 /// It reads whatever bucket an event's reference names: what it may read is bounded by the
-/// consumer's IAM policy (`s3:GetObject` on the payload bucket's `payloads/*`).
+/// consumer's IAM policy (`s3:GetObject` on the payload bucket's `payloads/*` only, the
+/// template's `PayloadConsumerPolicy`).
 #[derive(Debug, Clone)]
 pub struct PayloadResolver {
     s3: aws_sdk_s3::Client,

@@ -13,7 +13,7 @@
 //! - [`claim_check`]: [`PayloadResolver`], the same for an event of any size: one whose payload
 //!   was too large to travel in it is read from S3 (`dataref`), its size and SHA-256 checked,
 //!   into the same [`Envelope`] (the consumer needs `s3:GetObject` on the payload bucket's
-//!   `payloads/*`);
+//!   `payloads/*` and `s3:ListBucket` on it: the template's `PayloadConsumerPolicy`);
 //! - [`trace`]: the processing span, continuing the event's trace (its W3C trace context, or the
 //!   delivery's X-Ray header).
 //!

@@ -391,16 +391,10 @@ fn order_created(env: &TestEnv, order_id: &str, sku: &str) -> OutboundEvent {
     event_of(&order_created_item(env, order_id, sku, 1))
 }
 
-/// A payload bucket on the emulator's S3, and the claim check's store in it.
+/// A payload bucket as the template makes it, on the emulator's S3, and the claim check's store
+/// in it.
 async fn payload_bucket(env: &TestEnv) -> PayloadStore {
-    let bucket = unique_name("payloads");
-    env.s3
-        .create_bucket()
-        .bucket(&bucket)
-        .send()
-        .await
-        .expect("create the payload bucket");
-    PayloadStore::new(env.s3.clone(), bucket)
+    PayloadStore::new(env.s3.clone(), env.create_payload_bucket().await)
 }
 
 /// `item` as the writer writes an event whose payload is too large for an item: the payload

@@ -605,16 +605,10 @@ async fn a_holder_whose_lock_was_taken_over_cannot_overwrite_the_new_holders_res
     assert_eq!(replay, Outcome::AlreadyCompleted(json!({"by": "fast"})));
 }
 
-/// A payload bucket on the emulator's S3, and the claim check's store in it.
+/// A payload bucket as the template makes it, on the emulator's S3, and the claim check's store
+/// in it.
 async fn payload_store(env: &TestEnv) -> PayloadStore {
-    let bucket = unique_name("payloads");
-    env.s3
-        .create_bucket()
-        .bucket(&bucket)
-        .send()
-        .await
-        .expect("create the payload bucket");
-    PayloadStore::new(env.s3.clone(), bucket)
+    PayloadStore::new(env.s3.clone(), env.create_payload_bucket().await)
 }
 
 /// An outbox item of `payload`, and the same item as the writer writes it when the payload is
