@@ -10,6 +10,10 @@
 //! - [`tables`]: the idempotency table's schema, and table creation for local use and tests;
 //! - [`received`]: the event a consumer receives, in either format the relays publish (the
 //!   envelope or a CloudEvent), alone or in an EventBridge event, as one [`Envelope`];
+//! - [`claim_check`]: [`PayloadResolver`], the same for an event of any size: one whose payload
+//!   was too large to travel in it is read from S3 (`dataref`), its size and SHA-256 checked,
+//!   into the same [`Envelope`] (the consumer needs `s3:GetObject` on the payload bucket's
+//!   `payloads/*` and `s3:ListBucket` on it: the template's `PayloadConsumerPolicy`);
 //! - [`trace`]: the processing span, continuing the event's trace (its W3C trace context, or the
 //!   delivery's X-Ray header).
 //!
@@ -17,6 +21,7 @@
 //! `examples/`. With the `eventbridge` feature, [`EventIdKey`] also keys
 //! `aws_lambda_events::eventbridge::EventBridgeEvent`s.
 
+pub mod claim_check;
 pub mod clock;
 pub mod error;
 pub mod idempotency;
@@ -28,6 +33,7 @@ pub mod trace;
 #[cfg(test)]
 mod test_support;
 
+pub use claim_check::PayloadResolver;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::StoreError;
 pub use idempotency::{
@@ -35,6 +41,8 @@ pub use idempotency::{
     Outcome,
 };
 pub use occ::{Committed, OccConfig, OccError, OccTable, Versioned};
-pub use outbox_shared::{Envelope, EventMetadata, RetryPolicy, TraceContext};
+pub use outbox_shared::{
+    Envelope, EventMetadata, PayloadRef, ResolveError, RetryPolicy, TraceContext,
+};
 pub use received::{DecodeError, decode, decode_str};
 pub use trace::process_span;

@@ -15,20 +15,38 @@
 //! | `metadata.occurredAt` | `time` |
 //! | `metadata.traceparent`, `metadata.tracestate` | extensions `traceparent`, `tracestate` |
 //! | `data` | `data` |
+//! | `dataref`, `datasize`, `datasha256` (in place of `data`) | extensions `dataref`, `datasize`, `datasha256` (in place of `data`) |
+//!
+//! An event whose payload was too large to travel in it carries, in place of `data`, a claim
+//! check ([`outbox_shared::claim_check`]): `dataref` (`s3://BUCKET/KEY`), `datasize` (bytes) and
+//! `datasha256` (base64). [`decode`] does not call S3: it refuses such an event with
+//! [`DecodeError::DataInS3`], naming the reference; [`crate::PayloadResolver::decode`] reads the
+//! payload from S3, checks it, and answers the same [`Envelope`] the event would have decoded to
+//! with its data inline.
 
+use outbox_shared::claim_check::{PayloadRef, RefError, ResolveError};
 use outbox_shared::{Envelope, EventMetadata};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-/// An event that is neither the relays' envelope nor a CloudEvent, or whose data is not what
-/// the consumer expects: poison, a retry cannot help. Names what is wrong, never a value.
+/// Why an event could not be decoded. Each variant names what is wrong, never a value of the
+/// event; [`DecodeError::is_retryable`] says whether delivering the event again can help.
+///
+/// | variant | returned by | retryable |
+/// |---|---|---|
+/// | `NotAnEvent`, `Malformed`, `SpecVersion`, `Sequence`, `DataAndDataRef`, `BadDataRef` | both | no: poison |
+/// | `DataInS3` | [`decode`] | no: decode it with [`crate::PayloadResolver`] |
+/// | `Payload` (`Gone`, `Mismatch`, `Reference`) | [`crate::PayloadResolver`] | no |
+/// | `Payload` (`Read`: S3 failed) | [`crate::PayloadResolver`] | as S3's failure is (throttling, timeouts, 5xx: yes; access denied: no) |
+/// | `StoredDataMalformed` | [`crate::PayloadResolver`] | no: poison |
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
     #[error(
         "not an outbox event: neither an envelope (metadata, data) nor a CloudEvent (specversion)"
     )]
     NotAnEvent,
+    /// The event, or its data in it, is not what the consumer expects.
     #[error("malformed {format}: {source}")]
     Malformed {
         format: &'static str,
@@ -39,9 +57,59 @@ pub enum DecodeError {
     SpecVersion(String),
     #[error("CloudEvent's sequence is not a decimal number")]
     Sequence,
+    /// The event's data is in S3 (a claim check): [`decode`] does not call S3.
+    #[error(
+        "event {event_id}: its data is not in the event but in S3 at {uri} (dataref): decode \
+         it with outbox_consumer::PayloadResolver, which reads the payload and checks its size \
+         and SHA-256"
+    )]
+    DataInS3 { event_id: String, uri: String },
+    /// The event carries both `data` and `dataref`: which one is its data is not known.
+    #[error(
+        "event {event_id}: has both data and dataref; an event carries its data or the \
+         reference to it, not both"
+    )]
+    DataAndDataRef { event_id: String },
+    /// `dataref`, `datasize` and `datasha256` do not say where or what the payload is.
+    #[error("event {event_id}: dataref: {source}")]
+    BadDataRef {
+        event_id: String,
+        #[source]
+        source: RefError,
+    },
+    /// The referenced payload could not be read: gone (past the payload bucket's lifecycle), not
+    /// the payload the event names, or S3 failed.
+    /// (Boxed: it is the largest variant, and every other keeps the error small.)
+    #[error(transparent)]
+    Payload(Box<ResolveError>),
+    /// The payload read from S3 (its size and SHA-256 right) is not the data the consumer
+    /// expects.
+    #[error("event {event_id}: the payload read from {uri} is malformed: {source}")]
+    StoredDataMalformed {
+        event_id: String,
+        uri: String,
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
-/// A CloudEvent as the relays write it (the attributes the envelope has).
+impl From<ResolveError> for DecodeError {
+    fn from(error: ResolveError) -> Self {
+        Self::Payload(Box::new(error))
+    }
+}
+
+impl DecodeError {
+    /// Whether delivering the event again later may succeed: only when S3 failed transiently
+    /// while its payload was read. Everything else is the event itself (poison), or its payload
+    /// gone or not the one named, which a retry cannot bring back.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Payload(e) if e.is_retryable())
+    }
+}
+
+/// A CloudEvent as the relays write it (the attributes the envelope has; `data` and the claim
+/// check are read apart, so the data is not copied).
 #[derive(Debug, Deserialize)]
 struct CloudEventIn {
     specversion: String,
@@ -53,8 +121,6 @@ struct CloudEventIn {
     #[serde(default)]
     time: Option<String>,
     #[serde(default)]
-    data: Value,
-    #[serde(default)]
     sequence: Option<String>,
     #[serde(default)]
     aggregatetype: Option<String>,
@@ -64,27 +130,80 @@ struct CloudEventIn {
     tracestate: Option<String>,
 }
 
+/// The claim check's members, in place of `data` (envelope top level, CloudEvent extensions).
+#[derive(Debug, Deserialize)]
+struct DataRefIn {
+    dataref: String,
+    datasize: u64,
+    datasha256: String,
+}
+
+/// The member naming a claim-checked payload's object: CloudEvents' claim-check extension.
+const DATAREF: &str = "dataref";
+
+/// Where a received event's data is.
+#[derive(Debug)]
+pub(crate) enum Data<'a> {
+    /// In the event: its `data` (`None`: the event has none).
+    Inline(Option<&'a Value>),
+    /// In S3: the reference the event carries in place of `data`.
+    Stored(PayloadRef),
+}
+
+/// An event as received: its metadata, and where its data is (not read yet).
+#[derive(Debug)]
+pub(crate) struct Received<'a> {
+    pub(crate) metadata: EventMetadata,
+    pub(crate) data: Data<'a>,
+    format: &'static str,
+}
+
+impl Received<'_> {
+    /// The envelope with its data as `D`, when the event carries it.
+    ///
+    /// # Errors
+    /// [`DecodeError::DataInS3`] when its data is in S3; [`DecodeError::Malformed`] when it is
+    /// not a `D`.
+    pub(crate) fn into_inline<D: DeserializeOwned>(self) -> Result<Envelope<D>, DecodeError> {
+        let malformed = |source| DecodeError::Malformed {
+            format: self.format,
+            source,
+        };
+        let data = match self.data {
+            Data::Inline(Some(data)) => D::deserialize(data).map_err(malformed)?,
+            // CloudEvents makes data optional: `D` says whether null is one. The envelope has it.
+            Data::Inline(None) if self.format == CLOUDEVENT => {
+                D::deserialize(&Value::Null).map_err(malformed)?
+            }
+            Data::Inline(None) => return Err(malformed(serde::de::Error::missing_field("data"))),
+            Data::Stored(reference) => {
+                return Err(DecodeError::DataInS3 {
+                    event_id: self.metadata.event_id,
+                    uri: reference.uri,
+                });
+            }
+        };
+        Ok(Envelope {
+            metadata: self.metadata,
+            data,
+        })
+    }
+}
+
+const ENVELOPE: &str = "envelope";
+const CLOUDEVENT: &str = "CloudEvent";
+
 /// The outbox event `event` carries, its data as `D`: `event` is the envelope, a CloudEvent, or
 /// an EventBridge event (`{"detail-type", "detail", …}`, as the classic bus and the Custom Event
 /// Bus's `PutEvents` deliver it) whose `detail` is either.
 ///
+/// An event whose data is in S3 (`dataref`) is refused ([`DecodeError::DataInS3`]): read it
+/// with [`crate::PayloadResolver::decode`], which takes either kind.
+///
 /// # Errors
-/// [`DecodeError`] when it is none of these, or its data is not a `D`.
+/// [`DecodeError`] when it is none of these, its data is not a `D`, or its data is in S3.
 pub fn decode<D: DeserializeOwned>(event: &Value) -> Result<Envelope<D>, DecodeError> {
-    let event = match event.get("detail") {
-        Some(detail) if event.get("detail-type").is_some() => detail,
-        _ => event,
-    };
-    if event.get("specversion").is_some() {
-        return from_cloudevent(event);
-    }
-    if event.get("metadata").is_none() {
-        return Err(DecodeError::NotAnEvent);
-    }
-    Envelope::<D>::deserialize(event).map_err(|source| DecodeError::Malformed {
-        format: "envelope",
-        source,
-    })
+    receive(event)?.into_inline()
 }
 
 /// Like [`decode`], from the text of a message body.
@@ -92,19 +211,77 @@ pub fn decode<D: DeserializeOwned>(event: &Value) -> Result<Envelope<D>, DecodeE
 /// # Errors
 /// [`DecodeError`] when it is not JSON, or [`decode`] refuses it.
 pub fn decode_str<D: DeserializeOwned>(body: &str) -> Result<Envelope<D>, DecodeError> {
-    let value: Value = serde_json::from_str(body).map_err(|source| DecodeError::Malformed {
-        format: "message body",
-        source,
-    })?;
-    decode(&value)
+    decode(&parse_body(body)?)
 }
 
-fn from_cloudevent<D: DeserializeOwned>(event: &Value) -> Result<Envelope<D>, DecodeError> {
-    let malformed = |source| DecodeError::Malformed {
-        format: "CloudEvent",
+/// The JSON of a message body.
+pub(crate) fn parse_body(body: &str) -> Result<Value, DecodeError> {
+    serde_json::from_str(body).map_err(|source| DecodeError::Malformed {
+        format: "message body",
         source,
+    })
+}
+
+/// The event `event` carries (see [`decode`]), its data not read yet.
+pub(crate) fn receive(event: &Value) -> Result<Received<'_>, DecodeError> {
+    let event = match event.get("detail") {
+        Some(detail) if event.get("detail-type").is_some() => detail,
+        _ => event,
     };
-    let event = CloudEventIn::deserialize(event).map_err(malformed)?;
+    let (metadata, format) = if event.get("specversion").is_some() {
+        (cloudevent_metadata(event)?, CLOUDEVENT)
+    } else if let Some(metadata) = event.get("metadata") {
+        let metadata =
+            EventMetadata::deserialize(metadata).map_err(|source| DecodeError::Malformed {
+                format: ENVELOPE,
+                source,
+            })?;
+        (metadata, ENVELOPE)
+    } else {
+        return Err(DecodeError::NotAnEvent);
+    };
+    let data = match (event.get("data"), event.get(DATAREF)) {
+        (data, None) => Data::Inline(data),
+        (Some(_), Some(_)) => {
+            return Err(DecodeError::DataAndDataRef {
+                event_id: metadata.event_id,
+            });
+        }
+        (None, Some(_)) => Data::Stored(data_ref(event, &metadata.event_id)?),
+    };
+    Ok(Received {
+        metadata,
+        data,
+        format,
+    })
+}
+
+/// The reference an event carries in place of its data, checked (another client may have
+/// written it).
+fn data_ref(event: &Value, event_id: &str) -> Result<PayloadRef, DecodeError> {
+    let members = DataRefIn::deserialize(event).map_err(|source| DecodeError::Malformed {
+        format: "claim check (dataref, datasize, datasha256)",
+        source,
+    })?;
+    let reference = PayloadRef {
+        uri: members.dataref,
+        size: members.datasize,
+        sha256: members.datasha256,
+    };
+    reference
+        .validate()
+        .map_err(|source| DecodeError::BadDataRef {
+            event_id: event_id.to_owned(),
+            source,
+        })?;
+    Ok(reference)
+}
+
+fn cloudevent_metadata(event: &Value) -> Result<EventMetadata, DecodeError> {
+    let event = CloudEventIn::deserialize(event).map_err(|source| DecodeError::Malformed {
+        format: CLOUDEVENT,
+        source,
+    })?;
     if event.specversion != "1.0" {
         return Err(DecodeError::SpecVersion(event.specversion));
     }
@@ -112,18 +289,15 @@ fn from_cloudevent<D: DeserializeOwned>(event: &Value) -> Result<Envelope<D>, De
         .sequence
         .map(|s| s.parse::<u64>().map_err(|_| DecodeError::Sequence))
         .transpose()?;
-    Ok(Envelope {
-        metadata: EventMetadata {
-            event_id: event.id,
-            event_type: event.event_type,
-            aggregate_type: event.aggregatetype,
-            aggregate_id: event.subject,
-            sequence,
-            occurred_at: event.time.unwrap_or_default(),
-            traceparent: event.traceparent,
-            tracestate: event.tracestate,
-        },
-        data: D::deserialize(event.data).map_err(malformed)?,
+    Ok(EventMetadata {
+        event_id: event.id,
+        event_type: event.event_type,
+        aggregate_type: event.aggregatetype,
+        aggregate_id: event.subject,
+        sequence,
+        occurred_at: event.time.unwrap_or_default(),
+        traceparent: event.traceparent,
+        tracestate: event.tracestate,
     })
 }
 
@@ -219,5 +393,70 @@ mod tests {
             })
         ));
         assert!(decode_str::<Value>("not json").is_err());
+    }
+
+    #[test]
+    fn decode_refuses_an_event_whose_data_is_in_s3_naming_its_reference_and_the_resolver() {
+        use outbox_shared::envelope::Encoding;
+        for encoding in [
+            Encoding::envelope(),
+            Encoding::cloudevents("com.example.orders"),
+        ] {
+            // Given an event whose payload is in S3, as the relays write it, alone and as an
+            // EventBridge event's detail
+            let (_, stored, reference) =
+                crate::test_support::inline_and_claim_checked(&json!({"orderId": "o1"}), &encoding);
+            for event in [stored.clone(), in_eventbridge_event(stored)] {
+                // When it is decoded without S3
+                let err = decode::<Value>(&event).unwrap_err();
+
+                // Then the error names the event, its reference and the call that reads it
+                assert!(
+                    matches!(&err, DecodeError::DataInS3 { event_id, uri }
+                        if event_id == "e1" && *uri == reference.uri),
+                    "{err:?}"
+                );
+                let message = err.to_string();
+                assert!(message.contains("s3://b/payloads/e1"), "{message}");
+                assert!(message.contains("PayloadResolver"), "{message}");
+                assert!(!err.is_retryable());
+            }
+        }
+    }
+
+    #[test]
+    fn a_claim_check_that_is_ambiguous_or_does_not_say_where_or_what_is_poison_named() {
+        let (_, stored, _) = crate::test_support::inline_and_claim_checked(
+            &json!({"orderId": "o1"}),
+            &outbox_shared::envelope::Encoding::envelope(),
+        );
+        // Both the data and a reference to it
+        let mut both = stored.clone();
+        both["data"] = json!({"orderId": "o1"});
+        let err = decode::<Value>(&both).unwrap_err();
+        assert!(matches!(err, DecodeError::DataAndDataRef { .. }), "{err:?}");
+        assert!(err.to_string().contains("both data and dataref"), "{err}");
+        // A reference that is not an s3:// URI, or without its checksum
+        let mut elsewhere = stored.clone();
+        elsewhere["dataref"] = json!("https://example.com/payloads/e1");
+        let err = decode::<Value>(&elsewhere).unwrap_err();
+        assert!(matches!(err, DecodeError::BadDataRef { .. }), "{err:?}");
+        assert!(
+            err.to_string().contains("not an s3://BUCKET/KEY URI"),
+            "{err}"
+        );
+        let mut unchecked = stored;
+        unchecked.as_object_mut().unwrap().remove("datasha256");
+        let err = decode::<Value>(&unchecked).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("malformed claim check (dataref, datasize, datasha256)"),
+            "{err}"
+        );
+        // And an envelope with neither is still the envelope missing its data
+        let mut none = envelope();
+        none.as_object_mut().unwrap().remove("data");
+        let err = decode::<Value>(&none).unwrap_err();
+        assert_eq!(err.to_string(), "malformed envelope: missing field `data`");
     }
 }

@@ -1,5 +1,5 @@
-//! A DynamoDB client answered by `aws-smithy-mocks` rules, for error paths the emulator cannot
-//! produce (throttling at a chosen call).
+//! DynamoDB and S3 clients answered by `aws-smithy-mocks` rules, for error paths the emulator
+//! cannot produce (throttling at a chosen call, an S3 outage).
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
@@ -30,4 +30,72 @@ pub(crate) fn throttled() -> ErrorMetadata {
         .code("ProvisionedThroughputExceededException")
         .message("Rate of requests exceeds the allowed throughput")
         .build()
+}
+
+/// An S3 client whose calls are answered by `rules` (SDK retries off, so each rule answers once).
+pub(crate) fn mock_s3_client(rules: &[&Rule]) -> aws_sdk_s3::Client {
+    let interceptor = rules.iter().fold(
+        MockResponseInterceptor::new().rule_mode(RuleMode::MatchAny),
+        |i, rule| i.with_rule(rule),
+    );
+    let config = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "test"))
+        .http_client(create_mock_http_client())
+        .interceptor(interceptor)
+        .retry_config(RetryConfig::disabled())
+        .build();
+    aws_sdk_s3::Client::from_conf(config)
+}
+
+/// S3's answer to a refused or failed call: `status`, and the REST-XML error with `code`.
+pub(crate) fn s3_error(status: u16, code: &str) -> aws_smithy_runtime_api::http::Response {
+    aws_smithy_runtime_api::http::Response::new(
+        aws_smithy_runtime_api::http::StatusCode::try_from(status).expect("an HTTP status"),
+        aws_smithy_types::body::SdkBody::from(format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code>\
+             <Message>{code}</Message><RequestId>R1</RequestId></Error>"
+        )),
+    )
+}
+
+/// One `OrderCreated` event with `payload` as `encoding` writes it twice: with its data inline,
+/// and with its data referenced as stored in bucket `b` (the item's `PayloadRef`, as the writer
+/// stores a payload too large for an item); and the reference.
+pub(crate) fn inline_and_claim_checked(
+    payload: &serde_json::Value,
+    encoding: &outbox_shared::envelope::Encoding,
+) -> (
+    serde_json::Value,
+    serde_json::Value,
+    outbox_shared::PayloadRef,
+) {
+    use outbox_shared::{NewOutboxEvent, OutboundEvent, OutboxConfig, OutboxItem, PayloadStore};
+    let item = OutboxItem::pending_with_id(
+        NewOutboxEvent {
+            partition_key: "USER#u1".into(),
+            event_type: "OrderCreated".into(),
+            aggregate_type: "Order".into(),
+            aggregate_id: "o1".into(),
+            sequence: Some(3),
+            payload: payload.clone(),
+            trace_header: None,
+            trace_context: None,
+        },
+        &OutboxConfig::new("outbox"),
+        chrono::Utc::now(),
+        "e1".into(),
+    )
+    .expect("a valid item");
+    let reference = PayloadStore::new(mock_s3_client(&[]), "b")
+        .reference(&item.event_id, item.payload.as_bytes());
+    let mut stored = item.clone();
+    stored.payload = String::new();
+    stored.payload_ref = Some(reference.clone());
+    let body = |item: &OutboxItem| {
+        let event = OutboundEvent::from_item(item, encoding).expect("an event");
+        serde_json::from_str(&event.detail).expect("JSON")
+    };
+    (body(&item), body(&stored), reference)
 }

@@ -1,7 +1,8 @@
 //! The example consumer fed the EventBridge event the relay produces: a fixture captured from a
 //! real relayed message (kept honest by a test that re-derives it from a live relay), delivered
-//! several times; and fed batches from the FIFO queue of the Custom Event Bus's subscriber, in
-//! order, stopping at a failure.
+//! several times; an event whose payload is in S3 (a claim check), handled as the same event
+//! inline, and refused when its object is gone; and fed batches from the FIFO queue of the
+//! Custom Event Bus's subscriber, in order, stopping at a failure.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -16,7 +17,8 @@ use order_consumer::{
 };
 use outbox_consumer::occ::OccConfig;
 use outbox_consumer::tables::create_idempotency_table;
-use outbox_consumer::{IdempotencyConfig, IdempotencyStore, OccTable};
+use outbox_consumer::{IdempotencyConfig, IdempotencyStore, OccTable, PayloadResolver};
+use outbox_shared::claim_check::{PayloadStore, Stored};
 use outbox_shared::schema::user_pk;
 use outbox_shared::{Envelope, NewOutboxEvent, OutboundEvent, OutboxItem};
 use outbox_tests::{TestEnv, unique_name, workspace_root};
@@ -154,6 +156,11 @@ async fn consumer(
     (store, Arc::new(DynamoInventory::new(occ)))
 }
 
+/// The example consumer's payload resolver, on the emulator's S3.
+fn resolver(env: &TestEnv) -> PayloadResolver {
+    PayloadResolver::new(env.s3.clone())
+}
+
 async fn available(inventory: &DynamoInventory, sku: &str) -> u64 {
     inventory
         .stock_level(sku)
@@ -186,7 +193,7 @@ async fn the_example_consumer_reserves_stock_once_when_the_event_is_delivered_th
     let mut handled = Vec::new();
     for _ in 0..3 {
         handled.push(
-            handle_event(&event, None, &store, inventory.as_ref())
+            handle_event(&event, None, &resolver(&env), &store, inventory.as_ref())
                 .await
                 .unwrap(),
         );
@@ -227,8 +234,10 @@ async fn three_concurrent_deliveries_reserve_stock_once() {
     let (store, inventory) = consumer(&env, &stocked).await;
 
     // When it is delivered three times at once, and the refused deliveries are retried
+    let payloads = resolver(&env);
     let results =
-        join_all((0..3).map(|_| handle_event(&event, None, &store, inventory.as_ref()))).await;
+        join_all((0..3).map(|_| handle_event(&event, None, &payloads, &store, inventory.as_ref())))
+            .await;
     for result in &results {
         match result {
             Ok(Handled::Processed { .. }) => {}
@@ -236,7 +245,7 @@ async fn three_concurrent_deliveries_reserve_stock_once() {
             other => panic!("unexpected: {other:?}"),
         }
     }
-    let retried = handle_event(&event, None, &store, inventory.as_ref())
+    let retried = handle_event(&event, None, &resolver(&env), &store, inventory.as_ref())
         .await
         .unwrap();
 
@@ -274,10 +283,10 @@ async fn an_order_that_cannot_be_met_is_rejected_once_and_gives_back_what_it_too
     let (store, inventory) = consumer(&env, &BTreeMap::from([(plenty, 10), (none, 0)])).await;
 
     // When it is delivered twice
-    let first = handle_event(&event, None, &store, inventory.as_ref())
+    let first = handle_event(&event, None, &resolver(&env), &store, inventory.as_ref())
         .await
         .unwrap();
-    let second = handle_event(&event, None, &store, inventory.as_ref())
+    let second = handle_event(&event, None, &resolver(&env), &store, inventory.as_ref())
         .await
         .unwrap();
 
@@ -310,7 +319,7 @@ async fn other_events_are_ignored() {
     let (store, inventory) = consumer(&env, &BTreeMap::new()).await;
 
     // When it is delivered
-    let handled = handle_event(&event, None, &store, inventory.as_ref())
+    let handled = handle_event(&event, None, &resolver(&env), &store, inventory.as_ref())
         .await
         .unwrap();
 
@@ -346,15 +355,15 @@ impl order_consumer::Inventory for FailsOnceFor {
     }
 }
 
-/// An `OrderCreated` outbox event for `order_id`, one unit of `sku`.
-fn order_created(env: &TestEnv, order_id: &str, sku: &str) -> OutboundEvent {
+/// An `OrderCreated` outbox item for `order_id`, `quantity` units of `sku`.
+fn order_created_item(env: &TestEnv, order_id: &str, sku: &str, quantity: u32) -> OutboxItem {
     let data = json!({
         "orderId": order_id, "userId": "user-1",
-        "items": [{"sku": sku, "quantity": 1, "unitPriceCents": 1250}],
-        "amountCents": 1250, "status": "CREATED", "version": 1,
+        "items": [{"sku": sku, "quantity": quantity, "unitPriceCents": 1250}],
+        "amountCents": 1250 * quantity, "status": "CREATED", "version": 1,
         "createdAt": outbox_shared::time::format_timestamp(Utc::now()),
     });
-    let item = OutboxItem::pending(
+    OutboxItem::pending(
         NewOutboxEvent {
             partition_key: user_pk("user-1"),
             event_type: ORDER_CREATED.to_owned(),
@@ -368,9 +377,215 @@ fn order_created(env: &TestEnv, order_id: &str, sku: &str) -> OutboundEvent {
         &env.outbox_config(),
         Utc::now(),
     )
-    .expect("valid outbox event");
-    OutboundEvent::from_item(&item, &outbox_shared::envelope::Encoding::envelope())
+    .expect("valid outbox event")
+}
+
+/// The envelope of `item`, as the relays publish it.
+fn event_of(item: &OutboxItem) -> OutboundEvent {
+    OutboundEvent::from_item(item, &outbox_shared::envelope::Encoding::envelope())
         .expect("envelope")
+}
+
+/// An `OrderCreated` outbox event for `order_id`, one unit of `sku`.
+fn order_created(env: &TestEnv, order_id: &str, sku: &str) -> OutboundEvent {
+    event_of(&order_created_item(env, order_id, sku, 1))
+}
+
+/// A payload bucket as the template makes it, on the emulator's S3, and the claim check's store
+/// in it.
+async fn payload_bucket(env: &TestEnv) -> PayloadStore {
+    PayloadStore::new(env.s3.clone(), env.create_payload_bucket().await)
+}
+
+/// `item` as the writer writes an event whose payload is too large for an item: the payload
+/// stored in `payloads` first, the item holding its reference instead.
+async fn claim_checked(payloads: &PayloadStore, item: &OutboxItem) -> OutboxItem {
+    let (reference, stored) = payloads
+        .put(&item.event_id, item.payload.as_bytes())
+        .await
+        .expect("store the payload");
+    assert_eq!(stored, Stored::Written);
+    let mut claim_checked = item.clone();
+    claim_checked.payload = String::new();
+    claim_checked.payload_ref = Some(reference);
+    claim_checked
+}
+
+/// Publishes `events` through the relay's publisher to the classic bus and returns them as the
+/// sink queue received them, in the order given (told apart by whether they carry a `dataref`
+/// when they share an event id).
+async fn deliver(env: &TestEnv, events: &[OutboundEvent]) -> Vec<EventBridgeEvent<Value>> {
+    let publisher = EventBridgePublisher::new(env.eventbridge.clone(), env.publisher_config())
+        .expect("valid publisher config");
+    let outcomes = publisher
+        .publish(events, relay_runtime::Deadline::NONE)
+        .await;
+    assert!(
+        outcomes.iter().all(PublishOutcome::is_published),
+        "{outcomes:?}"
+    );
+    let delivered = env
+        .wait_for_sink(events.len() as u64, Duration::from_secs(20))
+        .await;
+    assert_eq!(delivered.len(), events.len());
+    events
+        .iter()
+        .map(|sent| {
+            let sent: Value = serde_json::from_str(&sent.detail).unwrap();
+            let received = delivered
+                .iter()
+                .find(|d| {
+                    d.event_id() == sent["metadata"]["eventId"]
+                        && d.event["detail"].get("dataref") == sent.get("dataref")
+                })
+                .expect("each event delivered");
+            serde_json::from_value(received.event.clone()).expect("an EventBridge event")
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_order_created_with_its_payload_in_s3_is_handled_as_the_same_event_inline() {
+    // Given an OrderCreated whose payload the writer stored in the payload bucket (its outbox
+    // item holding the reference), delivered through the bus as the relay publishes it, and the
+    // same event with its payload inline
+    let env = TestEnv::new().await;
+    let bucket = payload_bucket(&env).await;
+    let item = order_created_item(&env, "ord-large-1", "SKU-large", 2);
+    let stored = claim_checked(&bucket, &item).await;
+    let [inline, referenced] = deliver(&env, &[event_of(&item), event_of(&stored)])
+        .await
+        .try_into()
+        .unwrap();
+    let reference = stored.payload_ref.as_ref().unwrap();
+    assert_eq!(referenced.detail["dataref"], reference.uri.as_str());
+    assert!(referenced.detail.get("data").is_none(), "{referenced:?}");
+
+    // And two consumers, each with 5 units of the SKU
+    let stocked = BTreeMap::from([("SKU-large", 5)]);
+    let (store, inventory) = consumer(&env, &stocked).await;
+    let (other_store, other_inventory) = consumer(&env, &stocked).await;
+
+    // When one handles the event with its payload in S3, and the other the event inline
+    let from_s3 = handle_event(
+        &referenced,
+        None,
+        &resolver(&env),
+        &store,
+        inventory.as_ref(),
+    )
+    .await
+    .unwrap();
+    let from_event = handle_event(
+        &inline,
+        None,
+        &resolver(&env),
+        &other_store,
+        other_inventory.as_ref(),
+    )
+    .await
+    .unwrap();
+
+    // Then both reserve the order's 2 units with the same answer
+    assert!(
+        matches!(&from_s3, Handled::Processed { replayed: false, reservation: Reservation::Reserved { lines, .. } } if lines[0].quantity == 2),
+        "{from_s3:?}"
+    );
+    assert_eq!(from_s3, from_event);
+    assert_eq!(available(&inventory, "SKU-large").await, 3);
+    assert_eq!(available(&other_inventory, "SKU-large").await, 3);
+
+    // And the inline delivery of the same event to the first consumer is a duplicate answered
+    // from its store (the same key and payload hash), not a key reused with another payload
+    let duplicate = handle_event(&inline, None, &resolver(&env), &store, inventory.as_ref())
+        .await
+        .unwrap();
+    let Handled::Processed { reservation, .. } = from_s3 else {
+        unreachable!()
+    };
+    assert_eq!(
+        duplicate,
+        Handled::Processed {
+            replayed: true,
+            reservation
+        }
+    );
+    assert_eq!(available(&inventory, "SKU-large").await, 3);
+}
+
+#[tokio::test]
+async fn an_order_created_whose_payload_is_gone_is_refused_clearly_and_not_marked_processed() {
+    // Given an OrderCreated delivered with its payload in S3, and its object then gone (past
+    // the payload bucket's lifecycle)
+    let env = TestEnv::new().await;
+    let bucket = payload_bucket(&env).await;
+    let item = order_created_item(&env, "ord-expired-1", "SKU-expired", 1);
+    let stored = claim_checked(&bucket, &item).await;
+    let [referenced] = deliver(&env, &[event_of(&stored)])
+        .await
+        .try_into()
+        .unwrap();
+    let reference = stored.payload_ref.clone().unwrap();
+    let (bucket_name, key) = reference.location().unwrap();
+    env.s3
+        .delete_object()
+        .bucket(bucket_name)
+        .key(key)
+        .send()
+        .await
+        .expect("expire the object");
+    let (store, inventory) = consumer(&env, &BTreeMap::from([("SKU-expired", 5)])).await;
+
+    // When it is handled
+    let err = handle_event(
+        &referenced,
+        None,
+        &resolver(&env),
+        &store,
+        inventory.as_ref(),
+    )
+    .await
+    .unwrap_err();
+
+    // Then it is refused as final, saying the payload is gone from where and why
+    assert!(matches!(err, HandlerError::Permanent(_)), "{err:?}");
+    assert!(!err.is_retryable());
+    let message = err.to_string();
+    for said in [
+        item.event_id.as_str(),
+        reference.uri.as_str(),
+        "is gone",
+        "lifecycle",
+    ] {
+        assert!(message.contains(said), "{said:?} not in {message}");
+    }
+    assert_eq!(available(&inventory, "SKU-expired").await, 5);
+
+    // And it was not marked processed: once the payload is there again, the event runs
+    bucket
+        .put(&item.event_id, item.payload.as_bytes())
+        .await
+        .expect("restore the payload");
+    let handled = handle_event(
+        &referenced,
+        None,
+        &resolver(&env),
+        &store,
+        inventory.as_ref(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(
+            handled,
+            Handled::Processed {
+                replayed: false,
+                ..
+            }
+        ),
+        "{handled:?}"
+    );
+    assert_eq!(available(&inventory, "SKU-expired").await, 4);
 }
 
 /// `count` messages from a FIFO queue, as Lambda's SQS event source hands them to the function
@@ -468,7 +683,8 @@ async fn on_the_fifo_queue_the_consumer_stops_at_a_failure_and_leaves_the_rest_f
     };
 
     // When the batch is handled
-    let first = order_consumer::handle_queue_batch(&batch, None, &store, &flaky).await;
+    let first =
+        order_consumer::handle_queue_batch(&batch, None, &resolver(&env), &store, &flaky).await;
 
     // Then the first message is handled, and the failed one and the one after it are reported
     // (left on the queue for their turn), the third not run ahead of the second
@@ -493,7 +709,8 @@ async fn on_the_fifo_queue_the_consumer_stops_at_a_failure_and_leaves_the_rest_f
         .into_iter()
         .cloned()
         .collect();
-    let second = order_consumer::handle_queue_batch(&again, None, &store, &flaky).await;
+    let second =
+        order_consumer::handle_queue_batch(&again, None, &resolver(&env), &store, &flaky).await;
 
     // Then both are handled in order, the duplicate answered from the store: each order's
     // stock reserved once

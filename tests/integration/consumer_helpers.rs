@@ -1,23 +1,32 @@
 //! The consumer helpers against the local emulator: the idempotency store (concurrent duplicates,
-//! crashed holders, stored responses, payload mismatches, failure policies, the cache) and the
-//! OCC helper (concurrent decrements, conflicts with no retries).
+//! crashed holders, stored responses, payload mismatches, failure policies, the cache), the
+//! OCC helper (concurrent decrements, conflicts with no retries), and the payload resolver (an
+//! event's payload read back from S3: 5 MiB in either format, one not the payload named, one
+//! gone, one not the data expected).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_s3::primitives::ByteStream;
 use chrono::{DateTime, Utc};
 use futures::future::join_all;
 use order_consumer::stock::{self, create_stock_table, put_stock};
 use order_consumer::{DynamoInventory, StockLevel};
+use outbox_consumer::idempotency::payload_hash;
 use outbox_consumer::occ::OccConfig;
 use outbox_consumer::tables::{create_idempotency_table, idempotency};
 use outbox_consumer::{
     Clock, FailurePolicy, IdempotencyConfig, IdempotencyError, IdempotencyStore, ManualClock,
     OccError, OccTable, Outcome, RetryPolicy,
 };
-use outbox_tests::{TestEnv, unique_name};
+use outbox_consumer::{DecodeError, Envelope, PayloadResolver, ResolveError};
+use outbox_shared::claim_check::PayloadStore;
+use outbox_shared::envelope::Encoding;
+use outbox_shared::schema::user_pk;
+use outbox_shared::{NewOutboxEvent, OutboundEvent, OutboxItem};
+use outbox_tests::{TEST_SOURCE, TestEnv, unique_name};
 use serde_json::{Value, json};
 
 /// A fresh idempotency table in `env`.
@@ -594,4 +603,174 @@ async fn a_holder_whose_lock_was_taken_over_cannot_overwrite_the_new_holders_res
         .await
         .unwrap();
     assert_eq!(replay, Outcome::AlreadyCompleted(json!({"by": "fast"})));
+}
+
+/// A payload bucket as the template makes it, on the emulator's S3, and the claim check's store
+/// in it.
+async fn payload_store(env: &TestEnv) -> PayloadStore {
+    PayloadStore::new(env.s3.clone(), env.create_payload_bucket().await)
+}
+
+/// An outbox item of `payload`, and the same item as the writer writes it when the payload is
+/// too large for an item: the payload stored in `payloads` first, the item holding its reference.
+async fn inline_and_claim_checked(
+    env: &TestEnv,
+    payloads: &PayloadStore,
+    payload: Value,
+) -> (OutboxItem, OutboxItem) {
+    let item = OutboxItem::pending(
+        NewOutboxEvent {
+            partition_key: user_pk("user-1"),
+            event_type: "OrderCreated".to_owned(),
+            aggregate_type: "Order".to_owned(),
+            aggregate_id: "ord-1".to_owned(),
+            sequence: Some(1),
+            payload,
+            trace_header: None,
+            trace_context: None,
+        },
+        &env.outbox_config(),
+        Utc::now(),
+    )
+    .expect("valid outbox event");
+    let (reference, _) = payloads
+        .put(&item.event_id, item.payload.as_bytes())
+        .await
+        .expect("store the payload");
+    let mut stored = item.clone();
+    stored.payload = String::new();
+    stored.payload_ref = Some(reference);
+    (item, stored)
+}
+
+/// The body of `item`'s event as the relays publish it in `encoding`.
+fn body(item: &OutboxItem, encoding: &Encoding) -> Value {
+    let event = OutboundEvent::from_item(item, encoding).expect("an event");
+    serde_json::from_str(&event.detail).expect("JSON")
+}
+
+#[tokio::test]
+async fn a_5_mib_payload_in_s3_decodes_as_the_same_event_inline_in_either_format() {
+    // Given an order with 5 MiB of line items, its payload stored in the payload bucket
+    let env = TestEnv::new().await;
+    let payloads = payload_store(&env).await;
+    let lines: Vec<Value> = (0..40_000)
+        .map(|i| json!({"sku": format!("SKU-{i:08}"), "quantity": 1, "note": "n".repeat(100)}))
+        .collect();
+    let payload = json!({"orderId": "ord-1", "items": lines});
+    let (item, stored) = inline_and_claim_checked(&env, &payloads, payload.clone()).await;
+    let reference = stored.payload_ref.clone().unwrap();
+    assert!(reference.size >= 5 * 1024 * 1024, "{}", reference.size);
+    let resolver = PayloadResolver::new(env.s3.clone());
+
+    for encoding in [Encoding::envelope(), Encoding::cloudevents(TEST_SOURCE)] {
+        // When its event with the reference is decoded by the resolver, as a value and as a
+        // message body
+        let referenced = body(&stored, &encoding);
+        assert_eq!(referenced["dataref"], reference.uri.as_str());
+        let from_s3: Envelope<Value> = resolver.decode(&referenced).await.unwrap();
+        let from_body: Envelope<Value> =
+            resolver.decode_str(&referenced.to_string()).await.unwrap();
+
+        // Then both are the event as it decodes with its payload inline, data and metadata,
+        // and the idempotency store hashes them the same
+        let inline: Envelope<Value> = outbox_consumer::decode(&body(&item, &encoding)).unwrap();
+        assert_eq!(from_s3.data, payload, "{encoding:?}");
+        assert_eq!(from_s3, inline, "{encoding:?}");
+        assert_eq!(from_body, inline, "{encoding:?}");
+        assert_eq!(
+            payload_hash(&from_s3).unwrap(),
+            payload_hash(&inline).unwrap()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_payload_in_s3_that_is_not_the_one_named_or_is_gone_is_refused_naming_it_and_not_retryable()
+ {
+    // Given an event whose payload is in the payload bucket
+    let env = TestEnv::new().await;
+    let payloads = payload_store(&env).await;
+    let (item, stored) =
+        inline_and_claim_checked(&env, &payloads, json!({"orderId": "ord-1"})).await;
+    let reference = stored.payload_ref.clone().unwrap();
+    let (bucket, key) = reference.location().unwrap();
+    let event = body(&stored, &Encoding::envelope());
+    let resolver = PayloadResolver::new(env.s3.clone());
+
+    // When its object is overwritten with another payload, and the event decoded
+    env.s3
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(ByteStream::from_static(br#"{"orderId": "ord-2"}"#))
+        .send()
+        .await
+        .expect("overwrite the object");
+    let err = resolver.decode::<Value>(&event).await.unwrap_err();
+
+    // Then it is refused as not the payload named: its size and SHA-256 against the event's
+    assert!(
+        matches!(&err, DecodeError::Payload(e) if matches!(**e, ResolveError::Mismatch { .. })),
+        "{err:?}"
+    );
+    assert!(!err.is_retryable());
+    let message = err.to_string();
+    for said in [item.event_id.as_str(), reference.uri.as_str(), "20 bytes"] {
+        assert!(message.contains(said), "{said:?} not in {message}");
+    }
+
+    // When its object is gone (past the bucket's lifecycle), and the event decoded
+    env.s3
+        .delete_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .expect("expire the object");
+    let err = resolver.decode::<Value>(&event).await.unwrap_err();
+
+    // Then it is refused as gone, saying why, and no retry can bring it back
+    assert!(
+        matches!(&err, DecodeError::Payload(e) if matches!(**e, ResolveError::Gone { .. })),
+        "{err:?}"
+    );
+    assert!(!err.is_retryable());
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the payload of event {} is gone from {}: its object expired (the payload bucket's \
+             lifecycle) or was deleted; the event cannot be processed from its reference",
+            item.event_id, reference.uri
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_payload_in_s3_that_is_not_the_data_expected_is_malformed_naming_its_reference() {
+    // Given an event whose payload, in the payload bucket, is not an order
+    #[derive(Debug, serde::Deserialize)]
+    struct Order {
+        #[serde(rename = "orderId")]
+        _order_id: String,
+    }
+    let env = TestEnv::new().await;
+    let payloads = payload_store(&env).await;
+    let (_, stored) =
+        inline_and_claim_checked(&env, &payloads, json!(["not", "an", "order"])).await;
+    let event = body(&stored, &Encoding::envelope());
+
+    // When it is decoded as an order
+    let err = PayloadResolver::new(env.s3.clone())
+        .decode::<Order>(&event)
+        .await
+        .unwrap_err();
+
+    // Then it is poison, named by its reference
+    assert!(
+        matches!(&err, DecodeError::StoredDataMalformed { uri, .. }
+            if *uri == stored.payload_ref.as_ref().unwrap().uri),
+        "{err:?}"
+    );
+    assert!(!err.is_retryable());
 }

@@ -255,9 +255,15 @@ async fn one_trace_runs_from_the_order_through_the_relays_to_the_example_consume
     let messages = sink_messages(&env, 1).await;
     assert_eq!(messages.len(), 1, "{messages:?}");
     let (store, inventory) = example_consumer(&env, &sku).await;
-    let batch = order_consumer::handle_queue_batch(&messages, None, &store, &inventory)
-        .with_subscriber(consumer.dispatch.clone())
-        .await;
+    let batch = order_consumer::handle_queue_batch(
+        &messages,
+        None,
+        &outbox_consumer::PayloadResolver::new(env.s3.clone()),
+        &store,
+        &inventory,
+    )
+    .with_subscriber(consumer.dispatch.clone())
+    .await;
     assert!(batch.response.batch_item_failures.is_empty(), "{batch:?}");
     assert!(
         matches!(

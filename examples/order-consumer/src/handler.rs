@@ -1,11 +1,14 @@
 //! The Lambda handler: reserves stock for each `OrderCreated` event exactly once, however often
 //! the relay delivers it, in whichever format the relay publishes it (the envelope or a
-//! CloudEvent: `outbox_consumer::decode`), each in a `process` span that continues the event's
-//! trace (`outbox_consumer::process_span`).
+//! CloudEvent) and wherever its payload is (in the event, or in S3 when it was too large to
+//! travel in it: `outbox_consumer::PayloadResolver`), each in a `process` span that continues the
+//! event's trace (`outbox_consumer::process_span`).
 
 pub use aws_lambda_events::eventbridge::EventBridgeEvent;
 use chrono::{DateTime, Utc};
-use outbox_consumer::{Clock, EventIdKey, IdempotencyError, IdempotencyStore, Outcome};
+use outbox_consumer::{
+    Clock, DecodeError, EventIdKey, IdempotencyError, IdempotencyStore, Outcome, PayloadResolver,
+};
 use outbox_shared::Envelope;
 use outbox_writer::{ORDER_CREATED, OrderCreated};
 use serde::{Deserialize, Serialize};
@@ -33,10 +36,12 @@ pub enum HandlerError {
     /// The `detail` is not an `OrderCreated` envelope: poison, retrying cannot help.
     #[error("malformed OrderCreated event: {0}")]
     Malformed(String),
-    /// Another delivery of the same event is being processed, or the inventory or store failed.
+    /// Another delivery of the same event is being processed, or the inventory, the store or S3
+    /// (reading the event's payload) failed.
     #[error("retryable: {0}")]
     Retryable(String),
-    /// The event can never be processed (e.g. its id was used with another payload).
+    /// The event can never be processed: its id was used with another payload, or its payload
+    /// is gone from S3 (past the payload bucket's lifecycle) or is not the one it names.
     #[error("not retryable: {0}")]
     Permanent(String),
 }
@@ -61,17 +66,19 @@ impl From<HandlerError> for lambda_runtime::Diagnostic {
     }
 }
 
-/// Handles one EventBridge event (its `detail` the envelope or a CloudEvent): reserves stock for
-/// an `OrderCreated` once per event id. Its trace continues from the event's context, else the
-/// invocation's X-Ray header (`_X_AMZN_TRACE_ID`).
+/// Handles one EventBridge event (its `detail` the envelope or a CloudEvent, its payload in it or
+/// in S3): reserves stock for an `OrderCreated` once per event id. Its trace continues from the
+/// event's context, else the invocation's X-Ray header (`_X_AMZN_TRACE_ID`).
 ///
-/// `deadline` is the invocation's deadline; it bounds the idempotency lock.
+/// `deadline` is the invocation's deadline; it bounds the idempotency lock. `payloads` reads a
+/// payload the event references in S3; an event of another type is ignored without reading it.
 ///
 /// # Errors
 /// [`HandlerError`], saying whether a retry can help.
 pub async fn handle_event<I: Inventory, C: Clock>(
     event: &EventBridgeEvent<serde_json::Value>,
     deadline: Option<DateTime<Utc>>,
+    payloads: &PayloadResolver,
     store: &IdempotencyStore<C>,
     inventory: &I,
 ) -> Result<Handled, HandlerError> {
@@ -83,8 +90,7 @@ pub async fn handle_event<I: Inventory, C: Clock>(
             detail_type: event.detail_type.clone(),
         });
     }
-    let envelope: Envelope<serde_json::Value> = outbox_consumer::decode(&event.detail)
-        .map_err(|e| HandlerError::Malformed(e.to_string()))?;
+    let envelope = payloads.decode(&event.detail).await.map_err(unreadable)?;
     let xray = std::env::var(outbox_writer::LAMBDA_TRACE_ENV).ok();
     handle_envelope(envelope, xray.as_deref(), deadline, store, inventory).await
 }
@@ -145,6 +151,16 @@ async fn reserve_once<I: Inventory, C: Clock>(
                 "OrderCreated not handled");
             Err(classify(&e))
         }
+    }
+}
+
+/// Why an event could not be read: S3 failing is retryable; a payload gone or not the one the
+/// event names is final; anything else is the event's own fault (poison).
+pub(crate) fn unreadable(error: DecodeError) -> HandlerError {
+    match error {
+        error if error.is_retryable() => HandlerError::Retryable(error.to_string()),
+        error @ DecodeError::Payload(_) => HandlerError::Permanent(error.to_string()),
+        error => HandlerError::Malformed(error.to_string()),
     }
 }
 

@@ -5,7 +5,10 @@
 //! the whole reservation happen once per event; its OCC helper makes each SKU's decrement safe
 //! against concurrent orders for the same SKU. A reservation that cannot be met (unknown SKU, not
 //! enough stock) is a final answer, stored like any other response; an inventory failure releases
-//! the claim so the retry runs. The event's `data` is the writer's own [`outbox_writer::OrderCreated`].
+//! the claim so the retry runs. The event's `data` is the writer's own [`outbox_writer::OrderCreated`],
+//! carried in the event or, for an order too large to travel in it, read from S3 by
+//! [`outbox_consumer::PayloadResolver`] before the event is claimed (a payload gone, past the
+//! payload bucket's lifecycle, is a final refusal and leaves the event unclaimed).
 //!
 //! - [`handle_event`]: the handler, generic over the [`Inventory`] port;
 //! - [`handle_queue_batch`]: the same for a batch from an SQS FIFO queue (the Custom Event Bus's

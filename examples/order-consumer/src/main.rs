@@ -10,7 +10,7 @@ use order_consumer::{
     DynamoInventory, EventBridgeEvent, ExampleArgs, HandlerError, SqsEvent, handle_event,
     handle_queue_batch,
 };
-use outbox_consumer::{IdempotencyStore, OccTable};
+use outbox_consumer::{IdempotencyStore, OccTable, PayloadResolver};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -19,9 +19,11 @@ async fn main() -> anyhow::Result<()> {
     let (idempotency, occ) = args.configs().context("invalid configuration")?;
     let sdk_config = relay_runtime::load_aws_config().await?;
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk_config);
+    // Events too large to travel with their payload reference it in S3 (the payload bucket).
+    let payloads = PayloadResolver::new(aws_sdk_s3::Client::new(&sdk_config));
     let store = IdempotencyStore::new(dynamodb.clone(), idempotency)?;
     let inventory = DynamoInventory::new(OccTable::new(dynamodb, occ)?);
-    let (store, inventory) = (&store, &inventory);
+    let (payloads, store, inventory) = (&payloads, &store, &inventory);
     lambda_runtime::run(service_fn(
         move |event: LambdaEvent<serde_json::Value>| async move {
             let deadline = i64::try_from(event.context.deadline)
@@ -35,6 +37,7 @@ async fn main() -> anyhow::Result<()> {
                 let outcome = Box::pin(handle_queue_batch(
                     &batch.records,
                     deadline,
+                    payloads,
                     store,
                     inventory,
                 ))
@@ -44,7 +47,8 @@ async fn main() -> anyhow::Result<()> {
             } else {
                 let event: EventBridgeEvent<serde_json::Value> =
                     serde_json::from_value(event.payload).map_err(malformed)?;
-                let handled = Box::pin(handle_event(&event, deadline, store, inventory)).await;
+                let handled =
+                    Box::pin(handle_event(&event, deadline, payloads, store, inventory)).await;
                 // A frozen execution environment runs no batch processor: the spans go now.
                 relay_runtime::telemetry::flush();
                 serde_json::to_value(handled?).map_err(malformed)

@@ -1,8 +1,8 @@
 //! The consumer on an SQS FIFO queue: the target of the Custom Event Bus's FIFO subscriber
 //! (infra/template.yaml `OrderEventsSubscriber`), whose default `RAW` delivery makes each
 //! message body the classic EventBridge event (the relays' `PutEvents`), or the CloudEvent itself
-//! (their raw events, `EVENT_FORMAT=cloudevents`): each is decoded as one envelope
-//! (`outbox_consumer::decode`) and handled by [`handle_envelope`], its trace continued from the
+//! (their raw events, `EVENT_FORMAT=cloudevents`): each is decoded as one envelope, its payload
+//! read from S3 when the event references it (`outbox_consumer::PayloadResolver`), and handled by [`handle_envelope`], its trace continued from the
 //! event's context, else the message's X-Ray header (`AWSTraceHeader`).
 //!
 //! Order: SQS hands a message group (an aggregate) to one receiver at a time, in order, and a
@@ -15,10 +15,10 @@
 
 pub use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use chrono::{DateTime, Utc};
-use outbox_consumer::{Clock, IdempotencyStore};
+use outbox_consumer::{Clock, IdempotencyStore, PayloadResolver};
 use tracing::warn;
 
-use crate::handler::{Handled, HandlerError, handle_envelope};
+use crate::handler::{Handled, HandlerError, handle_envelope, unreadable};
 use crate::inventory::Inventory;
 
 /// What a batch from the queue came to: each handled message's id and outcome, in order, and
@@ -33,10 +33,12 @@ pub struct QueueBatch {
 
 /// Handles a batch of queue messages in the order received, stopping at the first failure.
 ///
-/// `deadline` is the invocation's deadline; it bounds the idempotency lock.
+/// `deadline` is the invocation's deadline; it bounds the idempotency lock. `payloads` reads a
+/// payload an event references in S3.
 pub async fn handle_queue_batch<I: Inventory, C: Clock>(
     messages: &[SqsMessage],
     deadline: Option<DateTime<Utc>>,
+    payloads: &PayloadResolver,
     store: &IdempotencyStore<C>,
     inventory: &I,
 ) -> QueueBatch {
@@ -44,7 +46,7 @@ pub async fn handle_queue_batch<I: Inventory, C: Clock>(
     for (index, message) in messages.iter().enumerate() {
         let id = message.message_id.clone().unwrap_or_default();
         let xray = message.attributes.get(AWS_TRACE_HEADER).map(String::as_str);
-        let outcome = match decode(message) {
+        let outcome = match decode(message, payloads).await {
             Ok(envelope) => handle_envelope(envelope, xray, deadline, store, inventory).await,
             Err(malformed) => Err(malformed),
         };
@@ -77,13 +79,14 @@ pub async fn handle_queue_batch<I: Inventory, C: Clock>(
 pub const AWS_TRACE_HEADER: &str = "AWSTraceHeader";
 
 /// The event a message carries (`RAW` delivery: the body is the classic event, or a raw event's
-/// CloudEvent).
-fn decode(
+/// CloudEvent), its payload read from S3 when it references it.
+async fn decode(
     message: &SqsMessage,
+    payloads: &PayloadResolver,
 ) -> Result<outbox_shared::Envelope<serde_json::Value>, HandlerError> {
     let body = message
         .body
         .as_deref()
         .ok_or_else(|| HandlerError::Malformed("queue message without a body".to_owned()))?;
-    outbox_consumer::decode_str(body).map_err(|e| HandlerError::Malformed(e.to_string()))
+    payloads.decode_str(body).await.map_err(unreadable)
 }
