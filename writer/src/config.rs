@@ -1,10 +1,15 @@
 //! Writer configuration: where outbox items go, the EventBridge source of future events, the entry
-//! size they must fit, and the retry bounds. Validated once, when the writer is built.
+//! size they must fit, the payload bucket and the largest payload, and the retry bounds. Validated
+//! once, when the writer is built.
 
 use outbox_shared::limits::{PUT_EVENTS_ABSOLUTE_MAX_BYTES, PUT_EVENTS_DEFAULT_MAX_BYTES};
 use outbox_shared::{ConfigError, OutboxConfig};
 
 use outbox_shared::RetryPolicy;
+
+/// The largest payload a writer accepts unless configured otherwise (10 MiB): enough for an
+/// order with thousands of lines, small enough that one event does not hold a service's memory.
+pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 10 * 1024 * 1024;
 
 /// How the writer writes. Build it with [`WriterConfig::new`] and adjust fields as needed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,8 +19,27 @@ pub struct WriterConfig {
     /// The EventBridge `Source` the relays will publish with; counted in the entry size.
     pub event_source: String,
     /// Largest EventBridge entry a written event may become; bigger events are rejected before
-    /// writing, because the relays could never publish them.
+    /// writing, because the relays could never publish them. Only without a
+    /// [`payload_bucket`](Self::payload_bucket): with one, the relays store the payload of an event
+    /// too large for their target in S3 when they publish it.
     pub max_event_entry_bytes: usize,
+    /// The S3 bucket of the claim check (the template's payload bucket; the relays'
+    /// `PAYLOAD_BUCKET`), or `None` to write every payload inline, as events up to
+    /// [`max_event_entry_bytes`](Self::max_event_entry_bytes).
+    ///
+    /// With a bucket, an outbox item that would exceed DynamoDB's 400 KB item limit has its
+    /// payload stored first, under `payloads/{event_id}`, with one `PutObject`; the transaction
+    /// then writes the item with a `PayloadRef` in place of its `Payload`. Smaller payloads cost
+    /// nothing more. The writer needs `s3:PutObject` on `payloads/*` in the bucket.
+    ///
+    /// An object whose transaction then failed (the order existed, a conflict outlasted the
+    /// retries) is an orphan: no item refers to it, so no relay publishes it, and the bucket's
+    /// lifecycle rule on `payloads/` expires it.
+    pub payload_bucket: Option<String>,
+    /// Largest payload (its JSON text, in bytes) the writer accepts, inline or stored in S3; a
+    /// larger one is refused before any call ([`crate::LimitError::PayloadTooLarge`]). Default
+    /// [`DEFAULT_MAX_PAYLOAD_BYTES`].
+    pub max_payload_bytes: usize,
     /// Retries of an optimistic-concurrency update after a version or transaction conflict.
     pub update_retry: RetryPolicy,
     /// Retries of a whole transaction (a create, a [`crate::OutboxTransaction`]) after a transaction
@@ -24,13 +48,15 @@ pub struct WriterConfig {
 }
 
 impl WriterConfig {
-    /// Defaults: entries up to [`PUT_EVENTS_DEFAULT_MAX_BYTES`], [`RetryPolicy::default`] for both
-    /// retry bounds.
+    /// Defaults: entries up to [`PUT_EVENTS_DEFAULT_MAX_BYTES`], no payload bucket, payloads up to
+    /// [`DEFAULT_MAX_PAYLOAD_BYTES`], [`RetryPolicy::default`] for both retry bounds.
     pub fn new(outbox: OutboxConfig, event_source: impl Into<String>) -> Self {
         Self {
             outbox,
             event_source: event_source.into(),
             max_event_entry_bytes: PUT_EVENTS_DEFAULT_MAX_BYTES,
+            payload_bucket: None,
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
             update_retry: RetryPolicy::default(),
             transaction_retry: RetryPolicy::default(),
         }
@@ -54,6 +80,21 @@ impl WriterConfig {
                 ),
             });
         }
+        if self
+            .payload_bucket
+            .as_deref()
+            .is_some_and(|bucket| bucket.trim().is_empty())
+        {
+            return Err(ConfigError::Empty {
+                setting: "payload bucket",
+            });
+        }
+        if self.max_payload_bytes == 0 {
+            return Err(ConfigError::OutOfRange {
+                setting: "max payload bytes",
+                detail: "must be at least 1, got 0".to_owned(),
+            });
+        }
         self.update_retry.validate("update retry")?;
         self.transaction_retry.validate("transaction retry")
     }
@@ -66,9 +107,10 @@ mod tests {
 
     #[test]
     fn defaults_are_valid() {
-        WriterConfig::new(OutboxConfig::new("t"), "orders")
-            .validate()
-            .unwrap();
+        let config = WriterConfig::new(OutboxConfig::new("t"), "orders");
+        config.validate().unwrap();
+        assert_eq!(config.payload_bucket, None);
+        assert_eq!(config.max_payload_bytes, 10_485_760);
     }
 
     #[test]
@@ -103,5 +145,19 @@ mod tests {
             .validate()
             .unwrap_err();
         assert_eq!(err.to_string(), "table name must not be empty");
+
+        let mut config = WriterConfig::new(OutboxConfig::new("t"), "orders");
+        config.payload_bucket = Some(" ".into());
+        assert_eq!(
+            config.validate().unwrap_err().to_string(),
+            "payload bucket must not be empty"
+        );
+
+        let mut config = WriterConfig::new(OutboxConfig::new("t"), "orders");
+        config.max_payload_bytes = 0;
+        assert_eq!(
+            config.validate().unwrap_err().to_string(),
+            "max payload bytes must be at least 1, got 0"
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! Typed errors of the writer.
 //!
-//! Everything rejected before a call ([`InputError`], [`LimitError`]) wrote nothing. Cancellations
+//! Everything rejected before a call ([`InputError`], [`LimitError`]) wrote nothing, and so did a
+//! payload S3 did not store ([`WriteError::PayloadNotStored`]). Cancellations
 //! of `TransactWriteItems` are read by position and become [`WriteError::AlreadyExists`],
 //! [`WriteError::VersionConflict`], [`WriteError::ConditionFailed`],
 //! [`WriteError::TransactionConflict`] or [`WriteError::Throttled`] (both retryable), or
@@ -57,14 +58,23 @@ pub enum LimitError {
     TooManyActions { actions: usize, max: usize },
     #[error("a transaction holds at most {max} bytes, this one about {bytes}")]
     TransactionTooLarge { bytes: usize, max: usize },
-    #[error("item {key} is {bytes} bytes, more than the {max} an item may hold")]
+    #[error(
+        "item {key} is {bytes} bytes, more than the {max} an item may hold{}",
+        bucket_hint(.payload_bucket_would_fit)
+    )]
     ItemTooLarge {
         key: ItemKey,
         bytes: usize,
         max: usize,
+        /// The item is an outbox event and the writer has no payload bucket: with one, its payload
+        /// would be stored in S3 and the item would fit (the message says so).
+        payload_bucket_would_fit: bool,
     },
+    /// Only without a payload bucket: with one, the relays store such a payload in S3 when they
+    /// publish the event.
     #[error(
-        "event {event_id} ({event_type}) would be a {bytes}-byte EventBridge entry, more than the configured {max}"
+        "event {event_id} ({event_type}) would be a {bytes}-byte EventBridge entry, more than the \
+         configured {max}{PAYLOAD_BUCKET_HINT}"
     )]
     EventTooLarge {
         event_id: String,
@@ -72,7 +82,23 @@ pub enum LimitError {
         bytes: usize,
         max: usize,
     },
+    /// Above [`WriterConfig::max_payload_bytes`](crate::WriterConfig::max_payload_bytes), with a
+    /// payload bucket or without.
+    #[error(
+        "event {event_id} ({event_type}) has a {bytes}-byte payload, more than the {max} bytes the \
+         writer accepts (WriterConfig::max_payload_bytes)"
+    )]
+    PayloadTooLarge {
+        event_id: String,
+        event_type: String,
+        bytes: usize,
+        max: usize,
+    },
 }
+
+/// How to write an event whose payload is too large for an item or an entry.
+const PAYLOAD_BUCKET_HINT: &str = "; to accept larger payloads, configure the payload bucket \
+     (WriterConfig::payload_bucket): the writer and the relays store them in S3";
 
 /// Why a write did not happen.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -117,6 +143,25 @@ pub enum WriteError {
     /// Any other failed DynamoDB call; the SDK error is kept as the source.
     #[error("DynamoDB {0}")]
     Dynamo(#[source] SdkFailure),
+    /// Storing a payload in the payload bucket failed (S3's `PutObject`), before the transaction:
+    /// nothing was written to the table. Retryable as the failure's class says.
+    #[error(
+        "the payload of event {event_id} could not be stored in S3 bucket {bucket}, so nothing \
+         was written: {source}"
+    )]
+    PayloadNotStored {
+        event_id: String,
+        bucket: String,
+        source: SdkFailure,
+    },
+}
+
+fn bucket_hint(payload_bucket_would_fit: &bool) -> &'static str {
+    if *payload_bucket_would_fit {
+        PAYLOAD_BUCKET_HINT
+    } else {
+        ""
+    }
 }
 
 fn on_key(key: &Option<ItemKey>) -> String {
@@ -128,7 +173,10 @@ impl WriteError {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::TransactionConflict { .. } | Self::Throttled { .. } => true,
-            Self::Dynamo(failure) => failure.is_retryable(),
+            Self::Dynamo(failure)
+            | Self::PayloadNotStored {
+                source: failure, ..
+            } => failure.is_retryable(),
             _ => false,
         }
     }

@@ -12,9 +12,31 @@
 //!   to deserialize too.
 //!
 //! Every limit (100 actions, 4 MB per transaction, 400 KB per item, the EventBridge entry size of
-//! each future event) and every id is checked before any call, so a rejected write writes nothing.
-//! Cancellations are read by position and mapped to [`WriteError`] variants; any other failed
-//! call is [`WriteError::Dynamo`], a classified [`SdkFailure`] whose source is the SDK error.
+//! each future event, the largest payload accepted) and every id is checked before any call, so a
+//! rejected write writes nothing. Cancellations are read by position and mapped to [`WriteError`]
+//! variants; any other failed call is [`WriteError::Dynamo`], a classified [`SdkFailure`] whose
+//! source is the SDK error.
+//!
+//! # Events of any size: the claim check
+//!
+//! Without a payload bucket an event is as large as an item (400 KB) and an EventBridge entry
+//! ([`WriterConfig::max_event_entry_bytes`]) allow. With one ([`WriterConfig::payload_bucket`],
+//! the bucket the relays have as `PAYLOAD_BUCKET`; a writer built with
+//! [`OutboxWriter::from_sdk_config`] or [`OutboxWriter::with_s3`]) the writer accepts payloads up
+//! to [`WriterConfig::max_payload_bytes`] (10 MiB by default):
+//!
+//! - an outbox item that would exceed 400 KB has its payload stored in S3 first, under
+//!   `payloads/{event_id}` with its SHA-256 (one `PutObject`, which S3 verifies), and the
+//!   transaction writes the item with a [`PayloadRef`] (`s3://BUCKET/KEY`, size, SHA-256) in place
+//!   of its `Payload`; the relays publish that reference (`dataref`) without reading the object;
+//! - a smaller payload is written inline, as without a bucket, and costs no S3 call; if its entry
+//!   is too large for the relays' target, they store it in S3 when they publish it;
+//! - S3 failing is [`WriteError::PayloadNotStored`] (retryable as its [`SdkFailure`] says), and
+//!   nothing is written to the table;
+//! - an object whose transaction then failed is an orphan: no item refers to it, so no relay
+//!   publishes it, and the bucket's lifecycle rule on `payloads/` expires it.
+//!
+//! The writer then needs `s3:PutObject` on `payloads/*` in the bucket besides [`TABLE_ACTIONS`].
 //!
 //! Everything a caller needs is exported here, at the crate root; this crate and the AWS SDK for
 //! DynamoDB are all an order service depends on:
@@ -31,7 +53,6 @@
 //! async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //!     // Clients are built once; `AWS_ENDPOINT_URL` points them at a local emulator.
 //!     let sdk_config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-//!     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk_config);
 //!
 //!     // Table, index and shard count must match the relays' configuration.
 //!     let mut outbox = OutboxConfig::new("orders");
@@ -39,7 +60,10 @@
 //!     outbox.ttl_retention = Duration::from_secs(3 * 24 * 60 * 60);
 //!     let mut config = WriterConfig::new(outbox, "com.example.orders");
 //!     config.update_retry.max_retries = 5;
-//!     let writer = OutboxWriter::new(dynamodb, config)?;
+//!     // Payloads too large for an item go to S3 first (the relays' PAYLOAD_BUCKET); without a
+//!     // bucket, `OutboxWriter::new(aws_sdk_dynamodb::Client::new(&sdk_config), config)`.
+//!     config.payload_bucket = Some("orders-payloads".to_owned());
+//!     let writer = OutboxWriter::from_sdk_config(&sdk_config, config)?;
 //!
 //!     let order = NewOrder::new(vec![OrderLine::new("SKU-RED-MUG", 2, 1250)])
 //!         .with_idempotency_key("checkout-7f3a");
@@ -76,7 +100,7 @@ mod trace;
 mod transaction;
 mod writer;
 
-pub use config::WriterConfig;
+pub use config::{DEFAULT_MAX_PAYLOAD_BYTES, WriterConfig};
 pub use error::{InputError, LimitError, WriteError};
 pub use order::{
     CreatedOrder, INITIAL_VERSION, NewOrder, ORDER_AGGREGATE, ORDER_CREATED, ORDER_STATUS_CHANGED,
@@ -108,5 +132,5 @@ pub use outbox_shared::retry::FullJitter;
 pub use outbox_shared::shard::InvalidShardCount;
 pub use outbox_shared::{
     ConfigError, ErrorClass, ItemError, ItemKey, NewOutboxEvent, OutboxConfig, OutboxItem,
-    OutboxStatus, RetryPolicy, SdkFailure, ShardCount,
+    OutboxStatus, PayloadRef, RetryPolicy, SdkFailure, ShardCount,
 };

@@ -18,6 +18,14 @@
 //!
 //! Each action says what its failed condition means ([`ConditionFailure`]); a cancellation is read
 //! by position against the actions, so the caller gets a typed error naming the item.
+//!
+//! An event whose outbox item would exceed DynamoDB's 400 KB item limit is written through the
+//! claim check when the writer has a payload bucket ([`WriterConfig::payload_bucket`]): its
+//! payload is stored in S3 first (`payloads/{event_id}`, one conditional `PutObject` with its
+//! SHA-256), then the transaction writes the item with a `PayloadRef` in place of its `Payload`;
+//! the item, not the payload, counts towards the transaction's 4 MB. If the transaction then
+//! fails, the object is an orphan no item refers to: no relay publishes it, and the bucket's
+//! lifecycle rule expires it.
 
 use std::collections::HashMap;
 
@@ -28,6 +36,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, CancellationReason, ConditionCheck, Delete, Put, TransactWriteItem, Update,
 };
 use chrono::{DateTime, Utc};
+use outbox_shared::claim_check::PayloadStore;
 use outbox_shared::envelope::Encoding;
 use outbox_shared::limits::{ITEM_MAX_BYTES, TRANSACT_MAX_ACTIONS, TRANSACT_MAX_BYTES};
 use outbox_shared::schema::attr;
@@ -221,13 +230,16 @@ impl OutboxTransaction {
         });
     }
 
-    /// Builds the request: outbox items for the events, then every limit checked.
+    /// Builds the request: outbox items for the events, then every limit checked. With `payloads`
+    /// (the writer's payload bucket), an outbox item over the item limit refers to its payload,
+    /// which [`Prepared::claim_checks`] holds to be stored before the transaction is sent.
     ///
     /// # Errors
     /// [`WriteError::InvalidInput`] or [`WriteError::LimitExceeded`]; nothing has been sent.
     pub(crate) fn prepare(
         self,
         config: &WriterConfig,
+        payloads: Option<&PayloadStore>,
         now: DateTime<Utc>,
     ) -> Result<Prepared, WriteError> {
         if self.events.is_empty() {
@@ -246,13 +258,14 @@ impl OutboxTransaction {
         let mut total_bytes = 0;
         for action in self.actions {
             if action.is_put {
-                check_item_size(&action.key, action.bytes)?;
+                check_item_size(&action.key, action.bytes, false)?;
             }
             total_bytes += action.bytes;
             items.push(action.item);
             outcomes.push((action.key, action.on_condition_failed));
         }
         let mut events = Vec::with_capacity(self.events.len());
+        let mut claim_checks = Vec::new();
         for spec in self.events {
             let outbox = match spec {
                 EventSpec::Built(item) => {
@@ -263,12 +276,13 @@ impl OutboxTransaction {
                     OutboxItem::pending(event, &config.outbox, now).map_err(InputError::from)?
                 }
             };
-            check_event_size(&outbox, config)?;
-            let item = outbox
-                .to_item()
-                .map_err(|e| WriteError::Encoding(e.to_string()))?;
+            check_payload_size(&outbox, config)?;
+            check_event_size(&outbox, config, payloads.is_some())?;
+            let (outbox, item, claim_check) = fit_item(outbox, payloads)?;
             let bytes = item_size(&item);
-            check_item_size(&outbox.key(), bytes)?;
+            check_item_size(&outbox.key(), bytes, payloads.is_none())?;
+            claim_checks.extend(claim_check);
+            // The referenced item, not the payload in S3, is what the transaction carries.
             total_bytes += bytes;
             let put = Put::builder()
                 .table_name(&config.outbox.table_name)
@@ -293,6 +307,7 @@ impl OutboxTransaction {
             items,
             outcomes,
             events,
+            claim_checks,
             client_request_token: self.client_request_token,
         })
     }
@@ -305,7 +320,28 @@ pub(crate) struct Prepared {
     /// Per position: the item and what a failed condition there means.
     pub(crate) outcomes: Vec<(ItemKey, ConditionFailure)>,
     pub(crate) events: Vec<OutboxItem>,
+    /// The payloads its items refer to, to store in the payload bucket before it is sent.
+    pub(crate) claim_checks: Vec<ClaimCheck>,
     pub(crate) client_request_token: Option<String>,
+}
+
+/// A payload too large for its outbox item, which refers to it: stored in S3 before the
+/// transaction.
+#[derive(Clone)]
+pub(crate) struct ClaimCheck {
+    pub(crate) event_id: String,
+    /// The payload's JSON text, as the item would have held it in `Payload`.
+    pub(crate) payload: String,
+}
+
+/// Without the payload, which may be megabytes and may hold personal data.
+impl std::fmt::Debug for ClaimCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClaimCheck")
+            .field("event_id", &self.event_id)
+            .field("payload_bytes", &self.payload.len())
+            .finish()
+    }
 }
 
 impl Prepared {
@@ -346,20 +382,91 @@ impl CommittedTransaction {
     }
 }
 
-fn check_item_size(key: &ItemKey, bytes: usize) -> Result<(), LimitError> {
+/// `payload_bucket_would_fit`: the item is an outbox event written without a payload bucket, which
+/// the error then suggests.
+fn check_item_size(
+    key: &ItemKey,
+    bytes: usize,
+    payload_bucket_would_fit: bool,
+) -> Result<(), LimitError> {
     if bytes > ITEM_MAX_BYTES {
         return Err(LimitError::ItemTooLarge {
             key: key.clone(),
             bytes,
             max: ITEM_MAX_BYTES,
+            payload_bucket_would_fit,
         });
     }
     Ok(())
 }
 
-/// The event's future EventBridge entry must fit, or no relay could ever publish it: in either
-/// format the relays may publish (the writer does not know their `EVENT_FORMAT`), the larger.
-fn check_event_size(item: &OutboxItem, config: &WriterConfig) -> Result<(), WriteError> {
+/// No payload above [`WriterConfig::max_payload_bytes`], inline or stored in S3 (an item built by
+/// the caller with a `PayloadRef` counts the size it names).
+fn check_payload_size(item: &OutboxItem, config: &WriterConfig) -> Result<(), LimitError> {
+    let bytes = item.payload_ref.as_ref().map_or(item.payload.len(), |r| {
+        usize::try_from(r.size).unwrap_or(usize::MAX)
+    });
+    if bytes > config.max_payload_bytes {
+        return Err(LimitError::PayloadTooLarge {
+            event_id: item.event_id.clone(),
+            event_type: item.event_type.clone(),
+            bytes,
+            max: config.max_payload_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// The outbox item as the transaction writes it, with its attribute values, and the payload to
+/// store first if any: with a payload bucket, an item over DynamoDB's item limit gets its payload's
+/// reference in place of the payload. One that fits keeps its payload inline, whatever its future
+/// entry's size: the relays store the payload of an entry too large for their target when they
+/// publish it, and a small event costs no S3 call.
+fn fit_item(
+    mut outbox: OutboxItem,
+    payloads: Option<&PayloadStore>,
+) -> Result<
+    (
+        OutboxItem,
+        HashMap<String, AttributeValue>,
+        Option<ClaimCheck>,
+    ),
+    WriteError,
+> {
+    let encode = |outbox: &OutboxItem| {
+        outbox
+            .to_item()
+            .map_err(|e| WriteError::Encoding(e.to_string()))
+    };
+    let item = encode(&outbox)?;
+    let Some(store) = payloads else {
+        return Ok((outbox, item, None));
+    };
+    if item_size(&item) <= ITEM_MAX_BYTES || outbox.payload.is_empty() {
+        return Ok((outbox, item, None));
+    }
+    let payload = std::mem::take(&mut outbox.payload);
+    outbox.payload_ref = Some(store.reference(&outbox.event_id, payload.as_bytes()));
+    let item = encode(&outbox)?;
+    let claim_check = ClaimCheck {
+        event_id: outbox.event_id.clone(),
+        payload,
+    };
+    Ok((outbox, item, Some(claim_check)))
+}
+
+/// The event's future EventBridge entry, built in either format the relays may publish (the
+/// writer does not know their `EVENT_FORMAT`), so an event no relay could build is refused now.
+///
+/// Without a payload bucket the larger entry must also fit [`WriterConfig::max_event_entry_bytes`],
+/// or no relay could ever publish it. With one, the size refuses nothing: the relays, configured
+/// with the same bucket, store the payload of an entry too large for their target in S3 and
+/// publish its reference, which always fits (an item over 400 KB has its payload stored here).
+fn check_event_size(
+    item: &OutboxItem,
+    config: &WriterConfig,
+    with_payload_bucket: bool,
+) -> Result<(), WriteError> {
     let mut bytes = 0;
     for encoding in [
         Encoding::envelope(),
@@ -371,7 +478,7 @@ fn check_event_size(item: &OutboxItem, config: &WriterConfig) -> Result<(), Writ
         })?;
         bytes = bytes.max(entry.entry_size(&config.event_source));
     }
-    if bytes > config.max_event_entry_bytes {
+    if !with_payload_bucket && bytes > config.max_event_entry_bytes {
         return Err(LimitError::EventTooLarge {
             event_id: item.event_id.clone(),
             event_type: item.event_type.clone(),
@@ -608,7 +715,7 @@ mod tests {
     #[test]
     fn a_transaction_needs_an_event_and_at_most_100_actions() {
         let err = OutboxTransaction::new()
-            .prepare(&config(), Utc::now())
+            .prepare(&config(), None, Utc::now())
             .unwrap_err();
         assert_eq!(err, WriteError::InvalidInput(InputError::NoEvents));
         let tx = (0..=TRANSACT_MAX_ACTIONS).fold(OutboxTransaction::new(), |tx, i| {
@@ -616,7 +723,7 @@ mod tests {
         });
         assert_eq!(tx.len(), 101);
         assert_eq!(
-            tx.prepare(&config(), Utc::now()).unwrap_err(),
+            tx.prepare(&config(), None, Utc::now()).unwrap_err(),
             WriteError::LimitExceeded(LimitError::TooManyActions {
                 actions: 101,
                 max: 100
@@ -625,7 +732,7 @@ mod tests {
         let tx = (0..TRANSACT_MAX_ACTIONS).fold(OutboxTransaction::new(), |tx, i| {
             tx.event(event(serde_json::json!(i)))
         });
-        let prepared = tx.prepare(&config(), Utc::now()).unwrap();
+        let prepared = tx.prepare(&config(), None, Utc::now()).unwrap();
         assert_eq!(prepared.items.len(), 100);
         assert_eq!(prepared.outcomes.len(), 100);
     }
@@ -637,12 +744,12 @@ mod tests {
         let fits = "x".repeat(PUT_EVENTS_DEFAULT_MAX_BYTES - 1024);
         OutboxTransaction::new()
             .event(event(serde_json::json!(fits)))
-            .prepare(&config(), Utc::now())
+            .prepare(&config(), None, Utc::now())
             .unwrap();
         let too_big = "x".repeat(PUT_EVENTS_DEFAULT_MAX_BYTES);
         let err = OutboxTransaction::new()
             .event(event(serde_json::json!(too_big)))
-            .prepare(&config(), Utc::now())
+            .prepare(&config(), None, Utc::now())
             .unwrap_err();
         assert!(
             matches!(err, WriteError::LimitExceeded(LimitError::EventTooLarge { max, bytes, .. })
@@ -684,7 +791,7 @@ mod tests {
         ];
         for (tx, says) in cases {
             // When it is prepared
-            let err = tx.prepare(&config(), Utc::now()).unwrap_err();
+            let err = tx.prepare(&config(), None, Utc::now()).unwrap_err();
 
             // Then it is refused before any call, naming the attribute and the limit, not the
             // value
@@ -698,13 +805,263 @@ mod tests {
         }
     }
 
+    const BUCKET: &str = "orders-payloads";
+
+    /// A payload store whose client is never called: `prepare` only builds references.
+    fn store() -> PayloadStore {
+        let s3 = aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::Config::builder()
+                .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+                .region(aws_sdk_s3::config::Region::new("us-east-1"))
+                .build(),
+        );
+        PayloadStore::new(s3, BUCKET)
+    }
+
+    fn with_bucket() -> WriterConfig {
+        let mut config = config();
+        config.payload_bucket = Some(BUCKET.into());
+        config
+    }
+
+    /// An event whose payload's JSON text is `bytes` long.
+    fn event_of_bytes(bytes: usize) -> NewOutboxEvent {
+        let payload = event(serde_json::json!({"lines": "x".repeat(bytes - 12)}));
+        assert_eq!(payload.payload.to_string().len(), bytes);
+        payload
+    }
+
+    #[test]
+    fn with_a_bucket_an_item_over_the_item_limit_refers_to_its_payload() {
+        // Given a writer with a payload bucket and an event of 500 KB (more than an item holds)
+        let tx = OutboxTransaction::new().event(event_of_bytes(500_000));
+
+        // When the transaction is prepared
+        let prepared = tx
+            .prepare(&with_bucket(), Some(&store()), Utc::now())
+            .unwrap();
+
+        // Then the payload is to be stored under the event's key, and the item refers to it
+        let event = &prepared.events[0];
+        let [claim_check] = prepared.claim_checks.as_slice() else {
+            panic!("one payload to store: {:?}", prepared.claim_checks);
+        };
+        assert_eq!(claim_check.event_id, event.event_id);
+        assert_eq!(claim_check.payload.len(), 500_000);
+        assert!(claim_check.payload.starts_with(r#"{"lines":"xxx"#));
+        assert_eq!(event.payload, "");
+        let reference = event.payload_ref.as_ref().expect("a reference");
+        assert_eq!(
+            reference.uri,
+            format!("s3://{BUCKET}/payloads/{}", event.event_id)
+        );
+        assert_eq!(reference.size, 500_000);
+        assert_eq!(
+            reference.sha256,
+            outbox_shared::claim_check::sha256_base64(claim_check.payload.as_bytes())
+        );
+        // And the request's item is the referenced one, a few hundred bytes
+        let put = prepared.items[0].put().expect("a put");
+        assert!(put.item().contains_key(attr::PAYLOAD_REF));
+        assert!(!put.item().contains_key(attr::PAYLOAD));
+        assert!(item_size(put.item()) < 1_000, "{}", item_size(put.item()));
+    }
+
+    #[test]
+    fn with_a_bucket_an_item_that_fits_keeps_its_payload_whatever_its_entry_size() {
+        // Given a writer with a payload bucket and an event of 300 KB: its item fits, its
+        // 256 KiB EventBridge entry would not (the relays store such a payload when publishing)
+        let tx = OutboxTransaction::new().event(event_of_bytes(300_000));
+
+        // When the transaction is prepared
+        let prepared = tx
+            .prepare(&with_bucket(), Some(&store()), Utc::now())
+            .unwrap();
+
+        // Then nothing is to be stored and the payload is inline
+        assert!(prepared.claim_checks.is_empty());
+        assert_eq!(prepared.events[0].payload.len(), 300_000);
+        assert_eq!(prepared.events[0].payload_ref, None);
+    }
+
+    #[test]
+    fn without_a_bucket_the_limits_refuse_and_say_how_to_accept_larger_payloads() {
+        // Given a writer without a payload bucket, one of them accepting 1 MiB entries
+        let mut large_entries = config();
+        large_entries.max_event_entry_bytes = 1024 * 1024;
+
+        // When a 300 KB and a 500 KB event are prepared
+        let entry_err = OutboxTransaction::new()
+            .event(event_of_bytes(300_000))
+            .prepare(&config(), None, Utc::now())
+            .unwrap_err();
+        let item_err = OutboxTransaction::new()
+            .event(event_of_bytes(500_000))
+            .prepare(&large_entries, None, Utc::now())
+            .unwrap_err();
+
+        // Then the first is too large for its entry, the second for its item, and both
+        // messages name the setting that accepts them
+        assert!(
+            matches!(
+                entry_err,
+                WriteError::LimitExceeded(LimitError::EventTooLarge { .. })
+            ),
+            "{entry_err:?}"
+        );
+        assert!(
+            matches!(
+                item_err,
+                WriteError::LimitExceeded(LimitError::ItemTooLarge {
+                    payload_bucket_would_fit: true,
+                    max: ITEM_MAX_BYTES,
+                    ..
+                })
+            ),
+            "{item_err:?}"
+        );
+        for err in [entry_err, item_err] {
+            assert!(
+                err.to_string().ends_with(
+                    "; to accept larger payloads, configure the payload bucket \
+                     (WriterConfig::payload_bucket): the writer and the relays store them in S3"
+                ),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_business_item_over_the_item_limit_gets_no_payload_bucket_advice() {
+        let put = Put::builder()
+            .table_name("orders")
+            .item(attr::PK, AttributeValue::S("USER#u".into()))
+            .item(attr::SK, AttributeValue::S("BLOB#1".into()))
+            .item("Blob", AttributeValue::S("x".repeat(ITEM_MAX_BYTES)))
+            .build()
+            .unwrap();
+        let err = OutboxTransaction::new()
+            .put(put, ConditionFailure::AlreadyExists)
+            .event(event(serde_json::json!({})))
+            .prepare(&with_bucket(), Some(&store()), Utc::now())
+            .unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                WriteError::LimitExceeded(LimitError::ItemTooLarge {
+                    payload_bucket_would_fit: false,
+                    ..
+                })
+            ),
+            "{err:?}"
+        );
+        assert!(!err.to_string().contains("payload bucket"), "{err}");
+    }
+
+    #[test]
+    fn a_payload_over_the_largest_accepted_is_refused_naming_sizes_and_setting() {
+        for (config, payloads) in [(config(), None), (with_bucket(), Some(store()))] {
+            // Given a writer accepting payloads up to 1,000 bytes
+            let config = WriterConfig {
+                max_payload_bytes: 1_000,
+                ..config
+            };
+
+            // When an event of 1,001 bytes is prepared
+            let err = OutboxTransaction::new()
+                .event(event_of_bytes(1_001))
+                .prepare(&config, payloads.as_ref(), Utc::now())
+                .unwrap_err();
+
+            // Then it is refused, naming both sizes and the setting
+            assert!(
+                matches!(
+                    &err,
+                    WriteError::LimitExceeded(LimitError::PayloadTooLarge {
+                        bytes: 1_001,
+                        max: 1_000,
+                        ..
+                    })
+                ),
+                "{err:?}"
+            );
+            let text = err.to_string();
+            assert!(
+                text.contains(
+                    "has a 1001-byte payload, more than the 1000 bytes the writer \
+                     accepts (WriterConfig::max_payload_bytes)"
+                ),
+                "{text}"
+            );
+            // And one of 1,000 bytes is not
+            OutboxTransaction::new()
+                .event(event_of_bytes(1_000))
+                .prepare(&config, payloads.as_ref(), Utc::now())
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn the_transaction_counts_the_referenced_items_not_the_payloads() {
+        // Given 20 events of 500 KB each: 10 MB of payloads, 2.5 times what a transaction holds
+        let tx = (0..20).fold(OutboxTransaction::new(), |tx, _| {
+            tx.event(event_of_bytes(500_000))
+        });
+
+        // When the transaction is prepared with a payload bucket
+        let prepared = tx
+            .prepare(&with_bucket(), Some(&store()), Utc::now())
+            .unwrap();
+
+        // Then every payload is to be stored, and the transaction carries 20 small items
+        assert_eq!(prepared.claim_checks.len(), 20);
+        assert_eq!(prepared.items.len(), 20);
+
+        // And business items still count in full: with 11 items of 390 KB it is too large
+        let fat_put = |i: usize| {
+            Put::builder()
+                .table_name("orders")
+                .item(attr::PK, AttributeValue::S("USER#u".into()))
+                .item(attr::SK, AttributeValue::S(format!("BLOB#{i}")))
+                .item("Blob", AttributeValue::S("x".repeat(390 * 1024)))
+                .build()
+                .unwrap()
+        };
+        let err = (0..11)
+            .fold(
+                OutboxTransaction::new().event(event_of_bytes(500_000)),
+                |tx, i| tx.put(fat_put(i), ConditionFailure::AlreadyExists),
+            )
+            .prepare(&with_bucket(), Some(&store()), Utc::now())
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                WriteError::LimitExceeded(LimitError::TransactionTooLarge { bytes, .. })
+                    // 11 items of 390 KB and their keys, and the event's item of under 2 KB
+                    if bytes > TRANSACT_MAX_BYTES && bytes < 11 * (390 * 1024 + 100) + 2_000
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn a_payload_to_store_is_not_in_its_debug_text() {
+        let claim_check = ClaimCheck {
+            event_id: "e1".into(),
+            payload: r#"{"email":"someone@example.com"}"#.into(),
+        };
+        let text = format!("{claim_check:?}");
+        assert_eq!(text, r#"ClaimCheck { event_id: "e1", payload_bytes: 31 }"#);
+    }
+
     #[test]
     fn malformed_event_ids_are_rejected() {
         let mut bad = event(serde_json::json!({}));
         bad.aggregate_id = "a#b".into();
         let err = OutboxTransaction::new()
             .event(bad)
-            .prepare(&config(), Utc::now())
+            .prepare(&config(), None, Utc::now())
             .unwrap_err();
         assert!(matches!(err, WriteError::InvalidInput(InputError::Id(_))));
     }

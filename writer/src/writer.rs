@@ -1,4 +1,5 @@
-//! [`OutboxWriter`]: the DynamoDB adapter that commits business changes with their outbox events.
+//! [`OutboxWriter`]: the DynamoDB adapter that commits business changes with their outbox events,
+//! and stores first in S3 the payloads too large for an outbox item (the claim check).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, Update};
 use backon::Retryable as _;
 use chrono::{DateTime, Utc};
+use outbox_shared::claim_check::{PayloadStore, Stored};
 use outbox_shared::item::validate_id;
 use outbox_shared::limits::CLIENT_REQUEST_TOKEN_MAX_LEN;
 use outbox_shared::schema::{self, attr, entity};
@@ -25,24 +27,84 @@ use crate::order::{
 };
 use crate::trace::{TraceHeader, current_trace_context, trace_context_or_current};
 use crate::transaction::{
-    CommittedTransaction, ConditionFailure, OutboxTransaction, Prepared, is_token_mismatch,
+    ClaimCheck, CommittedTransaction, ConditionFailure, OutboxTransaction, Prepared,
+    is_token_mismatch,
 };
 
 /// Writes orders (or any entity, through [`OutboxWriter::commit`]) together with their outbox
-/// events. Cheap to clone: the SDK client and the configuration are shared.
+/// events. Cheap to clone: the SDK clients and the configuration are shared.
 #[derive(Debug, Clone)]
 pub struct OutboxWriter {
     client: Client,
+    /// The payload bucket, when [`WriterConfig::payload_bucket`] names one.
+    payloads: Option<PayloadStore>,
     config: Arc<WriterConfig>,
 }
 
 impl OutboxWriter {
+    /// A writer on `client`, without a payload bucket (for one, see
+    /// [`from_sdk_config`](Self::from_sdk_config) and [`with_s3`](Self::with_s3)).
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the first invalid setting, or the payload bucket when one is
+    /// configured: this writer would have no S3 client to store payloads with.
+    pub fn new(client: Client, config: WriterConfig) -> Result<Self, ConfigError> {
+        if config.payload_bucket.is_some() {
+            return Err(ConfigError::OutOfRange {
+                setting: "payload bucket",
+                detail: "is set, but OutboxWriter::new has no S3 client to store payloads \
+                         with: build the writer with OutboxWriter::from_sdk_config or \
+                         OutboxWriter::with_s3"
+                    .to_owned(),
+            });
+        }
+        Self::build(client, None, config)
+    }
+
+    /// A writer whose DynamoDB client and, when [`WriterConfig::payload_bucket`] names a bucket,
+    /// S3 client are built from one shared configuration (region, credentials, retries, the
+    /// endpoint variables of a local emulator).
+    ///
     /// # Errors
     /// [`ConfigError`] naming the first invalid setting.
-    pub fn new(client: Client, config: WriterConfig) -> Result<Self, ConfigError> {
+    pub fn from_sdk_config(
+        sdk_config: &aws_types::SdkConfig,
+        config: WriterConfig,
+    ) -> Result<Self, ConfigError> {
+        let s3 = config
+            .payload_bucket
+            .as_ref()
+            .map(|_| aws_sdk_s3::Client::new(sdk_config));
+        Self::build(Client::new(sdk_config), s3, config)
+    }
+
+    /// A writer on clients the caller built: `s3` stores the payloads too large for an item in
+    /// [`WriterConfig::payload_bucket`] (it is not called without one).
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the first invalid setting.
+    pub fn with_s3(
+        client: Client,
+        s3: aws_sdk_s3::Client,
+        config: WriterConfig,
+    ) -> Result<Self, ConfigError> {
+        Self::build(client, Some(s3), config)
+    }
+
+    fn build(
+        client: Client,
+        s3: Option<aws_sdk_s3::Client>,
+        config: WriterConfig,
+    ) -> Result<Self, ConfigError> {
         config.validate()?;
+        let payloads = config
+            .payload_bucket
+            .as_ref()
+            .zip(s3)
+            .map(|(bucket, s3)| PayloadStore::new(s3, bucket.clone()));
         Ok(Self {
             client,
+            payloads,
             config: Arc::new(config),
         })
     }
@@ -51,14 +113,61 @@ impl OutboxWriter {
         &self.config
     }
 
+    /// Checks `tx` and stores the payloads too large for their items in the payload bucket: what
+    /// every write does before its transaction is sent (once, however often that is retried).
+    async fn prepare(
+        &self,
+        tx: OutboxTransaction,
+        now: DateTime<Utc>,
+    ) -> Result<Prepared, WriteError> {
+        let prepared = tx.prepare(&self.config, self.payloads.as_ref(), now)?;
+        self.store_payloads(&prepared.claim_checks).await?;
+        Ok(prepared)
+    }
+
+    /// Stores each payload under its event's key, concurrently. A key already holding an object
+    /// (the same event's payload, stored before) is left as it is.
+    ///
+    /// # Errors
+    /// [`WriteError::PayloadNotStored`] for the first payload S3 did not store.
+    async fn store_payloads(&self, claim_checks: &[ClaimCheck]) -> Result<(), WriteError> {
+        let Some(store) = &self.payloads else {
+            // `prepare` refers to no payload without a payload bucket.
+            return Ok(());
+        };
+        futures::future::try_join_all(claim_checks.iter().map(|claim_check| async move {
+            let event_id = &claim_check.event_id;
+            let (reference, stored) = store
+                .put(event_id, claim_check.payload.as_bytes())
+                .await
+                .map_err(|source| WriteError::PayloadNotStored {
+                    event_id: event_id.clone(),
+                    bucket: store.bucket().to_owned(),
+                    source,
+                })?;
+            debug!(
+                %event_id,
+                uri = %reference.uri,
+                bytes = reference.size,
+                already_there = stored == Stored::AlreadyThere,
+                "payload stored in S3"
+            );
+            Ok::<_, WriteError>(())
+        }))
+        .await?;
+        Ok(())
+    }
+
     /// Commits business actions and outbox events atomically, retrying transaction conflicts and
-    /// throttling within [`WriterConfig::transaction_retry`].
+    /// throttling within [`WriterConfig::transaction_retry`]. A payload too large for its outbox
+    /// item is stored in the payload bucket first ([`WriterConfig::payload_bucket`]).
     ///
     /// # Errors
     /// [`WriteError::InvalidInput`]/[`WriteError::LimitExceeded`] before any call (nothing written);
-    /// the cancellation mapped by position; or the classified SDK error.
+    /// [`WriteError::PayloadNotStored`] (nothing written); the cancellation mapped by position; or
+    /// the classified SDK error.
     pub async fn commit(&self, tx: OutboxTransaction) -> Result<CommittedTransaction, WriteError> {
-        let prepared = tx.prepare(&self.config, Utc::now())?;
+        let prepared = self.prepare(tx, Utc::now()).await?;
         (|| prepared.send(&self.client, true))
             .retry(self.config.transaction_retry)
             .sleep(tokio::time::sleep)
@@ -80,6 +189,8 @@ impl OutboxWriter {
     /// - [`WriteError::TransactionConflict`] / [`WriteError::Throttled`]: still conflicting after
     ///   [`WriterConfig::transaction_retry`].
     /// - [`WriteError::Validation`] / [`WriteError::Dynamo`]: DynamoDB refused the call.
+    /// - [`WriteError::PayloadNotStored`]: S3 did not store a payload too large for the outbox
+    ///   item; nothing was written.
     pub async fn create_order_with_outbox(
         &self,
         user_id: &str,
@@ -142,7 +253,7 @@ impl OutboxWriter {
         tx = tx
             .put(order_put, ConditionFailure::AlreadyExists)
             .outbox_item(event);
-        let prepared = tx.prepare(&self.config, now)?;
+        let prepared = self.prepare(tx, now).await?;
 
         // Cleared once a reused token turns out to guard nothing (see below).
         let send_token = AtomicBool::new(true);
@@ -330,7 +441,7 @@ impl OutboxWriter {
     }
 
     async fn commit_once(&self, tx: OutboxTransaction) -> Result<CommittedTransaction, WriteError> {
-        let prepared: Prepared = tx.prepare(&self.config, Utc::now())?;
+        let prepared = self.prepare(tx, Utc::now()).await?;
         prepared.send(&self.client, true).await
     }
 
