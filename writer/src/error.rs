@@ -143,15 +143,17 @@ pub enum WriteError {
     /// Any other failed DynamoDB call; the SDK error is kept as the source.
     #[error("DynamoDB {0}")]
     Dynamo(#[source] SdkFailure),
-    /// Storing a payload in the payload bucket failed (S3's `PutObject`), before the transaction:
-    /// nothing was written to the table. Retryable as the failure's class says.
+    /// Storing a payload in the payload bucket ([`WriterConfig::payload_bucket`]) failed (S3's
+    /// `PutObject`), before the transaction: nothing was written to the table. Retryable as the
+    /// failure's class says.
+    ///
+    /// [`WriterConfig::payload_bucket`]: crate::WriterConfig::payload_bucket
     #[error(
-        "the payload of event {event_id} could not be stored in S3 bucket {bucket}, so nothing \
+        "the payload of event {event_id} could not be stored in the payload bucket, so nothing \
          was written: {source}"
     )]
     PayloadNotStored {
         event_id: String,
-        bucket: String,
         source: SdkFailure,
     },
 }

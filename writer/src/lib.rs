@@ -36,7 +36,8 @@
 //! - an object whose transaction then failed is an orphan: no item refers to it, so no relay
 //!   publishes it, and the bucket's lifecycle rule on `payloads/` expires it.
 //!
-//! The writer then needs `s3:PutObject` on `payloads/*` in the bucket besides [`TABLE_ACTIONS`].
+//! The writer then needs [`PAYLOAD_OBJECT_ACTIONS`] (`s3:PutObject`) on `payloads/*` in the bucket
+//! besides [`TABLE_ACTIONS`].
 //!
 //! Everything a caller needs is exported here, at the crate root; this crate and the AWS SDK for
 //! DynamoDB are all an order service depends on:
@@ -125,6 +126,12 @@ pub const TABLE_ACTIONS: &[&str] = &[
     "dynamodb:PutItem",
     "dynamodb:UpdateItem",
 ];
+
+/// The IAM actions the writer's own calls need on the payload bucket's objects under `payloads/`
+/// (relay-runtime's `Target::PayloadObjects`), with a payload bucket only: the conditional
+/// `PutObject` of a payload too large for its outbox item. The template's
+/// `OrderServiceWriterPolicy` grants them with [`TABLE_ACTIONS`].
+pub const PAYLOAD_OBJECT_ACTIONS: &[&str] = &["s3:PutObject"];
 
 // The contract types that appear in this crate's API, so a caller needs no other project crate.
 pub use outbox_shared::limits;

@@ -278,7 +278,11 @@ impl OutboxTransaction {
             };
             check_payload_size(&outbox, config)?;
             check_event_size(&outbox, config, payloads.is_some())?;
-            let (outbox, item, claim_check) = fit_item(outbox, payloads)?;
+            let Fitted {
+                outbox,
+                item,
+                claim_check,
+            } = fit_item(outbox, payloads)?;
             let bytes = item_size(&item);
             check_item_size(&outbox.key(), bytes, payloads.is_none())?;
             claim_checks.extend(claim_check);
@@ -417,42 +421,44 @@ fn check_payload_size(item: &OutboxItem, config: &WriterConfig) -> Result<(), Li
     Ok(())
 }
 
-/// The outbox item as the transaction writes it, with its attribute values, and the payload to
-/// store first if any: with a payload bucket, an item over DynamoDB's item limit gets its payload's
-/// reference in place of the payload. One that fits keeps its payload inline, whatever its future
-/// entry's size: the relays store the payload of an entry too large for their target when they
-/// publish it, and a small event costs no S3 call.
-fn fit_item(
-    mut outbox: OutboxItem,
-    payloads: Option<&PayloadStore>,
-) -> Result<
-    (
-        OutboxItem,
-        HashMap<String, AttributeValue>,
-        Option<ClaimCheck>,
-    ),
-    WriteError,
-> {
+/// An outbox item as the transaction writes it.
+struct Fitted {
+    outbox: OutboxItem,
+    /// Its attribute values.
+    item: HashMap<String, AttributeValue>,
+    /// Its payload, to store before the transaction, when the item refers to it.
+    claim_check: Option<ClaimCheck>,
+}
+
+/// The outbox item as the transaction writes it: with a payload bucket, an item over DynamoDB's
+/// item limit gets its payload's reference in place of the payload. One that fits keeps its
+/// payload inline, whatever its future entry's size: the relays store the payload of an entry
+/// too large for their target when they publish it, and a small event costs no S3 call.
+fn fit_item(mut outbox: OutboxItem, payloads: Option<&PayloadStore>) -> Result<Fitted, WriteError> {
     let encode = |outbox: &OutboxItem| {
         outbox
             .to_item()
             .map_err(|e| WriteError::Encoding(e.to_string()))
     };
     let item = encode(&outbox)?;
-    let Some(store) = payloads else {
-        return Ok((outbox, item, None));
+    let fits = item_size(&item) <= ITEM_MAX_BYTES || outbox.payload.is_empty();
+    let Some(store) = payloads.filter(|_| !fits) else {
+        return Ok(Fitted {
+            outbox,
+            item,
+            claim_check: None,
+        });
     };
-    if item_size(&item) <= ITEM_MAX_BYTES || outbox.payload.is_empty() {
-        return Ok((outbox, item, None));
-    }
     let payload = std::mem::take(&mut outbox.payload);
     outbox.payload_ref = Some(store.reference(&outbox.event_id, payload.as_bytes()));
-    let item = encode(&outbox)?;
-    let claim_check = ClaimCheck {
-        event_id: outbox.event_id.clone(),
-        payload,
-    };
-    Ok((outbox, item, Some(claim_check)))
+    Ok(Fitted {
+        item: encode(&outbox)?,
+        claim_check: Some(ClaimCheck {
+            event_id: outbox.event_id.clone(),
+            payload,
+        }),
+        outbox,
+    })
 }
 
 /// The event's future EventBridge entry, built in either format the relays may publish (the

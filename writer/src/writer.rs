@@ -142,7 +142,6 @@ impl OutboxWriter {
                 .await
                 .map_err(|source| WriteError::PayloadNotStored {
                     event_id: event_id.clone(),
-                    bucket: store.bucket().to_owned(),
                     source,
                 })?;
             debug!(

@@ -1,6 +1,7 @@
 //! Error paths the emulator cannot produce, against the SDK's own mocks.
 
 use super::*;
+use crate::error::LimitError;
 use crate::order::OrderLine;
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
@@ -267,4 +268,205 @@ fn client_request_tokens_are_stable_short_and_scoped() {
 fn the_writer_is_shareable_across_tasks() {
     fn check<T: Send + Sync + Clone>() {}
     check::<OutboxWriter>();
+}
+
+// The claim check's calls: what S3 failing does to a write, and which writes call S3 at all.
+
+const BUCKET: &str = "orders-payloads";
+
+fn s3(rules: &[&Rule]) -> aws_sdk_s3::Client {
+    let interceptor = rules.iter().fold(
+        MockResponseInterceptor::new().rule_mode(RuleMode::MatchAny),
+        |i, rule| i.with_rule(rule),
+    );
+    aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::Config::builder()
+            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+            .region(aws_sdk_s3::config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_s3::config::Credentials::new(
+                "test", "test", None, None, "test",
+            ))
+            .http_client(create_mock_http_client())
+            .interceptor(interceptor)
+            .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
+            .build(),
+    )
+}
+
+/// A writer with a payload bucket, its DynamoDB calls answered by `dynamodb`, its S3 calls by
+/// `s3_rules`.
+fn claim_checking_writer(dynamodb: &[&Rule], s3_rules: &[&Rule]) -> OutboxWriter {
+    let mut config = WriterConfig::new(OutboxConfig::new("orders"), "test.orders");
+    config.payload_bucket = Some(BUCKET.into());
+    config.transaction_retry = quick(0);
+    OutboxWriter::with_s3(client(dynamodb), s3(s3_rules), config).unwrap()
+}
+
+/// One event whose payload's JSON text is about `bytes` long.
+fn event_of_bytes(bytes: usize) -> OutboxTransaction {
+    OutboxTransaction::new().event(NewOutboxEvent {
+        partition_key: "USER#u-1".into(),
+        event_type: "OrderImported".into(),
+        aggregate_type: "Order".into(),
+        aggregate_id: "o-1".into(),
+        sequence: Some(1),
+        payload: serde_json::json!({ "lines": "x".repeat(bytes) }),
+        trace_header: None,
+        trace_context: None,
+    })
+}
+
+/// S3's answer to a refused call: its status and its XML error.
+fn s3_refusal(status: u16, code: &str) -> HttpResponse {
+    HttpResponse::new(
+        status.try_into().unwrap(),
+        aws_sdk_s3::primitives::SdkBody::from(format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
+             <Error><Code>{code}</Code><Message>refused by the test</Message></Error>"
+        )),
+    )
+}
+
+#[tokio::test]
+async fn an_s3_failure_writes_nothing_and_is_retryable_as_its_class_says() {
+    for (status, code, retryable) in [
+        (503, "SlowDown", true),
+        (500, "InternalError", true),
+        (403, "AccessDenied", false),
+    ] {
+        // Given S3 refusing every PutObject
+        let put = mock!(aws_sdk_s3::Client::put_object)
+            .then_http_response(move || s3_refusal(status, code));
+        let write = mock!(Client::transact_write_items)
+            .then_output(|| TransactWriteItemsOutput::builder().build());
+        let writer = claim_checking_writer(&[&write], &[&put]);
+
+        // When an event too large for an item is committed
+        let err = writer.commit(event_of_bytes(500_000)).await.unwrap_err();
+
+        // Then the write fails with S3's failure, retryable as its class says, and no
+        // transaction was sent
+        let WriteError::PayloadNotStored { source, .. } = &err else {
+            panic!("not a payload S3 did not store: {err:?}");
+        };
+        assert_eq!(source.operation, "PutObject");
+        assert_eq!(source.code.as_deref(), Some(code));
+        assert_eq!(err.is_retryable(), retryable, "{err}");
+        assert!(err.to_string().contains("nothing was written"), "{err}");
+        assert_eq!((put.num_calls(), write.num_calls()), (1, 0), "{code}");
+        let sdk = std::error::Error::source(source).expect("the SDK error is the source");
+        assert!(
+            sdk.downcast_ref::<SdkError<aws_sdk_s3::operation::put_object::PutObjectError, HttpResponse>>()
+                .is_some()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_payload_over_the_largest_accepted_is_refused_before_any_call() {
+    // Given a writer with a payload bucket accepting payloads up to 1 MiB
+    let put = mock!(aws_sdk_s3::Client::put_object)
+        .then_output(|| aws_sdk_s3::operation::put_object::PutObjectOutput::builder().build());
+    let write = mock!(Client::transact_write_items)
+        .then_output(|| TransactWriteItemsOutput::builder().build());
+    let mut config = WriterConfig::new(OutboxConfig::new("orders"), "test.orders");
+    config.payload_bucket = Some(BUCKET.into());
+    config.max_payload_bytes = 1024 * 1024;
+    let writer = OutboxWriter::with_s3(client(&[&write]), s3(&[&put]), config).unwrap();
+
+    // When an event of 2 MB is committed
+    let err = writer.commit(event_of_bytes(2_000_000)).await.unwrap_err();
+
+    // Then it is refused with the sizes and the setting, before S3 or DynamoDB is called
+    assert!(
+        matches!(
+            &err,
+            WriteError::LimitExceeded(LimitError::PayloadTooLarge { bytes, max: 1_048_576, .. })
+                if *bytes > 2_000_000
+        ),
+        "{err:?}"
+    );
+    assert!(!err.is_retryable());
+    assert_eq!((put.num_calls(), write.num_calls()), (0, 0));
+}
+
+#[tokio::test]
+async fn a_payload_that_fits_its_item_makes_no_s3_call() {
+    // Given a writer with a payload bucket
+    let put = mock!(aws_sdk_s3::Client::put_object)
+        .then_output(|| aws_sdk_s3::operation::put_object::PutObjectOutput::builder().build());
+    let write = mock!(Client::transact_write_items)
+        .then_output(|| TransactWriteItemsOutput::builder().build());
+    let writer = claim_checking_writer(&[&write], &[&put]);
+
+    // When a small event, one of 300 KB (its item fits) and an order are written
+    let small = writer.commit(event_of_bytes(100)).await.unwrap();
+    let fits = writer.commit(event_of_bytes(300_000)).await.unwrap();
+    writer
+        .create_order_with_outbox("u-1", order().with_idempotency_key("k"))
+        .await
+        .unwrap();
+
+    // Then S3 was never called and the payloads are inline
+    assert_eq!((put.num_calls(), write.num_calls()), (0, 3));
+    for committed in [small, fits] {
+        assert_eq!(committed.events[0].payload_ref, None);
+        assert!(!committed.events[0].payload.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn a_large_payload_is_stored_once_then_referenced_by_the_transaction() {
+    // Given S3 and DynamoDB accepting, DynamoDB first with a transaction conflict
+    let put = mock!(aws_sdk_s3::Client::put_object)
+        .match_requests(|r| {
+            r.bucket() == Some(BUCKET)
+                && r.key().is_some_and(|k| k.starts_with("payloads/"))
+                && r.if_none_match() == Some("*")
+                && r.checksum_sha256().is_some()
+        })
+        .then_output(|| aws_sdk_s3::operation::put_object::PutObjectOutput::builder().build());
+    let write = mock!(Client::transact_write_items)
+        .match_requests(|r| {
+            r.transact_items().iter().all(|i| {
+                i.put().is_some_and(|p| {
+                    p.item().contains_key(attr::PAYLOAD_REF)
+                        && !p.item().contains_key(attr::PAYLOAD)
+                })
+            })
+        })
+        .sequence()
+        .error(|| cancelled(&["TransactionConflict"]))
+        .output(|| TransactWriteItemsOutput::builder().build())
+        .build();
+    let mut config = WriterConfig::new(OutboxConfig::new("orders"), "test.orders");
+    config.payload_bucket = Some(BUCKET.into());
+    config.transaction_retry = quick(1);
+    let writer = OutboxWriter::with_s3(client(&[&write]), s3(&[&put]), config).unwrap();
+
+    // When an event of 500 KB is committed
+    let committed = writer.commit(event_of_bytes(500_000)).await.unwrap();
+
+    // Then its payload was stored once, before the transaction, which was retried alone, and
+    // the item as written refers to it
+    assert_eq!((put.num_calls(), write.num_calls()), (1, 2));
+    let event = &committed.events[0];
+    assert_eq!(event.payload, "");
+    let reference = event.payload_ref.as_ref().expect("a reference");
+    assert_eq!(
+        reference.uri,
+        format!("s3://{BUCKET}/payloads/{}", event.event_id)
+    );
+}
+
+#[test]
+fn a_payload_bucket_needs_a_writer_with_an_s3_client() {
+    let mut config = WriterConfig::new(OutboxConfig::new("orders"), "test.orders");
+    config.payload_bucket = Some(BUCKET.into());
+    let err = OutboxWriter::new(client(&[]), config).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "payload bucket is set, but OutboxWriter::new has no S3 client to store payloads with: \
+         build the writer with OutboxWriter::from_sdk_config or OutboxWriter::with_s3"
+    );
 }
