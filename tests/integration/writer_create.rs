@@ -1,6 +1,7 @@
 //! The writer's create path against the emulator: the documented items, atomic cancellation,
-//! idempotent retries (also concurrent), limits rejected before writing, and the item schema
-//! shared with other clients.
+//! idempotent retries (also concurrent), limits rejected before writing, the item schema
+//! shared with other clients, and the claim check (payloads too large for an item stored in S3
+//! first, on moto).
 
 use std::collections::HashMap;
 
@@ -10,7 +11,7 @@ use outbox_shared::limits::{PUT_EVENTS_ABSOLUTE_MAX_BYTES, TRANSACT_MAX_ACTIONS}
 use outbox_shared::schema::{self, attr, entity};
 use outbox_shared::{ItemError, NewOutboxEvent, OutboxItem, OutboxStatus, shard_for};
 use outbox_tests::fault_proxy::{FaultProxy, FaultRates};
-use outbox_tests::{TestEnv, emulator_endpoints, minimal_outbox_item};
+use outbox_tests::{TestEnv, emulator_endpoints, fixtures, minimal_outbox_item};
 use outbox_writer::{
     ConditionFailure, InputError, LimitError, NewOrder, OrderCreated, OrderLine, OrderStatus,
     OutboxTransaction, WriteError,
@@ -374,7 +375,7 @@ async fn over_limit_and_malformed_inputs_are_rejected_and_nothing_is_written() {
         "{event_too_large}"
     );
     assert!(
-        matches!(&item_too_large, WriteError::LimitExceeded(LimitError::ItemTooLarge { key, bytes, max: 409_600 }) if key.sk.starts_with("ORDER#") && *bytes > 450_000),
+        matches!(&item_too_large, WriteError::LimitExceeded(LimitError::ItemTooLarge { key, bytes, max: 409_600, payload_bucket_would_fit: false }) if key.sk.starts_with("ORDER#") && *bytes > 450_000),
         "{item_too_large}"
     );
     assert_eq!(
@@ -531,4 +532,229 @@ async fn items_of_other_clients_and_of_the_writer_read_through_the_shared_struct
         );
         assert!(entry.is_ok(), "{entry:?}");
     }
+}
+
+/// The SHA-256 of `bytes` in base64, as S3's `ChecksumSHA256` (computed here, apart from the
+/// writer).
+fn sha256_base64(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    aws_smithy_types::base64::encode(sha2::Sha256::digest(bytes))
+}
+
+/// The item's `PayloadRef` map: its `Uri`, `Size` and `Sha256`.
+fn payload_ref(item: &HashMap<String, AttributeValue>) -> (String, u64, String) {
+    let reference = item[attr::PAYLOAD_REF].as_m().expect("PayloadRef is a map");
+    (
+        s(reference, "Uri"),
+        n(reference, "Size"),
+        s(reference, "Sha256"),
+    )
+}
+
+/// A plain `Put` of a small order item, only if it is new.
+fn order_put(env: &TestEnv, user: &str, order: &str) -> Put {
+    Put::builder()
+        .table_name(&env.table_name)
+        .item(attr::PK, AttributeValue::S(schema::user_pk(user)))
+        .item(attr::SK, AttributeValue::S(schema::order_sk(order)))
+        .item(attr::ENTITY_TYPE, AttributeValue::S(entity::ORDER.into()))
+        .condition_expression("attribute_not_exists(PK)")
+        .build()
+        .unwrap()
+}
+
+/// An `OrderImported` event of `order` whose payload is `lines` order lines (about 48 bytes of
+/// JSON each).
+fn imported(user: &str, order: &str, lines: usize) -> NewOutboxEvent {
+    NewOutboxEvent {
+        partition_key: schema::user_pk(user),
+        event_type: "OrderImported".into(),
+        aggregate_type: "Order".into(),
+        aggregate_id: order.into(),
+        sequence: Some(1),
+        payload: serde_json::json!({
+            "orderId": order,
+            "items": (0..lines)
+                .map(|i| OrderLine::new(format!("SKU-{i:07}"), 1, 1_250))
+                .collect::<Vec<_>>(),
+        }),
+        trace_header: None,
+        trace_context: None,
+    }
+}
+
+#[tokio::test]
+async fn a_5_mib_payload_is_stored_in_s3_and_its_outbox_item_refers_to_it() {
+    // Given a writer with a payload bucket, and an order whose event's payload is 5 MiB
+    let env = TestEnv::new().await;
+    let bucket = fixtures::payload_bucket(&env.s3).await;
+    let writer = env.writer_with(|c| c.payload_bucket = Some(bucket.clone()));
+    let event = imported("u-1", "o-1", 100_000);
+    let payload = serde_json::to_string(&event.payload).unwrap();
+    assert!(payload.len() >= 5 * 1024 * 1024, "{}", payload.len());
+
+    // When the order and its event are committed
+    let committed = writer
+        .commit(
+            OutboxTransaction::new()
+                .put(
+                    order_put(&env, "u-1", "o-1"),
+                    ConditionFailure::AlreadyExists,
+                )
+                .event(event),
+        )
+        .await
+        .unwrap();
+
+    // Then the payload is the one object in the bucket, under payloads/{event id}, byte for byte
+    let event_id = committed.event_ids()[0].to_owned();
+    let key = format!("payloads/{event_id}");
+    assert_eq!(env.object_keys(&bucket).await, std::slice::from_ref(&key));
+    assert!(env.object(&bucket, &key).await == payload.as_bytes());
+
+    // And the order is written, and the outbox item has a PayloadRef naming the object, the
+    // payload's size and SHA-256, and no Payload
+    assert_eq!(items_of_type(&env, entity::ORDER).await.len(), 1);
+    let events = items_of_type(&env, entity::OUTBOX_EVENT).await;
+    let [item] = events.as_slice() else {
+        panic!("one outbox item: {events:?}");
+    };
+    assert_eq!(s(item, attr::EVENT_ID), event_id);
+    assert!(!item.contains_key(attr::PAYLOAD), "{item:?}");
+    assert_eq!(
+        payload_ref(item),
+        (
+            format!("s3://{bucket}/{key}"),
+            payload.len() as u64,
+            sha256_base64(payload.as_bytes())
+        )
+    );
+    // And it is pending like any other event
+    assert_eq!(s(item, attr::STATUS), "PENDING");
+    assert!(item.contains_key(attr::GSI1PK));
+}
+
+#[tokio::test]
+async fn a_create_that_fails_after_storing_its_payload_leaves_no_outbox_item() {
+    // Given a writer with a payload bucket, and an order o-1 already created (a small one)
+    let env = TestEnv::new().await;
+    let bucket = fixtures::payload_bucket(&env.s3).await;
+    let writer = env.writer_with(|c| c.payload_bucket = Some(bucket.clone()));
+    let first = writer
+        .create_order_with_outbox("u-1", NewOrder::new(lines()).with_order_id("o-1"))
+        .await
+        .unwrap();
+    assert!(
+        env.object_keys(&bucket).await.is_empty(),
+        "a small event stores nothing"
+    );
+    // And an order of 9,000 lines: its item fits in 400 KB, its OrderCreated payload (the
+    // lines with their field names in JSON, about 450 KB) does not
+    let large = || {
+        NewOrder::new(
+            (0..9_000)
+                .map(|i| OrderLine::new(format!("{i:05}"), 1, 100))
+                .collect(),
+        )
+    };
+
+    // When the large order is created as o-1 again
+    let err = writer
+        .create_order_with_outbox("u-1", large().with_order_id("o-1"))
+        .await
+        .unwrap_err();
+
+    // Then the create fails as any create of an existing order does
+    assert_eq!(
+        err,
+        WriteError::AlreadyExists {
+            key: outbox_shared::ItemKey {
+                pk: "USER#u-1".into(),
+                sk: "ORDER#o-1".into()
+            }
+        }
+    );
+    // And the table holds only the first order's event; the payload stored before the
+    // transaction is an orphan no item refers to (the bucket's lifecycle rule expires it)
+    let events = env.outbox_items().await;
+    assert_eq!(
+        events
+            .iter()
+            .map(|e| e.event_id.as_str())
+            .collect::<Vec<_>>(),
+        [first.event_id.as_str()]
+    );
+    assert!(events[0].payload_ref.is_none());
+    let orphans = env.object_keys(&bucket).await;
+    assert_eq!(orphans.len(), 1, "{orphans:?}");
+    assert!(orphans[0].starts_with("payloads/"), "{orphans:?}");
+
+    // And the same large order as a new order o-2 is created, its event referring to its
+    // payload in S3
+    let created = writer
+        .create_order_with_outbox("u-1", large().with_order_id("o-2"))
+        .await
+        .unwrap();
+    let events = env.outbox_items().await;
+    let event = events
+        .iter()
+        .find(|e| e.event_id == created.event_id)
+        .expect("o-2's event");
+    let reference = event.payload_ref.as_ref().expect("a PayloadRef");
+    let key = format!("payloads/{}", created.event_id);
+    assert_eq!(reference.uri, format!("s3://{bucket}/{key}"));
+    let stored = env.object(&bucket, &key).await;
+    let payload: OrderCreated = serde_json::from_slice(&stored).unwrap();
+    assert_eq!(payload.order_id, "o-2");
+    assert_eq!(payload.items.len(), 9_000);
+}
+
+#[tokio::test]
+async fn a_300_kb_payload_is_written_inline_with_a_payload_bucket() {
+    // Given a writer with a payload bucket, and an event of about 300 KB: its item fits, its
+    // 256 KiB EventBridge entry would not (a relay stores it when it publishes it)
+    let env = TestEnv::new().await;
+    let bucket = fixtures::payload_bucket(&env.s3).await;
+    let writer = env.writer_with(|c| c.payload_bucket = Some(bucket.clone()));
+    let event = imported("u-1", "o-1", 5_300);
+    let payload = serde_json::to_string(&event.payload).unwrap();
+    assert!(
+        (300_000..310_000).contains(&payload.len()),
+        "{}",
+        payload.len()
+    );
+
+    // When it is committed
+    writer
+        .commit(OutboxTransaction::new().event(event))
+        .await
+        .unwrap();
+
+    // Then the item holds the payload, and S3 holds nothing
+    let events = items_of_type(&env, entity::OUTBOX_EVENT).await;
+    let [item] = events.as_slice() else {
+        panic!("one outbox item: {events:?}");
+    };
+    assert_eq!(s(item, attr::PAYLOAD), payload);
+    assert!(!item.contains_key(attr::PAYLOAD_REF), "{item:?}");
+    assert!(env.object_keys(&bucket).await.is_empty());
+
+    // And without a bucket the same event is refused, saying how to accept it
+    let err = env
+        .writer()
+        .commit(OutboxTransaction::new().event(imported("u-1", "o-2", 5_300)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            WriteError::LimitExceeded(LimitError::EventTooLarge { .. })
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("configure the payload bucket (WriterConfig::payload_bucket)"),
+        "{err}"
+    );
 }

@@ -910,14 +910,16 @@ impl TestEnv {
         self.writer_with(|_| {})
     }
 
-    /// A writer whose configuration `adjust` changes first.
+    /// A writer whose configuration `adjust` changes first (with a `payload_bucket`, it stores
+    /// payloads too large for an item through this environment's S3 client).
     ///
     /// # Panics
     /// When the adjusted configuration is invalid.
     pub fn writer_with(&self, adjust: impl FnOnce(&mut WriterConfig)) -> OutboxWriter {
         let mut config = WriterConfig::new(self.outbox_config(), TEST_SOURCE);
         adjust(&mut config);
-        OutboxWriter::new(self.dynamodb.clone(), config).expect("valid writer config")
+        OutboxWriter::with_s3(self.dynamodb.clone(), self.s3.clone(), config)
+            .expect("valid writer config")
     }
 
     /// A writer like [`writer`](Self::writer) whose calls go through `proxy`.
