@@ -6,6 +6,7 @@ use outbox_shared::limits::{PUT_EVENTS_ABSOLUTE_MAX_BYTES, PUT_EVENTS_DEFAULT_MA
 use outbox_shared::{ConfigError, OutboxConfig};
 
 use outbox_shared::RetryPolicy;
+use outbox_shared::claim_check::check_bucket_name;
 
 /// The largest payload a writer accepts unless configured otherwise (10 MiB): enough for an
 /// order with thousands of lines, small enough that one event does not hold a service's memory.
@@ -80,14 +81,16 @@ impl WriterConfig {
                 ),
             });
         }
-        if self
-            .payload_bucket
-            .as_deref()
-            .is_some_and(|bucket| bucket.trim().is_empty())
-        {
-            return Err(ConfigError::Empty {
+        if let Some(bucket) = &self.payload_bucket {
+            if bucket.trim().is_empty() {
+                return Err(ConfigError::Empty {
+                    setting: "payload bucket",
+                });
+            }
+            check_bucket_name(bucket).map_err(|detail| ConfigError::OutOfRange {
                 setting: "payload bucket",
-            });
+                detail,
+            })?;
         }
         if self.max_payload_bytes == 0 {
             return Err(ConfigError::OutOfRange {
@@ -152,6 +155,16 @@ mod tests {
             config.validate().unwrap_err().to_string(),
             "payload bucket must not be empty"
         );
+
+        let mut config = WriterConfig::new(OutboxConfig::new("t"), "orders");
+        config.payload_bucket = Some("s3://orders-payloads".into());
+        assert_eq!(
+            config.validate().unwrap_err().to_string(),
+            "payload bucket \"s3://orders-payloads\" is not a bucket name: only lowercase letters, \
+             digits, dots and hyphens (a bucket's name, not its ARN or an s3:// URI)"
+        );
+        config.payload_bucket = Some("orders-payloads".into());
+        config.validate().unwrap();
 
         let mut config = WriterConfig::new(OutboxConfig::new("t"), "orders");
         config.max_payload_bytes = 0;
