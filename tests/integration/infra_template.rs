@@ -1079,14 +1079,19 @@ fn the_order_services_policy_grants_what_the_writer_calls_on_the_table_and_is_ex
     use relay_runtime::permissions::Target;
     let template = Template::embedded().unwrap();
 
-    // The managed policy grants the writer's actions on the outbox table and the claim check's
-    // store of a payload larger than an item (PayloadStore::put: the conditional PutObject under
-    // payloads/ that relay_runtime::claim_check lists for the relays), nothing more
+    // The managed policy grants the writer's actions on the outbox table and on the payload
+    // bucket's payloads/ (the conditional PutObject of a payload larger than an item, the same
+    // call relay_runtime::claim_check lists for the relays), nothing more
     let mut expected: BTreeSet<Granted> = outbox_writer::TABLE_ACTIONS
         .iter()
         .map(|action| Granted::Job((*action).to_owned(), Target::OutboxTable))
         .collect();
-    expected.extend(jobs(relay_runtime::claim_check::CALLS.to_vec()));
+    expected.extend(
+        outbox_writer::PAYLOAD_OBJECT_ACTIONS
+            .iter()
+            .map(|action| Granted::Job((*action).to_owned(), Target::PayloadObjects)),
+    );
+
     let writer = granted(&template, "OrderServiceWriterPolicy");
     assert_eq!(writer, expected);
     assert!(writer.contains(&Granted::Job(

@@ -11,7 +11,7 @@ use outbox_shared::limits::{PUT_EVENTS_ABSOLUTE_MAX_BYTES, TRANSACT_MAX_ACTIONS}
 use outbox_shared::schema::{self, attr, entity};
 use outbox_shared::{ItemError, NewOutboxEvent, OutboxItem, OutboxStatus, shard_for};
 use outbox_tests::fault_proxy::{FaultProxy, FaultRates};
-use outbox_tests::{TestEnv, emulator_endpoints, fixtures, minimal_outbox_item};
+use outbox_tests::{TestEnv, emulator_endpoints, minimal_outbox_item};
 use outbox_writer::{
     ConditionFailure, InputError, LimitError, NewOrder, OrderCreated, OrderLine, OrderStatus,
     OutboxTransaction, WriteError,
@@ -587,7 +587,7 @@ fn imported(user: &str, order: &str, lines: usize) -> NewOutboxEvent {
 async fn a_5_mib_payload_is_stored_in_s3_and_its_outbox_item_refers_to_it() {
     // Given a writer with a payload bucket, and an order whose event's payload is 5 MiB
     let env = TestEnv::new().await;
-    let bucket = fixtures::payload_bucket(&env.s3).await;
+    let bucket = env.create_payload_bucket().await;
     let writer = env.writer_with(|c| c.payload_bucket = Some(bucket.clone()));
     let event = imported("u-1", "o-1", 100_000);
     let payload = serde_json::to_string(&event.payload).unwrap();
@@ -638,7 +638,7 @@ async fn a_5_mib_payload_is_stored_in_s3_and_its_outbox_item_refers_to_it() {
 async fn a_create_that_fails_after_storing_its_payload_leaves_no_outbox_item() {
     // Given a writer with a payload bucket, and an order o-1 already created (a small one)
     let env = TestEnv::new().await;
-    let bucket = fixtures::payload_bucket(&env.s3).await;
+    let bucket = env.create_payload_bucket().await;
     let writer = env.writer_with(|c| c.payload_bucket = Some(bucket.clone()));
     let first = writer
         .create_order_with_outbox("u-1", NewOrder::new(lines()).with_order_id("o-1"))
@@ -714,7 +714,7 @@ async fn a_300_kb_payload_is_written_inline_with_a_payload_bucket() {
     // Given a writer with a payload bucket, and an event of about 300 KB: its item fits, its
     // 256 KiB EventBridge entry would not (a relay stores it when it publishes it)
     let env = TestEnv::new().await;
-    let bucket = fixtures::payload_bucket(&env.s3).await;
+    let bucket = env.create_payload_bucket().await;
     let writer = env.writer_with(|c| c.payload_bucket = Some(bucket.clone()));
     let event = imported("u-1", "o-1", 5_300);
     let payload = serde_json::to_string(&event.payload).unwrap();

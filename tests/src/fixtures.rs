@@ -1,6 +1,5 @@
 //! What the tests and benchmarks build their inputs from: outbox items, the stream records
-//! Lambda would hand the relay for them, the relays' flags at their defaults, and a payload
-//! bucket for the claim check.
+//! Lambda would hand the relay for them, and the relays' flags at their defaults.
 
 use chrono::{DateTime, Utc};
 use outbox_shared::schema;
@@ -84,26 +83,4 @@ pub fn stream_relay_args(table: &str, publisher: PublisherArgs) -> relay_stream:
         deadline_margin: relay_stream::config::DEFAULT_DEADLINE_MARGIN,
         hold_failed_aggregates: false,
     }
-}
-
-/// A new payload bucket (the claim check's, the relays' `PAYLOAD_BUCKET` and the writer's
-/// `payload_bucket`) on the emulator, named uniquely as each test's table is, so a test sees only
-/// the objects its own events stored; its name. (Its lifecycle is AWS's to run: the emulator
-/// expires nothing.)
-///
-/// # Panics
-/// When the emulator refuses the bucket.
-pub async fn payload_bucket(s3: &aws_sdk_s3::Client) -> String {
-    let bucket = crate::unique_name("payloads");
-    s3.create_bucket()
-        .bucket(&bucket)
-        .send()
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "create payload bucket {bucket}: {}",
-                aws_sdk_s3::error::DisplayErrorContext(e)
-            )
-        });
-    bucket
 }
