@@ -293,3 +293,114 @@ async fn without_a_payload_bucket_a_payload_too_large_is_dead_lettered_saying_ho
         "{reason}"
     );
 }
+
+/// An `OrderImported` event of `order` whose payload is `lines` order lines (about 55 bytes of
+/// JSON each): 100,000 lines are over 5 MiB.
+fn imported(user: &str, order: &str, lines: usize) -> outbox_shared::NewOutboxEvent {
+    outbox_shared::NewOutboxEvent {
+        partition_key: schema::user_pk(user),
+        event_type: "OrderImported".into(),
+        aggregate_type: "Order".into(),
+        aggregate_id: order.into(),
+        sequence: Some(1),
+        payload: json!({
+            "orderId": order,
+            "items": (0..lines)
+                .map(|i| outbox_writer::OrderLine::new(format!("SKU-{i:07}"), 1, 1_250))
+                .collect::<Vec<_>>(),
+        }),
+        trace_header: None,
+        trace_context: None,
+    }
+}
+
+/// Commits order `order` of `user` and its `OrderImported` event of `lines` lines with `writer`.
+async fn import_order(
+    env: &TestEnv,
+    writer: &outbox_writer::OutboxWriter,
+    user: &str,
+    order: &str,
+    lines: usize,
+) -> Result<String, outbox_writer::WriteError> {
+    let put = aws_sdk_dynamodb::types::Put::builder()
+        .table_name(&env.table_name)
+        .item(attr::PK, AttributeValue::S(schema::user_pk(user)))
+        .item(attr::SK, AttributeValue::S(schema::order_sk(order)))
+        .item(
+            attr::ENTITY_TYPE,
+            AttributeValue::S(schema::entity::ORDER.into()),
+        )
+        .condition_expression("attribute_not_exists(PK)")
+        .build()
+        .expect("a put");
+    let committed = writer
+        .commit(
+            outbox_writer::OutboxTransaction::new()
+                .put(put, outbox_writer::ConditionFailure::AlreadyExists)
+                .event(imported(user, order, lines)),
+        )
+        .await?;
+    Ok(committed.event_ids()[0].to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_5_mib_payload_goes_from_the_writer_through_both_relays_to_the_consumer() {
+    // Given a writer with a payload bucket, and a 5 MiB order written while the stream relay runs
+    let env = TestEnv::new().await;
+    let bucket = env.create_payload_bucket().await;
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 5).await;
+    let writer = env.writer_with(|c| c.payload_bucket = Some(bucket.clone()));
+    let resolver = outbox_consumer::PayloadResolver::new(env.s3.clone());
+    let streamed = import_order(&env, &writer, "u-5", "o-streamed", 100_000)
+        .await
+        .expect("the 5 MiB order is written");
+
+    // When the stream relay relays it
+    let (succeeded, summary) = run_relay(&env, &proxy, &bucket, Relay::Stream).await;
+    assert!(succeeded, "{summary}");
+
+    // Then the consumer crate reads its 5 MiB payload back, checked, as the order written
+    let delivered = env.wait_for_sink(1, Duration::from_secs(30)).await;
+    assert_eq!(delivered[0].event_id(), streamed);
+    let event: outbox_consumer::Envelope<Value> = resolver
+        .decode(&delivered[0].event)
+        .await
+        .expect("the consumer resolves the payload");
+    let expected = imported("u-5", "o-streamed", 100_000).payload;
+    assert!(expected.to_string().len() >= 5 * 1024 * 1024);
+    assert_eq!(event.data, expected);
+    assert_eq!(event.metadata.event_id, streamed);
+
+    // When a second one is written during a stream outage and the poller drains it
+    let drained = import_order(&env, &writer, "u-5", "o-drained", 100_000)
+        .await
+        .expect("the second 5 MiB order is written");
+    let (succeeded, summary) = run_relay(&env, &proxy, &bucket, Relay::Drain).await;
+    assert!(succeeded, "{summary}");
+
+    // Then it reaches the consumer the same way
+    let delivered = env.wait_for_sink(1, Duration::from_secs(30)).await;
+    assert_eq!(delivered[0].event_id(), drained);
+    let event: outbox_consumer::Envelope<Value> =
+        resolver.decode(&delivered[0].event).await.unwrap();
+    assert_eq!(event.data, imported("u-5", "o-drained", 100_000).payload);
+
+    // And the relays published the writer's references without reading or writing an object
+    assert_eq!(s3_calls(&proxy, "PutObject"), 0);
+    assert_eq!(s3_calls(&proxy, "GetObject"), 0);
+    assert_eq!(env.object_keys(&bucket).await.len(), 2);
+
+    // When a create of an order that exists stores its payload, then fails its transaction
+    let failed = import_order(&env, &writer, "u-5", "o-drained", 100_000).await;
+    assert!(
+        matches!(failed, Err(outbox_writer::WriteError::AlreadyExists { .. })),
+        "{failed:?}"
+    );
+    assert_eq!(env.object_keys(&bucket).await.len(), 3, "the orphan");
+
+    // Then no relay publishes the orphan: nothing names it
+    let (succeeded, summary) = run_relay(&env, &proxy, &bucket, Relay::Drain).await;
+    assert!(succeeded, "{summary}");
+    assert_eq!(summary["published"], 0, "{summary}");
+    assert_eq!(env.sink_depth().await, 0);
+}
