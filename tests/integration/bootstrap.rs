@@ -268,3 +268,73 @@ async fn bootstrap_logs_one_error_at_init_and_exits_when_its_table_is_missing() 
     }
     drop(watch);
 }
+
+#[tokio::test]
+async fn bootstrap_publishes_an_event_too_large_for_the_bus_with_its_payload_in_the_payload_bucket()
+{
+    // Given a 300 KB payload another client wrote (over the bus's 256 KiB entry), its stream
+    // record, and a payload bucket
+    let env = TestEnv::new().await;
+    let bucket = env.create_payload_bucket().await;
+    let payload = json!({"orderId": "o-large", "lines": "l".repeat(300 * 1000)}).to_string();
+    env.put_raw_item(outbox_tests::minimal_outbox_item(
+        "lambda-user",
+        "e-lambda-large",
+        "OrderCreated",
+        &payload,
+        "2026-11-27T00:00:00.000Z",
+        0,
+    ))
+    .await;
+    let records = relay_stream_local::read_stream_records(&env.streams, &env.stream_arn)
+        .await
+        .unwrap();
+    assert_eq!(records.len(), 1);
+    let scratch = tempfile::tempdir().unwrap();
+    let event_file = scratch.path().join("event.json");
+    std::fs::write(&event_file, json!({ "Records": records }).to_string()).unwrap();
+
+    // And the bootstrap running with PAYLOAD_BUCKET, as the template configures the function
+    let bootstrap = bootstrap().await;
+    let (port, watch) = runtime_api().await;
+    let _function = function(&bootstrap, &env, port)
+        .env("PAYLOAD_BUCKET", &bucket)
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("bootstrap starts");
+
+    // When the batch is invoked through the runtime API
+    let invoked = Command::new("cargo")
+        .current_dir(workspace_root().join("relay-stream"))
+        .args(["lambda", "invoke", "--invoke-port"])
+        .arg(port.to_string())
+        .arg("--data-file")
+        .arg(&event_file)
+        .output()
+        .await
+        .expect("cargo lambda invoke runs");
+    assert!(invoked.status.success(), "{invoked:?}");
+    let response: Value = serde_json::from_slice(&invoked.stdout).unwrap();
+    assert_eq!(response["batchItemFailures"], json!([]), "{response}");
+
+    // Then the event arrives with its payload in the bucket, which reads back as written
+    let messages = env.wait_for_sink(1, Duration::from_secs(20)).await;
+    let reference = messages[0]
+        .payload_ref
+        .as_ref()
+        .unwrap_or_else(|| panic!("no reference: {}", messages[0].event));
+    assert_eq!(
+        reference.uri,
+        format!("s3://{bucket}/payloads/e-lambda-large")
+    );
+    assert_eq!(
+        env.payload_of(&messages[0]).await,
+        serde_json::from_str::<Value>(&payload).unwrap()
+    );
+    assert_eq!(
+        env.outbox_items().await[0].status,
+        OutboxStatus::Published
+    );
+    drop(watch);
+}
