@@ -27,7 +27,7 @@ use outbox_shared::limits::{
 };
 use outbox_shared::schema::{self, attr};
 use outbox_shared::{SdkFailure, ShardCount};
-use relay_runtime::preflight::{self, Kind, Probed, Resource, Unusable};
+use relay_runtime::preflight::{self, Kind, Need, Probed, Resource, Unusable};
 use relay_runtime::{PublisherConfig, SettingError};
 use serde::Serialize;
 
@@ -577,6 +577,7 @@ async fn collect(
             arns.bucket = Some(bucket.to_owned());
             self::bucket(
                 sdk,
+                "bucket",
                 &Resource::new(
                     Kind::Bucket,
                     bucket,
@@ -588,6 +589,19 @@ async fn collect(
         None => Item::skipped(
             "bucket",
             "no discarded-batch bucket set (--discarded-batch-bucket, DISCARDED_BATCH_BUCKET)",
+        ),
+    });
+    items.push(match preflight::payload_bucket(&config.publisher) {
+        Some(Need::Bucket(resource)) => {
+            arns.payload_bucket = Some(resource.name.clone());
+            self::bucket(sdk, "payload bucket", &resource).await
+        }
+        _ => Item::skipped(
+            "payload bucket",
+            format!(
+                "none set ({}): an event too large for the target is dead-lettered",
+                SettingError::name_of::<relay_runtime::PublisherArgs>("payload_bucket")
+            ),
         ),
     });
     let clients = AwsClients::new(sdk);
@@ -744,12 +758,12 @@ async fn lease_table(sdk: &SdkConfig, name: &str, arns: &mut Arns) -> Item {
     }
 }
 
-/// The bucket `resource` names, whatever it is for: the one check of a bucket.
-async fn bucket(sdk: &SdkConfig, resource: &Resource) -> Item {
+/// The bucket `resource` names, checked as `item`, whatever it is for: the one check of a bucket.
+async fn bucket(sdk: &SdkConfig, item: &'static str, resource: &Resource) -> Item {
     match preflight::bucket(sdk, resource).await {
-        Err(unusable) => Item::unusable("bucket", &unusable),
-        Ok(Probed::Unknown(failure)) => Item::unknown("bucket", &failure),
-        Ok(Probed::Found(())) => Item::ok("bucket", format!("{}: exists", resource.name)),
+        Err(unusable) => Item::unusable(item, &unusable),
+        Ok(Probed::Unknown(failure)) => Item::unknown(item, &failure),
+        Ok(Probed::Found(())) => Item::ok(item, format!("{}: exists", resource.name)),
     }
 }
 

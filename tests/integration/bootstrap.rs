@@ -332,9 +332,6 @@ async fn bootstrap_publishes_an_event_too_large_for_the_bus_with_its_payload_in_
         env.payload_of(&messages[0]).await,
         serde_json::from_str::<Value>(&payload).unwrap()
     );
-    assert_eq!(
-        env.outbox_items().await[0].status,
-        OutboxStatus::Published
-    );
+    assert_eq!(env.outbox_items().await[0].status, OutboxStatus::Published);
     drop(watch);
 }

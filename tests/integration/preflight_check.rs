@@ -70,6 +70,7 @@ async fn a_stack_provisioned_from_the_template_holds_every_item() {
         .await
         .expect("lease table");
     let bucket = env.create_discarded_batch_bucket().await;
+    let payload_bucket = env.create_payload_bucket().await;
 
     // When check runs with the relays' settings
     let (code, report) = check(
@@ -79,6 +80,8 @@ async fn a_stack_provisioned_from_the_template_holds_every_item() {
             &lease_table,
             "--discarded-batch-bucket",
             &bucket,
+            "--payload-bucket",
+            &payload_bucket,
         ],
         &[],
     )
@@ -102,10 +105,16 @@ async fn a_stack_provisioned_from_the_template_holds_every_item() {
             "dead-letter queue",
             "lease table",
             "bucket",
+            "payload bucket",
             "strays",
             "permissions",
             "capacity"
         ]
+    );
+    let (verdict, payload, _) = item(&report, "payload bucket");
+    assert_eq!(
+        (verdict.as_str(), payload),
+        ("ok", format!("{payload_bucket}: exists"))
     );
     let (_, index, _) = item(&report, "index");
     assert_eq!(
@@ -262,7 +271,7 @@ async fn check_without_json_prints_one_line_per_item_with_its_fix() {
     // Then each item is one line, OK or FAIL with what is wrong and the fix, and it exits 2
     let stdout = String::from_utf8(output.stdout).unwrap();
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 12, "{stdout}");
+    assert_eq!(lines.len(), 13, "{stdout}"); // one per item, the payload bucket's included
     let stream = lines
         .iter()
         .find(|l| l.starts_with("FAIL  stream"))
@@ -321,4 +330,17 @@ async fn check_describes_a_target_of_each_kind_and_says_its_order(kind: relay_ru
     let (_, detail, fix) = item(&report, "target");
     assert!(detail.contains("does not exist"), "{kind}: {detail}");
     assert!(fix.contains("--target (EVENT_TARGET)"), "{kind}: {fix}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_payload_bucket_that_does_not_exist_fails_its_item_naming_the_setting() {
+    let env = TestEnv::new().await;
+
+    let (code, report) = check(&env, &["--payload-bucket", "no-such-payload-bucket"], &[]).await;
+
+    assert_eq!(code, 2, "{report:#}");
+    let (verdict, detail, fix) = item(&report, "payload bucket");
+    assert_eq!(verdict, "fail", "{report:#}");
+    assert!(detail.contains("no-such-payload-bucket"), "{detail}");
+    assert!(fix.contains("--payload-bucket (PAYLOAD_BUCKET)"), "{fix}");
 }
