@@ -135,8 +135,23 @@ async fn a_300_kb_payload_another_client_wrote_is_delivered_with_its_payload_in_
         .await
         .expect("head object");
     assert_eq!(head.checksum_sha256(), Some(reference.sha256.as_str()));
-    // One PutObject for the one large event
+    // One PutObject for the one large event, and no call the relay's role lacks
     assert_eq!(s3_calls(&proxy, "PutObject"), 1, "{relay:?}");
+    let (granted, platform) = match relay {
+        Relay::Drain => (
+            relay_poller::permissions::service(relay_runtime::TargetKind::Classic),
+            &[][..],
+        ),
+        Relay::Stream => (
+            relay_stream::permissions::calls(relay_runtime::TargetKind::Classic),
+            crate::role_calls::STREAM_READER,
+        ),
+    };
+    assert_eq!(
+        crate::role_calls::called_without_permission(&proxy, &granted, platform),
+        Vec::<String>::new(),
+        "{relay:?}"
+    );
     let item = &env.outbox_items().await[0];
     assert_eq!(item.status, outbox_shared::OutboxStatus::Published);
     assert_eq!(item.payload, payload, "the item keeps its payload");
@@ -315,7 +330,7 @@ fn imported(user: &str, order: &str, lines: usize) -> outbox_shared::NewOutboxEv
 }
 
 /// Commits order `order` of `user` and its `OrderImported` event of `lines` lines with `writer`.
-async fn import_order(
+pub(crate) async fn import_order(
     env: &TestEnv,
     writer: &outbox_writer::OutboxWriter,
     user: &str,

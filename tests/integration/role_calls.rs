@@ -23,7 +23,7 @@ use relay_runtime::{AggregateHolds, TargetKind};
 
 /// The IAM actions of the operations called through `proxy` that `granted` lacks, besides
 /// `platform` (calls made by the platform on the job's behalf, or by a local stand-in for it).
-fn called_without_permission(
+pub(crate) fn called_without_permission(
     proxy: &FaultProxy,
     granted: &[Call],
     platform: &[&str],
@@ -103,7 +103,7 @@ fn assert_called(proxy: &FaultProxy, job: &str, actions: &[&str]) {
 /// `relay-stream-local` reads the stream as Lambda's event source mapping does (with the
 /// function's role), and finds the stream's ARN by describing the table (a local runner's call;
 /// the mapping is given the ARN).
-const STREAM_READER: &[&str] = &[
+pub(crate) const STREAM_READER: &[&str] = &[
     "dynamodb:DescribeStream",
     "dynamodb:GetRecords",
     "dynamodb:GetShardIterator",
@@ -461,6 +461,39 @@ async fn the_writer_calls_only_what_the_order_services_policy_grants() {
         ])
     );
     assert!(outbox_writer::TABLE_ACTIONS.contains(&"dynamodb:GetItem"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_writer_with_a_payload_bucket_calls_only_what_the_order_services_policy_grants() {
+    // Given a writer with a payload bucket, its DynamoDB and S3 calls through the proxy
+    let env = TestEnv::new().await;
+    let bucket = env.create_payload_bucket().await;
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 5).await;
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&env.sdk_config)
+            .endpoint_url(proxy.url())
+            .build(),
+    );
+    let mut config = outbox_writer::WriterConfig::new(env.outbox_config(), "test.orders");
+    config.payload_bucket = Some(bucket);
+    let writer =
+        outbox_writer::OutboxWriter::with_s3(env.dynamodb_through(&proxy), s3, config).unwrap();
+
+    // When it writes an order whose event's payload is too large for an item
+    crate::claim_check::import_order(&env, &writer, "u-1", "o-1", 10_000)
+        .await
+        .unwrap();
+
+    // Then it stored the payload and committed the transaction, nothing else: the calls of
+    // outbox_writer::PAYLOAD_OBJECT_ACTIONS and TABLE_ACTIONS, which the writer's policy grants
+    assert_eq!(
+        proxy.targets(),
+        BTreeSet::from([
+            "AmazonS3.PutObject".to_owned(),
+            "DynamoDB_20120810.TransactWriteItems".to_owned(),
+        ])
+    );
+    assert_eq!(outbox_writer::PAYLOAD_OBJECT_ACTIONS, ["s3:PutObject"]);
 }
 
 on_every_target!(each_relay_publishes_to_its_target_with_only_what_its_role_grants);
