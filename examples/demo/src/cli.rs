@@ -26,6 +26,13 @@ pub(crate) struct Args {
     /// optimistic-concurrency update), so their aggregates have three events to keep in order.
     #[arg(long, default_value_t = 25, value_parser = clap::value_parser!(u64).range(0..=100))]
     pub(crate) follow_up_percent: u64,
+    /// Percent of the orders that are large, spread evenly, their payloads through the payload
+    /// bucket (the claim check), every other one each way: about 300 KB of line items, over the
+    /// target's 256 KiB entry (the relay that publishes it stores its payload in S3), and about
+    /// 1 MiB, over DynamoDB's 400 KB item (the writer stores its payload in S3 first). 0 writes
+    /// none.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=100))]
+    pub(crate) large_order_percent: u64,
     /// Shards of the pending-event index (writer and poller).
     #[arg(long, default_value = "16")]
     pub(crate) shard_count: ShardCount,
@@ -53,8 +60,8 @@ pub(crate) struct Args {
     #[arg(long)]
     pub(crate) json: bool,
     /// Use an existing table instead of provisioning one (with --event-bus-name, --sink-queue-url and
-    /// --dead-letter-queue-url; for --target custom the bus's ARN and a queue of a FIFO
-    /// subscriber; buses only).
+    /// --dead-letter-queue-url, and --payload-bucket for large orders; for --target custom the
+    /// bus's ARN and a queue of a FIFO subscriber; buses only).
     #[arg(long, requires_all = ["event_bus_name", "sink_queue_url", "dead_letter_queue_url"])]
     pub(crate) table_name: Option<String>,
     #[arg(long, requires = "table_name")]
@@ -64,6 +71,10 @@ pub(crate) struct Args {
     pub(crate) sink_queue_url: Option<String>,
     #[arg(long, requires = "table_name")]
     pub(crate) dead_letter_queue_url: Option<String>,
+    /// The existing stack's payload bucket (its PayloadBucketName output): the writer's and the
+    /// relays' (`PAYLOAD_BUCKET`); needed for large orders (--large-order-percent).
+    #[arg(long, requires = "table_name")]
+    pub(crate) payload_bucket: Option<String>,
 }
 
 /// The target kinds of `--target`, named as the relays' `EVENT_TARGET_KIND` names them.
