@@ -29,7 +29,7 @@ pub(crate) struct Env {
     /// The writer's claim check, and the large orders' payloads read back.
     pub(crate) s3: aws_sdk_s3::Client,
     /// The payload bucket: provisioned with the stack, or `--payload-bucket` with an existing
-    /// one (`None` there without it, and then no large orders).
+    /// one (`None` there without it, and then no large orders: `Args::parse_checked`).
     pub(crate) payload_bucket: Option<String>,
     /// The kind of target the relays publish to.
     pub(crate) target: Target,
@@ -53,14 +53,6 @@ pub(crate) async fn provision(args: &Args) -> Result<Env> {
                 "{variable} is not set: run the demo with `make demo`, which starts the local emulators"
             );
         }
-    }
-    if args.table_name.is_some() && args.payload_bucket.is_none() && args.large_order_percent > 0 {
-        bail!(
-            "--large-order-percent {} writes orders too large for an entry and an item, whose \
-             payloads go through a payload bucket: pass the stack's bucket (its PayloadBucketName \
-             output) as --payload-bucket, or --large-order-percent 0",
-            args.large_order_percent
-        );
     }
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     probe(&sdk, args).await?;

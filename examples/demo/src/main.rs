@@ -40,7 +40,6 @@ use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use clap::Parser;
 use indicatif::{MultiProgress, ProgressDrawTarget};
 use outbox_consumer::PayloadResolver;
 use outbox_shared::OutboxConfig;
@@ -54,11 +53,11 @@ use crate::orders::{OrderMix, events_of, write_orders};
 use crate::payloads::check_payloads;
 use crate::progress::{bar, phase};
 use crate::relays::{relay_binary, spawn_relay, stop_relay, stop_relay_when_done};
-use crate::summary::{Summary, Written, print_summary, summarize};
+use crate::summary::{Delivered, Summary, Written, print_summary, summarize};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = Args::parse_checked();
     let outcome = tokio::select! {
         outcome = run(&args) => outcome,
         _ = tokio::signal::ctrl_c() => {
@@ -129,7 +128,7 @@ async fn run(args: &Args) -> Result<Summary> {
     .context("writer configuration")?;
     let mix = OrderMix {
         follow_up_percent: args.follow_up_percent,
-        // `provision` refused large orders without a payload bucket.
+        // `Args::parse_checked` refused large orders without a payload bucket.
         large_order_percent: args.large_order_percent,
     };
     let outage_orders = args.outage_orders.unwrap_or((args.orders / 5).max(1));
@@ -246,11 +245,13 @@ async fn run(args: &Args) -> Result<Summary> {
             rate: args.rate,
             large: &written.large,
         },
-        &deliveries,
+        &Delivered {
+            deliveries: &deliveries,
+            payloads: &payloads,
+        },
         &relay_lags,
         &stream_summary,
         &poller_summary,
-        &payloads,
         dead_letters,
         started.elapsed(),
     );

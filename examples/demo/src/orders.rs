@@ -80,7 +80,7 @@ impl LargeOrder {
             return None;
         }
         // The large orders before `n`: `n` is the next one.
-        Some(if (n * percent / 100) % 2 == 0 {
+        Some(if (n * percent / 100).is_multiple_of(2) {
             Self::OverEntry
         } else {
             Self::OverItem

@@ -69,16 +69,22 @@ where
         };
         checks.in_s3 += 1;
         match read(event.clone()).await {
-            Ok(envelope) => match lines_digest(&envelope.data.items) {
-                Ok(digest) if digest == large.lines_sha256 => checks.checked += 1,
-                _ => checks.failures.push(format!(
-                    "event {}: its payload read from {} has {} lines, not the {} lines written",
-                    large.event_id,
-                    event["dataref"].as_str().unwrap_or("S3"),
-                    envelope.data.items.len(),
-                    large.lines,
-                )),
-            },
+            Ok(envelope) => {
+                let digest = lines_digest(&envelope.data.items).unwrap_or_default();
+                if digest == large.lines_sha256 {
+                    checks.checked += 1;
+                } else {
+                    checks.failures.push(format!(
+                        "event {}: the payload read from {} is not the order written: {} lines \
+                         with SHA-256 {digest}, where {} lines with SHA-256 {} were written",
+                        large.event_id,
+                        event["dataref"].as_str().unwrap_or("S3"),
+                        envelope.data.items.len(),
+                        large.lines,
+                        large.lines_sha256,
+                    ));
+                }
+            }
             Err(error) => checks
                 .failures
                 .push(format!("event {}: {error}", large.event_id)),
@@ -220,9 +226,12 @@ mod tests {
             checks.failures
         );
         let expected = format!(
-            "event other: its payload read from s3://payloads/payloads/other has {} lines, not the {} lines written",
+            "event other: the payload read from s3://payloads/payloads/other is not the order \
+             written: {} lines with SHA-256 {}, where {} lines with SHA-256 {} were written",
             lines.len() - 1,
-            lines.len()
+            lines_digest(&lines[1..]).unwrap(),
+            lines.len(),
+            lines_digest(&lines).unwrap(),
         );
         assert_eq!(checks.failures[1], expected);
     }

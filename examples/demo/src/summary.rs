@@ -99,17 +99,27 @@ pub(crate) struct Written<'a> {
     pub(crate) large: &'a [WrittenLarge],
 }
 
+/// What the consumer side received: every delivery, in the order received, and what became of
+/// the large orders' payloads.
+pub(crate) struct Delivered<'a> {
+    pub(crate) deliveries: &'a [Delivery],
+    pub(crate) payloads: &'a PayloadChecks,
+}
+
 /// Counts the delivered events against the written ones and takes the live relay's latencies.
 pub(crate) fn summarize(
     written: &Written<'_>,
-    deliveries: &[Delivery],
+    delivered: &Delivered<'_>,
     relay_lags: &HashMap<String, u64>,
     stream: &RelaySummary,
     poller: &RelaySummary,
-    payloads: &PayloadChecks,
     dead_letters_on_queue: u64,
     elapsed: Duration,
 ) -> Summary {
+    let Delivered {
+        deliveries,
+        payloads,
+    } = *delivered;
     let mut first_latency: HashMap<&str, Option<u64>> = HashMap::new();
     for delivery in deliveries {
         first_latency
@@ -363,11 +373,13 @@ mod tests {
                 rate: 50,
                 large: &[],
             },
-            &deliveries,
+            &Delivered {
+                deliveries: &deliveries,
+                payloads: &PayloadChecks::default(),
+            },
             &lags,
             &RelaySummary::default(),
             &RelaySummary::default(),
-            &PayloadChecks::default(),
             0,
             Duration::from_secs(1),
         );
@@ -409,19 +421,21 @@ mod tests {
                 rate: 50,
                 large: &written_large,
             },
-            &[],
+            &Delivered {
+                deliveries: &[],
+                payloads: &PayloadChecks {
+                    in_s3: 3,
+                    inline: 0,
+                    checked: 2,
+                    failures: vec!["event c: gone".to_owned()],
+                },
+            },
             &HashMap::new(),
             &RelaySummary {
                 payloads_stored: 1,
                 ..RelaySummary::default()
             },
             &RelaySummary::default(),
-            &PayloadChecks {
-                in_s3: 3,
-                inline: 0,
-                checked: 2,
-                failures: vec!["event c: gone".to_owned()],
-            },
             0,
             Duration::from_secs(1),
         );
@@ -500,7 +514,10 @@ mod tests {
                 rate: 50,
                 large: &[],
             },
-            &repeated,
+            &Delivered {
+                deliveries: &repeated,
+                payloads: &PayloadChecks::default(),
+            },
             &HashMap::new(),
             &RelaySummary {
                 deduplicated: 2,
@@ -510,7 +527,6 @@ mod tests {
                 deduplicated: 1,
                 ..RelaySummary::default()
             },
-            &PayloadChecks::default(),
             0,
             Duration::from_secs(1),
         );
