@@ -1,6 +1,8 @@
 //! The demo, run as a user runs it, on either bus: its summary agrees with an independent count
-//! of an audit queue and the table (on the Custom Event Bus each order is one message group of
-//! the FIFO queue), and ctrl-c leaves no emulator or relay process behind.
+//! of an audit queue, the table and the payload bucket (on the Custom Event Bus each order is one
+//! message group of the FIFO queue), its large orders' payloads go through the payload bucket
+//! both ways (stored by the writer, stored by the relays) and are read back checked, on every
+//! target, and ctrl-c leaves no emulator or relay process behind.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
@@ -137,14 +139,49 @@ async fn on_the_custom_bus_the_summary_matches_and_each_order_is_one_message_gro
     );
 }
 
-/// Runs the demo with a small N over `env`'s table and dead-letter queue and `bus`, and checks
-/// its summary against an independent count of `bus`'s audit queue and of the table; the audit
-/// queue's events, in the order received.
+/// `--large-order-percent` of the demo runs here: of their 52 orders (0 to 51), orders 9, 19,
+/// 29, 39 and 49 are large; 9, 29 and 49 (written during the outage, so published by the poller)
+/// over an entry, 19 and 39 (both with follow-ups) over an item.
+const LARGE_ORDER_PERCENT: &str = "10";
+
+/// What the demo's summary says of its large orders at [`LARGE_ORDER_PERCENT`] of 52 orders, on a
+/// target whose entry an order over an entry exceeds (every one but Kinesis), and on Kinesis,
+/// whose 1 MiB record takes it inline.
+fn assert_large_orders_checked(summary: &serde_json::Value, target: &str) {
+    let (by_relays, in_s3, inline) = match target {
+        "kinesis" => (0, 2, 3),
+        _ => (3, 5, 0),
+    };
+    assert_eq!(summary["large_orders"], 5, "{target}: {summary}");
+    assert_eq!(
+        summary["payloads_stored_by_writer"], 2,
+        "{target}: {summary}"
+    );
+    assert_eq!(
+        summary["payloads_stored_by_relays"], by_relays,
+        "{target}: {summary}"
+    );
+    assert_eq!(
+        summary["large_delivered_in_s3"], in_s3,
+        "{target}: {summary}"
+    );
+    assert_eq!(
+        summary["large_delivered_inline"], inline,
+        "{target}: {summary}"
+    );
+    assert_eq!(summary["payloads_checked"], in_s3, "{target}: {summary}");
+    assert_eq!(summary["payload_failures"], 0, "{target}: {summary}");
+}
+
+/// Runs the demo with a small N over `env`'s table, dead-letter queue and a payload bucket and
+/// `bus`, and checks its summary against an independent count of `bus`'s audit queue, of the
+/// table and of the bucket; the audit queue's events, in the order received.
 async fn demo_summary_matches_queue_and_table(
     env: &TestEnv,
     bus: &DemoBus,
 ) -> Vec<(serde_json::Value, Option<String>)> {
     let demo = demo_binary();
+    let bucket = env.create_payload_bucket().await;
     let output = tokio::process::Command::new(&demo)
         .envs(env.credentials_env())
         .args(["--target", bus.kind])
@@ -165,6 +202,8 @@ async fn demo_summary_matches_queue_and_table(
         ])
         .args(["--sink-queue-url", &bus.sink_queue_url])
         .args(["--dead-letter-queue-url", &env.dead_letter_queue_url])
+        .args(["--payload-bucket", &bucket])
+        .args(["--large-order-percent", LARGE_ORDER_PERCENT])
         .output()
         .await
         .expect("run the demo");
@@ -261,6 +300,31 @@ async fn demo_summary_matches_queue_and_table(
         summary["put_events_calls"], summary["publish_calls"],
         "{summary}"
     );
+
+    // Five of the orders were large: the writer stored two payloads, the relays three (one of
+    // them the poller, after the outage), each read back intact by the demo
+    assert_large_orders_checked(&summary, bus.kind);
+    // and the bucket holds one object per large order, which their events on the audit queue
+    // name in place of their data
+    let objects = env.object_keys(&bucket).await;
+    assert_eq!(objects.len(), 5, "{objects:?}");
+    assert!(
+        objects.iter().all(|key| key.starts_with("payloads/")),
+        "{objects:?}"
+    );
+    let mut referenced: Vec<String> = audit_events
+        .iter()
+        .filter_map(|event| {
+            let detail = &event["detail"];
+            let uri = detail["dataref"].as_str()?;
+            assert!(detail.get("data").is_none(), "{detail}");
+            Some(uri.strip_prefix(&format!("s3://{bucket}/"))?.to_owned())
+        })
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect();
+    referenced.sort();
+    assert_eq!(referenced, objects);
     audit_received
 }
 
@@ -410,6 +474,7 @@ async fn on_sns_sqs_and_kinesis_the_consumer_side_gets_every_event_once_and_in_o
                 "4",
             ])
             .args(["--batch-size", "10", "--json", "--timeout", "2m"])
+            .args(["--large-order-percent", LARGE_ORDER_PERCENT])
             .output()
             .await
             .expect("run the demo");
@@ -435,5 +500,8 @@ async fn on_sns_sqs_and_kinesis_the_consumer_side_gets_every_event_once_and_in_o
             summary["unique_delivered"], summary["written"],
             "{target}: {summary}"
         );
+        // And its large orders' payloads went through the payload bucket the demo provisioned
+        // and were read back intact (on Kinesis those over a bus's entry travel in the record)
+        assert_large_orders_checked(&summary, target);
     }
 }

@@ -480,7 +480,8 @@ async fn the_demo_stops_at_once_when_its_endpoint_refuses_or_its_table_is_missin
         ],
     );
 
-    // And given an existing stack whose table is missing, the demo names it and its flag
+    // And given an existing stack whose table is missing (and no payload bucket, so no large
+    // orders), the demo names it and its flag
     let missing = demo(&[
         "--table-name",
         "NoSuchTable",
@@ -490,6 +491,8 @@ async fn the_demo_stops_at_once_when_its_endpoint_refuses_or_its_table_is_missin
         &env.sink_queue_url,
         "--dead-letter-queue-url",
         &env.dead_letter_queue_url,
+        "--large-order-percent",
+        "0",
     ]);
     let stopped_missing = stopped("demo, missing table", missing).await;
     assert_stopped_naming(

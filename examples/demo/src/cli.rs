@@ -2,7 +2,8 @@
 
 use std::path::PathBuf;
 
-use clap::Parser;
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
 use outbox_shared::ShardCount;
 
 /// Runs the outbox relay end to end on the local emulator and prints what was delivered.
@@ -26,6 +27,13 @@ pub(crate) struct Args {
     /// optimistic-concurrency update), so their aggregates have three events to keep in order.
     #[arg(long, default_value_t = 25, value_parser = clap::value_parser!(u64).range(0..=100))]
     pub(crate) follow_up_percent: u64,
+    /// Percent of the orders that are large, spread evenly, their payloads through the payload
+    /// bucket (the claim check), every other one each way: about 300 KB of line items, over the
+    /// target's 256 KiB entry (the relay that publishes it stores its payload in S3), and about
+    /// 1 MiB, over DynamoDB's 400 KB item (the writer stores its payload in S3 first). 0 writes
+    /// none.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(0..=100))]
+    pub(crate) large_order_percent: u64,
     /// Shards of the pending-event index (writer and poller).
     #[arg(long, default_value = "16")]
     pub(crate) shard_count: ShardCount,
@@ -53,8 +61,8 @@ pub(crate) struct Args {
     #[arg(long)]
     pub(crate) json: bool,
     /// Use an existing table instead of provisioning one (with --event-bus-name, --sink-queue-url and
-    /// --dead-letter-queue-url; for --target custom the bus's ARN and a queue of a FIFO
-    /// subscriber; buses only).
+    /// --dead-letter-queue-url, and --payload-bucket for large orders; for --target custom the
+    /// bus's ARN and a queue of a FIFO subscriber; buses only).
     #[arg(long, requires_all = ["event_bus_name", "sink_queue_url", "dead_letter_queue_url"])]
     pub(crate) table_name: Option<String>,
     #[arg(long, requires = "table_name")]
@@ -64,6 +72,41 @@ pub(crate) struct Args {
     pub(crate) sink_queue_url: Option<String>,
     #[arg(long, requires = "table_name")]
     pub(crate) dead_letter_queue_url: Option<String>,
+    /// The existing stack's payload bucket (its PayloadBucketName output): the writer's and the
+    /// relays' (`PAYLOAD_BUCKET`); needed for large orders (--large-order-percent).
+    #[arg(long, requires = "table_name")]
+    pub(crate) payload_bucket: Option<String>,
+}
+
+impl Args {
+    /// The command line, parsed and checked; on an error, exits as clap does (code 2, with the
+    /// usage).
+    pub(crate) fn parse_checked() -> Self {
+        let args = Self::parse();
+        if let Err(message) = args.check() {
+            Self::command()
+                .error(ErrorKind::MissingRequiredArgument, message)
+                .exit();
+        }
+        args
+    }
+
+    /// What clap's attributes cannot say: large orders on an existing stack need its payload
+    /// bucket (the demo provisions one with its own stack).
+    fn check(&self) -> Result<(), String> {
+        if self.table_name.is_some()
+            && self.payload_bucket.is_none()
+            && self.large_order_percent > 0
+        {
+            return Err(format!(
+                "--large-order-percent {} writes large orders, whose payloads go through the \
+                 payload bucket: with an existing stack, pass its bucket (its PayloadBucketName \
+                 output) as --payload-bucket, or --large-order-percent 0",
+                self.large_order_percent
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The target kinds of `--target`, named as the relays' `EVENT_TARGET_KIND` names them.
@@ -103,3 +146,51 @@ impl Target {
 /// Default of `--rate`: orders per second the local emulators relay and deliver with room to
 /// spare (measured in docs/benchmarks.md), so the figures show a steady state.
 const DEFAULT_RATE: u64 = 50;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> Args {
+        Args::try_parse_from(["outbox-demo"].iter().chain(extra)).unwrap()
+    }
+
+    const EXISTING: [&str; 8] = [
+        "--table-name",
+        "t",
+        "--event-bus-name",
+        "b",
+        "--sink-queue-url",
+        "s",
+        "--dead-letter-queue-url",
+        "d",
+    ];
+
+    #[test]
+    fn large_orders_are_on_by_default_and_on_an_existing_stack_need_its_payload_bucket() {
+        // The demo's own stack has its bucket: large orders by default
+        assert_eq!(args(&[]).large_order_percent, 1);
+        assert_eq!(args(&[]).check(), Ok(()));
+
+        // An existing stack without its bucket: refused, naming both ways out
+        let refused = args(&EXISTING).check().unwrap_err();
+        for named in [
+            "--large-order-percent 1",
+            "--payload-bucket",
+            "--large-order-percent 0",
+        ] {
+            assert!(refused.contains(named), "{named}: {refused}");
+        }
+
+        // With its bucket, or without large orders, it runs
+        let with_bucket = [&EXISTING[..], &["--payload-bucket", "p"]].concat();
+        assert_eq!(args(&with_bucket).check(), Ok(()));
+        assert_eq!(args(&with_bucket).payload_bucket.as_deref(), Some("p"));
+        let without_large = [&EXISTING[..], &["--large-order-percent", "0"]].concat();
+        assert_eq!(args(&without_large).check(), Ok(()));
+
+        // A bucket alone is not a stack, and a share is a percent
+        assert!(Args::try_parse_from(["outbox-demo", "--payload-bucket", "p"]).is_err());
+        assert!(Args::try_parse_from(["outbox-demo", "--large-order-percent", "101"]).is_err());
+    }
+}

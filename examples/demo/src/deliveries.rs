@@ -1,7 +1,8 @@
 //! What reached the far end: the events the target delivered to the sink queue (read and deleted
 //! as they arrive; a bus's event carries the envelope as its `detail`, an SNS or SQS message as its
 //! body), or a Kinesis stream's records (read back with `GetRecords`), and, from the outbox items,
-//! when each event was published.
+//! when each event was published. An event whose payload is in S3 (`dataref`, the claim check)
+//! is kept as received, for its payload to be read back ([`crate::payloads`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,21 +13,56 @@ use anyhow::{Context, Result, bail};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
 use indicatif::ProgressBar;
-use outbox_shared::envelope::Envelope;
+use outbox_shared::envelope::EventMetadata;
 use outbox_shared::schema::{attr, entity};
+use serde::Deserialize;
 use tokio::process::Child;
 use tokio::sync::watch;
 
 use crate::env::Env;
 
 /// One delivery on the sink queue: the event id, its aggregate and place in it (the envelope's
-/// `aggregateId` and `sequence`, the aggregate's version the writer recorded), and the
-/// write-to-delivery latency.
+/// `aggregateId` and `sequence`, the aggregate's version the writer recorded), the
+/// write-to-delivery latency, and the event itself when its payload is in S3.
 pub(crate) struct Delivery {
     pub(crate) event_id: String,
     pub(crate) aggregate_id: Option<String>,
     pub(crate) sequence: Option<u64>,
     pub(crate) latency_ms: Option<u64>,
+    /// The event (the envelope) as received when it carries its payload's reference (`dataref`)
+    /// in place of `data`: what `outbox_consumer::PayloadResolver` reads the payload from.
+    pub(crate) stored: Option<serde_json::Value>,
+}
+
+impl Delivery {
+    /// The delivery of `event`, an envelope as the relays publish it, which arrived at
+    /// `arrived_ms` (milliseconds since the epoch).
+    ///
+    /// # Errors
+    /// When `event` has no envelope's `metadata`.
+    fn of(event: serde_json::Value, arrived_ms: Option<i64>) -> Result<Self> {
+        /// What the demo reads of an envelope; `data`, inline, is skipped.
+        #[derive(Deserialize)]
+        struct Received {
+            metadata: EventMetadata,
+            #[serde(default)]
+            dataref: Option<String>,
+        }
+        let received = Received::deserialize(&event).context("an envelope's metadata")?;
+        let metadata = received.metadata;
+        let occurred_ms = outbox_shared::time::parse_timestamp(&metadata.occurred_at)
+            .ok()
+            .map(|t| t.timestamp_millis());
+        Ok(Self {
+            event_id: metadata.event_id,
+            aggregate_id: metadata.aggregate_id,
+            sequence: metadata.sequence,
+            latency_ms: arrived_ms
+                .zip(occurred_ms)
+                .and_then(|(arrived, occurred)| u64::try_from(arrived - occurred).ok()),
+            stored: received.dataref.is_some().then_some(event),
+        })
+    }
 }
 
 /// Reads and deletes sink-queue messages as they arrive, until `stop` is set and the queue is
@@ -70,24 +106,14 @@ pub(crate) async fn read_deliveries(
                 Some(detail) => detail.clone(),
                 None => event,
             };
-            let envelope: Envelope<serde_json::Value> = serde_json::from_value(detail)
-                .with_context(|| format!("sink message detail {body:?}"))?;
             let sent_ms = message
                 .attributes()
                 .and_then(|a| a.get(&MessageSystemAttributeName::SentTimestamp))
                 .and_then(|t| t.parse::<i64>().ok());
-            let occurred_ms = outbox_shared::time::parse_timestamp(&envelope.metadata.occurred_at)
-                .ok()
-                .map(|t| t.timestamp_millis());
-            let latency_ms = sent_ms
-                .zip(occurred_ms)
-                .and_then(|(sent, occurred)| u64::try_from(sent - occurred).ok());
-            deliveries.push(Delivery {
-                event_id: envelope.metadata.event_id,
-                aggregate_id: envelope.metadata.aggregate_id,
-                sequence: envelope.metadata.sequence,
-                latency_ms,
-            });
+            deliveries.push(
+                Delivery::of(detail, sent_ms)
+                    .with_context(|| format!("sink message detail {body:?}"))?,
+            );
         }
         // Ten at a time: every SQS call costs moto a scan of the queue.
         let entries = messages
@@ -160,24 +186,14 @@ async fn read_stream(
                 .await
                 .context("reading the stream")?;
             for record in answer.records() {
-                let envelope: Envelope<serde_json::Value> =
-                    serde_json::from_slice(record.data().as_ref())
-                        .context("a record's data is the envelope")?;
+                let event: serde_json::Value = serde_json::from_slice(record.data().as_ref())
+                    .context("a record's data is the envelope")?;
                 let arrived_ms = record
                     .approximate_arrival_timestamp()
                     .and_then(|t| t.to_millis().ok());
-                let occurred_ms =
-                    outbox_shared::time::parse_timestamp(&envelope.metadata.occurred_at)
-                        .ok()
-                        .map(|t| t.timestamp_millis());
-                deliveries.push(Delivery {
-                    event_id: envelope.metadata.event_id,
-                    aggregate_id: envelope.metadata.aggregate_id,
-                    sequence: envelope.metadata.sequence,
-                    latency_ms: arrived_ms
-                        .zip(occurred_ms)
-                        .and_then(|(arrived, occurred)| u64::try_from(arrived - occurred).ok()),
-                });
+                deliveries.push(
+                    Delivery::of(event, arrived_ms).context("a record's data is the envelope")?,
+                );
             }
             read += answer.records().len();
             *iterator = answer.next_shard_iterator().map(str::to_owned);

@@ -3,7 +3,9 @@
 //! On the Custom Event Bus (`--target custom`) the stack's bus is the bus's ARN and its sink queue
 //! the template's FIFO subscriber's queue; on SNS a FIFO topic with a FIFO queue subscribed (raw
 //! messages), on SQS a FIFO queue that is its own sink, on Kinesis a stream read back (no sink
-//! queue). The stack's `bus_name` is the relays' `EVENT_TARGET` whatever the kind.
+//! queue). The stack's `bus_name` is the relays' `EVENT_TARGET` whatever the kind. Beside it, the
+//! payload bucket (the template's `PayloadBucket`) of the claim check: the writer's and the
+//! relays' (`PAYLOAD_BUCKET`), where the large orders' payloads go.
 
 use anyhow::{Result, bail};
 use outbox_infra::LocalStack;
@@ -24,6 +26,11 @@ pub(crate) struct Env {
     pub(crate) dynamodb: aws_sdk_dynamodb::Client,
     pub(crate) sqs: aws_sdk_sqs::Client,
     pub(crate) kinesis: aws_sdk_kinesis::Client,
+    /// The writer's claim check, and the large orders' payloads read back.
+    pub(crate) s3: aws_sdk_s3::Client,
+    /// The payload bucket: provisioned with the stack, or `--payload-bucket` with an existing
+    /// one (`None` there without it, and then no large orders: `Args::parse_checked`).
+    pub(crate) payload_bucket: Option<String>,
     /// The kind of target the relays publish to.
     pub(crate) target: Target,
 }
@@ -51,6 +58,8 @@ pub(crate) async fn provision(args: &Args) -> Result<Env> {
     probe(&sdk, args).await?;
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let s3 = aws_sdk_s3::Client::new(&sdk);
+    let mut payload_bucket = args.payload_bucket.clone();
     let stack = match (
         &args.table_name,
         &args.event_bus_name,
@@ -63,7 +72,7 @@ pub(crate) async fn provision(args: &Args) -> Result<Env> {
         _ => {
             let suffix = uuid::Uuid::now_v7().simple().to_string();
             let suffix = &suffix[suffix.len() - 10..];
-            match args.target {
+            let stack = match args.target {
                 Target::Classic => {
                     phase(
                         "provisioning the table, bus, sink queue and dead-letter queue from infra/template.yaml",
@@ -87,7 +96,12 @@ pub(crate) async fn provision(args: &Args) -> Result<Env> {
                     let kinesis = aws_sdk_kinesis::Client::new(&sdk);
                     provision_target(target, &dynamodb, &sqs, &sns, &kinesis, suffix).await?
                 }
-            }
+            };
+            phase("provisioning the payload bucket from infra/template.yaml");
+            payload_bucket = Some(
+                outbox_infra::create_payload_bucket(&s3, &format!("payloads-{suffix}")).await?,
+            );
+            stack
         }
     };
     Ok(Env {
@@ -95,13 +109,16 @@ pub(crate) async fn provision(args: &Args) -> Result<Env> {
         dynamodb,
         sqs,
         kinesis: aws_sdk_kinesis::Client::new(&sdk),
+        s3,
+        payload_bucket,
         target: args.target,
     })
 }
 
 /// What the demo relies on, before it writes anything (`relay_runtime::preflight`, as the relays
-/// probe at start-up): the credentials, and the stack given on the command line, or, when the
-/// demo provisions its own, that DynamoDB, the bus's service and SQS answer at their endpoints.
+/// probe at start-up): the credentials, and the stack given on the command line (with its payload
+/// bucket, when given), or, when the demo provisions its own, that DynamoDB, the bus's service,
+/// SQS and S3 answer at their endpoints.
 ///
 /// # Errors
 /// [`Unusable`]: one line naming what cannot be used, where, and what to do.
@@ -134,7 +151,12 @@ async fn probe(sdk: &aws_config::SdkConfig, args: &Args) -> Result<()> {
                     sink,
                     "--sink-queue-url",
                 )),
-            ],
+            ]
+            .into_iter()
+            .chain(args.payload_bucket.as_ref().map(|bucket| {
+                Need::Bucket(Resource::new(Kind::Bucket, bucket, "--payload-bucket"))
+            }))
+            .collect::<Vec<_>>(),
         )
         .await?);
     }
@@ -188,6 +210,14 @@ async fn probe(sdk: &aws_config::SdkConfig, args: &Args) -> Result<()> {
         preflight::queue(
             sdk,
             &Resource::new(Kind::DeadLetterQueue, queue, provisioned),
+        )
+        .await
+        .map(|_| ()),
+    )?;
+    reachable(
+        preflight::bucket(
+            sdk,
+            &Resource::new(Kind::Bucket, "outbox-demo-probe", provisioned),
         )
         .await
         .map(|_| ()),

@@ -3,16 +3,21 @@
 //! 1. writes N orders through `create_order_with_outbox`, paced at `--rate` orders per second,
 //!    and for `--follow-up-percent` of them two status changes through the writer's
 //!    optimistic-concurrency update (so those aggregates have three events), while
-//!    `relay-stream-local` relays them;
+//!    `relay-stream-local` relays them; `--large-order-percent` of them are large, their payloads
+//!    through the payload bucket (the claim check): about 300 KB of lines, which the relays store
+//!    in S3 when they publish them, and about 1 MiB, written with the writer's general
+//!    transaction, which stores them in S3 first;
 //! 2. stops the stream relay (a simulated stream outage) and writes more orders;
 //! 3. backfills those with `relay-poller drain`;
 //! 4. reads everything the bus delivered to the sink queue and the outbox items' `PublishedAt`, and
 //!    prints a summary: written, published, duplicates, out of order (an event received before an
 //!    earlier one of its aggregate), missing (must be 0), dead-lettered, de-duplicated by the bus,
 //!    the live relay's latency (write to published, the relay's own; write to delivery on the
-//!    sink, through the emulator's rule), PutEvents calls.
+//!    sink, through the emulator's rule), PutEvents calls; and the large orders: written, their
+//!    payloads stored by the writer and by the relays, delivered in S3 or inline, and read back
+//!    with `outbox_consumer::PayloadResolver` and checked (size, SHA-256, the lines written).
 //!
-//! It exits non-zero if any event is missing. Run it with `make demo`, which installs and starts
+//! It exits non-zero if any event is missing or any large order's payload fails its check. Run it with `make demo`, which installs and starts
 //! the emulators first; every child process is stopped on exit, ctrl-c included. The relays' logs
 //! and metrics go to files in `--log-dir`, not into the summary.
 
@@ -23,6 +28,7 @@ mod cli;
 mod deliveries;
 mod env;
 mod orders;
+mod payloads;
 mod progress;
 mod relays;
 mod summary;
@@ -34,8 +40,8 @@ use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use clap::Parser;
 use indicatif::{MultiProgress, ProgressDrawTarget};
+use outbox_consumer::PayloadResolver;
 use outbox_shared::OutboxConfig;
 use outbox_writer::{OutboxWriter, WriterConfig};
 use tokio::sync::watch;
@@ -43,14 +49,15 @@ use tokio::sync::watch;
 use crate::cli::Args;
 use crate::deliveries::{read_deliveries, relay_lags, watch_deliveries};
 use crate::env::{SOURCE, provision};
-use crate::orders::{events_of, write_orders};
+use crate::orders::{OrderMix, events_of, write_orders};
+use crate::payloads::check_payloads;
 use crate::progress::{bar, phase};
 use crate::relays::{relay_binary, spawn_relay, stop_relay, stop_relay_when_done};
-use crate::summary::{Summary, Written, print_summary, summarize};
+use crate::summary::{Delivered, Summary, Written, print_summary, summarize};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = Args::parse_checked();
     let outcome = tokio::select! {
         outcome = run(&args) => outcome,
         _ = tokio::signal::ctrl_c() => {
@@ -60,9 +67,17 @@ async fn main() -> ExitCode {
         }
     };
     match outcome {
-        Ok(summary) if summary.missing == 0 => ExitCode::SUCCESS,
+        Ok(summary) if summary.missing == 0 && summary.payload_failures == 0 => ExitCode::SUCCESS,
         Ok(summary) => {
-            eprintln!("outbox-demo: {} events missing", summary.missing);
+            if summary.missing > 0 {
+                eprintln!("outbox-demo: {} events missing", summary.missing);
+            }
+            if summary.payload_failures > 0 {
+                eprintln!(
+                    "outbox-demo: {} large orders' payloads failed their check",
+                    summary.payload_failures
+                );
+            }
             ExitCode::FAILURE
         }
         Err(err) => match err.downcast_ref::<relay_runtime::preflight::Unusable>() {
@@ -101,8 +116,21 @@ async fn run(args: &Args) -> Result<Summary> {
         shard_count: args.shard_count,
         ..OutboxConfig::new(&env.stack.table_name)
     };
-    let writer = OutboxWriter::new(env.dynamodb.clone(), WriterConfig::new(outbox, SOURCE))
-        .context("writer configuration")?;
+    // With the payload bucket, the writer stores first the payloads too large for an item.
+    let writer = OutboxWriter::with_s3(
+        env.dynamodb.clone(),
+        env.s3.clone(),
+        WriterConfig {
+            payload_bucket: env.payload_bucket.clone(),
+            ..WriterConfig::new(outbox, SOURCE)
+        },
+    )
+    .context("writer configuration")?;
+    let mix = OrderMix {
+        follow_up_percent: args.follow_up_percent,
+        // `Args::parse_checked` refused large orders without a payload bucket.
+        large_order_percent: args.large_order_percent,
+    };
     let outage_orders = args.outage_orders.unwrap_or((args.orders / 5).max(1));
     let bars = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
 
@@ -136,7 +164,7 @@ async fn run(args: &Args) -> Result<Summary> {
             0..args.orders,
             Some(args.rate),
             args.concurrency,
-            args.follow_up_percent,
+            mix,
             &written_bar
         ),
         watch_deliveries(
@@ -149,8 +177,8 @@ async fn run(args: &Args) -> Result<Summary> {
     );
     written_bar.finish();
     delivered_bar.finish();
-    let mut written_ids = written.context("writing orders")?;
-    let live_ids: HashSet<String> = written_ids.iter().cloned().collect();
+    let mut written = written.context("writing orders")?;
+    let live_ids: HashSet<String> = written.event_ids.iter().cloned().collect();
     if let Err(err) = watched {
         phase(&format!("stream relay did not publish everything: {err:#}"));
     }
@@ -167,12 +195,12 @@ async fn run(args: &Args) -> Result<Summary> {
         args.orders..args.orders + outage_orders,
         None,
         args.concurrency,
-        args.follow_up_percent,
+        mix,
         &outage_bar,
     )
     .await;
     outage_bar.finish();
-    written_ids.extend(outage_written.context("writing outage orders")?);
+    written.extend(outage_written.context("writing outage orders")?);
 
     // Phase 3: backfill with the poller.
     phase("3/4 backfilling with relay-poller drain");
@@ -189,17 +217,38 @@ async fn run(args: &Args) -> Result<Summary> {
     phase("4/4 reading the sink queue");
     stop_reading.send_replace(true);
     let deliveries = reader.await.context("sink reader")??;
+    if !written.large.is_empty() {
+        phase(&format!(
+            "reading back the payloads of {} large orders with PayloadResolver",
+            written.large.len()
+        ));
+    }
+    let payloads = check_payloads(
+        &PayloadResolver::new(env.s3.clone()),
+        &written.large,
+        &deliveries,
+    )
+    .await;
+    for failure in &payloads.failures {
+        phase(&format!(
+            "large order's payload failed its check: {failure}"
+        ));
+    }
     let dead_letters = env.queue_depth(&env.stack.dead_letter_queue_url).await?;
     let relay_lags = relay_lags(env).await?;
     let summary = summarize(
         &Written {
             target: args.target.kind(),
             orders: args.orders + outage_orders,
-            all: &written_ids,
+            all: &written.event_ids,
             live: &live_ids,
             rate: args.rate,
+            large: &written.large,
         },
-        &deliveries,
+        &Delivered {
+            deliveries: &deliveries,
+            payloads: &payloads,
+        },
         &relay_lags,
         &stream_summary,
         &poller_summary,

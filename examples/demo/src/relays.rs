@@ -1,5 +1,6 @@
 //! The relays as child processes: `relay-stream-local` and `relay-poller` started beside the demo,
-//! stopped (or waited for), and their one-line JSON summaries read back.
+//! stopped (or waited for), and their one-line JSON summaries read back. They have the payload
+//! bucket (`PAYLOAD_BUCKET`) whenever the demo has one.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -28,6 +29,10 @@ pub(crate) struct RelaySummary {
     /// published, not stored again); absent on the classic bus.
     #[serde(default)]
     pub(crate) deduplicated: u64,
+    /// Payloads the relay stored in the payload bucket when it published their events (the
+    /// claim check at publish: one per event too large for the target's entry).
+    #[serde(default)]
+    pub(crate) payloads_stored: u64,
 }
 
 /// The relay binary `name` in `dir`, or an error that says how to build it.
@@ -66,6 +71,11 @@ pub(crate) fn spawn_relay(
     command
         .args(extra)
         .envs(env.stack.relay_env(SOURCE))
+        .envs(
+            env.payload_bucket
+                .as_ref()
+                .map(|bucket| ("PAYLOAD_BUCKET", bucket)),
+        )
         .env("EVENT_TARGET_KIND", args.target.kind())
         .env("OUTBOX_SHARD_COUNT", args.shard_count.to_string())
         .env(

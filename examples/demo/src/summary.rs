@@ -8,6 +8,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::deliveries::Delivery;
+use crate::orders::{LargeOrder, WrittenLarge};
+use crate::payloads::PayloadChecks;
 use crate::relays::RelaySummary;
 
 /// What the demo observed; also printed as JSON with `--json`.
@@ -41,6 +43,33 @@ pub(crate) struct Summary {
     pub(crate) missing: u64,
     /// Events sent to the dead-letter queue by either relay.
     pub(crate) dead_lettered: u64,
+    /// Large orders written (`--large-order-percent`): about 300 KB of lines (over the target's
+    /// entry) and about 1 MiB (over an item), counted in `orders` and `written` too.
+    #[serde(default)]
+    pub(crate) large_orders: u64,
+    /// The payloads of the large orders over an item, which the writer stored in the payload
+    /// bucket before their transactions.
+    #[serde(default)]
+    pub(crate) payloads_stored_by_writer: u64,
+    /// Payloads both relays stored in the payload bucket when they published their events (those
+    /// of the large orders over the target's entry).
+    #[serde(default)]
+    pub(crate) payloads_stored_by_relays: u64,
+    /// Large orders whose event the consumer side received with its payload in S3 (`dataref`).
+    #[serde(default)]
+    pub(crate) large_delivered_in_s3: u64,
+    /// Large orders whose event the consumer side received with its payload in it (it fit the
+    /// target's entry: the orders over a bus's entry on Kinesis).
+    #[serde(default)]
+    pub(crate) large_delivered_inline: u64,
+    /// Of the payloads in S3, those the demo read back with `outbox_consumer::PayloadResolver`
+    /// (the size and SHA-256 the event names) holding the lines written.
+    #[serde(default)]
+    pub(crate) payloads_checked: u64,
+    /// Of the payloads in S3, those gone, not the payload the event names, unreadable, or not
+    /// the lines written: must be 0.
+    #[serde(default)]
+    pub(crate) payload_failures: u64,
     /// Orders per second written while the stream relay ran (`--rate`).
     pub(crate) rate: u64,
     /// Write to published (the target accepted it, the item marked): the relay's own latency, over
@@ -60,25 +89,37 @@ pub(crate) struct Summary {
 }
 
 /// The events the demo wrote: all of them, those written while the stream relay ran (whose
-/// latencies are the live relay's), and the rate those were written at.
+/// latencies are the live relay's), the rate those were written at, and the large orders.
 pub(crate) struct Written<'a> {
     pub(crate) target: &'a str,
     pub(crate) orders: u64,
     pub(crate) all: &'a [String],
     pub(crate) live: &'a HashSet<String>,
     pub(crate) rate: u64,
+    pub(crate) large: &'a [WrittenLarge],
+}
+
+/// What the consumer side received: every delivery, in the order received, and what became of
+/// the large orders' payloads.
+pub(crate) struct Delivered<'a> {
+    pub(crate) deliveries: &'a [Delivery],
+    pub(crate) payloads: &'a PayloadChecks,
 }
 
 /// Counts the delivered events against the written ones and takes the live relay's latencies.
 pub(crate) fn summarize(
     written: &Written<'_>,
-    deliveries: &[Delivery],
+    delivered: &Delivered<'_>,
     relay_lags: &HashMap<String, u64>,
     stream: &RelaySummary,
     poller: &RelaySummary,
     dead_letters_on_queue: u64,
     elapsed: Duration,
 ) -> Summary {
+    let Delivered {
+        deliveries,
+        payloads,
+    } = *delivered;
     let mut first_latency: HashMap<&str, Option<u64>> = HashMap::new();
     for delivery in deliveries {
         first_latency
@@ -117,6 +158,17 @@ pub(crate) fn summarize(
         deduplicated: stream.deduplicated + poller.deduplicated,
         missing: missing as u64,
         dead_lettered: (stream.dead_lettered + poller.dead_lettered).max(dead_letters_on_queue),
+        large_orders: written.large.len() as u64,
+        payloads_stored_by_writer: written
+            .large
+            .iter()
+            .filter(|large| large.kind == LargeOrder::OverItem)
+            .count() as u64,
+        payloads_stored_by_relays: stream.payloads_stored + poller.payloads_stored,
+        large_delivered_in_s3: payloads.in_s3,
+        large_delivered_inline: payloads.inline,
+        payloads_checked: payloads.checked,
+        payload_failures: payloads.failures.len() as u64,
         rate: written.rate,
         relay_lag_p50_ms: percentile(&lags, 50),
         relay_lag_p99_ms: percentile(&lags, 99),
@@ -171,7 +223,7 @@ fn percentile(sorted: &[u64], p: usize) -> u64 {
 
 /// Prints the summary table on stdout, with what its latencies measure and where the logs are.
 pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
-    let rows: [(&str, String); 16] = [
+    let rows: [(&str, String); 21] = [
         ("target", s.target.clone()),
         ("orders written", s.orders.to_string()),
         ("events written", s.written.to_string()),
@@ -189,6 +241,26 @@ pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
         ("missing", s.missing.to_string()),
         ("dead-lettered", s.dead_lettered.to_string()),
         ("de-duplicated by the bus", s.deduplicated.to_string()),
+        ("large orders written", s.large_orders.to_string()),
+        (
+            "  stored by writer / relays",
+            format!(
+                "{} / {}",
+                s.payloads_stored_by_writer, s.payloads_stored_by_relays
+            ),
+        ),
+        (
+            "  delivered in S3 / inline",
+            format!("{} / {}", s.large_delivered_in_s3, s.large_delivered_inline),
+        ),
+        (
+            "  payloads read back, checked",
+            s.payloads_checked.to_string(),
+        ),
+        (
+            "  payloads failing their check",
+            s.payload_failures.to_string(),
+        ),
         ("live relay, written at", format!("{} orders/s", s.rate)),
         (
             "  relay lag p50 / p99",
@@ -209,10 +281,14 @@ pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
     }
     println!(
         "{}",
-        if s.missing == 0 {
-            "result: every written event was delivered"
-        } else {
+        if s.missing > 0 {
             "result: EVENTS MISSING"
+        } else if s.payload_failures > 0 {
+            "result: LARGE PAYLOADS FAILED THEIR CHECK"
+        } else if s.large_delivered_in_s3 > 0 {
+            "result: every written event was delivered, every payload in S3 read back intact"
+        } else {
+            "result: every written event was delivered"
         }
     );
     println!();
@@ -242,6 +318,16 @@ pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
     println!(
         "  order; de-duplicated: repeats the bus recognised by their event id and did not store."
     );
+    println!(
+        "large orders: about 300 KB of lines, over the target's 256 KiB entry (a relay stores the"
+    );
+    println!(
+        "  payload in S3 when it publishes), and about 1 MiB, over DynamoDB's 400 KB item (the"
+    );
+    println!(
+        "  writer stores it first); checked: read back with outbox_consumer::PayloadResolver, its"
+    );
+    println!("  size and SHA-256 as the event names them, and its lines those written.");
     println!("relay logs and metrics: {}", log_dir.display());
 }
 
@@ -271,6 +357,7 @@ mod tests {
             aggregate_id: Some(id.to_owned()),
             sequence: Some(1),
             latency_ms: Some(ms),
+            stored: None,
         };
         let deliveries = vec![d("a", 10), d("a", 50), d("b", 20), d("c", 9000)];
         let live: HashSet<String> = ["a", "b"].map(str::to_owned).into();
@@ -284,8 +371,12 @@ mod tests {
                 all: &written,
                 live: &live,
                 rate: 50,
+                large: &[],
             },
-            &deliveries,
+            &Delivered {
+                deliveries: &deliveries,
+                payloads: &PayloadChecks::default(),
+            },
             &lags,
             &RelaySummary::default(),
             &RelaySummary::default(),
@@ -303,6 +394,72 @@ mod tests {
         assert_eq!((s.orders, s.written, s.out_of_order), (4, 4, 0));
     }
 
+    #[test]
+    fn summary_counts_the_large_orders_and_where_their_payloads_went() {
+        // Given three large orders: one over an entry, whose payload a relay stored, two over an
+        // item, whose payloads the writer stored; one of the three failed its check
+        let large = |id: &str, kind| WrittenLarge {
+            event_id: id.to_owned(),
+            kind,
+            lines: 1,
+            lines_sha256: String::new(),
+        };
+        let written_large = [
+            large("a", LargeOrder::OverEntry),
+            large("b", LargeOrder::OverItem),
+            large("c", LargeOrder::OverItem),
+        ];
+        let all = ["a", "b", "c"].map(str::to_owned);
+
+        // When the run is summarized
+        let s = summarize(
+            &Written {
+                target: "classic",
+                orders: 3,
+                all: &all,
+                live: &HashSet::new(),
+                rate: 50,
+                large: &written_large,
+            },
+            &Delivered {
+                deliveries: &[],
+                payloads: &PayloadChecks {
+                    in_s3: 3,
+                    inline: 0,
+                    checked: 2,
+                    failures: vec!["event c: gone".to_owned()],
+                },
+            },
+            &HashMap::new(),
+            &RelaySummary {
+                payloads_stored: 1,
+                ..RelaySummary::default()
+            },
+            &RelaySummary::default(),
+            0,
+            Duration::from_secs(1),
+        );
+
+        // Then it says so
+        assert_eq!(
+            (
+                s.large_orders,
+                s.payloads_stored_by_writer,
+                s.payloads_stored_by_relays
+            ),
+            (3, 2, 1)
+        );
+        assert_eq!(
+            (
+                s.large_delivered_in_s3,
+                s.large_delivered_inline,
+                s.payloads_checked,
+                s.payload_failures
+            ),
+            (3, 0, 2, 1)
+        );
+    }
+
     /// Deliveries `(event id, aggregate, sequence)` in the order received.
     fn received(events: &[(&str, &str, u64)]) -> Vec<Delivery> {
         events
@@ -312,6 +469,7 @@ mod tests {
                 aggregate_id: Some((*aggregate).to_owned()),
                 sequence: Some(*sequence),
                 latency_ms: None,
+                stored: None,
             })
             .collect()
     }
@@ -354,8 +512,12 @@ mod tests {
                 all: &["a1".to_owned(), "a2".to_owned()],
                 live: &HashSet::new(),
                 rate: 50,
+                large: &[],
             },
-            &repeated,
+            &Delivered {
+                deliveries: &repeated,
+                payloads: &PayloadChecks::default(),
+            },
             &HashMap::new(),
             &RelaySummary {
                 deduplicated: 2,
