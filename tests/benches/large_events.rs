@@ -23,9 +23,10 @@
 //! does; the other services are called directly. The bucket is versioned as the template makes
 //! it, so the object versions count every write.
 //!
-//! Run: `scripts/emulator.sh run -- cargo bench -p outbox-tests --bench large_events` (about 2
-//! minutes after the build). It builds the two relay binaries in the bench profile into the same
-//! target directory first (`cargo build --profile bench -p relay-poller -p relay-stream-local`).
+//! Run: `scripts/emulator.sh run -- cargo bench -p outbox-tests --bench large_events` (under a
+//! minute after the builds). It builds the two relay binaries in the bench profile into the same
+//! target directory first (`cargo build --profile bench -p relay-poller -p relay-stream-local`;
+//! their features differ from the bench's, so the first time compiles the SDK crates again).
 
 // The report is this benchmark's output.
 #![allow(clippy::print_stdout)]
