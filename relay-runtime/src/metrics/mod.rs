@@ -319,16 +319,25 @@ impl Intercept for FailedCallCounter {
     }
 }
 
-/// Whether `err` is a DynamoDB write refused by its condition.
+/// Whether `err` is a write refused by its condition: a DynamoDB write's, or the claim check's
+/// conditional `PutObject` that found the payload already stored (`412 PreconditionFailed`, a
+/// re-publish: nothing failed).
 fn is_condition_failed(
     err: Option<&aws_smithy_runtime_api::client::interceptors::context::Error>,
 ) -> bool {
     use aws_sdk_dynamodb::operation::{
         delete_item::DeleteItemError, put_item::PutItemError, update_item::UpdateItemError,
     };
+    use aws_sdk_s3::error::ProvideErrorMetadata;
     let Some(err) = err else {
         return false;
     };
+    if err
+        .downcast_ref::<aws_sdk_s3::operation::put_object::PutObjectError>()
+        .is_some_and(|e| e.code() == Some(outbox_shared::claim_check::PRECONDITION_FAILED))
+    {
+        return true;
+    }
     err.downcast_ref::<UpdateItemError>()
         .is_some_and(UpdateItemError::is_conditional_check_failed_exception)
         || err
@@ -410,5 +419,58 @@ mod tests {
                 DebugValue::Counter(1)
             )]
         );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_payload_found_already_stored_is_not_a_failed_call_and_an_s3_failure_is() {
+        // Given an S3 client whose first PutObject finds the object there (412), second fails (503)
+        let response = |status: u16, code: &str| {
+            aws_smithy_runtime_api::http::Response::new(
+                aws_smithy_runtime_api::http::StatusCode::try_from(status).unwrap(),
+                aws_smithy_types::body::SdkBody::from(format!(
+                    "<Error><Code>{code}</Code><Message>m</Message></Error>"
+                )),
+            )
+        };
+        let there = mock!(aws_sdk_s3::Client::put_object)
+            .then_http_response(move || response(412, "PreconditionFailed"));
+        let out = mock!(aws_sdk_s3::Client::put_object)
+            .then_http_response(move || response(503, "ServiceUnavailable"));
+        let interceptor = aws_smithy_mocks::MockResponseInterceptor::new()
+            .rule_mode(aws_smithy_mocks::RuleMode::Sequential)
+            .with_rule(&there)
+            .with_rule(&out);
+        let client = aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::Config::builder()
+                .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+                .region(aws_sdk_s3::config::Region::new("us-east-1"))
+                .credentials_provider(aws_sdk_s3::config::Credentials::new(
+                    "test", "test", None, None, "test",
+                ))
+                .http_client(aws_smithy_mocks::create_mock_http_client())
+                .interceptor(interceptor)
+                .interceptor(FailedCallCounter)
+                .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
+                .build(),
+        );
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let _local = metrics::set_default_local_recorder(&recorder);
+        let store = outbox_shared::PayloadStore::new(client, "b");
+
+        // When the same payload is stored twice
+        let (_, stored) = store.put("e1", b"{}").await.unwrap();
+        assert_eq!(stored, outbox_shared::claim_check::Stored::AlreadyThere);
+        assert!(store.put("e1", b"{}").await.is_err());
+
+        // Then only the 503 is a failed PutObject
+        let counted: Vec<_> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(key, ..)| key.key().name() == FAILED_CALLS)
+            .map(|(.., value)| value)
+            .collect();
+        assert_eq!(counted, vec![DebugValue::Counter(1)]);
     }
 }
