@@ -247,13 +247,11 @@ const UNIDENTIFIED: &str = "unidentified";
 /// dead-lettered, redriven and dead-lettered again).
 pub fn record_key(event_id: Option<&str>, key: Option<&ItemKey>, unique: uuid::Uuid) -> String {
     let event = match (event_id.filter(|id| !id.is_empty()), key) {
-        (Some(id), _) => claim_check::object_key(id),
+        (Some(id), _) => claim_check::key_segment(id),
         // A newline is no key-safe character: the item's key is always hashed.
-        (None, Some(key)) => claim_check::object_key(&format!("{}\n{}", key.pk, key.sk)),
-        (None, None) => format!("{}{UNIDENTIFIED}", claim_check::KEY_PREFIX),
+        (None, Some(key)) => claim_check::key_segment(&format!("{}\n{}", key.pk, key.sk)),
+        (None, None) => UNIDENTIFIED.to_owned(),
     };
-    // The claim check's rule for a key segment, without its prefix.
-    let event = &event[claim_check::KEY_PREFIX.len()..];
     format!("{RECORD_PREFIX}{event}/{unique}.json")
 }
 
@@ -529,11 +527,7 @@ async fn keep_record(
         .await
         .map_err(|failure| DeadLetterError::Record {
             event_id: letter.event_id.clone(),
-            uri: format!(
-                "{}{}/{key}",
-                outbox_shared::claim_check::URI_SCHEME,
-                store.bucket()
-            ),
+            uri: claim_check::uri(store.bucket(), &key),
             failure: Box::new(failure),
         })
 }
@@ -887,21 +881,7 @@ mod tests {
 
     /// An S3 client answered by `rules`, in order (SDK retries off).
     fn mock_s3(rules: &[&Rule]) -> aws_sdk_s3::Client {
-        let interceptor = rules.iter().fold(
-            MockResponseInterceptor::new().rule_mode(RuleMode::Sequential),
-            |i, rule| i.with_rule(rule),
-        );
-        let config = aws_sdk_s3::Config::builder()
-            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-            .region(aws_sdk_s3::config::Region::new("us-east-1"))
-            .credentials_provider(aws_sdk_s3::config::Credentials::new(
-                "test", "test", None, None, "test",
-            ))
-            .http_client(create_mock_http_client())
-            .interceptor(interceptor)
-            .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
-            .build();
-        aws_sdk_s3::Client::from_conf(config)
+        aws_sdk_s3::Client::from_conf(crate::mocked_s3(rules).build())
     }
 
     /// What a `PutObject` was asked to store.

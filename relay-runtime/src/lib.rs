@@ -74,6 +74,26 @@ pub mod testing;
 /// (docs/benchmarks.md, "The allocator, and the model's own CPU").
 pub use mimalloc::MiMalloc as Allocator;
 
+/// An S3 client configuration whose calls `rules` answer in order (no network, no SDK retries),
+/// for this crate's unit tests.
+#[cfg(test)]
+pub(crate) fn mocked_s3(rules: &[&aws_smithy_mocks::Rule]) -> aws_sdk_s3::config::Builder {
+    let mut mocks = aws_smithy_mocks::MockResponseInterceptor::new()
+        .rule_mode(aws_smithy_mocks::RuleMode::Sequential);
+    for rule in rules {
+        mocks = mocks.with_rule(rule);
+    }
+    aws_sdk_s3::Config::builder()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .region(aws_sdk_s3::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_s3::config::Credentials::new(
+            "t", "t", None, None, "t",
+        ))
+        .http_client(aws_smithy_mocks::create_mock_http_client())
+        .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
+        .interceptor(mocks)
+}
+
 /// A DynamoDB client configuration whose calls `rules` answer in order (no network, no SDK
 /// retries), for this crate's unit tests.
 #[cfg(test)]

@@ -45,13 +45,24 @@ fn key_safe(event_id: &str) -> bool {
 /// URI would have to escape, `payloads/sha256-{hex of the id}`. One event, one key, whoever stores
 /// it.
 pub fn object_key(event_id: &str) -> String {
-    if key_safe(event_id) {
-        format!("{KEY_PREFIX}{event_id}")
+    format!("{KEY_PREFIX}{}", key_segment(event_id))
+}
+
+/// What stands for `id` in a key: the id itself, or, with characters a URI would have to escape,
+/// `sha256-{hex of the id}` (the payload's [`object_key`], a dead letter's record).
+pub fn key_segment(id: &str) -> String {
+    if key_safe(id) {
+        id.to_owned()
     } else {
-        let digest = Sha256::digest(event_id.as_bytes());
+        let digest = Sha256::digest(id.as_bytes());
         let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-        format!("{KEY_PREFIX}sha256-{hex}")
+        format!("sha256-{hex}")
     }
+}
+
+/// The URI of object `key` in `bucket`: `s3://BUCKET/KEY`.
+pub fn uri(bucket: &str, key: &str) -> String {
+    format!("{URI_SCHEME}{bucket}/{key}")
 }
 
 /// Checks `bucket` against S3's rules for a general purpose bucket's name (3 to 63 lowercase
@@ -106,7 +117,7 @@ impl PayloadRef {
     /// The reference to `payload` stored as `key` in `bucket`.
     pub fn of(bucket: &str, key: &str, payload: &[u8]) -> Self {
         Self {
-            uri: format!("{URI_SCHEME}{bucket}/{key}"),
+            uri: uri(bucket, key),
             size: payload.len() as u64,
             sha256: sha256_base64(payload),
         }

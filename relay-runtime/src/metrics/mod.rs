@@ -436,21 +436,9 @@ mod tests {
             .then_http_response(move || response(412, "PreconditionFailed"));
         let out = mock!(aws_sdk_s3::Client::put_object)
             .then_http_response(move || response(503, "ServiceUnavailable"));
-        let interceptor = aws_smithy_mocks::MockResponseInterceptor::new()
-            .rule_mode(aws_smithy_mocks::RuleMode::Sequential)
-            .with_rule(&there)
-            .with_rule(&out);
         let client = aws_sdk_s3::Client::from_conf(
-            aws_sdk_s3::Config::builder()
-                .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-                .region(aws_sdk_s3::config::Region::new("us-east-1"))
-                .credentials_provider(aws_sdk_s3::config::Credentials::new(
-                    "test", "test", None, None, "test",
-                ))
-                .http_client(aws_smithy_mocks::create_mock_http_client())
-                .interceptor(interceptor)
+            crate::mocked_s3(&[&there, &out])
                 .interceptor(FailedCallCounter)
-                .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
                 .build(),
         );
         let recorder = DebuggingRecorder::new();

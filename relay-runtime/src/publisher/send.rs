@@ -416,7 +416,7 @@ impl<B: TargetCall> Publisher for TargetAdapter<B> {
         let threshold = self.config.payload_threshold();
         for (index, event) in originals.iter().enumerate() {
             let size = (self.entry_size)(event, &self.config.source);
-            if size > threshold && self.claim_check.is_some() && event.data().is_some() {
+            if size > threshold && self.claim_check.is_some() {
                 to_store.push(index);
             } else if size > self.config.max_entry_bytes {
                 outcomes[index] = Some(self.too_large(size));
@@ -430,12 +430,14 @@ impl<B: TargetCall> Publisher for TargetAdapter<B> {
         let mut not_stored: HashMap<&str, usize> = HashMap::new();
         for (index, stored) in self.store_payloads(&originals, &to_store, deadline).await {
             match stored {
-                Ok(event) => {
-                    let size = (self.entry_size)(&event, &self.config.source);
+                Ok(stored) => {
+                    // An event whose payload is already a reference is sent as it is.
+                    let event = stored.as_ref().unwrap_or(originals[index]);
+                    let size = (self.entry_size)(event, &self.config.source);
                     if size > self.config.max_entry_bytes {
                         outcomes[index] = Some(self.too_large(size));
                     } else {
-                        referenced.insert(index, event);
+                        referenced.extend(stored.map(|event| (index, event)));
                         sendable.push(index);
                     }
                 }
@@ -558,14 +560,14 @@ impl<B: TargetCall> TargetAdapter<B> {
 
     /// Stores the payloads of the events at `indices` in the payload bucket, at most
     /// `max_concurrency` at once and none once the deadline's publish-by time has passed: each
-    /// event as its reference, or the outcome it ends with (S3 failed: `Failed`, the event stays
-    /// pending; the deadline came: `NotSent`).
+    /// event as its reference (`None`: its payload already is one), or the outcome it ends with
+    /// (S3 failed: `Failed`, the event stays pending; the deadline came: `NotSent`).
     async fn store_payloads(
         &self,
         events: &[&OutboundEvent],
         indices: &[usize],
         deadline: Deadline,
-    ) -> Vec<(usize, Result<OutboundEvent, PublishOutcome>)> {
+    ) -> Vec<(usize, Result<Option<OutboundEvent>, PublishOutcome>)> {
         let Some(claim_check) = &self.claim_check else {
             return Vec::new();
         };
@@ -581,9 +583,9 @@ impl<B: TargetCall> TargetAdapter<B> {
                             Stored::AlreadyThere => &self.stats.payloads_already_stored,
                         };
                         counter.fetch_add(1, Ordering::Relaxed);
-                        Ok(event)
+                        Ok(Some(event))
                     }
-                    Ok(None) => Ok(events[index].clone()),
+                    Ok(None) => Ok(None),
                     Err(failure) => Err(PublishOutcome::Failed {
                         code: failure
                             .code

@@ -757,22 +757,7 @@ fn large_event(key: &str, sequence: u64, payload_len: usize) -> OutboundEvent {
 
 /// An S3 client answered by `rules`, in order (SDK retries off).
 fn mock_s3(rules: &[&Rule]) -> aws_sdk_s3::Client {
-    let interceptor = rules.iter().fold(
-        MockResponseInterceptor::new().rule_mode(RuleMode::Sequential),
-        |i, rule| i.with_rule(rule),
-    );
-    aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::Config::builder()
-            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-            .region(aws_sdk_s3::config::Region::new("us-east-1"))
-            .credentials_provider(aws_sdk_s3::config::Credentials::new(
-                "test", "test", None, None, "test",
-            ))
-            .http_client(create_mock_http_client())
-            .interceptor(interceptor)
-            .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
-            .build(),
-    )
+    aws_sdk_s3::Client::from_conf(crate::mocked_s3(rules).build())
 }
 
 #[tokio::test]
