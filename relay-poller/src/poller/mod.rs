@@ -55,7 +55,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::assignment::{ShardAssignment, StaticShards};
 use crate::index::{PendingCounts, PendingPages, RawItem};
-use crate::metrics;
 
 pub mod decode;
 pub mod holds;
@@ -280,7 +279,7 @@ where
         while !cancel.is_cancelled() {
             let now = Utc::now();
             let stats = self.pass(assignment, cutoff(now, grace), &cancel).await;
-            metrics::pass(&stats, now);
+            stats.record(now);
             let outcome = stats.outcome();
             tracing::debug!(
                 ?outcome,
@@ -328,7 +327,7 @@ where
                 .pass_sweeping(assignment, cutoff(now, grace), swept, cancel)
                 .await;
             passes += 1;
-            metrics::pass(&stats, now);
+            stats.record(now);
             tracing::info!(
                 pass = passes,
                 taken = stats.taken,
