@@ -709,7 +709,7 @@ mod hold_release {
         Cursor, IndexCounts, IndexError, PendingCounts, PendingPage, PendingPages, RawItem,
         ShardBacklog,
     };
-    use relay_poller::poller::{Poller, PollerSettings};
+    use relay_poller::poller::{Poller, PollerSettings, Ports};
     use relay_poller::{PendingTtl, TtlOutcome};
     use relay_runtime::testing::{FakeDeadLetters, FakeHoldStore};
     use relay_runtime::{
@@ -914,11 +914,6 @@ mod hold_release {
         async fn extend(&self, hold: &Hold) -> Result<bool, SdkFailure> {
             Ok(self.holds.extend(hold))
         }
-
-        /// This world holds no hold of an earlier release.
-        async fn migrate_legacy(&self, _up_to: &str) -> Result<u64, SdkFailure> {
-            Ok(0)
-        }
     }
 
     /// Event `sequence` of [`ORDER`], written ten minutes ago (past any grace period).
@@ -958,12 +953,14 @@ mod hold_release {
             },
         );
         let poller = Poller::new(
-            &world,
-            &world,
-            &world,
-            &dead_letters,
-            &world,
-            &world,
+            Ports {
+                index: &world,
+                publisher: &world,
+                store: &world,
+                dead_letters: &dead_letters,
+                ttl: &world,
+                holds: &world,
+            },
             PollerSettings {
                 shard_count: config.shard_count,
                 page_size: 25,
