@@ -532,13 +532,13 @@ async fn the_poller_keeps_each_aggregates_order_when_its_first_event_fails() {
         panic!("a drain")
     };
     let config = drain.relay.validate().unwrap();
-    let clients = relay_poller::app::AwsClients {
+    let clients = relay_poller::aws::AwsClients {
         dynamodb: env.dynamodb.clone(),
         sqs: env.sqs.clone(),
     };
     let publisher =
         fixtures::classic_publisher(faulty_eventbridge(&env, &faults), config.publisher.clone());
-    let poller = relay_poller::app::aws_poller_with(clients, publisher, &config);
+    let poller = relay_poller::aws::aws_poller_with(clients, publisher, &config);
 
     // When it drains
     let summary = poller
@@ -645,8 +645,8 @@ async fn drain(
     publisher: impl FnOnce(&relay_poller::RelayConfig) -> relay_runtime::TargetPublisher,
 ) -> relay_poller::poller::DrainSummary {
     let config = poller_config(env);
-    let poller = relay_poller::app::aws_poller_with(
-        relay_poller::app::AwsClients {
+    let poller = relay_poller::aws::aws_poller_with(
+        relay_poller::aws::AwsClients {
             dynamodb: env.dynamodb.clone(),
             sqs: env.sqs.clone(),
         },
@@ -1330,7 +1330,10 @@ async fn a_hold_of_the_earlier_layout_is_moved_beside_its_events_and_released_by
     ]);
     env.put_raw_item(legacy).await;
 
-    // When the poller drains
+    // When the poller drains, the hold first moved beside its events as `drain` moves it
+    relay_poller::aws::legacy_holds(&env.dynamodb, &poller_config(&env), Duration::ZERO)
+        .migrate()
+        .await;
     let summary = drain(&env, |config| env.publisher(config.publisher.clone())).await;
 
     // Then the event is published, and the hold moved beside it and released: nothing is left
