@@ -40,7 +40,7 @@ impl LegacyHolds {
                 );
             }
             Err(err) => {
-                tracing::warn!(error = %outbox_shared::error::describe(&err), "could not move the aggregate holds of an earlier release; retrying at the next sweep");
+                tracing::warn!(error = %outbox_shared::error::describe(&err), "could not move the aggregate holds of an earlier release; trying again at the next move");
             }
         }
     }

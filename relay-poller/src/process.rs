@@ -79,11 +79,6 @@ impl Work {
         handle
     }
 
-    /// Whether every task has finished.
-    pub fn is_done(&self) -> bool {
-        self.tracker.is_empty()
-    }
-
     /// Tells every task to stop and waits up to `timeout` for them; aborts those still running
     /// then. Whether every task finished.
     pub async fn stop(&self, timeout: Duration) -> bool {
