@@ -68,7 +68,27 @@ pub enum Command {
     /// the dead-letter queue, the lease table, the bucket, stray partitions, the caller's
     /// permissions, the shard count's write ceiling. One line per item, OK or what is wrong and
     /// how to fix it (`--json` for pipelines); exit 0 only when every item holds, 2 otherwise.
-    Check(crate::check::CheckArgs),
+    Check(CheckArgs),
+}
+
+/// `relay-poller check`.
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// The relays' settings: the same flags and variables as `run`.
+    #[command(flatten)]
+    pub relay: RelayArgs,
+    #[command(flatten)]
+    pub lease_table: LeaseTableArgs,
+    #[command(flatten)]
+    pub discarded: DiscardedBatchArgs,
+    /// The principal whose policies are simulated for the poller's calls (a role or user ARN,
+    /// such as the stack's poller task role); default: the caller.
+    #[arg(long, env = "CHECK_PRINCIPAL_ARN")]
+    pub principal: Option<String>,
+    /// Print one JSON object instead of a line per item (the default when stdout is not a
+    /// terminal is still the lines: a pipeline asks for JSON).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Where the pending events are.

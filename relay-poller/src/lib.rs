@@ -3,11 +3,18 @@
 //! with a conditional update, through the per-event path it shares with the stream relay
 //! (`relay_runtime::relay`).
 //!
-//! - [`config`]: the command line (`run`, `drain`, `status`, `redrive`, `inspect`), every flag
-//!   also an env variable.
+//! - [`app`]: the command line's dispatch, each subcommand to its command's `run`.
+//! - [`command`]: the operator commands (`run`, `drain`, `status`, `inspect`, `redrive`,
+//!   `recover-discarded`, `check`), one module and one `run` each.
+//! - [`config`]: the command line, every flag also an env variable.
+//! - [`aws`]: the adapters on AWS, wired from SDK clients built once; [`needs`]: what a command
+//!   relies on being usable, probed before it starts; [`process`]: signals, the tasks a signal
+//!   stops, exit codes, the outcome line. What the commands share: none imports a command.
 //! - [`index`]: the pending index's ports (its pages, its counts) and their DynamoDB adapter.
 //! - [`poller`]: one pass over the shards ([`Poller::pass`]) and the `run` / `drain` loops, and
-//!   their components (the pages, the sweep, the TTL refresh, the hold release).
+//!   their components (the pages, the sweep, the TTL refresh, the hold release), over one
+//!   parameter of ports ([`PollerPorts`]).
+//! - [`legacy_holds`]: the holds an earlier release wrote, moved beside their events.
 //! - [`assignment`]: which shards a pass polls: a fixed list, or shard leases in a lease table of
 //!   their own, so a fleet of pollers shares the shards (fair share, takeover on expiry, graceful
 //!   hand-over).
@@ -19,20 +26,22 @@
 //!   destination: each TTL deletion of a pending event in them re-created ([`recreate`], the path
 //!   `redrive` re-creates gone items with), the batch deleted once handled.
 //! - [`inspect`]: what happened to one event.
-//! - [`check`]: a preflight of a deployment: what the relays rely on, item by item, with the fix.
 //! - [`metrics`]: metric names and the CloudWatch EMF recorder.
-//! - [`app`]: the binary's wiring (clients, signals, exit codes).
 
 pub mod app;
 pub mod assignment;
-pub mod check;
+pub mod aws;
+pub mod command;
 pub mod config;
 pub mod discarded;
 pub mod index;
 pub mod inspect;
+pub mod legacy_holds;
 pub mod metrics;
+pub mod needs;
 pub mod permissions;
 pub mod poller;
+pub mod process;
 pub mod recreate;
 pub mod redrive;
 pub mod status;
@@ -44,7 +53,7 @@ pub use index::{DynamoPendingIndex, PendingCounts, PendingPages};
 pub use poller::ttl::{DynamoPendingTtl, PendingTtl, TtlOutcome};
 pub use poller::{
     DEFAULT_INDEX_LAG, DEFAULT_SWEEP_INTERVAL, DEFAULT_TTL_REFRESH_MARGIN, DrainSummary,
-    PassOutcome, PassStats, Poller, PollerSettings, cutoff,
+    PassOutcome, PassStats, Poller, PollerPorts, PollerSettings, Ports, cutoff,
 };
 pub use relay_runtime::SettingError;
 /// Re-exported so callers can drive the loops without naming tokio-util.

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use relay_poller::{Cli, app};
+use relay_poller::{Cli, app, process};
 
 /// The relays' allocator (see [`relay_runtime::Allocator`]).
 #[global_allocator]
@@ -26,7 +26,7 @@ async fn main() -> ExitCode {
                 "{}",
                 relay_runtime::telemetry::outcome_line("relay-poller", &line)
             );
-            app::exit_code_for(&err)
+            process::exit_code_for(&err)
         }
     }
 }

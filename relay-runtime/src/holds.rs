@@ -37,7 +37,8 @@
 //! Holds an earlier release wrote (every hold under one index partition,
 //! [`schema::LEGACY_HOLD_PARTITION`], with every event left in a set that grew without bound)
 //! are moved to this layout: by the stream relay when it next leaves an event under one, by the
-//! poller's sweep otherwise ([`HoldRelease::migrate_legacy`]).
+//! poller's wiring otherwise ([`DynamoHoldStore::migrate_legacy`], a step of the adapter, not of
+//! the port: only data in DynamoDB needs it).
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -154,7 +155,7 @@ impl<H: AggregateHolds> AggregateHolds for &H {
 }
 
 /// Port: the poller's side of the holds: the holds a pass has published past, whether their
-/// last events are still pending, releasing one, keeping one, and moving an earlier release's.
+/// last events are still pending, releasing one, keeping one.
 pub trait HoldRelease: Send + Sync {
     /// Up to `limit` holds whose last event is under `partition` (a `GSI1PK`) and sorts below
     /// `before` (the pass's cutoff), in that order, starting after `start`.
@@ -180,12 +181,6 @@ pub trait HoldRelease: Send + Sync {
     /// Pushes out the `ttl` of `hold` (the poller keeps it: what it covers is not all published
     /// yet), if it still exists; whether it did.
     fn extend(&self, hold: &Hold) -> impl Future<Output = Result<bool, SdkFailure>> + Send;
-
-    /// Moves every hold an earlier release kept under [`schema::LEGACY_HOLD_PARTITION`] to the
-    /// hold partition of its held event's partition, sorted at `up_to` (a pass's cutoff: it is
-    /// released once a pass has published everything pending before it), without its record
-    /// of every event left; how many it moved.
-    fn migrate_legacy(&self, up_to: &str) -> impl Future<Output = Result<u64, SdkFailure>> + Send;
 }
 
 /// A borrowed hold store is one (a test keeps its fake to inspect it).
@@ -214,10 +209,6 @@ impl<H: HoldRelease> HoldRelease for &H {
     fn extend(&self, hold: &Hold) -> impl Future<Output = Result<bool, SdkFailure>> + Send {
         (**self).extend(hold)
     }
-
-    fn migrate_legacy(&self, up_to: &str) -> impl Future<Output = Result<u64, SdkFailure>> + Send {
-        (**self).migrate_legacy(up_to)
-    }
 }
 
 /// The last of `left` in the index's order (the highest `GSI1SK`): the event a hold records.
@@ -244,10 +235,10 @@ pub const HOLD_CALLS: &[Call] = &[
     Call::new("dynamodb:BatchGetItem", Target::HoldItems),
 ];
 
-/// The calls of [`HoldRelease`] (the poller): [`DynamoHoldStore::page`] and the legacy
-/// migration's list (`Query`s of the index's hold partitions),
-/// [`DynamoHoldStore::still_pending`] (a `BatchGetItem` of the table, `PK`, `SK` and `GSI1PK`
-/// only), [`DynamoHoldStore::extend`] and the migration (`UpdateItem`s of holds) and
+/// The calls of [`HoldRelease`] (the poller) and of [`DynamoHoldStore::migrate_legacy`] (the
+/// poller's wiring): [`DynamoHoldStore::page`] and the migration's list (`Query`s of the index's
+/// hold partitions), [`DynamoHoldStore::still_pending`] (a `BatchGetItem` of the table, `PK`, `SK`
+/// and `GSI1PK` only), [`DynamoHoldStore::extend`] and the migration (`UpdateItem`s of holds) and
 /// [`DynamoHoldStore::release`].
 pub const RELEASE_CALLS: &[Call] = &[
     Call::new("dynamodb:Query", Target::OutboxIndex),
@@ -565,8 +556,18 @@ impl HoldRelease for DynamoHoldStore {
         // `false`: the condition failed, the hold is gone
         update_applied(result)
     }
+}
 
-    async fn migrate_legacy(&self, up_to: &str) -> Result<u64, SdkFailure> {
+impl DynamoHoldStore {
+    /// Moves every hold an earlier release kept under [`schema::LEGACY_HOLD_PARTITION`] to the
+    /// hold partition of its held event's partition, sorted at `up_to` (a pass's cutoff: it is
+    /// released once a pass has published everything pending before it), without its record
+    /// of every event left; how many it moved.
+    ///
+    /// # Errors
+    /// When the legacy partition cannot be read or a hold cannot be moved; what was moved stays
+    /// moved, and the next call moves the rest.
+    pub async fn migrate_legacy(&self, up_to: &str) -> Result<u64, SdkFailure> {
         let mut moved = 0;
         let mut start = None;
         loop {

@@ -189,7 +189,7 @@ async fn run(kind: TargetKind, outage_seconds: usize) -> Outcome {
     };
     let grace = run_args.grace_period;
     let config = run_args.relay.validate().expect("valid poller config");
-    let poller = relay_poller::app::aws_poller(&sdk, &config).expect("valid poller");
+    let poller = relay_poller::aws::aws_poller(&sdk, &config).expect("valid poller");
     let shards = config.fixed_shards();
 
     // The virtual clock's second 0 is the wall clock's `t0`: events carry it as `CreatedAt`, and

@@ -44,7 +44,7 @@ use outbox_tests::TestEnv;
 use outbox_tests::fixtures;
 use outbox_tests::latency_model::{Clock, LatencyModel};
 use relay_poller::CancellationToken;
-use relay_poller::app::{AwsClients, aws_poller, aws_poller_with};
+use relay_poller::aws::{AwsClients, aws_poller, aws_poller_with};
 use relay_poller::config::{RelayArgs, ShardSelection, TableArgs};
 use relay_runtime::{PublisherArgs, TargetKind};
 
@@ -122,7 +122,7 @@ fn counted_poller(
     env: &TestEnv,
     counter: &CallCounter,
     config: &relay_poller::RelayConfig,
-) -> relay_poller::app::AwsPoller {
+) -> relay_poller::aws::AwsPoller {
     let (dynamodb, eventbridge) = counted_clients(env, counter);
     let clients = AwsClients {
         dynamodb,

@@ -372,7 +372,7 @@ async fn drain_with_record_bucket(
     );
     let dead_letters = relay_runtime::SqsDeadLetterSink::new(sqs, queue)
         .with_record_bucket(PayloadStore::new(env.s3.clone(), bucket));
-    let poller = relay_poller::app::aws_poller_with_dead_letters(
+    let poller = relay_poller::aws::aws_poller_with_dead_letters(
         env.dynamodb.clone(),
         env.publisher(config.publisher.clone()),
         dead_letters,

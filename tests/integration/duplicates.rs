@@ -13,7 +13,7 @@ use outbox_tests::fault_proxy::{FaultProxy, FaultRates};
 use outbox_tests::latency_model::LatencyModel;
 use outbox_tests::{TestEnv, emulator_endpoints, fixtures};
 use relay_poller::CancellationToken;
-use relay_poller::app::aws_poller;
+use relay_poller::aws::aws_poller;
 use relay_poller::{Cli, Command};
 
 use crate::relay_faults::{assert_all_once_or_more, run_through, sink_counts};
@@ -30,7 +30,7 @@ fn drain_poller(
     model: &LatencyModel,
     flags: &[&str],
 ) -> (
-    relay_poller::app::AwsPoller,
+    relay_poller::aws::AwsPoller,
     relay_poller::assignment::StaticShards,
 ) {
     let mut argv = vec![

@@ -256,7 +256,7 @@ async fn run_passes_leave_events_younger_than_the_grace_period_alone() {
         shutdown_timeout: Duration::from_secs(5),
     };
     let config = args.validate().unwrap();
-    let poller = relay_poller::app::aws_poller(&env.sdk_config, &config).unwrap();
+    let poller = relay_poller::aws::aws_poller(&env.sdk_config, &config).unwrap();
     let shards = config.fixed_shards();
     let grace = Duration::from_secs(60);
     let cancel = CancellationToken::new();

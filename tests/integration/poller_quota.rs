@@ -13,8 +13,8 @@ use outbox_shared::schema;
 use outbox_tests::fixtures;
 use outbox_tests::latency_model::LatencyModel;
 use relay_poller::CancellationToken;
-use relay_poller::app::aws_poller;
 use relay_poller::assignment::StaticShards;
+use relay_poller::aws::aws_poller;
 use relay_poller::config::{RelayArgs, TableArgs};
 
 const QUOTA: u32 = 500;
@@ -148,7 +148,7 @@ fn default_sdk_timeouts() -> aws_config::timeout::TimeoutConfig {
 }
 
 /// A poller with its defaults and the default SDK timeouts on `model`, with `events` pending.
-fn poller_on(model: &LatencyModel, events: usize) -> relay_poller::app::AwsPoller {
+fn poller_on(model: &LatencyModel, events: usize) -> relay_poller::aws::AwsPoller {
     model.seed_pending(&fixtures::pending_items(
         "quota-table",
         events,

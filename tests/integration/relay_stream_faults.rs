@@ -532,13 +532,13 @@ async fn the_poller_keeps_each_aggregates_order_when_its_first_event_fails() {
         panic!("a drain")
     };
     let config = drain.relay.validate().unwrap();
-    let clients = relay_poller::app::AwsClients {
+    let clients = relay_poller::aws::AwsClients {
         dynamodb: env.dynamodb.clone(),
         sqs: env.sqs.clone(),
     };
     let publisher =
         fixtures::classic_publisher(faulty_eventbridge(&env, &faults), config.publisher.clone());
-    let poller = relay_poller::app::aws_poller_with(clients, publisher, &config);
+    let poller = relay_poller::aws::aws_poller_with(clients, publisher, &config);
 
     // When it drains
     let summary = poller
@@ -645,8 +645,8 @@ async fn drain(
     publisher: impl FnOnce(&relay_poller::RelayConfig) -> relay_runtime::TargetPublisher,
 ) -> relay_poller::poller::DrainSummary {
     let config = poller_config(env);
-    let poller = relay_poller::app::aws_poller_with(
-        relay_poller::app::AwsClients {
+    let poller = relay_poller::aws::aws_poller_with(
+        relay_poller::aws::AwsClients {
             dynamodb: env.dynamodb.clone(),
             sqs: env.sqs.clone(),
         },
@@ -709,7 +709,7 @@ mod hold_release {
         Cursor, IndexCounts, IndexError, PendingCounts, PendingPage, PendingPages, RawItem,
         ShardBacklog,
     };
-    use relay_poller::poller::{Poller, PollerSettings};
+    use relay_poller::poller::{Poller, PollerSettings, Ports};
     use relay_poller::{PendingTtl, TtlOutcome};
     use relay_runtime::testing::{FakeDeadLetters, FakeHoldStore};
     use relay_runtime::{
@@ -914,11 +914,6 @@ mod hold_release {
         async fn extend(&self, hold: &Hold) -> Result<bool, SdkFailure> {
             Ok(self.holds.extend(hold))
         }
-
-        /// This world holds no hold of an earlier release.
-        async fn migrate_legacy(&self, _up_to: &str) -> Result<u64, SdkFailure> {
-            Ok(0)
-        }
     }
 
     /// Event `sequence` of [`ORDER`], written ten minutes ago (past any grace period).
@@ -958,12 +953,14 @@ mod hold_release {
             },
         );
         let poller = Poller::new(
-            &world,
-            &world,
-            &world,
-            &dead_letters,
-            &world,
-            &world,
+            Ports {
+                index: &world,
+                publisher: &world,
+                store: &world,
+                dead_letters: &dead_letters,
+                ttl: &world,
+                holds: &world,
+            },
             PollerSettings {
                 shard_count: config.shard_count,
                 page_size: 25,
@@ -1333,7 +1330,10 @@ async fn a_hold_of_the_earlier_layout_is_moved_beside_its_events_and_released_by
     ]);
     env.put_raw_item(legacy).await;
 
-    // When the poller drains
+    // When the poller drains, the hold first moved beside its events as `drain` moves it
+    relay_poller::aws::legacy_holds(&env.dynamodb, &poller_config(&env), Duration::ZERO)
+        .migrate()
+        .await;
     let summary = drain(&env, |config| env.publisher(config.publisher.clone())).await;
 
     // Then the event is published, and the hold moved beside it and released: nothing is left

@@ -69,24 +69,6 @@ impl<H: HoldRelease> HoldReleaser<H> {
         }
     }
 
-    /// Moves the holds an earlier release kept under one index partition beside their events
-    /// (see `relay_runtime::holds`), released once a pass has published everything pending
-    /// before `up_to`; logged, and retried by the next sweep when it fails.
-    pub(super) async fn migrate_legacy(&self, up_to: &str) {
-        match self.holds.migrate_legacy(up_to).await {
-            Ok(0) => {}
-            Ok(moved) => {
-                tracing::info!(
-                    moved,
-                    "aggregate holds of an earlier release moved beside their events"
-                );
-            }
-            Err(err) => {
-                tracing::warn!(error = %outbox_shared::error::describe(&err), "could not move the aggregate holds of an earlier release; retrying at the next sweep");
-            }
-        }
-    }
-
     /// Whether `hold`'s `ttl` is past or within the TTL refresh margin.
     fn expires_soon(&self, hold: &Hold) -> bool {
         let margin = i64::try_from(self.ttl_refresh_margin.as_secs()).unwrap_or(i64::MAX);

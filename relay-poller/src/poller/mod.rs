@@ -48,26 +48,26 @@ use futures::stream;
 use outbox_shared::ShardCount;
 use outbox_shared::schema;
 use outbox_shared::time::format_timestamp;
-use relay_runtime::{
-    Behind, DeadLetterSink, EventRelay, HoldRelease, Publisher, RecentKeys, StatusStore,
-};
+use relay_runtime::{Behind, EventRelay, RecentKeys};
 use tokio_util::sync::CancellationToken;
 
 use crate::assignment::{ShardAssignment, StaticShards};
-use crate::index::{PendingCounts, PendingPages, RawItem};
+use crate::index::RawItem;
 
 pub mod decode;
 pub mod holds;
 pub mod pages;
+pub mod ports;
 pub mod stats;
 pub mod sweep;
 pub mod ttl;
 
 use holds::HoldReleaser;
 use pages::Pages;
+pub use ports::{PollerPorts, Ports};
 pub use stats::{DrainSummary, PassOutcome, PassStats};
 use sweep::Sweep;
-use ttl::{PendingTtl, TtlRefresh};
+use ttl::TtlRefresh;
 
 /// `origin` of the dead letters this relay sends, and the relay its metrics name.
 pub const ORIGIN: &str = "relay-poller";
@@ -115,34 +115,33 @@ pub struct PollerSettings {
     pub index_lag: Duration,
 }
 
-/// The poller, its components over its ports: the index's pages and counts (`I`), the publisher,
-/// the status store, the dead-letter sink, the TTL refresh's store (`T`) and the poller's side of
-/// the holds (`H`).
-#[derive(Debug)]
-pub struct Poller<I, P, S, D, T, H> {
-    pages: Pages<I, P, S, D, T, H>,
-    sweep: Sweep<I>,
+/// The poller, its components over its ports ([`PollerPorts`]): the index's pages and counts,
+/// the publisher, the status store, the dead-letter sink, the TTL refresh's store and the
+/// poller's side of the holds.
+pub struct Poller<W: PollerPorts> {
+    pages: Pages<W>,
+    sweep: Sweep<W::Index>,
     settings: PollerSettings,
 }
 
-impl<I, P, S, D, T, H> Poller<I, P, S, D, T, H>
-where
-    I: PendingPages + PendingCounts + Clone,
-    P: Publisher,
-    S: StatusStore,
-    D: DeadLetterSink,
-    T: PendingTtl,
-    H: HoldRelease,
-{
-    pub fn new(
-        index: I,
-        publisher: P,
-        store: S,
-        dead_letters: D,
-        ttl: T,
-        holds: H,
-        settings: PollerSettings,
-    ) -> Self {
+impl<W: PollerPorts> std::fmt::Debug for Poller<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Poller")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<W: PollerPorts> Poller<W> {
+    pub fn new(ports: W, settings: PollerSettings) -> Self {
+        let Ports {
+            index,
+            publisher,
+            store,
+            dead_letters,
+            ttl,
+            holds,
+        } = ports.into_ports();
         let relay = EventRelay::new(
             publisher,
             store,
@@ -181,7 +180,7 @@ where
         &self.settings
     }
 
-    pub fn publisher(&self) -> &P {
+    pub fn publisher(&self) -> &W::Publisher {
         self.pages.publisher()
     }
 
@@ -216,7 +215,6 @@ where
         let mut stats = PassStats::default();
         let mut held_back: HashMap<String, Behind> = HashMap::new();
         if sweep {
-            self.pages.holds().migrate_legacy(before).await;
             match self.sweep.partitions(&shards.orphaned).await {
                 Ok(found) => {
                     for partition in &found.partitions {

@@ -9,26 +9,23 @@ use std::collections::HashMap;
 use chrono::Utc;
 use outbox_shared::ItemKey;
 use outbox_shared::schema::attr;
-use relay_runtime::{
-    Behind, DeadLetterSink, Deadline, Event, EventRelay, HoldRelease, Publisher, RecentKeys, State,
-    StatusStore,
-};
+use relay_runtime::{Behind, Deadline, Event, EventRelay, RecentKeys, State};
 use tokio_util::sync::CancellationToken;
 
 use super::decode::{dead_letter_record, decode, item_key, string_attr};
 use super::holds::HoldReleaser;
+use super::ports::PollerPorts;
 use super::stats::{PassStats, Totals};
-use super::ttl::{PendingTtl, TtlRefresh};
+use super::ttl::TtlRefresh;
 use crate::assignment::{PageStart, ShardAssignment};
 use crate::index::{Cursor, PendingPages, RawItem};
 
 /// The pages of the pending index, relayed, and the holds they publish past released.
-#[derive(Debug)]
-pub(super) struct Pages<I, P, S, D, T, H> {
-    index: I,
-    relay: EventRelay<P, S, D>,
-    ttl: TtlRefresh<T>,
-    holds: HoldReleaser<H>,
+pub(super) struct Pages<W: PollerPorts> {
+    index: W::Index,
+    relay: EventRelay<W::Publisher, W::Store, W::DeadLetters>,
+    ttl: TtlRefresh<W::Ttl>,
+    holds: HoldReleaser<W::Holds>,
     page_size: i32,
     /// The items marked (by this poller, or found already marked) within the index's lag.
     pub(super) recently_marked: RecentKeys<ItemKey>,
@@ -36,20 +33,12 @@ pub(super) struct Pages<I, P, S, D, T, H> {
     totals: Totals,
 }
 
-impl<I, P, S, D, T, H> Pages<I, P, S, D, T, H>
-where
-    I: PendingPages,
-    P: Publisher,
-    S: StatusStore,
-    D: DeadLetterSink,
-    T: PendingTtl,
-    H: HoldRelease,
-{
+impl<W: PollerPorts> Pages<W> {
     pub(super) fn new(
-        index: I,
-        relay: EventRelay<P, S, D>,
-        ttl: TtlRefresh<T>,
-        holds: HoldReleaser<H>,
+        index: W::Index,
+        relay: EventRelay<W::Publisher, W::Store, W::DeadLetters>,
+        ttl: TtlRefresh<W::Ttl>,
+        holds: HoldReleaser<W::Holds>,
         page_size: i32,
         recently_marked: RecentKeys<ItemKey>,
     ) -> Self {
@@ -64,7 +53,7 @@ where
         }
     }
 
-    pub(super) fn publisher(&self) -> &P {
+    pub(super) fn publisher(&self) -> &W::Publisher {
         self.relay.publisher()
     }
 
@@ -76,10 +65,6 @@ where
 
     pub(super) fn totals(&self) -> &Totals {
         &self.totals
-    }
-
-    pub(super) fn holds(&self) -> &HoldReleaser<H> {
-        &self.holds
     }
 
     /// Every page of `partition` below `before`, one after another, each followed by the release

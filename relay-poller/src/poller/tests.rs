@@ -44,7 +44,10 @@ fn all() -> StaticShards {
     StaticShards((0..16).collect())
 }
 
-fn poller(table: &Table, page_size: i32) -> Poller<&Table, &Table, &Table, &Table, &Table, &Table> {
+fn poller(
+    table: &Table,
+    page_size: i32,
+) -> Poller<Ports<&Table, &Table, &Table, &Table, &Table, &Table>> {
     let settings = PollerSettings {
         shard_count: ShardCount::new(16).unwrap(),
         page_size,
@@ -55,7 +58,7 @@ fn poller(table: &Table, page_size: i32) -> Poller<&Table, &Table, &Table, &Tabl
         sweep_interval: DEFAULT_SWEEP_INTERVAL,
         index_lag: DEFAULT_INDEX_LAG,
     };
-    Poller::new(table, table, table, table, table, table, settings)
+    Poller::new(Ports::all(table), settings)
 }
 
 fn later() -> DateTime<Utc> {

@@ -25,22 +25,21 @@
 //! [`letters`] reads the relays' dead-letter messages back (the counterpart of the relays'
 //! dead-letter sink, `relay_runtime::dead_letter`).
 
-use std::collections::HashSet;
-use std::fmt::Write as _;
-
 use aws_sdk_dynamodb::types::AttributeValue;
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use outbox_shared::claim_check::{self, ResolveError};
 use outbox_shared::schema::{attr, entity};
-use outbox_shared::time::parse_timestamp;
 use outbox_shared::{ItemKey, OutboxStatus, SdkFailure, ShardCount};
 use relay_runtime::TtlPolicy;
 use relay_runtime::status_store::{ttl_after, update_applied};
-use serde::Serialize;
 
 pub mod letters;
+pub mod selection;
+pub mod summary;
 
 use self::letters::{Letter, OutboxLetter};
+pub use self::selection::{Selection, Source};
+pub use self::summary::{Line, Summary};
 use crate::recreate::{DynamoGoneItems, GoneItems, Recreated, index_keys, pending_image};
 use crate::table::{Attributes, get_item};
 
@@ -55,114 +54,6 @@ const UNRECOVERABLE_WITHOUT_RECORD: &str = "the item is gone (expired or deleted
 const RECEIVE_BATCH: i32 = 10;
 /// How long received messages stay invisible to other readers while a redrive works on them.
 const VISIBILITY_TIMEOUT_SECONDS: i32 = 300;
-
-/// Which dead-lettered events to redrive.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Selection {
-    /// Only these event ids (all when empty).
-    pub event_ids: HashSet<String>,
-    pub event_type: Option<String>,
-    /// Only events created at or after this.
-    pub since: Option<DateTime<Utc>>,
-    /// Only events created before this.
-    pub until: Option<DateTime<Utc>>,
-    /// At most this many events.
-    pub limit: Option<usize>,
-}
-
-impl Selection {
-    fn admits(
-        &self,
-        event_id: Option<&str>,
-        event_type: Option<&str>,
-        created_at: Option<&str>,
-    ) -> bool {
-        if !self.event_ids.is_empty() && !event_id.is_some_and(|id| self.event_ids.contains(id)) {
-            return false;
-        }
-        if let Some(wanted) = &self.event_type
-            && event_type != Some(wanted.as_str())
-        {
-            return false;
-        }
-        if self.since.is_none() && self.until.is_none() {
-            return true;
-        }
-        let Some(created) = created_at.and_then(|t| parse_timestamp(t).ok()) else {
-            return false;
-        };
-        self.since.is_none_or(|since| created >= since)
-            && self.until.is_none_or(|until| created < until)
-    }
-}
-
-/// Where the dead-lettered events are read from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
-    /// The dead-letter queue (both relays' messages).
-    Queue,
-    /// `DEAD_LETTERED` items in the table.
-    Table,
-}
-
-/// What happened to one event (or one message).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Line {
-    pub event_id: Option<String>,
-    pub event_type: Option<String>,
-    pub created_at: Option<String>,
-    /// `redriven`, `recreated`, `would redrive`, `would recreate`, `skipped: …`, `left in queue: …`.
-    pub action: String,
-}
-
-/// The one-line summary.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Summary {
-    /// Put back to pending (re-created ones included); with `--dry-run`, what would be.
-    pub redriven: u64,
-    /// Of those, re-created from the message because the item was gone.
-    pub recreated: u64,
-    /// Published right away (`--publish`).
-    pub published: u64,
-    /// Selected but nothing to do (already pending or published, or changed meanwhile).
-    pub skipped: u64,
-    /// Messages left in the queue: not ours, unreadable, or an item that can't be re-created.
-    pub left_in_queue: u64,
-    pub dry_run: bool,
-    /// One line per event or message, for people.
-    #[serde(skip)]
-    pub lines: Vec<Line>,
-}
-
-impl Summary {
-    /// A table for people.
-    pub fn to_table(&self) -> String {
-        let mut out = String::from(
-            "event id                               type                 created at                 action\n",
-        );
-        for line in &self.lines {
-            let _ = writeln!(
-                out,
-                "{:<38} {:<20} {:<26} {}",
-                line.event_id.as_deref().unwrap_or("-"),
-                line.event_type.as_deref().unwrap_or("-"),
-                line.created_at.as_deref().unwrap_or("-"),
-                line.action
-            );
-        }
-        let _ = writeln!(
-            out,
-            "\n{}{} redriven ({} re-created), {} published, {} skipped, {} left in the queue",
-            if self.dry_run { "dry run: " } else { "" },
-            self.redriven,
-            self.recreated,
-            self.published,
-            self.skipped,
-            self.left_in_queue
-        );
-        out
-    }
-}
 
 /// A redrive failed part-way (the summary so far is logged; running it again carries on).
 #[derive(Debug, thiserror::Error)]

@@ -243,11 +243,6 @@ impl HoldRelease for &Table {
     async fn extend(&self, hold: &Hold) -> Result<bool, SdkFailure> {
         Ok(self.holds.extend(hold))
     }
-
-    /// This table holds no hold of an earlier release.
-    async fn migrate_legacy(&self, _up_to: &str) -> Result<u64, SdkFailure> {
-        Ok(0)
-    }
 }
 
 impl Publisher for Table {

@@ -3,6 +3,15 @@ use aws_sdk_dynamodb::types::{
     ScalarAttributeType, StreamSpecification,
 };
 
+use std::collections::BTreeMap;
+
+use aws_sdk_dynamodb::types::{
+    KeyType, ProjectionType, StreamViewType, TableDescription, TimeToLiveStatus,
+};
+use outbox_shared::ShardCount;
+use outbox_shared::schema::{self, attr};
+
+use super::simulation::role_of;
 use super::*;
 
 fn key(name: &str, key_type: KeyType) -> KeySchemaElement {

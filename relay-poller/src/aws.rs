@@ -1,0 +1,234 @@
+//! The poller's adapters on AWS, wired from SDK clients built once: the poller and its ports
+//! ([`AwsPoller`]), the discarded stream batches, the shard leases, the move of an earlier
+//! release's holds; and the start of a command that relays ([`start_relay`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use aws_config::SdkConfig;
+use relay_runtime::preflight::Need;
+use relay_runtime::{
+    CallTasks, DynamoHoldStore, DynamoStatusStore, SettingError, SqsDeadLetterSink, TargetPublisher,
+};
+
+use crate::assignment::{
+    DynamoLeaseStore, LeaseError, LeaseManager, LeaseSettings, SystemClock, create_lease_table,
+    discover_owner,
+};
+use crate::config::RelayConfig;
+use crate::discarded::{DiscardedBatches, S3DiscardedBatches};
+use crate::index::DynamoPendingIndex;
+use crate::legacy_holds::LegacyHolds;
+use crate::needs::{load_and_probe, relay_needs};
+use crate::poller::ttl::DynamoPendingTtl;
+use crate::poller::{Poller, PollerSettings, Ports};
+use crate::recreate::DynamoGoneItems;
+
+/// How often metrics are flushed (CloudWatch EMF) during `run` and `drain`.
+const METRICS_FLUSH_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The poller's ports on AWS: DynamoDB index, status store, TTL refresh and holds, the
+/// configured target, SQS dead letters.
+pub type AwsPorts = Ports<
+    DynamoPendingIndex,
+    TargetPublisher,
+    DynamoStatusStore,
+    SqsDeadLetterSink,
+    DynamoPendingTtl,
+    DynamoHoldStore,
+>;
+
+/// The poller on AWS.
+pub type AwsPoller = Poller<AwsPorts>;
+
+/// The DynamoDB and SQS clients the poller uses, built once (the publisher builds its target's).
+#[derive(Debug, Clone)]
+pub struct AwsClients {
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    pub sqs: aws_sdk_sqs::Client,
+}
+
+impl AwsClients {
+    pub fn new(sdk: &SdkConfig) -> Self {
+        Self {
+            dynamodb: relay_runtime::clients::dynamodb(sdk),
+            sqs: relay_runtime::clients::sqs(sdk),
+        }
+    }
+}
+
+/// Builds the poller and its clients from `sdk`.
+///
+/// # Errors
+/// When the publisher configuration is out of range.
+pub fn aws_poller(sdk: &SdkConfig, config: &RelayConfig) -> Result<AwsPoller, SettingError> {
+    let publisher = TargetPublisher::new(sdk, config.publisher.clone())?;
+    Ok(aws_poller_with(AwsClients::new(sdk), publisher, config))
+}
+
+/// Builds the poller on caller-built clients and publisher (tests inject faults through them).
+pub fn aws_poller_with(
+    clients: AwsClients,
+    publisher: TargetPublisher,
+    config: &RelayConfig,
+) -> AwsPoller {
+    // A letter too large for its queue keeps its record in the payload bucket, when there is one.
+    let dead_letters = SqsDeadLetterSink::new(clients.sqs, &config.dead_letter_queue_url);
+    let dead_letters = match publisher.payload_store() {
+        Some(store) => dead_letters.with_record_bucket(store.clone()),
+        None => dead_letters,
+    };
+    aws_poller_with_dead_letters(clients.dynamodb, publisher, dead_letters, config)
+}
+
+/// Builds the poller on a caller-built DynamoDB client, publisher and dead-letter sink (a sink
+/// that keeps records in a payload bucket, or sends through a test's proxy).
+pub fn aws_poller_with_dead_letters(
+    dynamodb: aws_sdk_dynamodb::Client,
+    publisher: TargetPublisher,
+    dead_letters: SqsDeadLetterSink,
+    config: &RelayConfig,
+) -> AwsPoller {
+    let outbox = &config.index.outbox;
+    let index = DynamoPendingIndex::new(dynamodb.clone(), &outbox.table_name, &outbox.index_name);
+    // The poller's shards run in one task: its calls run on their own tasks to use every core.
+    let publisher = publisher.with_call_tasks(CallTasks::Spawned);
+    let holds = hold_store(&dynamodb, config);
+    let ttl = DynamoPendingTtl::new(dynamodb.clone(), &outbox.table_name, config.ttl.published);
+    let store = DynamoStatusStore::new(dynamodb, &outbox.table_name, config.ttl)
+        .with_call_tasks(CallTasks::Spawned);
+    let settings = PollerSettings {
+        shard_count: outbox.shard_count,
+        page_size: config.page_size,
+        shard_concurrency: config.shard_concurrency,
+        mark_concurrency: config.mark_concurrency,
+        idle_backoff_max: config.idle_backoff_max,
+        ttl_refresh_margin: config.ttl_refresh_margin,
+        sweep_interval: config.sweep_interval,
+        index_lag: config.index_lag,
+    };
+    let outbound = relay_runtime::relay::Outbound::of(publisher.config());
+    let ports = Ports {
+        index,
+        publisher,
+        store,
+        dead_letters,
+        ttl,
+        holds,
+    };
+    Poller::new(ports, settings).with_outbound(outbound)
+}
+
+/// The hold items of the outbox table, read through its pending index.
+fn hold_store(dynamodb: &aws_sdk_dynamodb::Client, config: &RelayConfig) -> DynamoHoldStore {
+    let outbox = &config.index.outbox;
+    // A hold no poller ever released (none ran) lapses with the published retention.
+    DynamoHoldStore::new(dynamodb.clone(), &outbox.table_name, config.ttl.published)
+        .with_index_name(&outbox.index_name)
+}
+
+/// The move of an earlier release's holds in the outbox table, for passes with `grace`.
+pub fn legacy_holds(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    config: &RelayConfig,
+    grace: Duration,
+) -> LegacyHolds {
+    LegacyHolds::new(hold_store(dynamodb, config), grace)
+}
+
+/// The discarded stream batches on AWS: the bucket of the mapping's on-failure destination, and
+/// the outbox table their TTL-deleted events are re-created in.
+pub type AwsDiscardedBatches = DiscardedBatches<S3DiscardedBatches, DynamoGoneItems>;
+
+/// The discarded stream batches in `bucket`, re-created in `outbox`'s table with `ttl`'s published
+/// retention; the S3 client counts its failed calls as the others do.
+pub fn aws_discarded_batches(
+    sdk: &SdkConfig,
+    dynamodb: aws_sdk_dynamodb::Client,
+    bucket: &str,
+    outbox: &outbox_shared::OutboxConfig,
+    ttl: relay_runtime::TtlPolicy,
+) -> AwsDiscardedBatches {
+    DiscardedBatches::new(
+        S3DiscardedBatches::new(s3_client(sdk), bucket),
+        DynamoGoneItems::new(dynamodb, &outbox.table_name),
+        outbox.shard_count,
+        ttl.published,
+    )
+}
+
+/// An S3 client of `sdk` that counts its failed calls as the others do.
+pub fn s3_client(sdk: &SdkConfig) -> aws_sdk_s3::Client {
+    aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(sdk)
+            .interceptor(relay_runtime::metrics::FailedCallCounter)
+            .build(),
+    )
+}
+
+/// The poller's leases on AWS.
+pub type AwsLeaseManager = LeaseManager<DynamoLeaseStore, SystemClock>;
+
+/// This process's lease manager over every shard of the shard count, after creating the lease
+/// table when asked to.
+///
+/// # Errors
+/// When the table cannot be created.
+pub async fn lease_manager(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    config: &RelayConfig,
+    settings: &LeaseSettings,
+) -> Result<AwsLeaseManager, LeaseError> {
+    if settings.create_table {
+        create_lease_table(dynamodb, &settings.table_name).await?;
+    }
+    let store = DynamoLeaseStore::new(dynamodb.clone(), &settings.table_name);
+    let owner = discover_owner().await;
+    let shards = config.index.outbox.shard_count.shards().collect();
+    Ok(LeaseManager::new(
+        store,
+        SystemClock,
+        owner,
+        shards,
+        settings.clone(),
+    ))
+}
+
+/// A command that relays (`run`, `drain`), started.
+#[derive(Debug)]
+pub struct Relay {
+    pub poller: Arc<AwsPoller>,
+    /// The metrics recorder, flushed on an interval and once more at the end.
+    pub metrics: relay_runtime::metrics::Emf,
+    pub clients: AwsClients,
+    pub sdk: SdkConfig,
+}
+
+/// Starts a command that relays: the metrics recorder installed, what it relies on (the relay's
+/// needs and `more`) probed, the poller built.
+///
+/// # Errors
+/// A setting out of range, or what a probe found unusable.
+pub async fn start_relay(config: &RelayConfig, more: Vec<Need>) -> anyhow::Result<Relay> {
+    // Flushed to stderr, through the logs' own writer: stdout carries the commands' results, and
+    // CloudWatch Logs extracts EMF documents from either stream.
+    let metrics = relay_runtime::metrics::install_emf(
+        &config.metrics_namespace,
+        crate::poller::ORIGIN,
+        Some(METRICS_FLUSH_INTERVAL),
+    )
+    .context("installing the metrics recorder")?;
+    let mut needs = relay_needs(config);
+    needs.extend(more);
+    let sdk = load_and_probe(&needs).await?;
+    let clients = AwsClients::new(&sdk);
+    let publisher = TargetPublisher::new(&sdk, config.publisher.clone())?;
+    let poller = Arc::new(aws_poller_with(clients.clone(), publisher, config));
+    Ok(Relay {
+        poller,
+        metrics,
+        clients,
+        sdk,
+    })
+}
