@@ -257,7 +257,7 @@ fn no_stream(sdk: &aws_config::SdkConfig, table_name: &str) -> Unusable {
         problem: outbox_shared::Misconfiguration::Missing,
         place: relay_runtime::preflight::Place::of(
             sdk,
-            relay_runtime::preflight::Service::DynamoDb,
+            relay_runtime::preflight::Service::DYNAMODB,
             None,
         ),
         operation: "DescribeTable",
