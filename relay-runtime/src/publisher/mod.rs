@@ -84,6 +84,25 @@ impl PublishOutcome {
     }
 }
 
+/// The calls a publisher sent to the target, retries included, as the relays' summaries print
+/// them (flattened): `publish_calls`, and the one place of its deprecated name `put_events_calls`
+/// (the same value, for scripts that read the summaries; removed in release 0.2.0).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PublishCalls {
+    pub publish_calls: u64,
+    #[serde(default)]
+    put_events_calls: u64,
+}
+
+impl From<u64> for PublishCalls {
+    fn from(calls: u64) -> Self {
+        Self {
+            publish_calls: calls,
+            put_events_calls: calls,
+        }
+    }
+}
+
 /// Counters across every call of one publisher.
 #[derive(Debug, Default)]
 pub struct PublishStats {
