@@ -41,9 +41,7 @@ use futures::future::BoxFuture;
 use outbox_shared::envelope::{CLOUDEVENTS_CONTENT_TYPE, EventFormat};
 use outbox_shared::error::ServiceCodes;
 use outbox_shared::event_group::deduplication_id;
-use outbox_shared::limits::{
-    CUSTOM_BUS_DEFAULT_MAX_BYTES, CUSTOM_BUS_PUT_EVENTS_MAX_ENTRIES, PUT_EVENTS_ABSOLUTE_MAX_BYTES,
-};
+use outbox_shared::limits::PUT_EVENTS_ABSOLUTE_MAX_BYTES;
 use outbox_shared::{OutboundEvent, SdkFailure};
 
 use super::call::{CallAnswer, EntryResult, TargetCall, answer_of};
@@ -52,6 +50,16 @@ use crate::CallTasks;
 use crate::config::PublisherConfig;
 use crate::permissions::{Call, Target};
 use crate::preflight::{Kind, Probed, Resource, Service, Unusable};
+
+/// The Custom Event Bus's `PutEvents` takes 1 to 100 entries per call (fixed, not adjustable).
+pub const CUSTOM_BUS_PUT_EVENTS_MAX_ENTRIES: usize = 100;
+/// The Custom Event Bus documents no byte limit per entry or per request; its default budget is
+/// the classic bus's documented 256 KiB, which every SQS queue (the usual target) takes as one
+/// message, so a limit we cannot see refuses nothing the classic bus would have taken.
+pub const CUSTOM_BUS_DEFAULT_MAX_BYTES: usize = 256 * 1024;
+/// The Custom Event Bus suppresses a repeat of a `DeduplicationId` within 300 s (per account and
+/// event group; fixed): a re-publish after it is a new event to the bus.
+pub const CUSTOM_BUS_DEDUP_WINDOW: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// The Custom Event Bus's publisher: `events:PutEvents` on the bus, and for CloudEvents (raw
 /// events) `events:PutRawEvents`, both on its ARN.

@@ -29,9 +29,6 @@ use aws_sdk_kinesis::types::{PutRecordsRequestEntry, PutRecordsResultEntry};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use outbox_shared::error::ServiceCodes;
-use outbox_shared::limits::{
-    KINESIS_PUT_RECORDS_MAX_BYTES, KINESIS_PUT_RECORDS_MAX_ENTRIES, KINESIS_RECORD_MAX_BYTES,
-};
 use outbox_shared::{OutboundEvent, SdkFailure};
 
 use super::call::{CallAnswer, EntryResult, TargetCall, answer_of};
@@ -40,6 +37,15 @@ use crate::CallTasks;
 use crate::config::PublisherConfig;
 use crate::permissions::{Call, Target};
 use crate::preflight::{Kind, Probed, Resource, Service, Unusable};
+
+/// Kinesis's `PutRecords` takes at most 500 records.
+pub const KINESIS_PUT_RECORDS_MAX_ENTRIES: usize = 500;
+/// A Kinesis record's data and partition key together are at most 1 MiB (a stream's default).
+pub const KINESIS_RECORD_MAX_BYTES: usize = 1024 * 1024;
+/// A `PutRecords` call's records, data and partition keys, are at most 5 MiB.
+pub const KINESIS_PUT_RECORDS_MAX_BYTES: usize = 5 * 1024 * 1024;
+/// A Kinesis partition key is 1 to 256 Unicode characters.
+pub const KINESIS_PARTITION_KEY_MAX_CHARS: usize = 256;
 
 /// The calls of the Kinesis publisher: `kinesis:PutRecords` on the stream.
 pub const CALLS: &[Call] = &[Call::new("kinesis:PutRecords", Target::EventTarget)];

@@ -14,6 +14,10 @@
 use outbox_shared::OutboundEvent;
 use outbox_shared::event_group::message_id;
 
+/// SNS's and SQS's message size unless the topic or queue sets a larger `MaximumMessageSize`
+/// (256 KiB), a message's and a batch's: the publisher's default for both.
+pub const SQS_SNS_DEFAULT_MAX_BYTES: usize = 256 * 1024;
+
 /// The message attribute holding the event's type (its `EventType`).
 pub const EVENT_TYPE_ATTRIBUTE: &str = "eventType";
 

@@ -25,7 +25,6 @@ use aws_sdk_sns::types::{MessageAttributeValue, PublishBatchRequestEntry};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use outbox_shared::error::ServiceCodes;
-use outbox_shared::limits::{SNS_PUBLISH_BATCH_MAX_ENTRIES, SQS_SNS_DEFAULT_MAX_BYTES};
 use outbox_shared::{OutboundEvent, SdkFailure};
 
 use super::call::{CallAnswer, TargetCall, answer_of};
@@ -35,6 +34,9 @@ use crate::CallTasks;
 use crate::config::PublisherConfig;
 use crate::permissions::{Call, Target};
 use crate::preflight::{Kind, Probed, Resource, Service, Unusable};
+
+/// SNS's `PublishBatch` takes at most 10 messages.
+pub const SNS_PUBLISH_BATCH_MAX_ENTRIES: usize = 10;
 
 /// The calls of the SNS publisher: `PublishBatch` is authorized as `sns:Publish` on the topic.
 pub const CALLS: &[Call] = &[Call::new("sns:Publish", Target::EventTarget)];
@@ -59,9 +61,9 @@ pub const CODES: ServiceCodes = ServiceCodes {
 /// `MaximumMessageSize` may take up to 1 MiB); its ARN.
 pub const SPEC: TargetSpec = TargetSpec {
     max_entries_per_call: SNS_PUBLISH_BATCH_MAX_ENTRIES,
-    default_max_entry_bytes: SQS_SNS_DEFAULT_MAX_BYTES,
+    default_max_entry_bytes: message::SQS_SNS_DEFAULT_MAX_BYTES,
     max_entry_bytes: outbox_shared::limits::SQS_MESSAGE_ABSOLUTE_MAX_BYTES,
-    default_max_request_bytes: SQS_SNS_DEFAULT_MAX_BYTES,
+    default_max_request_bytes: message::SQS_SNS_DEFAULT_MAX_BYTES,
     max_request_bytes: outbox_shared::limits::SQS_MESSAGE_ABSOLUTE_MAX_BYTES,
     entry_size: message::size,
     named_by: "an SNS topic's ARN",

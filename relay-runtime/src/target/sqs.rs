@@ -26,7 +26,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use outbox_shared::OutboundEvent;
 use outbox_shared::limits::{
-    SQS_MESSAGE_ABSOLUTE_MAX_BYTES, SQS_SEND_BATCH_MAX, SQS_SNS_DEFAULT_MAX_BYTES,
+    SQS_MESSAGE_ABSOLUTE_MAX_BYTES, SQS_SEND_BATCH_MAX,
 };
 
 use super::call::{CallAnswer, TargetCall, answer_of};
@@ -48,9 +48,9 @@ pub const DESCRIBE_CALLS: &[Call] = &[Call::new("sqs:GetQueueAttributes", Target
 /// `MaximumMessageSize` may take up to 1 MiB, and a batch 1 MiB); its URL.
 pub const SPEC: TargetSpec = TargetSpec {
     max_entries_per_call: SQS_SEND_BATCH_MAX,
-    default_max_entry_bytes: SQS_SNS_DEFAULT_MAX_BYTES,
+    default_max_entry_bytes: message::SQS_SNS_DEFAULT_MAX_BYTES,
     max_entry_bytes: SQS_MESSAGE_ABSOLUTE_MAX_BYTES,
-    default_max_request_bytes: SQS_SNS_DEFAULT_MAX_BYTES,
+    default_max_request_bytes: message::SQS_SNS_DEFAULT_MAX_BYTES,
     max_request_bytes: SQS_MESSAGE_ABSOLUTE_MAX_BYTES,
     entry_size: message::size,
     named_by: "an SQS queue's URL",
