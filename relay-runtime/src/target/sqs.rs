@@ -25,9 +25,7 @@ use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use outbox_shared::OutboundEvent;
-use outbox_shared::limits::{
-    SQS_MESSAGE_ABSOLUTE_MAX_BYTES, SQS_SEND_BATCH_MAX,
-};
+use outbox_shared::limits::{SQS_MESSAGE_ABSOLUTE_MAX_BYTES, SQS_SEND_BATCH_MAX};
 
 use super::call::{CallAnswer, TargetCall, answer_of};
 use super::message::{self, MessageEntry};
