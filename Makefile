@@ -3,7 +3,7 @@ CARGO ?= cargo
 EMULATOR := scripts/emulator.sh
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 # Options for the demo, e.g. make demo DEMO_ARGS="--orders 5000 --shard-count 32 --batch-size 500"
-# or DEMO_ARGS="--bus custom" (the whole job on the local Custom Event Bus, into a FIFO queue)
+# or DEMO_ARGS="--target custom" (the whole job on the local Custom Event Bus, into a FIFO queue)
 DEMO_ARGS ?=
 
 .PHONY: demo test test-custom-bus-double check fmt clippy lint-infra setup emulator-start emulator-stop ci lambda-zip poller-image

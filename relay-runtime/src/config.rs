@@ -14,79 +14,9 @@ use std::time::Duration;
 use outbox_shared::RetryPolicy;
 use outbox_shared::envelope::{Encoding, EventFormat};
 
-/// What the relays publish to: `EVENT_TARGET_KIND` / `--target-kind` (aliases for the two buses:
-/// `EVENT_BUS_KIND` / `--event-bus-kind`). Each kind is one adapter of [`crate::publisher`], chosen
-/// in [`TargetKind::spec`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-#[value(rename_all = "lowercase")]
-pub enum TargetKind {
-    /// The classic event bus (rules and targets), the target a name or an ARN (`event-bus/…`).
-    /// The default.
-    #[default]
-    Classic,
-    /// The Custom Event Bus (EventsV2: FIFO subscribers per event group, `DeduplicationId`), the
-    /// target its whole ARN (`event-busv2/NAME/ID`).
-    Custom,
-    /// An SNS topic (`PublishBatch`), the target its ARN; a FIFO topic (`.fifo`) gets each
-    /// aggregate as its message group and the event id as its de-duplication id.
-    Sns,
-    /// An SQS queue (`SendMessageBatch`), the target its URL; a FIFO queue (`.fifo`) gets each
-    /// aggregate as its message group and the event id as its de-duplication id.
-    Sqs,
-    /// A Kinesis data stream (`PutRecords`), the target its ARN; each aggregate is its record's
-    /// partition key.
-    Kinesis,
-}
+pub use crate::target::TargetKind;
 
-impl TargetKind {
-    /// The accepted values, as written.
-    pub fn names() -> Vec<String> {
-        <Self as clap::ValueEnum>::value_variants()
-            .iter()
-            .map(ToString::to_string)
-            .collect()
-    }
-
-    /// Whether this kind is one of the two EventBridge buses (what the aliases
-    /// `EVENT_BUS_KIND` / `EVENT_BUS_NAME` may name).
-    pub fn is_bus(self) -> bool {
-        matches!(self, Self::Classic | Self::Custom)
-    }
-
-    /// Most entries one call to this target takes (10 classic, 100 custom, 10 SNS and SQS, 500
-    /// Kinesis).
-    pub fn max_entries_per_call(self) -> usize {
-        self.spec().max_entries_per_call
-    }
-
-    /// The default size budget of one entry.
-    pub fn default_max_bytes(self) -> usize {
-        self.spec().default_max_entry_bytes
-    }
-}
-
-impl fmt::Display for TargetKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let value = clap::ValueEnum::to_possible_value(self).expect("no kind is skipped");
-        f.write_str(value.get_name())
-    }
-}
-
-impl std::str::FromStr for TargetKind {
-    type Err = String;
-
-    fn from_str(value: &str) -> Result<Self, Self::Err> {
-        <Self as clap::ValueEnum>::from_str(value, false).map_err(|_| {
-            format!(
-                "{value:?} is not a target kind: accepted values are {}",
-                Self::names().join(", ")
-            )
-        })
-    }
-}
-
-/// Default `PutEvents` calls in flight per publish (a stream batch, a poller page).
+/// Default calls to the target in flight per publish (a stream batch, a poller page).
 pub const DEFAULT_PUBLISH_CONCURRENCY: usize = 16;
 
 /// Default attempts per entry, the first included.
@@ -149,7 +79,7 @@ impl PublisherConfig {
         Self::of_kind(TargetKind::Classic, target, source)
     }
 
-    /// Defaults for a target of `kind` ([`crate::publisher::TargetSpec`]): the classic bus's of
+    /// Defaults for a target of `kind` ([`crate::target::TargetSpec`]): the classic bus's of
     /// [`new`](Self::new); the Custom Event Bus 100 entries and 256 KiB per call; SNS and SQS 10
     /// entries and 256 KiB; Kinesis 500 records, 1 MiB a record and 5 MiB a call.
     pub fn of_kind(kind: TargetKind, target: impl Into<String>, source: impl Into<String>) -> Self {
@@ -283,7 +213,7 @@ const RESERVED_SOURCE_PREFIX: &str = "aws.";
 ///   not the event's fault, so every event would stay pending; the Custom Event Bus refuses the
 ///   call as a whole with `InvalidInputException`, which the publisher would take for an entry's
 ///   fault and dead-letter every event alone in its call);
-/// - what the kind itself limits ([`crate::publisher::TargetSpec::check_source`]).
+/// - what the kind itself limits ([`crate::target::TargetSpec::check_source`]).
 fn target_source(kind: TargetKind, source: &str) -> Result<(), SettingError> {
     let refused = |detail: String| Err(SettingError::of::<PublisherArgs>("source", detail));
     if source.starts_with(RESERVED_SOURCE_PREFIX) {
@@ -311,7 +241,7 @@ fn cloudevents_source(source: &str) -> Result<(), SettingError> {
     Ok(())
 }
 
-/// Checks `value` names a target of `kind` ([`crate::publisher::TargetSpec::check_name`]). A
+/// Checks `value` names a target of `kind` ([`crate::target::TargetSpec::check_name`]). A
 /// target another kind claims (an SQS queue's URL with kind `sns`) is refused naming both settings
 /// and the value: publishing to it would fail every call.
 fn target_of_kind(kind: TargetKind, value: &str) -> Result<(), SettingError> {
@@ -432,10 +362,12 @@ impl SettingError {
     }
 }
 
-/// The publisher's flags, the same in every relay binary; each also reads its variable. The two
-/// buses' settings of before, `--event-bus-kind` (`EVENT_BUS_KIND`) and `--event-bus-name`
-/// (`EVENT_BUS_NAME`), are aliases of `--target-kind` and `--target`: either may be set, both only
-/// to the same value.
+/// The publisher's flags, the same in every relay binary; each also reads its variable.
+///
+/// Deprecated aliases, the one place they are read (removed in release 0.2.0):
+/// `--event-bus-kind` (`EVENT_BUS_KIND`) and `--event-bus-name` (`EVENT_BUS_NAME`), the two buses'
+/// names of `--target-kind` and `--target`, which stacks deployed from an earlier template still
+/// set. Either name may be set, both only to the same value.
 #[derive(Debug, Clone, clap::Args)]
 pub struct PublisherArgs {
     /// What `--target` is: `classic` (the default: an EventBridge bus with rules), `custom` (the
@@ -444,7 +376,8 @@ pub struct PublisherArgs {
     // The value's name is the variable's, so clap's own error for a mistaken kind names both.
     #[arg(long, env = "EVENT_TARGET_KIND", value_name = "EVENT_TARGET_KIND", value_parser = parse_target_kind)]
     pub target_kind: Option<TargetKind>,
-    /// Alias of `--target-kind` for the two buses (`classic` or `custom`).
+    /// Deprecated alias of `--target-kind` for the two buses (`classic` or `custom`); removed in
+    /// 0.2.0.
     #[arg(long, env = "EVENT_BUS_KIND", value_name = "EVENT_BUS_KIND", value_parser = parse_bus_kind)]
     pub event_bus_kind: Option<TargetKind>,
     /// Where events are published: for `classic` a bus name or ARN, for `custom` the Custom Event
@@ -452,7 +385,7 @@ pub struct PublisherArgs {
     /// for `kinesis` a stream ARN.
     #[arg(long, env = "EVENT_TARGET")]
     pub target: Option<String>,
-    /// Alias of `--target` for the two buses.
+    /// Deprecated alias of `--target` for the two buses; removed in 0.2.0.
     #[arg(long, env = "EVENT_BUS_NAME")]
     pub event_bus_name: Option<String>,
     /// EventBridge `Source` of every event (the buses'; required on every target, so one

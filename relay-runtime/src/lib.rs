@@ -5,13 +5,16 @@
 //! - [`relay`]: the per-event path: the ready events are published; then each is settled once,
 //!   marked published, or dead-lettered then marked, concurrently.
 //! - [`deadline`]: when the work on a batch or page must stop (no publish after; finish by).
-//! - [`publisher`]: the publisher port and its adapters, one per bus kind (the classic bus, the
-//!   Custom Event Bus), sharing size-aware batching, bounded concurrency, per-entry retries with
-//!   full jitter; each stamps the bus and `Source`.
-//! - [`publish_rate`]: the publisher's pace under the bus's `PutEvents` quota (additive increase,
+//! - [`publisher`]: the publisher port and its one adapter for every target: size-aware batching,
+//!   bounded concurrency, per-entry retries with full jitter, the claim check for large events.
+//! - [`target`]: what the relays publish to, one room per kind (the classic bus, the Custom Event
+//!   Bus, an SNS topic, an SQS queue, a Kinesis stream): its entries and call, its client, its
+//!   describe call, its IAM actions, its order and de-duplication, its error codes; stamps the
+//!   target and `Source` on every entry.
+//! - [`publish_rate`]: the publisher's pace under the target's quota (additive increase,
 //!   multiplicative decrease on throttling, an optional ceiling).
 //! - [`publish_concurrency`]: the publisher's calls in flight, lowered when calls time out (a
-//!   slow bus) and probed back up.
+//!   slow target) and probed back up.
 //! - [`status_store`]: the status-store port and its DynamoDB adapter (the conditional mark and
 //!   the `ttl` of marked items).
 //! - [`holds`]: the aggregate holds: the stream relay's port (hold an aggregate whose event
@@ -31,8 +34,8 @@
 //! - [`telemetry`]: the one logging and tracing set-up of every binary (OpenTelemetry spans over
 //!   OTLP when the standard variables ask for them).
 //! - [`metrics`]: the metric names both relays emit, their EMF set-up, the failed-call counter;
-//!   [`clients`] builds the relays' DynamoDB and SQS clients with it (each bus kind builds its
-//!   own).
+//!   [`clients`] builds the relays' DynamoDB, SQS and S3 clients with it (each target builds
+//!   its own).
 //! - `testing` (feature `testing`): in-memory fakes of the ports.
 //!
 //! The contract these work on (item schema, envelope, limits) is `outbox-shared`.
@@ -56,6 +59,7 @@ pub mod recent;
 pub mod relay;
 pub mod status_store;
 pub mod stream_record;
+pub mod target;
 pub mod telemetry;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -125,13 +129,11 @@ pub use event::{Behind, Event, IgnoreReason, State, Tally};
 pub use holds::{
     AggregateHolds, DynamoHoldStore, Hold, HoldCursor, HoldPage, HoldRelease, LeftEvent,
 };
-pub use publisher::{
-    ClassicBus, CustomBus, CustomBusPublisher, EventBridgePublisher, PublishOutcome, PublishStats,
-    Publisher, TargetCall, TargetPublisher,
-};
+pub use publisher::{PublishOutcome, PublishStats, Publisher, TargetPublisher};
 pub use recent::RecentKeys;
 pub use relay::{EventRelay, Outbound};
 pub use status_store::{DynamoStatusStore, MarkOutcome, StatusError, StatusStore, TtlPolicy};
+pub use target::{ClassicBus, CustomBus, KinesisStream, SnsTopic, SqsQueue, TargetCall};
 
 use std::time::Duration;
 
@@ -214,9 +216,9 @@ impl CallTasks {
     }
 }
 
-/// The relays' DynamoDB and SQS clients, built from one configuration, each counting its failed
-/// calls ([`metrics::FailedCallCounter`]). A bus kind builds its own client
-/// ([`publisher::TargetSpec::call`]).
+/// The relays' DynamoDB, SQS and S3 clients, built from one configuration, each counting its
+/// failed calls ([`metrics::FailedCallCounter`]). A target builds its own client
+/// ([`target::TargetSpec::call`]).
 pub mod clients {
     use crate::metrics::FailedCallCounter;
 

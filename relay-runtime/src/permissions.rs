@@ -32,7 +32,7 @@ pub enum Target {
     /// The poller fleet's lease table.
     LeaseTable,
     /// What the relays publish to (`EVENT_TARGET`): the bus, topic, queue or stream of the
-    /// configured kind; each kind's calls are its [`crate::publisher::TargetSpec::calls`].
+    /// configured kind; each kind's calls are its [`crate::target::TargetSpec::calls`].
     EventTarget,
     /// The dead-letter queue of poison events.
     DeadLetterQueue,

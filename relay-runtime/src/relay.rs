@@ -61,7 +61,7 @@ pub struct Outbound {
     /// `messaging.destination.name` of the publish spans: the target's name, ARN or URL.
     pub destination: String,
     /// `messaging.system` of the publish spans: the target kind's
-    /// ([`crate::publisher::TargetSpec::messaging_system`]).
+    /// ([`crate::target::TargetSpec::messaging_system`]).
     pub system: &'static str,
 }
 

@@ -16,8 +16,9 @@ use outbox_shared::{ItemKey, OutboundEvent, OutboxItem, OutboxStatus, SdkFailure
 use crate::dead_letter::{DeadLetter, DeadLetterError, DeadLetterSink};
 use crate::deadline::Deadline;
 use crate::holds::{AggregateHolds, Hold, HoldCursor, HoldPage, LeftEvent, last_left};
-use crate::publisher::{ENTRY_TOO_LARGE, PublishOutcome, Publisher};
+use crate::publisher::{PublishOutcome, Publisher};
 use crate::status_store::{MarkOutcome, StatusError, StatusStore};
+use crate::target::ENTRY_TOO_LARGE;
 
 /// The `Source` a fake publisher sizes entries with.
 pub const FAKE_SOURCE: &str = "test.orders";

@@ -138,10 +138,8 @@ pub struct Summary {
     /// poller publishes it again (a part of `published` and `dead_lettered`).
     pub not_marked: u64,
     /// Calls sent to the target, retries included (counted by the publisher, not derived).
-    pub publish_calls: u64,
-    /// Deprecated: `publish_calls` under its earlier name, the same value, kept one release for
-    /// scripts that read it (removed in the next).
-    pub put_events_calls: u64,
+    #[serde(flatten)]
+    pub calls: relay_runtime::publisher::PublishCalls,
     /// Records delivered again after a batch item failure (each re-delivery counts the records
     /// from the reported one to the batch's end).
     pub redelivered: u64,
@@ -175,7 +173,10 @@ impl Summary {
                 words.push_str(&format!(", {count} {what}"));
             }
         }
-        words.push_str(&format!(" in {} PutEvents calls", self.put_events_calls));
+        words.push_str(&format!(
+            " in {} calls to the target",
+            self.calls.publish_calls
+        ));
         words
     }
 
@@ -231,7 +232,6 @@ pub async fn run(args: &LocalArgs, shutdown: &CancellationToken) -> Result<Summa
     .with_on_failure(on_failure);
     let counts = runner.run(shutdown).await?;
     let publish = runner.relay().publisher().stats();
-    let publish_calls = publish.publish_calls;
     Ok(Summary {
         published: counts.published,
         ignored: counts.ignored,
@@ -239,8 +239,7 @@ pub async fn run(args: &LocalArgs, shutdown: &CancellationToken) -> Result<Summa
         failed: counts.failed,
         left_to_hold: counts.left_to_hold,
         not_marked: counts.not_marked,
-        publish_calls,
-        put_events_calls: publish_calls,
+        calls: publish.publish_calls.into(),
         redelivered: runner.redelivered(),
         deduplicated: publish.deduplicated,
         discarded_batches: runner.discarded_batches(),
@@ -257,7 +256,7 @@ fn no_stream(sdk: &aws_config::SdkConfig, table_name: &str) -> Unusable {
         problem: outbox_shared::Misconfiguration::Missing,
         place: relay_runtime::preflight::Place::of(
             sdk,
-            relay_runtime::preflight::Service::DynamoDb,
+            relay_runtime::preflight::Service::DYNAMODB,
             None,
         ),
         operation: "DescribeTable",

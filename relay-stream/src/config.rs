@@ -120,7 +120,7 @@ mod tests {
             "relay",
             "--table-name",
             "t",
-            "--event-bus-name",
+            "--target",
             "bus",
             "--source",
             "orders",

@@ -22,7 +22,7 @@ pub fn calls(target: TargetKind) -> Vec<Call> {
         relay_runtime::preflight::CALLS,
         relay_runtime::status_store::CALLS,
         target.spec().calls,
-        relay_runtime::preflight::target_calls(target),
+        target.spec().describe_calls,
         relay_runtime::dead_letter::CALLS,
         relay_runtime::dead_letter::RECORD_CALLS,
         relay_runtime::claim_check::CALLS,

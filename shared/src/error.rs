@@ -77,7 +77,8 @@ impl Misconfiguration {
 }
 
 /// Codes AWS services answer for a resource that does not exist (DynamoDB, EventBridge and the
-/// Custom Event Bus, Kinesis, SQS's JSON and query protocols, SNS's `NotFound`, S3).
+/// Custom Event Bus, Kinesis, SQS's JSON and query protocols, S3's `NotFound` and `NoSuchBucket`,
+/// IAM). A publish target's own codes are in its room ([`ServiceCodes`]).
 pub const NOT_FOUND_CODES: &[&str] = &[
     "ResourceNotFoundException",
     "NotFound",
@@ -87,13 +88,12 @@ pub const NOT_FOUND_CODES: &[&str] = &[
     "NoSuchEntity",
 ];
 
-/// Codes AWS services answer when a policy does not allow the call.
+/// Codes AWS services answer when a policy does not allow the call. A publish target's own codes
+/// are in its room ([`ServiceCodes`]).
 pub const ACCESS_DENIED_CODES: &[&str] = &[
     "AccessDeniedException",
     "AccessDenied",
-    "AuthorizationError",
     "UnauthorizedOperation",
-    "KMSAccessDeniedException",
 ];
 
 /// Codes AWS services answer when they do not take the request's credentials.
@@ -162,6 +162,27 @@ impl SdkFailure {
         }
     }
 
+    /// Classifies `err`, a failure of `operation` on a service whose own codes are `codes`.
+    pub fn of_service<E>(
+        operation: &'static str,
+        err: SdkError<E, HttpResponse>,
+        codes: &ServiceCodes,
+    ) -> Self
+    where
+        E: ProvideErrorMetadata + StdError + Send + Sync + 'static,
+    {
+        let mut failure = Self::new(operation, err);
+        if let Some(code) = failure.code.as_deref() {
+            if codes.throttling.contains(&code) {
+                failure.class = ErrorClass::Retryable;
+            }
+            failure.misconfiguration = failure
+                .misconfiguration
+                .or_else(|| codes.misconfiguration(code));
+        }
+        failure
+    }
+
     /// A call that answered without doing all it was asked (`UnprocessedKeys` left after
     /// retrying them): retryable, with no service error code.
     pub fn incomplete(operation: &'static str, message: impl Into<String>) -> Self {
@@ -203,6 +224,55 @@ impl SdkFailure {
     }
 }
 
+/// The codes one service answers beyond those every AWS service shares ([`THROTTLING_CODES`],
+/// [`NOT_FOUND_CODES`], [`ACCESS_DENIED_CODES`]): a publish target's room holds its own (SNS's
+/// `Throttled`, a KMS key's codes behind an encrypted stream), so a crate that never calls the
+/// service never lists them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServiceCodes {
+    /// Codes of a call or an entry refused for the service's quota (or its KMS key's): retried,
+    /// slower.
+    pub throttling: &'static [&'static str],
+    /// Codes of a resource that does not exist.
+    pub not_found: &'static [&'static str],
+    /// Codes of a call a policy does not allow (the service's own, or its KMS key's).
+    pub access_denied: &'static [&'static str],
+}
+
+impl ServiceCodes {
+    /// A service with no codes of its own.
+    pub const NONE: Self = Self {
+        throttling: &[],
+        not_found: &[],
+        access_denied: &[],
+    };
+
+    /// Classifies `code` as [`classify_code`] does, the service's throttling codes retryable.
+    pub fn classify(&self, code: &str) -> ErrorClass {
+        if self.throttling.contains(&code) {
+            ErrorClass::Retryable
+        } else {
+            classify_code(code)
+        }
+    }
+
+    /// Whether `code` means throttling, the service's own codes included.
+    pub fn is_throttling(&self, code: &str) -> bool {
+        self.throttling.contains(&code) || is_throttling_code(code)
+    }
+
+    /// The misconfiguration `code` means, the service's own codes included.
+    pub fn misconfiguration(&self, code: &str) -> Option<Misconfiguration> {
+        if self.not_found.contains(&code) {
+            Some(Misconfiguration::Missing)
+        } else if self.access_denied.contains(&code) {
+            Some(Misconfiguration::AccessDenied)
+        } else {
+            misconfiguration_of_code(code)
+        }
+    }
+}
+
 /// Failures are equal when they describe the same failure of the same operation (the source is
 /// not compared: SDK errors are not comparable).
 impl PartialEq for SdkFailure {
@@ -216,15 +286,11 @@ impl PartialEq for SdkFailure {
 
 impl Eq for SdkFailure {}
 
-/// Error codes AWS services use for throttling.
+/// Error codes AWS services use for throttling. A publish target's own codes are in its room
+/// ([`ServiceCodes`]).
 pub const THROTTLING_CODES: &[&str] = &[
     "Throttling",
     "ThrottlingException",
-    // SNS's code for a call or a batch entry over the account's publish quota.
-    "Throttled",
-    // A KMS key's quota, behind an encrypted topic or stream.
-    "KMSThrottling",
-    "KMSThrottlingException",
     "ThrottledException",
     "RequestThrottledException",
     "TooManyRequestsException",

@@ -44,14 +44,6 @@ pub const SQS_MESSAGE_ABSOLUTE_MAX_BYTES: usize = 1024 * 1024;
 /// `SendMessageBatch` takes at most 10 messages (the dead letters and the SQS target).
 pub const SQS_SEND_BATCH_MAX: usize = 10;
 
-/// The Custom Event Bus's `PutEvents` takes 1 to 100 entries per call (fixed, not adjustable).
-pub const CUSTOM_BUS_PUT_EVENTS_MAX_ENTRIES: usize = 100;
-
-/// The Custom Event Bus documents no byte limit per entry or per request; its default budget is
-/// the classic bus's documented 256 KiB, which every SQS queue (the usual target) takes as one
-/// message, so a limit we cannot see refuses nothing the classic bus would have taken.
-pub const CUSTOM_BUS_DEFAULT_MAX_BYTES: usize = 256 * 1024;
-
 /// Longest `SystemMetadata.EventGroupId` of a Custom Event Bus entry, in characters: a model
 /// constraint, so a longer one refuses the whole call.
 pub const EVENT_GROUP_ID_MAX_CHARS: usize = 128;
@@ -59,29 +51,6 @@ pub const EVENT_GROUP_ID_MAX_CHARS: usize = 128;
 /// Longest `SystemMetadata.DeduplicationId` of a Custom Event Bus entry, in characters: a model
 /// constraint, so a longer one refuses the whole call.
 pub const DEDUPLICATION_ID_MAX_CHARS: usize = 128;
-
-/// The Custom Event Bus suppresses a repeat of a `DeduplicationId` within 300 s (per account and
-/// event group; fixed): a re-publish after it is a new event to the bus.
-pub const CUSTOM_BUS_DEDUP_WINDOW: std::time::Duration = std::time::Duration::from_secs(300);
-
-/// SNS's `PublishBatch` takes at most 10 messages.
-pub const SNS_PUBLISH_BATCH_MAX_ENTRIES: usize = 10;
-
-/// SNS's and SQS's message size unless the topic or queue sets a larger `MaximumMessageSize`
-/// (256 KiB), a message's and a batch's: the publisher's default for both.
-pub const SQS_SNS_DEFAULT_MAX_BYTES: usize = 256 * 1024;
-
-/// Kinesis's `PutRecords` takes at most 500 records.
-pub const KINESIS_PUT_RECORDS_MAX_ENTRIES: usize = 500;
-
-/// A Kinesis record's data and partition key together are at most 1 MiB (a stream's default).
-pub const KINESIS_RECORD_MAX_BYTES: usize = 1024 * 1024;
-
-/// A `PutRecords` call's records, data and partition keys, are at most 5 MiB.
-pub const KINESIS_PUT_RECORDS_MAX_BYTES: usize = 5 * 1024 * 1024;
-
-/// A Kinesis partition key is 1 to 256 Unicode characters.
-pub const KINESIS_PARTITION_KEY_MAX_CHARS: usize = 256;
 
 /// Writes per second one partition key takes, a global secondary index's included (1,000 WCU of
 /// items up to 1 KB): beyond it DynamoDB throttles, and an index that throttles throttles the

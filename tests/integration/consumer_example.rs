@@ -23,7 +23,7 @@ use outbox_shared::schema::user_pk;
 use outbox_shared::{Envelope, NewOutboxEvent, OutboundEvent, OutboxItem};
 use outbox_tests::{TestEnv, unique_name, workspace_root};
 use outbox_writer::{ORDER_CREATED, OrderCreated};
-use relay_runtime::{EventBridgePublisher, PublishOutcome, Publisher};
+use relay_runtime::{ClassicBus, PublishOutcome, Publisher, TargetPublisher};
 use serde_json::{Value, json};
 
 /// Set to rewrite the fixture from the live relay instead of comparing with it.
@@ -84,8 +84,11 @@ async fn relay_order_created(env: &TestEnv) -> Value {
         Utc::now(),
     )
     .expect("valid outbox event");
-    let publisher = EventBridgePublisher::new(env.eventbridge.clone(), env.publisher_config())
-        .expect("valid publisher config");
+    let publisher = TargetPublisher::on(
+        ClassicBus::new(env.eventbridge.config().to_builder()),
+        env.publisher_config(),
+    )
+    .expect("valid publisher config");
     let event = OutboundEvent::from_item(&item, &outbox_shared::envelope::Encoding::envelope())
         .expect("envelope");
     let outcomes = publisher
@@ -415,8 +418,11 @@ async fn claim_checked(payloads: &PayloadStore, item: &OutboxItem) -> OutboxItem
 /// sink queue received them, in the order given (told apart by whether they carry a `dataref`
 /// when they share an event id).
 async fn deliver(env: &TestEnv, events: &[OutboundEvent]) -> Vec<EventBridgeEvent<Value>> {
-    let publisher = EventBridgePublisher::new(env.eventbridge.clone(), env.publisher_config())
-        .expect("valid publisher config");
+    let publisher = TargetPublisher::on(
+        ClassicBus::new(env.eventbridge.config().to_builder()),
+        env.publisher_config(),
+    )
+    .expect("valid publisher config");
     let outcomes = publisher
         .publish(events, relay_runtime::Deadline::NONE)
         .await;

@@ -2210,7 +2210,7 @@ fn each_target_kind_gives_both_relays_its_target_and_kind_and_the_roles_its_call
         };
         // What the roles may do on the target: publish, and describe it (the start-up probe)
         let mut expected_publish = jobs(kind.spec().calls.to_vec());
-        expected_publish.extend(jobs(relay_runtime::preflight::target_calls(kind).to_vec()));
+        expected_publish.extend(jobs(kind.spec().describe_calls.to_vec()));
         assert_eq!(publishes(&stream), expected_publish, "{kind}");
         for (role, calls) in [
             ("RelayFunctionRole", stream),

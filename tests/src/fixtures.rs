@@ -55,7 +55,7 @@ pub fn classic_publisher(
     eventbridge: aws_sdk_eventbridge::Client,
     config: PublisherConfig,
 ) -> TargetPublisher {
-    TargetPublisher::on(std::sync::Arc::new(ClassicBus::new(eventbridge)), config)
+    TargetPublisher::on(ClassicBus::new(eventbridge.config().to_builder()), config)
         .expect("a valid classic configuration")
 }
 

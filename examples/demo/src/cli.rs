@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 use outbox_shared::ShardCount;
+use relay_runtime::TargetKind;
 
 /// Runs the outbox relay end to end on the local emulator and prints what was delivered.
 #[derive(Debug, Parser)]
@@ -14,9 +15,10 @@ pub(crate) struct Args {
     /// bus (a rule into a standard sink queue), the Custom Event Bus (the template's FIFO
     /// subscriber into a FIFO sink queue, on the local double), a FIFO SNS topic (delivering into
     /// a FIFO SQS queue), a FIFO SQS queue (read itself), or a Kinesis stream (read back with
-    /// GetRecords). `--bus` is its earlier name.
-    #[arg(long, alias = "bus", value_enum, default_value_t = Target::Classic)]
-    pub(crate) target: Target,
+    /// GetRecords). Named as the relays' `EVENT_TARGET_KIND` names them. `--bus` is a deprecated
+    /// alias, removed in release 0.2.0.
+    #[arg(long, alias = "bus", value_enum, default_value_t = TargetKind::Classic)]
+    pub(crate) target: TargetKind,
     /// Orders written while the stream relay runs.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub(crate) orders: u64,
@@ -106,40 +108,6 @@ impl Args {
             ));
         }
         Ok(())
-    }
-}
-
-/// The target kinds of `--target`, named as the relays' `EVENT_TARGET_KIND` names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Target {
-    Classic,
-    Custom,
-    Sns,
-    Sqs,
-    Kinesis,
-}
-
-impl Target {
-    /// The relays' `EVENT_TARGET_KIND` for this target.
-    pub(crate) fn kind(self) -> &'static str {
-        match self {
-            Self::Classic => "classic",
-            Self::Custom => "custom",
-            Self::Sns => "sns",
-            Self::Sqs => "sqs",
-            Self::Kinesis => "kinesis",
-        }
-    }
-
-    /// The relays' target kind for this target.
-    pub(crate) fn target_kind(self) -> relay_runtime::TargetKind {
-        match self {
-            Self::Classic => relay_runtime::TargetKind::Classic,
-            Self::Custom => relay_runtime::TargetKind::Custom,
-            Self::Sns => relay_runtime::TargetKind::Sns,
-            Self::Sqs => relay_runtime::TargetKind::Sqs,
-            Self::Kinesis => relay_runtime::TargetKind::Kinesis,
-        }
     }
 }
 

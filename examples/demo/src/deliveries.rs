@@ -73,7 +73,7 @@ pub(crate) async fn read_deliveries(
     stop: watch::Receiver<bool>,
     delivered: Arc<AtomicU64>,
 ) -> Result<Vec<Delivery>> {
-    if env.target == crate::cli::Target::Kinesis {
+    if env.target == relay_runtime::TargetKind::Kinesis {
         return read_stream(env, stop, delivered).await;
     }
     let mut deliveries = Vec::new();

@@ -13,7 +13,7 @@ use outbox_shared::Misconfiguration;
 use relay_runtime::TargetKind;
 use relay_runtime::preflight::{self, Kind, Need, Resource, Unusable};
 
-use crate::cli::{Args, Target};
+use crate::cli::Args;
 use crate::progress::phase;
 
 /// The EventBridge `Source` the demo's writer and relays use.
@@ -32,7 +32,7 @@ pub(crate) struct Env {
     /// one (`None` there without it, and then no large orders: `Args::parse_checked`).
     pub(crate) payload_bucket: Option<String>,
     /// The kind of target the relays publish to.
-    pub(crate) target: Target,
+    pub(crate) target: TargetKind,
 }
 
 impl Env {
@@ -43,7 +43,7 @@ impl Env {
 
 pub(crate) async fn provision(args: &Args) -> Result<Env> {
     // The demo creates and fills its own resources: never against an account by accident.
-    let custom = (args.target == Target::Custom).then_some("AWS_ENDPOINT_URL_EVENTBRIDGEV2");
+    let custom = (args.target == TargetKind::Custom).then_some("AWS_ENDPOINT_URL_EVENTBRIDGEV2");
     for variable in ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB"]
         .into_iter()
         .chain(custom)
@@ -73,14 +73,14 @@ pub(crate) async fn provision(args: &Args) -> Result<Env> {
             let suffix = uuid::Uuid::now_v7().simple().to_string();
             let suffix = &suffix[suffix.len() - 10..];
             let stack = match args.target {
-                Target::Classic => {
+                TargetKind::Classic => {
                     phase(
                         "provisioning the table, bus, sink queue and dead-letter queue from infra/template.yaml",
                     );
                     let eventbridge = aws_sdk_eventbridge::Client::new(&sdk);
                     LocalStack::provision(&dynamodb, &eventbridge, &sqs, suffix).await?
                 }
-                Target::Custom => {
+                TargetKind::Custom => {
                     phase(
                         "provisioning the table, Custom Event Bus, FIFO subscriber and queue, and dead-letter queue from infra/template.yaml",
                     );
@@ -90,7 +90,7 @@ pub(crate) async fn provision(args: &Args) -> Result<Env> {
                 target => {
                     phase(&format!(
                         "provisioning the table and dead-letter queue from infra/template.yaml, and the {} target",
-                        target.kind()
+                        target
                     ));
                     let sns = aws_sdk_sns::Client::new(&sdk);
                     let kinesis = aws_sdk_kinesis::Client::new(&sdk);
@@ -123,7 +123,7 @@ pub(crate) async fn provision(args: &Args) -> Result<Env> {
 /// # Errors
 /// [`Unusable`]: one line naming what cannot be used, where, and what to do.
 async fn probe(sdk: &aws_config::SdkConfig, args: &Args) -> Result<()> {
-    let kind = args.target.target_kind();
+    let kind = args.target;
     if let (Some(table), Some(bus), Some(sink), Some(dlq)) = (
         &args.table_name,
         &args.event_bus_name,
@@ -139,7 +139,7 @@ async fn probe(sdk: &aws_config::SdkConfig, args: &Args) -> Result<()> {
                 },
                 Need::Target {
                     kind,
-                    target: Resource::new(Kind::of_target(kind), bus, "--event-bus-name"),
+                    target: Resource::new(kind.spec().resource, bus, "--event-bus-name"),
                 },
                 Need::Queue(Resource::new(
                     Kind::DeadLetterQueue,
@@ -201,7 +201,7 @@ async fn probe(sdk: &aws_config::SdkConfig, args: &Args) -> Result<()> {
         preflight::target(
             sdk,
             kind,
-            &Resource::new(Kind::of_target(kind), target, provisioned),
+            &Resource::new(kind.spec().resource, target, provisioned),
         )
         .await
         .map(|_| ()),
@@ -257,7 +257,7 @@ async fn provision_custom(
 /// reads it through: a FIFO topic with a FIFO queue subscribed (raw messages, so the body is the
 /// envelope), a FIFO queue, or a stream of two shards; names end in `suffix`.
 async fn provision_target(
-    target: Target,
+    target: TargetKind,
     dynamodb: &aws_sdk_dynamodb::Client,
     sqs: &aws_sdk_sqs::Client,
     sns: &aws_sdk_sns::Client,
@@ -280,11 +280,11 @@ async fn provision_target(
         anyhow::Ok(url)
     };
     let (target_name, sink) = match target {
-        Target::Sqs => {
+        TargetKind::Sqs => {
             let queue = fifo_queue(format!("orders-{suffix}")).await?;
             (queue.clone(), queue)
         }
-        Target::Sns => {
+        TargetKind::Sns => {
             let topic = sns
                 .create_topic()
                 .name(format!("orders-{suffix}.fifo"))
@@ -314,7 +314,7 @@ async fn provision_target(
                 .await?;
             (topic, queue)
         }
-        Target::Kinesis => {
+        TargetKind::Kinesis => {
             let name = format!("orders-{suffix}");
             kinesis
                 .create_stream()
@@ -332,7 +332,7 @@ async fn provision_target(
                 .unwrap_or_default();
             (arn, String::new())
         }
-        Target::Classic | Target::Custom => bail!("{} is a bus", target.kind()),
+        TargetKind::Classic | TargetKind::Custom => bail!("{} is a bus", target),
     };
     Ok(LocalStack {
         table_name: table.table_name,

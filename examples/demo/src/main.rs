@@ -13,7 +13,7 @@
 //!    prints a summary: written, published, duplicates, out of order (an event received before an
 //!    earlier one of its aggregate), missing (must be 0), dead-lettered, de-duplicated by the bus,
 //!    the live relay's latency (write to published, the relay's own; write to delivery on the
-//!    sink, through the emulator's rule), PutEvents calls; and the large orders: written, their
+//!    sink, through the emulator's rule), calls to the target; and the large orders: written, their
 //!    payloads stored by the writer and by the relays, delivered in S3 or inline, and read back
 //!    with `outbox_consumer::PayloadResolver` and checked (size, SHA-256, the lines written).
 //!
@@ -238,7 +238,7 @@ async fn run(args: &Args) -> Result<Summary> {
     let relay_lags = relay_lags(env).await?;
     let summary = summarize(
         &Written {
-            target: args.target.kind(),
+            target: &args.target.to_string(),
             orders: args.orders + outage_orders,
             all: &written.event_ids,
             live: &live_ids,

@@ -76,7 +76,7 @@ pub(crate) fn spawn_relay(
                 .as_ref()
                 .map(|bucket| ("PAYLOAD_BUCKET", bucket)),
         )
-        .env("EVENT_TARGET_KIND", args.target.kind())
+        .env("EVENT_TARGET_KIND", args.target.to_string())
         .env("OUTBOX_SHARD_COUNT", args.shard_count.to_string())
         .env(
             "RUST_LOG",

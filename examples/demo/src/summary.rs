@@ -80,11 +80,8 @@ pub(crate) struct Summary {
     pub latency_p50_ms: u64,
     pub latency_p99_ms: u64,
     /// Calls to the target by both relays, retries included.
-    pub(crate) publish_calls: u64,
-    /// Deprecated: `publish_calls` under its earlier name, the same value, kept one release for
-    /// scripts that read it (removed in the next).
-    #[serde(default)]
-    pub(crate) put_events_calls: u64,
+    #[serde(flatten)]
+    pub(crate) calls: relay_runtime::publisher::PublishCalls,
     pub(crate) seconds: f64,
 }
 
@@ -174,8 +171,7 @@ pub(crate) fn summarize(
         relay_lag_p99_ms: percentile(&lags, 99),
         latency_p50_ms: percentile(&latencies, 50),
         latency_p99_ms: percentile(&latencies, 99),
-        publish_calls: stream.publish_calls + poller.publish_calls,
-        put_events_calls: stream.publish_calls + poller.publish_calls,
+        calls: (stream.publish_calls + poller.publish_calls).into(),
         seconds: (elapsed.as_secs_f64() * 10.0).round() / 10.0,
     }
 }
@@ -270,7 +266,7 @@ pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
             "  write-to-delivery p50 / p99",
             format!("{} / {} ms", s.latency_p50_ms, s.latency_p99_ms),
         ),
-        ("publish calls", s.publish_calls.to_string()),
+        ("publish calls", s.calls.publish_calls.to_string()),
         ("elapsed", format!("{:.1} s", s.seconds)),
     ];
     println!();

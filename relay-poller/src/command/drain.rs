@@ -85,8 +85,7 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<ExitCode> {
     };
     let publish = poller.publisher().stats();
     let summary = DrainSummary {
-        publish_calls: publish.publish_calls,
-        put_events_calls: publish.publish_calls,
+        calls: publish.publish_calls.into(),
         deduplicated: publish.deduplicated,
         payloads_stored: publish.payloads_stored,
         payloads_already_stored: publish.payloads_already_stored,

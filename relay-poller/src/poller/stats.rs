@@ -160,15 +160,13 @@ pub struct DrainSummary {
     /// Stopped by SIGTERM or ctrl-c.
     pub interrupted: bool,
     /// Calls sent to the target (filled in by the binary from the publisher's stats).
-    pub publish_calls: u64,
-    /// Deprecated: `publish_calls` under its earlier name, the same value, kept one release for
-    /// scripts that read it (removed in the next).
-    pub put_events_calls: u64,
+    #[serde(flatten)]
+    pub calls: relay_runtime::publisher::PublishCalls,
     /// Entries the Custom Event Bus answered `DEDUPLICATED` (published before within its 300 s
-    /// window; a part of `published`), filled in like `publish_calls`; 0 on the classic bus.
+    /// window; a part of `published`), filled in like `calls`; 0 on every other target.
     pub deduplicated: u64,
     /// Payloads the claim check wrote to the payload bucket (`PAYLOAD_BUCKET`), filled in like
-    /// `publish_calls`: one per event too large for the target.
+    /// `calls`: one per event too large for the target.
     pub payloads_stored: u64,
     /// Payloads found already in the bucket (stored by an earlier publish): nothing written.
     pub payloads_already_stored: u64,
@@ -236,8 +234,7 @@ impl Totals {
             passes: 0,
             complete: false,
             interrupted: false,
-            publish_calls: 0,
-            put_events_calls: 0,
+            calls: relay_runtime::publisher::PublishCalls::default(),
             deduplicated: 0,
             payloads_stored: 0,
             payloads_already_stored: 0,

@@ -1,4 +1,5 @@
 use super::*;
+use outbox_shared::Misconfiguration;
 
 fn place() -> Place {
     Place {

@@ -1,11 +1,12 @@
-//! The publisher port and its EventBridge adapter.
+//! The publisher port, and [`TargetPublisher`], its adapter for every kind of target.
 //!
-//! [`EventBridgePublisher`] packs events into `PutEvents` calls of at most 10 entries that also fit
-//! the configured request size, keeps a bounded number of calls in flight, checks every entry's
-//! result (a `PutEvents` call answers HTTP 200 even when entries failed), and retries the entries
-//! that failed with a retryable code, with the project's full-jitter [`RetryPolicy`]. It stamps
-//! the configured bus and `Source` on every entry and returns one [`PublishOutcome`] per event, so
-//! a caller never reports success for an unpublished event.
+//! [`TargetPublisher`] packs events into calls of at most the target's entries per call that also
+//! fit the configured request size, keeps a bounded number of calls in flight, checks every
+//! entry's result (every target answers HTTP 200 even when entries failed), and retries the
+//! entries that failed with a retryable code, with the project's full-jitter [`RetryPolicy`]. The
+//! target's call ([`crate::target`]) stamps the configured target and `Source` on every entry; the
+//! publisher returns one [`PublishOutcome`] per event, so a caller never reports success for an
+//! unpublished event.
 //!
 //! [`RetryPolicy`]: outbox_shared::RetryPolicy
 //!
@@ -15,31 +16,28 @@
 //! events of its aggregate are not sent at all ([`PublishOutcome::HeldBack`]). So one aggregate's
 //! events leave in order even under failure, and none overtakes an earlier one that failed.
 //!
-//! Refused calls: a call EventBridge refuses as a whole with a code one entry can cause (one of
-//! [`POISON_ENTRY_CODES`]: a field over a model constraint fails every entry of the call) is sent
-//! again in halves, each halved again if it is refused too, until the entry at fault is alone: it
-//! is poison ([`PublishOutcome::Rejected`]), the others are published. The halves go one after
-//! the other in the refused call's place, so ordering holds as it does for any call. Other
-//! permanent call errors (access denied, no such bus) fail every entry however the call is cut,
-//! so such a call is not split.
+//! Refused calls: a call the target refuses as a whole with a code one entry can cause (one of
+//! its poison codes, [`crate::target::TargetSpec::is_poison`]: a field over a model constraint
+//! fails every entry of the call) is sent again in halves, each halved again if it is refused
+//! too, until the entry at fault is alone: it is poison ([`PublishOutcome::Rejected`]), the others
+//! are published. The halves go one after the other in the refused call's place, so ordering
+//! holds as it does for any call. Other permanent call errors (access denied, no such target)
+//! fail every entry however the call is cut, so such a call is not split.
 //!
 //! Rate: every call, retries included, leaves at the pace of the publisher's [`PublishRate`]
-//! (no limit until the bus throttles or a ceiling is set; see that module for the adaptation),
-//! and only while the process has fewer calls in flight than its [`PublishConcurrency`] allows
-//! (lowered when a call times out: a slow bus; see that module).
+//! (no limit until the target throttles or a ceiling is set; see that module for the
+//! adaptation), and only while the process has fewer calls in flight than its
+//! [`PublishConcurrency`] allows (lowered when a call times out: a slow target; see that module).
 //!
 //! Deadline: [`Publisher::publish`] starts no call, and no retry, after its [`Deadline`]'s
 //! publish-by time; the events not sent are [`PublishOutcome::NotSent`]. A call already sent is
 //! bounded by the SDK client's operation timeout.
 //!
-//! The room: this module is the port, what every adapter answers with, and [`TargetPublisher`], the
-//! publisher of the configured bus kind; [`request`] packs events into calls (what goes together,
-//! what waits for what), apart from the calls themselves; [`send`] sends them and retries what may
-//! succeed, for any bus; [`eventbridge`] is the classic bus's call, [`custom_bus`] the Custom
-//! Event Bus's (EventsV2: up to 100 entries, each with its aggregate as `EventGroupId` and its
-//! event id as `DeduplicationId`; `DEDUPLICATED` counts as published). A bus kind is one
-//! [`TargetCall`] in a file of its own, its [`TargetSpec`] beside it, and one variant of [`TargetKind`]:
-//! [`TargetKind::spec`] is the one place a kind is chosen.
+//! The room: this module is the port and what every adapter answers with; [`request`] packs
+//! events into calls (what goes together, what waits for what), apart from the calls themselves;
+//! [`send`] is [`TargetPublisher`], which sends them and retries what may succeed, for any target;
+//! [`attempt`] reads what one call did to its entries. The targets' own calls are
+//! [`crate::target`]'s, one room per kind.
 //!
 //! [`Deadline`]: crate::deadline::Deadline
 
@@ -52,24 +50,13 @@ use outbox_shared::OutboundEvent;
 #[cfg(doc)]
 use crate::{publish_concurrency::PublishConcurrency, publish_rate::PublishRate};
 
-pub mod custom_bus;
-pub mod eventbridge;
-pub mod kinesis;
-pub mod message;
+pub mod attempt;
 pub mod request;
 pub mod send;
-pub mod sns;
-pub mod sqs;
 
-pub use custom_bus::{CustomBus, CustomBusPublisher};
-pub use eventbridge::{ClassicBus, EventBridgePublisher};
-pub use kinesis::KinesisStream;
 pub use request::pack_calls;
-pub use send::{TargetAdapter, TargetCall};
-pub use sns::SnsTopic;
-pub use sqs::SqsQueue;
+pub use send::TargetPublisher;
 
-use crate::config::TargetKind;
 use crate::deadline::Deadline;
 
 /// What happened to one event.
@@ -97,36 +84,23 @@ impl PublishOutcome {
     }
 }
 
-/// Entry error codes that mean the event itself can never be published: poison.
-/// Any other non-retryable code (say, access denied) is a configuration problem, not the event's.
-/// A whole call refused with one of them may be one entry's fault, and is split to find it.
-pub const POISON_ENTRY_CODES: &[&str] = &[
-    "MalformedDetail",
-    "InvalidArgument",
-    "ValidationException",
-    ENTRY_TOO_LARGE,
-    // The Custom Event Bus's code for a parameter over a model constraint.
-    "InvalidInputException",
-    // SNS and SQS: a message (or a batch) the service refuses for what it holds or its size.
-    "InvalidParameter",
-    "InvalidParameterValue",
-    "InvalidMessageContents",
-    "BatchRequestTooLong",
-    // Kinesis: a record (or a call) the service refuses for what it holds or its size.
-    "InvalidArgumentException",
-];
+/// The calls a publisher sent to the target, retries included, as the relays' summaries print
+/// them (flattened): `publish_calls`, and the one place of its deprecated name `put_events_calls`
+/// (the same value, for scripts that read the summaries; removed in release 0.2.0).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PublishCalls {
+    pub publish_calls: u64,
+    #[serde(default)]
+    put_events_calls: u64,
+}
 
-/// Our code for an event larger than the configured entry size; it is never sent.
-pub const ENTRY_TOO_LARGE: &str = "EntryTooLarge";
-
-/// EventBridge's code of a call or entry refused because the bus's `PutEvents` quota is exceeded.
-pub const THROTTLED: &str = "ThrottlingException";
-
-/// Whether `code` refuses a call or an entry for the target's quota (EventBridge's
-/// `ThrottlingException`, SNS's `Throttled`, Kinesis's `ProvisionedThroughputExceededException`,
-/// …): the publish rate drops.
-pub(crate) fn is_throttled(code: &str) -> bool {
-    outbox_shared::error::is_throttling_code(code)
+impl From<u64> for PublishCalls {
+    fn from(calls: u64) -> Self {
+        Self {
+            publish_calls: calls,
+            put_events_calls: calls,
+        }
+    }
 }
 
 /// Counters across every call of one publisher.
@@ -154,7 +128,7 @@ pub struct PublishStatsSnapshot {
     pub publish_calls: u64,
     pub published: u64,
     /// Entries the Custom Event Bus answered `DEDUPLICATED` (accepted before, within its 300 s
-    /// window): published, and a part of `published`; always 0 on the classic bus.
+    /// window): published, and a part of `published`; always 0 on every other target.
     pub deduplicated: u64,
     /// Entries sent again after a retryable failure (one per entry per retry).
     pub retried: u64,
@@ -166,7 +140,7 @@ pub struct PublishStatsSnapshot {
     pub failed: u64,
     /// Not sent because an earlier event of their aggregate was not published.
     pub held_back: u64,
-    /// Not sent because the deadline came first (or the bus answered nothing; see
+    /// Not sent because the deadline came first (or the target answered nothing; see
     /// [`PublishOutcome::NotSent`]).
     pub not_sent: u64,
     /// Payloads written to the payload bucket (the claim check: events too large for the target).
@@ -226,78 +200,6 @@ impl<P: Publisher> Publisher for &P {
     ) -> impl Future<Output = Vec<PublishOutcome>> + Send {
         (**self).publish(events, deadline)
     }
-}
-
-/// What a target kind is before it has a client: its limits, how it counts an entry's size, what
-/// names a target of the kind, what `Source` it takes, how its call is built and what IAM must
-/// allow for it. Each kind's is beside its [`TargetCall`].
-#[derive(Debug)]
-pub struct TargetSpec {
-    /// Most entries one call takes.
-    pub max_entries_per_call: usize,
-    /// The default size budget of one entry, and the most it may be configured to.
-    pub default_max_entry_bytes: usize,
-    pub max_entry_bytes: usize,
-    /// The default size budget of one call, and the most it may be configured to.
-    pub default_max_request_bytes: usize,
-    pub max_request_bytes: usize,
-    /// An event's size as this target counts it against its entry and call limits, published
-    /// with the configured `Source`.
-    pub entry_size: fn(&OutboundEvent, &str) -> usize,
-    /// What a target of this kind is named by, in words, for a setting naming a target of
-    /// another kind.
-    pub named_by: &'static str,
-    /// Whether a name is one of this kind's, as far as telling kinds apart goes (a target of
-    /// another kind configured by mistake).
-    pub claims: fn(&str) -> bool,
-    /// Checks that a name is a target of this kind, as the service accepts it: what it must be
-    /// if not.
-    pub check_name: fn(&str) -> Result<(), String>,
-    /// Checks that a `Source` is one this kind takes: what is wrong with it if not.
-    pub check_source: fn(&str) -> Result<(), String>,
-    /// This kind's call, on a client built from `sdk` (counting its failed calls).
-    pub call: fn(&aws_config::SdkConfig) -> std::sync::Arc<dyn TargetCall>,
-    /// What the publisher calls on a target of this kind, as IAM names it (the roles of both
-    /// relays grant it on the configured target).
-    /// `messaging.system` of its publish spans: OpenTelemetry's messaging conventions' value
-    /// where they have one (`aws.sns`, `aws_sqs`), else `aws_` and the service (`aws_eventbridge`
-    /// for both buses, `aws_kinesis`).
-    pub messaging_system: &'static str,
-    pub calls: &'static [crate::permissions::Call],
-}
-
-impl TargetKind {
-    /// What a target of this kind is: the one place a kind is chosen.
-    pub fn spec(self) -> &'static TargetSpec {
-        match self {
-            Self::Classic => &eventbridge::SPEC,
-            Self::Custom => &custom_bus::SPEC,
-            Self::Sns => &sns::SPEC,
-            Self::Sqs => &sqs::SPEC,
-            Self::Kinesis => &kinesis::SPEC,
-        }
-    }
-}
-
-/// The publisher of the configured target kind ([`crate::config::PublisherConfig::target_kind`]):
-/// what both relays run. The target's call is chosen at start from the configuration, so it is a
-/// trait object (shared by the publisher's clones); what is done with the calls is the same
-/// [`TargetAdapter`] for every kind.
-pub type TargetPublisher = TargetAdapter<std::sync::Arc<dyn TargetCall>>;
-
-/// The outcome of an entry refused with the non-retryable `code`: poison when the event itself
-/// can never be accepted, a failure (it stays pending) otherwise.
-pub(crate) fn permanent_outcome(code: String, message: String) -> PublishOutcome {
-    if is_poison_code(&code) {
-        PublishOutcome::Rejected { code, message }
-    } else {
-        PublishOutcome::Failed { code, message }
-    }
-}
-
-/// Whether `code` says the event itself can never be published ([`POISON_ENTRY_CODES`]).
-pub(crate) fn is_poison_code(code: &str) -> bool {
-    POISON_ENTRY_CODES.contains(&code)
 }
 
 #[cfg(test)]

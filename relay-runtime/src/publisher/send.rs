@@ -1,21 +1,16 @@
-//! What every target's adapter does with the calls the request builder packed, whatever the
-//! target:
-//! at most `max_concurrency` in flight per publish and no more than the [`PublishConcurrency`]
-//! lets the whole process have, every entry's result checked, the entries that failed with a
-//! retryable code sent again with backoff, a call refused as a whole for what one entry can cause
-//! sent again in halves, at the [`PublishRate`]'s pace. A throttle lowers the rate; a call that
-//! times out lowers the calls in flight.
+//! [`TargetPublisher`]: what is done with the calls the request builder packed, whatever the
+//! target: at most `max_concurrency` in flight per publish and no more than the
+//! [`PublishConcurrency`] lets the whole process have, every entry's result checked
+//! ([`super::attempt`]), the entries that failed with a retryable code sent again with backoff, a
+//! call refused as a whole for what one entry can cause sent again in halves, at the
+//! [`PublishRate`]'s pace. A throttle lowers the rate; a call that times out lowers the calls in
+//! flight.
 //!
-//! A target is a [`TargetCall`]: how one call of some entries is sent and its answer read (the
-//! classic bus's `PutEvents` in [`super::eventbridge`], the Custom Event Bus's in
-//! [`super::custom_bus`], SNS's `PublishBatch` in [`super::sns`], SQS's `SendMessageBatch` in
-//! [`super::sqs`], Kinesis's `PutRecords` in [`super::kinesis`]); the publisher of each is a
-//! [`TargetAdapter`] of it, and the relays' is a [`TargetAdapter`] of the call their configuration
-//! chose ([`super::TargetPublisher`]).
+//! The target is a [`TargetCall`] ([`crate::target`]): how one call of some entries is sent and
+//! its answer read; the relays' is the one their configuration chose ([`TargetPublisher::new`]).
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -23,89 +18,27 @@ use futures::future::{BoxFuture, Shared, join_all};
 use futures::{FutureExt, StreamExt};
 use outbox_shared::OutboundEvent;
 use outbox_shared::claim_check::{PayloadStore, Stored};
-use outbox_shared::error::{ErrorClass, SdkFailure, classify_code};
 use tokio::sync::Semaphore;
 
+use super::attempt::{Attempt, call_failed, read_results};
 use super::request::{call_dependencies, pack_calls, previous_of_aggregate};
-use super::{
-    ENTRY_TOO_LARGE, PublishOutcome, PublishStats, PublishStatsSnapshot, Publisher, is_poison_code,
-    is_throttled, permanent_outcome,
-};
+use super::{PublishOutcome, PublishStats, PublishStatsSnapshot, Publisher};
 use crate::CallTasks;
 use crate::claim_check::ClaimCheck;
-use crate::config::{PublisherArgs, PublisherConfig, SettingError, TargetKind};
+use crate::config::{PublisherArgs, PublisherConfig, SettingError};
 use crate::deadline::Deadline;
 use crate::publish_concurrency::{Permit, PublishConcurrency};
 use crate::publish_rate::{PublishRate, Slot};
+use crate::target::{CallAnswer, ENTRY_TOO_LARGE, TargetCall, TargetSpec};
 
-/// One target's call: the entries of some events sent in one call, and the answer read.
-/// Object-safe, so the relays choose the target from their configuration at start.
-pub trait TargetCall: Send + Sync + fmt::Debug {
-    /// The kind of target this call publishes to.
-    fn kind(&self) -> TargetKind;
-
-    /// Sends one call of the events at `pending` (in that order) as `config` says, run as
-    /// `call_tasks` says.
-    fn put<'a>(
-        &'a self,
-        config: &'a PublisherConfig,
-        events: &[&OutboundEvent],
-        pending: &[usize],
-        call_tasks: CallTasks,
-    ) -> BoxFuture<'a, CallAnswer>;
-}
-
-/// A shared call is a call (the relays' publisher shares its target's call among its clones).
-impl<B: TargetCall + ?Sized> TargetCall for Arc<B> {
-    fn kind(&self) -> TargetKind {
-        (**self).kind()
-    }
-
-    fn put<'a>(
-        &'a self,
-        config: &'a PublisherConfig,
-        events: &[&OutboundEvent],
-        pending: &[usize],
-        call_tasks: CallTasks,
-    ) -> BoxFuture<'a, CallAnswer> {
-        (**self).put(config, events, pending, call_tasks)
-    }
-}
-
-/// What a target answered to one call.
-#[derive(Debug)]
-pub enum CallAnswer {
-    /// The call was answered: one result per entry, in entry order (the answer's own order).
-    Answered(Vec<EntryResult>),
-    /// The call failed as a whole (after the SDK's retries); `timed_out` when it got no answer
-    /// in time.
-    Failed {
-        failure: SdkFailure,
-        timed_out: bool,
-    },
-}
-
-/// One entry's result in an answered call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EntryResult {
-    /// Accepted.
-    Published,
-    /// Accepted before (the Custom Event Bus's `DEDUPLICATED`): stored once, a success.
-    Deduplicated,
-    /// Refused with the target's `code`: retried when the code is a retryable one, else poison
-    /// or a failure as the code says ([`super::POISON_ENTRY_CODES`]).
-    Refused { code: String, message: String },
-    /// Refused for the target's own reason, whatever the code (SNS's and SQS's `SenderFault`
-    /// false): retried.
-    Retry { code: String, message: String },
-}
-
-/// A publisher of one target: sends the calls the request builder packs through `B`.
+/// The publisher of one target: sends the calls the request builder packs through the target's
+/// call. The call is chosen at start from the configuration, so it is a trait object, shared by
+/// the publisher's clones.
 #[derive(Debug, Clone)]
-pub struct TargetAdapter<B> {
-    pub(crate) bus: B,
-    /// How the target counts an entry's size ([`super::TargetSpec::entry_size`]).
-    pub(crate) entry_size: fn(&OutboundEvent, &str) -> usize,
+pub struct TargetPublisher {
+    pub(crate) target: Arc<dyn TargetCall>,
+    /// What the target is: how it counts an entry's size, its codes.
+    pub(crate) spec: &'static TargetSpec,
     pub(crate) config: PublisherConfig,
     pub(crate) stats: Arc<PublishStats>,
     pub(crate) rate: Arc<PublishRate>,
@@ -115,7 +48,7 @@ pub struct TargetAdapter<B> {
     pub(crate) claim_check: Option<ClaimCheck>,
 }
 
-impl TargetAdapter<Arc<dyn TargetCall>> {
+impl TargetPublisher {
     /// The publisher of `config`'s target kind, its call on a client built from `sdk`.
     ///
     /// # Errors
@@ -132,36 +65,40 @@ impl TargetAdapter<Arc<dyn TargetCall>> {
         })
     }
 
-    /// The publisher of `config` over `bus`, a call built elsewhere (tests inject faults through
-    /// its client). Its claim check, when `config` names a payload bucket, is
-    /// [`with_payload_store`](TargetAdapter::with_payload_store)'s.
+    /// The publisher of `config` over `target`, a call built elsewhere (tests inject faults
+    /// through its client). Its claim check, when `config` names a payload bucket, is
+    /// [`with_payload_store`](TargetPublisher::with_payload_store)'s.
     ///
     /// # Errors
     /// [`SettingError`] when the configuration is out of range or for another target kind.
-    pub fn on(bus: Arc<dyn TargetCall>, config: PublisherConfig) -> Result<Self, SettingError> {
-        Self::with_target(bus, config)
+    pub fn on(
+        target: impl TargetCall + 'static,
+        config: PublisherConfig,
+    ) -> Result<Self, SettingError> {
+        Self::with_target(Arc::new(target), config)
     }
-}
 
-impl<B: TargetCall> TargetAdapter<B> {
     /// # Errors
     /// [`SettingError`] when the configuration is out of range, or is for another kind of
-    /// target than `bus`.
-    pub(crate) fn with_target(bus: B, config: PublisherConfig) -> Result<Self, SettingError> {
-        if config.target_kind != bus.kind() {
+    /// target than `target`.
+    fn with_target(
+        target: Arc<dyn TargetCall>,
+        config: PublisherConfig,
+    ) -> Result<Self, SettingError> {
+        if config.target_kind != target.kind() {
             return Err(SettingError::of::<PublisherArgs>(
                 "target_kind",
                 format!(
                     "must be {} for a {} target's publisher",
-                    bus.kind(),
-                    bus.kind()
+                    target.kind(),
+                    target.kind()
                 ),
             ));
         }
         config.validate()?;
         Ok(Self {
-            entry_size: config.target_kind.spec().entry_size,
-            bus,
+            spec: config.target_kind.spec(),
+            target,
             rate: Arc::new(PublishRate::new(config.max_publish_rate)),
             concurrency: Arc::new(PublishConcurrency::new(config.max_concurrency)),
             config,
@@ -329,7 +266,7 @@ impl<B: TargetCall> TargetAdapter<B> {
     ) -> Attempt {
         self.stats.publish_calls.fetch_add(1, Ordering::Relaxed);
         let answer = self
-            .bus
+            .target
             .put(&self.config, events, pending, self.call_tasks)
             .await;
         let timed_out = matches!(
@@ -341,8 +278,8 @@ impl<B: TargetCall> TargetAdapter<B> {
         );
         self.in_flight_ended(in_flight, timed_out);
         let attempt = match answer {
-            CallAnswer::Answered(results) => read_results(pending, &results),
-            CallAnswer::Failed { failure, .. } => call_failed(pending, &failure),
+            CallAnswer::Answered(results) => read_results(self.spec, pending, &results),
+            CallAnswer::Failed { failure, .. } => call_failed(self.spec, pending, &failure),
         };
         if attempt.deduplicated > 0 {
             self.stats
@@ -377,8 +314,8 @@ impl<B: TargetCall> TargetAdapter<B> {
     fn pace(&self, slot: Slot, sent: usize, attempt: &Attempt) {
         if attempt.timed_out {
             // No answer says nothing of the quota: the rate neither grows nor drops, and the calls
-            // in flight, already lowered, pace a slow bus. Lowered here too, the rate fell to
-            // 1 entry/s against a bus that answered nothing, and every later call waited its
+            // in flight, already lowered, pace a slow target. Lowered here too, the rate fell to
+            // 1 entry/s against a target that answered nothing, and every later call waited its
             // 10 entries' turn: a drain of 200 events took 1,099 s to give up, not 78.
             return;
         }
@@ -403,7 +340,7 @@ impl<B: TargetCall> TargetAdapter<B> {
 
 type CallResult = Arc<Vec<(usize, PublishOutcome)>>;
 
-impl<B: TargetCall> Publisher for TargetAdapter<B> {
+impl Publisher for TargetPublisher {
     async fn publish<E: Borrow<OutboundEvent> + Sync>(
         &self,
         events: &[E],
@@ -415,7 +352,7 @@ impl<B: TargetCall> Publisher for TargetAdapter<B> {
         let mut to_store = Vec::new();
         let threshold = self.config.payload_threshold();
         for (index, event) in originals.iter().enumerate() {
-            let size = (self.entry_size)(event, &self.config.source);
+            let size = (self.spec.entry_size)(event, &self.config.source);
             if size > threshold && self.claim_check.is_some() {
                 to_store.push(index);
             } else if size > self.config.max_entry_bytes {
@@ -433,7 +370,7 @@ impl<B: TargetCall> Publisher for TargetAdapter<B> {
                 Ok(stored) => {
                     // An event whose payload is already a reference is sent as it is.
                     let event = stored.as_ref().unwrap_or(originals[index]);
-                    let size = (self.entry_size)(event, &self.config.source);
+                    let size = (self.spec.entry_size)(event, &self.config.source);
                     if size > self.config.max_entry_bytes {
                         outcomes[index] = Some(self.too_large(size));
                     } else {
@@ -469,7 +406,7 @@ impl<B: TargetCall> Publisher for TargetAdapter<B> {
         let calls = pack_calls(
             events,
             sendable,
-            |event| (self.entry_size)(event, &self.config.source),
+            |event| (self.spec.entry_size)(event, &self.config.source),
             self.config.max_entries_per_call,
             self.config.max_request_bytes,
         );
@@ -537,7 +474,7 @@ impl<B: TargetCall> Publisher for TargetAdapter<B> {
     }
 }
 
-impl<B: TargetCall> TargetAdapter<B> {
+impl TargetPublisher {
     /// The outcome of an event of `size` bytes, more than an entry may be and not stored in S3:
     /// poison, its reason saying how to publish it through the payload bucket when none is set.
     fn too_large(&self, size: usize) -> PublishOutcome {
@@ -602,180 +539,5 @@ impl<B: TargetCall> TargetAdapter<B> {
             .buffered(self.config.max_concurrency)
             .collect()
             .await
-    }
-}
-
-/// What one call did to its entries.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct Attempt {
-    /// Entries that ended: published, or refused for good.
-    pub(crate) done: Vec<(usize, PublishOutcome)>,
-    /// Entries to send again (a retryable code), in their call order.
-    pub(crate) retry: Vec<usize>,
-    /// The code and message of the last retryable refusal (empty when `retry` is).
-    pub(crate) retry_error: (String, String),
-    /// Entries of a call refused as a whole for what one entry can cause, to send again in
-    /// halves (empty otherwise).
-    pub(crate) split: Vec<usize>,
-    /// Entries the bus accepted (deduplicated ones included).
-    pub(crate) accepted: usize,
-    /// Entries the bus had accepted before (`DEDUPLICATED`), a part of `accepted`.
-    pub(crate) deduplicated: usize,
-    /// Entries refused for the quota (a throttling code).
-    pub(crate) throttled: usize,
-    /// The call got no answer in time (the SDK's timeout): the bus is congested.
-    pub(crate) timed_out: bool,
-}
-
-/// Reads an answer entry by entry: every target answers HTTP 200 even when entries failed,
-/// so each result is checked, and matched to its entry by position (`pending[i]` is the event of
-/// result `i`). An answer with another number of results than entries can't be matched: nothing
-/// in it is called published, and every entry is sent again.
-pub(crate) fn read_results(pending: &[usize], results: &[EntryResult]) -> Attempt {
-    let mut attempt = Attempt::default();
-    if results.len() != pending.len() {
-        attempt.retry = pending.to_vec();
-        attempt.retry_error = (
-            "ResponseMismatch".to_owned(),
-            format!(
-                "the target answered {} results for {} entries",
-                results.len(),
-                pending.len()
-            ),
-        );
-        return attempt;
-    }
-    for (&index, result) in pending.iter().zip(results) {
-        let (code, message) = match result {
-            EntryResult::Published | EntryResult::Deduplicated => {
-                attempt.done.push((index, PublishOutcome::Published));
-                attempt.accepted += 1;
-                attempt.deduplicated += usize::from(*result == EntryResult::Deduplicated);
-                continue;
-            }
-            EntryResult::Refused { code, message } => (code, message),
-            EntryResult::Retry { code, message } => {
-                attempt.throttled += usize::from(is_throttled(code));
-                attempt.retry.push(index);
-                attempt.retry_error = (code.clone(), message.clone());
-                continue;
-            }
-        };
-        attempt.throttled += usize::from(is_throttled(code));
-        match classify_code(code) {
-            ErrorClass::Retryable => {
-                attempt.retry.push(index);
-                attempt.retry_error = (code.clone(), message.clone());
-            }
-            ErrorClass::Permanent => attempt
-                .done
-                .push((index, permanent_outcome(code.clone(), message.clone()))),
-        }
-    }
-    attempt
-}
-
-/// A call that failed as a whole (after the SDK's retries): every entry is sent
-/// again when the failure is retryable; a call of several entries refused with a code one entry
-/// can cause (a field over a model constraint fails them all) is split to find it; otherwise
-/// every entry fails, or, alone, is poison when the code says so.
-fn call_failed(pending: &[usize], failure: &SdkFailure) -> Attempt {
-    let code = failure
-        .code
-        .clone()
-        .unwrap_or_else(|| "RequestFailed".into());
-    let message = failure.to_string();
-    let throttled = if is_throttled(&code) {
-        pending.len()
-    } else {
-        0
-    };
-    match failure.class {
-        ErrorClass::Retryable => Attempt {
-            retry: pending.to_vec(),
-            retry_error: (code, message),
-            throttled,
-            ..Attempt::default()
-        },
-        ErrorClass::Permanent if pending.len() > 1 && is_poison_code(&code) => {
-            tracing::info!(code = %code, entries = pending.len(), "publish call rejected as a whole: sending it in halves to find the entry at fault");
-            Attempt {
-                split: pending.to_vec(),
-                ..Attempt::default()
-            }
-        }
-        ErrorClass::Permanent => {
-            tracing::warn!(code = %code, entries = pending.len(), "publish call rejected");
-            Attempt {
-                done: pending
-                    .iter()
-                    .map(|&i| (i, permanent_outcome(code.clone(), message.clone())))
-                    .collect(),
-                throttled,
-                ..Attempt::default()
-            }
-        }
-    }
-}
-
-/// A call's SDK result as a [`CallAnswer`]: answered entries read by `read`, a failure classified
-/// (and whether it timed out).
-pub(crate) fn answer_of<O, E>(
-    operation: &'static str,
-    result: Result<
-        O,
-        aws_smithy_runtime_api::client::result::SdkError<
-            E,
-            aws_smithy_runtime_api::client::orchestrator::HttpResponse,
-        >,
-    >,
-    read: impl FnOnce(O) -> Vec<EntryResult>,
-) -> CallAnswer
-where
-    E: aws_smithy_types::error::metadata::ProvideErrorMetadata
-        + std::error::Error
-        + Send
-        + Sync
-        + 'static,
-{
-    match result {
-        Ok(output) => CallAnswer::Answered(read(output)),
-        Err(err) => CallAnswer::Failed {
-            timed_out: outbox_shared::error::is_timeout(&err),
-            failure: SdkFailure::new(operation, err),
-        },
-    }
-}
-
-/// Keeps the SDK from retrying a publish call that timed out: the publisher sees the timeout at
-/// once and, the bus being congested, lowers its calls in flight before it sends the entries
-/// again (with its own backoff). Retried by the SDK, the call went straight back into the
-/// bus's queue, behind the calls it had just waited for, and the publisher learnt of the timeout
-/// only at the operation timeout (10 s, not 4). Other failures keep the SDK's retries.
-#[derive(Debug)]
-pub(crate) struct TimeoutsToThePublisher;
-
-impl aws_smithy_runtime_api::client::retries::classifiers::ClassifyRetry
-    for TimeoutsToThePublisher
-{
-    fn classify_retry(
-        &self,
-        ctx: &aws_smithy_runtime_api::client::interceptors::context::InterceptorContext,
-    ) -> aws_smithy_runtime_api::client::retries::classifiers::RetryAction {
-        use aws_smithy_runtime_api::client::retries::classifiers::RetryAction;
-        let timed_out = ctx.output_or_error().is_some_and(|answer| {
-            answer.is_err_and(|err| {
-                err.is_timeout_error() || err.as_connector_error().is_some_and(|c| c.is_timeout())
-            })
-        });
-        if timed_out {
-            RetryAction::RetryForbidden
-        } else {
-            RetryAction::NoActionIndicated
-        }
-    }
-
-    fn name(&self) -> &'static str {
-        "TimeoutsToThePublisher"
     }
 }

@@ -1,8 +1,10 @@
-use super::eventbridge::entry_results;
+use super::attempt::permanent_outcome;
 use super::request::call_dependencies;
 use super::*;
-use crate::config::PublisherConfig;
+use crate::config::{PublisherConfig, SettingError};
 use crate::deadline::Deadline;
+use crate::target::classic::{self, entry_results};
+use crate::target::{ClassicBus, ENTRY_TOO_LARGE};
 use aws_sdk_eventbridge::Client;
 use aws_sdk_eventbridge::config::retry::RetryConfig;
 use aws_sdk_eventbridge::config::{BehaviorVersion, Credentials, Region};
@@ -13,6 +15,14 @@ use outbox_shared::RetryPolicy;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
+
+/// EventBridge's code of a call or entry refused for the bus's `PutEvents` quota.
+const THROTTLED: &str = "ThrottlingException";
+
+/// The classic bus's publisher on `client`'s configuration.
+fn publisher_on(client: Client, config: PublisherConfig) -> Result<TargetPublisher, SettingError> {
+    TargetPublisher::on(ClassicBus::new(client.config().to_builder()), config)
+}
 
 /// An EventBridge client answered by `rules` (SDK retries off: the publisher's own count).
 fn mock_eventbridge(rules: &[&Rule]) -> Client {
@@ -97,7 +107,7 @@ async fn the_publisher_stamps_its_bus_and_source_on_every_entry() {
             })
         })
         .then_output(|| accepted(3));
-    let publisher = EventBridgePublisher::new(mock_eventbridge(&[&put]), quick_config()).unwrap();
+    let publisher = publisher_on(mock_eventbridge(&[&put]), quick_config()).unwrap();
     let events: Vec<_> = ["a", "b", "c"].iter().map(|k| event(k, 5)).collect();
 
     // When three events are published
@@ -130,8 +140,7 @@ async fn a_throttled_entry_is_retried_until_it_is_published() {
         .match_requests(|req| req.entries().len() == 1)
         .then_output(|| accepted(1));
     let publisher =
-        EventBridgePublisher::new(mock_eventbridge(&[&throttled, &retried]), quick_config())
-            .unwrap();
+        publisher_on(mock_eventbridge(&[&throttled, &retried]), quick_config()).unwrap();
     let recorder = metrics_util::debugging::DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
@@ -187,7 +196,7 @@ async fn a_throttled_entry_is_retried_until_it_is_published() {
 #[tokio::test]
 async fn a_publisher_with_no_ceiling_and_no_throttling_has_no_publish_rate_limit() {
     let put = mock!(Client::put_events).then_output(|| accepted(1));
-    let publisher = EventBridgePublisher::new(mock_eventbridge(&[&put]), quick_config()).unwrap();
+    let publisher = publisher_on(mock_eventbridge(&[&put]), quick_config()).unwrap();
     let outcomes = publisher.publish(&[event("a", 5)], Deadline::NONE).await;
     assert_eq!(outcomes, vec![PublishOutcome::Published]);
     assert_eq!(publisher.publish_rate(), None);
@@ -238,7 +247,7 @@ async fn once_an_event_fails_the_later_events_of_its_aggregate_are_held_back() {
                 })
         })
         .collect();
-    let publisher = EventBridgePublisher::new(
+    let publisher = publisher_on(
         mock_eventbridge(&[&first, &retries[0], &retries[1]]),
         quick_config(),
     )
@@ -276,7 +285,7 @@ async fn once_an_event_fails_the_later_events_of_its_aggregate_are_held_back() {
 async fn nothing_is_sent_after_the_deadline() {
     // Given a deadline that has passed
     let put = mock!(Client::put_events).then_output(|| accepted(2));
-    let publisher = EventBridgePublisher::new(mock_eventbridge(&[&put]), quick_config()).unwrap();
+    let publisher = publisher_on(mock_eventbridge(&[&put]), quick_config()).unwrap();
 
     // When two events are published
     let outcomes = publisher
@@ -350,11 +359,15 @@ fn calls_sharing_an_aggregate_wait_for_each_other() {
 #[test]
 fn poison_codes_are_rejected_others_failed() {
     assert!(matches!(
-        permanent_outcome("MalformedDetail".into(), String::new()),
+        permanent_outcome(&classic::SPEC, "MalformedDetail".into(), String::new()),
         PublishOutcome::Rejected { .. }
     ));
     assert!(matches!(
-        permanent_outcome("AccessDeniedException".into(), String::new()),
+        permanent_outcome(
+            &classic::SPEC,
+            "AccessDeniedException".into(),
+            String::new()
+        ),
         PublishOutcome::Failed { .. }
     ));
 }
@@ -410,7 +423,7 @@ async fn a_call_refused_as_a_whole_is_split_until_the_entry_at_fault_is_alone() 
         .match_requests(|req| req.entries().iter().any(|e| e.detail_type() == Some("bad")))
         .then_http_response(|| refused_call("ValidationException"));
     let accept = mock!(Client::put_events).then_compute_output(|req| accepted(req.entries().len()));
-    let publisher = EventBridgePublisher::new(
+    let publisher = publisher_on(
         eventbridge_answering_any(&[&refused, &accept]),
         quick_config(),
     )
@@ -454,8 +467,7 @@ async fn a_call_refused_for_a_reason_of_no_entry_is_not_split() {
     // Given EventBridge refusing every call as a whole with AccessDeniedException
     let denied =
         mock!(Client::put_events).then_http_response(|| refused_call("AccessDeniedException"));
-    let publisher =
-        EventBridgePublisher::new(eventbridge_answering_any(&[&denied]), quick_config()).unwrap();
+    let publisher = publisher_on(eventbridge_answering_any(&[&denied]), quick_config()).unwrap();
 
     // When four events are published
     let events: Vec<_> = ["a", "b", "c", "d"]
@@ -479,8 +491,7 @@ async fn a_lone_event_refused_with_a_validation_code_is_poison() {
     // Given EventBridge refusing every call as a whole with ValidationException
     let refused =
         mock!(Client::put_events).then_http_response(|| refused_call("ValidationException"));
-    let publisher =
-        EventBridgePublisher::new(eventbridge_answering_any(&[&refused]), quick_config()).unwrap();
+    let publisher = publisher_on(eventbridge_answering_any(&[&refused]), quick_config()).unwrap();
 
     // When two events of one aggregate are published (a call each)
     let outcomes = publisher
@@ -636,7 +647,7 @@ async fn a_timed_out_call_lowers_the_calls_in_flight() {
         max_concurrency: 4,
         ..quick_config()
     };
-    let publisher = EventBridgePublisher::new(
+    let publisher = publisher_on(
         eventbridge_over(&connection, RetryConfig::disabled()),
         config,
     )
@@ -684,7 +695,7 @@ async fn the_sdk_does_not_retry_a_timed_out_put_events_the_publisher_does() {
         },
         ..quick_config()
     };
-    let publisher = EventBridgePublisher::new(
+    let publisher = publisher_on(
         eventbridge_over(&connection, RetryConfig::standard().with_max_attempts(3)),
         config,
     )
@@ -713,7 +724,7 @@ async fn a_call_waiting_for_its_place_in_flight_is_not_sent_after_the_deadline()
         max_concurrency: 1,
         ..quick_config()
     };
-    let publisher = EventBridgePublisher::new(
+    let publisher = publisher_on(
         eventbridge_over(&connection, RetryConfig::disabled()),
         config,
     )
@@ -764,7 +775,7 @@ fn mock_s3(rules: &[&Rule]) -> aws_sdk_s3::Client {
 async fn an_event_too_large_without_a_payload_bucket_is_poison_whose_reason_says_how_to_publish_it()
 {
     // Given a publisher without a payload bucket, and an event over the entry budget
-    let publisher = EventBridgePublisher::new(mock_eventbridge(&[]), quick_config()).unwrap();
+    let publisher = publisher_on(mock_eventbridge(&[]), quick_config()).unwrap();
     let events = [large_event("a", 1, 300 * 1024)];
 
     // When it is published
@@ -808,7 +819,7 @@ async fn an_event_whose_payload_s3_did_not_store_stays_pending_and_holds_back_it
             true
         })
         .then_output(|| accepted(1));
-    let publisher = EventBridgePublisher::new(mock_eventbridge(&[&put, &put]), quick_config())
+    let publisher = publisher_on(mock_eventbridge(&[&put, &put]), quick_config())
         .unwrap()
         .with_payload_store(outbox_shared::PayloadStore::new(
             mock_s3(&[&outage, &stored]),

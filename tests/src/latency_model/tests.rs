@@ -280,8 +280,8 @@ async fn a_bus_of_fixed_capacity_answers_each_call_after_the_calls_queued_ahead(
 #[tokio::test]
 async fn put_events_accepts_every_entry() {
     let model = LatencyModel::new(Duration::from_millis(1));
-    let publisher = relay_runtime::EventBridgePublisher::new(
-        aws_sdk_eventbridge::Client::new(&model.sdk_config()),
+    let publisher = relay_runtime::TargetPublisher::on(
+        relay_runtime::ClassicBus::new((&model.sdk_config()).into()),
         relay_runtime::PublisherConfig::new("bus", "src"),
     )
     .unwrap();
@@ -313,8 +313,8 @@ async fn put_events_accepts_every_entry() {
 async fn the_custom_bus_put_events_publishes_every_entry_in_cbor() {
     // Given the model as a Custom Event Bus
     let model = LatencyModel::new(Duration::from_millis(1));
-    let publisher = relay_runtime::CustomBusPublisher::new(
-        aws_sdk_eventbridgev2::Client::new(&model.sdk_config()),
+    let publisher = relay_runtime::TargetPublisher::on(
+        relay_runtime::CustomBus::new((&model.sdk_config()).into()),
         relay_runtime::PublisherConfig::of_kind(
             relay_runtime::TargetKind::Custom,
             "arn:aws:events:us-east-1:123456789012:event-busv2/bus/abcdefghij0123456789klmno",

@@ -60,27 +60,11 @@ pub(super) async fn target(sdk: &SdkConfig, publisher: &PublisherConfig, arns: &
                             .state
                             .map(|s| format!(", {s}"))
                             .unwrap_or_default(),
-                        order_of(publisher.target_kind, &publisher.target)
+                        publisher.target_kind.order(&publisher.target)
                     ),
                 ),
             }
         }
-    }
-}
-
-/// What order and de-duplication a target of `kind` named `target` gives each aggregate.
-fn order_of(kind: relay_runtime::TargetKind, target: &str) -> &'static str {
-    use relay_runtime::TargetKind;
-    match kind {
-        TargetKind::Custom => ", each aggregate in order, re-publishes suppressed",
-        TargetKind::Sns | TargetKind::Sqs if relay_runtime::publisher::message::is_fifo(target) => {
-            ", FIFO: each aggregate in order, re-publishes within 5 minutes suppressed"
-        }
-        TargetKind::Sns | TargetKind::Sqs => {
-            ", standard: no order and no de-duplication (a FIFO target's name ends in .fifo)"
-        }
-        TargetKind::Kinesis => ", each aggregate in order on its shard, no de-duplication",
-        TargetKind::Classic => ", no order and no de-duplication (the Custom Event Bus has both)",
     }
 }
 

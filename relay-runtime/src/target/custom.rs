@@ -2,7 +2,8 @@
 //! configured bus ARN, each entry with the configured `Source`, its aggregate as
 //! `SystemMetadata.EventGroupId` and its event id as `SystemMetadata.DeduplicationId`
 //! ([`outbox_shared::event_group`]), its answer read entry by entry. What is done with the calls
-//! (turns, retries, halves, pace) is [`super::send`]'s, the same for every bus.
+//! (turns, retries, halves, pace) is [`crate::publisher`]'s, the same for every target. Described by EventsV2's
+//! `DescribeEventBus` (its ARN and state: a bus not `ACTIVE` refuses what the relays send).
 //!
 //! Order: the request builder puts at most one event of an aggregate in a call and sends none
 //! before the call holding the aggregate's previous event has ended, and nothing of an aggregate
@@ -18,7 +19,7 @@
 //!
 //! Errors: `ThrottlingException` and `InternalException` are retried (by the SDK, then by the
 //! publisher); `InvalidInputException` refuses the whole call for what one entry can cause and
-//! splits it ([`super::POISON_ENTRY_CODES`]); `AccessDeniedException`,
+//! splits it ([`SPEC`]'s poison codes); `AccessDeniedException`,
 //! `ResourceNotFoundException` and `InvalidStateException` fail every entry, which stays pending.
 //! The bus has no `TraceHeader`: the X-Ray trace context is not propagated on this bus (the W3C
 //! trace context is, in the event itself).
@@ -37,29 +38,44 @@ use aws_sdk_eventbridgev2::types::{
 };
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use outbox_shared::OutboundEvent;
 use outbox_shared::envelope::{CLOUDEVENTS_CONTENT_TYPE, EventFormat};
+use outbox_shared::error::ServiceCodes;
 use outbox_shared::event_group::deduplication_id;
-use outbox_shared::limits::{
-    CUSTOM_BUS_DEFAULT_MAX_BYTES, CUSTOM_BUS_PUT_EVENTS_MAX_ENTRIES, PUT_EVENTS_ABSOLUTE_MAX_BYTES,
-};
+use outbox_shared::limits::PUT_EVENTS_ABSOLUTE_MAX_BYTES;
+use outbox_shared::{OutboundEvent, SdkFailure};
 
-use super::TargetSpec;
-use super::send::{
-    CallAnswer, EntryResult, TargetAdapter, TargetCall, TimeoutsToThePublisher, answer_of,
-};
+use super::call::{CallAnswer, EntryResult, TargetCall, answer_of};
+use super::{TargetDescription, TargetKind, TargetSpec, publish_client};
 use crate::CallTasks;
-use crate::config::{PublisherConfig, SettingError, TargetKind};
+use crate::config::PublisherConfig;
+use crate::permissions::{Call, Target};
+use crate::preflight::{Kind, Probed, Resource, Service, Unusable};
+
+/// The Custom Event Bus's `PutEvents` takes 1 to 100 entries per call (fixed, not adjustable).
+pub const CUSTOM_BUS_PUT_EVENTS_MAX_ENTRIES: usize = 100;
+/// The Custom Event Bus documents no byte limit per entry or per request; its default budget is
+/// the classic bus's documented 256 KiB, which every SQS queue (the usual target) takes as one
+/// message, so a limit we cannot see refuses nothing the classic bus would have taken.
+pub const CUSTOM_BUS_DEFAULT_MAX_BYTES: usize = 256 * 1024;
+/// The Custom Event Bus suppresses a repeat of a `DeduplicationId` within 300 s (per account and
+/// event group; fixed): a re-publish after it is a new event to the bus.
+pub const CUSTOM_BUS_DEDUP_WINDOW: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// The Custom Event Bus's publisher: `events:PutEvents` on the bus, and for CloudEvents (raw
 /// events) `events:PutRawEvents`, both on its ARN.
-pub const CALLS: &[crate::permissions::Call] = &[
-    crate::permissions::Call::new("events:PutEvents", crate::permissions::Target::EventTarget),
-    crate::permissions::Call::new(
-        "events:PutRawEvents",
-        crate::permissions::Target::EventTarget,
-    ),
+pub const CALLS: &[Call] = &[
+    Call::new("events:PutEvents", Target::EventTarget),
+    Call::new("events:PutRawEvents", Target::EventTarget),
 ];
+
+/// Its describe call, authorized as the classic bus's.
+pub const DESCRIBE_CALLS: &[Call] = super::classic::DESCRIBE_CALLS;
+
+/// The Custom Event Bus's codes are every AWS service's.
+pub const CODES: ServiceCodes = ServiceCodes::NONE;
+
+/// The EventsV2 service, as the probes name its endpoint.
+pub const SERVICE: Service = Service::new("AWS_ENDPOINT_URL_EVENTBRIDGEV2", "eventsv2");
 
 /// The Custom Event Bus: 100 entries a call, 256 KiB by default (it documents no limit); its
 /// whole ARN; a `Source` of at most 256 characters.
@@ -76,13 +92,14 @@ pub const SPEC: TargetSpec = TargetSpec {
     check_source,
     messaging_system: "aws_eventbridge",
     calls: CALLS,
-    call: |sdk| {
-        std::sync::Arc::new(CustomBus::new(aws_sdk_eventbridgev2::Client::from_conf(
-            aws_sdk_eventbridgev2::config::Builder::from(sdk)
-                .interceptor(crate::metrics::FailedCallCounter)
-                .build(),
-        )))
-    },
+    call: |sdk| std::sync::Arc::new(CustomBus::new(sdk.into())),
+    resource: Kind::Bus,
+    describe: |sdk, resource| describe(sdk, resource).boxed(),
+    describe_calls: DESCRIBE_CALLS,
+    order: |_| ", each aggregate in order, re-publishes suppressed",
+    // A parameter over a model constraint.
+    poison_codes: &["InvalidInputException"],
+    codes: CODES,
 };
 
 /// Longest Custom Event Bus ARN `PutEvents` accepts as `EventBusArn`.
@@ -176,35 +193,12 @@ pub struct CustomBus {
     client: aws_sdk_eventbridgev2::Client,
 }
 
-/// The Custom Event Bus's adapter.
-pub type CustomBusPublisher = TargetAdapter<CustomBus>;
-
-impl TargetAdapter<CustomBus> {
-    /// The Custom Event Bus's publisher on `client` ([`CustomBus::new`]).
-    ///
-    /// # Errors
-    /// [`SettingError`] when the configuration is out of range, or is not for a Custom
-    /// Event Bus.
-    pub fn new(
-        client: aws_sdk_eventbridgev2::Client,
-        config: PublisherConfig,
-    ) -> Result<Self, SettingError> {
-        Self::with_target(CustomBus::new(client), config)
-    }
-}
-
 impl CustomBus {
-    /// The call on `client`, which keeps its settings, except that a call that times out is not
-    /// retried by the SDK: the publisher retries it, after lowering its calls in flight.
-    pub fn new(client: aws_sdk_eventbridgev2::Client) -> Self {
-        let client = aws_sdk_eventbridgev2::Client::from_conf(
-            client
-                .config()
-                .to_builder()
-                .retry_classifier(TimeoutsToThePublisher)
-                .build(),
-        );
-        Self { client }
+    /// The call on a client of `config` ([`publish_client!`]: tests inject faults through it).
+    pub fn new(config: aws_sdk_eventbridgev2::config::Builder) -> Self {
+        Self {
+            client: publish_client!(aws_sdk_eventbridgev2, config),
+        }
     }
 
     /// The `PutEvents` entry of `event`, with the configured source, its group and its id.
@@ -265,9 +259,12 @@ impl TargetCall for CustomBus {
                 .set_entries(Some(entries))
                 .send();
             return async move {
-                answer_of("PutRawEvents", call_tasks.run(call).await, |output| {
-                    output.entries().iter().map(raw_entry_result).collect()
-                })
+                answer_of(
+                    "PutRawEvents",
+                    &CODES,
+                    call_tasks.run(call).await,
+                    |output| output.entries().iter().map(raw_entry_result).collect(),
+                )
             }
             .boxed();
         }
@@ -282,7 +279,7 @@ impl TargetCall for CustomBus {
             .set_entries(Some(entries))
             .send();
         async move {
-            answer_of("PutEvents", call_tasks.run(call).await, |output| {
+            answer_of("PutEvents", &CODES, call_tasks.run(call).await, |output| {
                 output.entries().iter().map(entry_result).collect()
             })
         }
@@ -313,6 +310,29 @@ fn entry_result(result: &PutEventsResultEntry) -> EntryResult {
         (None, Some(SuccessCode::Deduplicated)) => EntryResult::Deduplicated,
         (None, _) => EntryResult::Published,
     }
+}
+
+/// Describes the Custom Event Bus `resource` names by its ARN (EventsV2's `DescribeEventBus`).
+///
+/// # Errors
+/// [`Unusable`] when it does not exist, may not be described, or cannot be reached.
+async fn describe(
+    sdk: &aws_config::SdkConfig,
+    resource: &Resource,
+) -> Result<Probed<TargetDescription>, Unusable> {
+    let (client, seen) = crate::preflight::probe_client!(aws_sdk_eventbridgev2, sdk);
+    let result = client
+        .describe_event_bus()
+        .event_bus_arn(&resource.name)
+        .send()
+        .await
+        .map(|out| TargetDescription {
+            kind: TargetKind::Custom,
+            arn: out.event_bus_arn().unwrap_or_default().to_owned(),
+            state: out.state().map(|s| s.as_str().to_owned()),
+        })
+        .map_err(|e| SdkFailure::of_service("DescribeEventBus", e, &CODES));
+    crate::preflight::probed(result, resource, sdk, SERVICE, &seen, DESCRIBE_CALLS)
 }
 
 #[cfg(test)]

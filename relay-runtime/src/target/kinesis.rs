@@ -3,14 +3,15 @@
 //! `PartitionKey` is its aggregate (its event group, [`outbox_shared::event_group`]), so one
 //! aggregate's records land on one shard, in the order the stream accepted them. The answer is
 //! read record by record by position (`ErrorCode` per record, HTTP 200). What is done with the
-//! calls (turns, retries, halves, pace) is [`super::send`]'s, the same for every target.
+//! calls (turns, retries, halves, pace) is [`crate::publisher`]'s, the same for every target.
+//! Described by `DescribeStreamSummary` (its ARN and status).
 //!
 //! Order under partial failures: AWS warns that sending again only the failed records of a
 //! `PutRecords` can put them behind later records of the same partition key. That cannot happen
 //! here: the request builder puts at most one event of an aggregate in a call and sends a call
 //! holding an aggregate's next event only after the call holding its previous one has finished,
 //! retries included, and nothing of an aggregate after an event of it that failed
-//! ([`super::request`]). A record sent again is alone of its aggregate in flight.
+//! ([`crate::publisher::request`]). A record sent again is alone of its aggregate in flight.
 //!
 //! Duplicates: Kinesis has no de-duplication. A call whose answer was lost after it took effect is
 //! sent again and its records are on the stream twice, each with its `metadata.eventId`, which
@@ -27,23 +28,46 @@ use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::{PutRecordsRequestEntry, PutRecordsResultEntry};
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use outbox_shared::OutboundEvent;
-use outbox_shared::limits::{
-    KINESIS_PUT_RECORDS_MAX_BYTES, KINESIS_PUT_RECORDS_MAX_ENTRIES, KINESIS_RECORD_MAX_BYTES,
-};
+use outbox_shared::error::ServiceCodes;
+use outbox_shared::{OutboundEvent, SdkFailure};
 
-use super::TargetSpec;
-use super::send::{
-    CallAnswer, EntryResult, TargetAdapter, TargetCall, TimeoutsToThePublisher, answer_of,
-};
+use super::call::{CallAnswer, EntryResult, TargetCall, answer_of};
+use super::{TargetDescription, TargetKind, TargetSpec, publish_client};
 use crate::CallTasks;
-use crate::config::{PublisherConfig, SettingError, TargetKind};
+use crate::config::PublisherConfig;
+use crate::permissions::{Call, Target};
+use crate::preflight::{Kind, Probed, Resource, Service, Unusable};
+
+/// Kinesis's `PutRecords` takes at most 500 records.
+pub const KINESIS_PUT_RECORDS_MAX_ENTRIES: usize = 500;
+/// A Kinesis record's data and partition key together are at most 1 MiB (a stream's default).
+pub const KINESIS_RECORD_MAX_BYTES: usize = 1024 * 1024;
+/// A `PutRecords` call's records, data and partition keys, are at most 5 MiB.
+pub const KINESIS_PUT_RECORDS_MAX_BYTES: usize = 5 * 1024 * 1024;
+/// A Kinesis partition key is 1 to 256 Unicode characters.
+pub const KINESIS_PARTITION_KEY_MAX_CHARS: usize = 256;
 
 /// The calls of the Kinesis publisher: `kinesis:PutRecords` on the stream.
-pub const CALLS: &[crate::permissions::Call] = &[crate::permissions::Call::new(
-    "kinesis:PutRecords",
-    crate::permissions::Target::EventTarget,
+pub const CALLS: &[Call] = &[Call::new("kinesis:PutRecords", Target::EventTarget)];
+
+/// Its describe call, on the stream.
+pub const DESCRIBE_CALLS: &[Call] = &[Call::new(
+    "kinesis:DescribeStreamSummary",
+    Target::EventTarget,
 )];
+
+/// The Kinesis service, as the probes name its endpoint.
+pub const SERVICE: Service = Service::new("AWS_ENDPOINT_URL_KINESIS", "kinesis");
+
+/// Kinesis's own codes, as the Rust SDK reports them (its `ProvisionedThroughputExceededException`
+/// and `LimitExceededException` are DynamoDB's too, so every relay's).
+pub const CODES: ServiceCodes = ServiceCodes {
+    // The stream's KMS key's quota.
+    throttling: &["KMSThrottlingException"],
+    not_found: &[],
+    // The stream's KMS key does not allow the call.
+    access_denied: &["KMSAccessDeniedException"],
+};
 
 /// A Kinesis data stream: 500 records and 5 MiB a call, 1 MiB a record (its data and partition
 /// key); its ARN.
@@ -55,18 +79,19 @@ pub const SPEC: TargetSpec = TargetSpec {
     max_request_bytes: KINESIS_PUT_RECORDS_MAX_BYTES,
     entry_size: record_size,
     named_by: "a Kinesis stream's ARN",
-    claims: |name| super::sns::arn_service(name) == Some("kinesis"),
+    claims: |name| super::arn_service(name) == Some("kinesis"),
     check_name,
     check_source: |_| Ok(()),
     messaging_system: "aws_kinesis",
     calls: CALLS,
-    call: |sdk| {
-        std::sync::Arc::new(KinesisStream::new(aws_sdk_kinesis::Client::from_conf(
-            aws_sdk_kinesis::config::Builder::from(sdk)
-                .interceptor(crate::metrics::FailedCallCounter)
-                .build(),
-        )))
-    },
+    call: |sdk| std::sync::Arc::new(KinesisStream::new(sdk.into())),
+    resource: Kind::DataStream,
+    describe: |sdk, resource| describe(sdk, resource).boxed(),
+    describe_calls: DESCRIBE_CALLS,
+    order: |_| ", each aggregate in order on its shard, no de-duplication",
+    // A record (or a call) the service refuses for what it holds or its size.
+    poison_codes: &["InvalidArgumentException"],
+    codes: CODES,
 };
 
 /// Longest Kinesis stream name.
@@ -113,31 +138,12 @@ pub struct KinesisStream {
     client: aws_sdk_kinesis::Client,
 }
 
-impl TargetAdapter<KinesisStream> {
-    /// The Kinesis stream's publisher on `client` ([`KinesisStream::new`]).
-    ///
-    /// # Errors
-    /// [`SettingError`] when the configuration is out of range, or is not for a stream.
-    pub fn new(
-        client: aws_sdk_kinesis::Client,
-        config: PublisherConfig,
-    ) -> Result<Self, SettingError> {
-        Self::with_target(KinesisStream::new(client), config)
-    }
-}
-
 impl KinesisStream {
-    /// The call on `client`, which keeps its settings, except that a call that times out is not
-    /// retried by the SDK: the publisher retries it, after lowering its calls in flight.
-    pub fn new(client: aws_sdk_kinesis::Client) -> Self {
-        let client = aws_sdk_kinesis::Client::from_conf(
-            client
-                .config()
-                .to_builder()
-                .retry_classifier(TimeoutsToThePublisher)
-                .build(),
-        );
-        Self { client }
+    /// The call on a client of `config` ([`publish_client!`]: tests inject faults through it).
+    pub fn new(config: aws_sdk_kinesis::config::Builder) -> Self {
+        Self {
+            client: publish_client!(aws_sdk_kinesis, config),
+        }
     }
 
     /// The record of `event`.
@@ -170,7 +176,7 @@ impl TargetCall for KinesisStream {
             .set_records(Some(records))
             .send();
         async move {
-            answer_of("PutRecords", call_tasks.run(call).await, |output| {
+            answer_of("PutRecords", &CODES, call_tasks.run(call).await, |output| {
                 output.records().iter().map(record_result).collect()
             })
         }
@@ -187,6 +193,34 @@ fn record_result(result: &PutRecordsResultEntry) -> EntryResult {
             message: result.error_message().unwrap_or_default().to_owned(),
         },
     }
+}
+
+/// Describes the stream `resource` names by its ARN (`DescribeStreamSummary`).
+///
+/// # Errors
+/// [`Unusable`] when it does not exist, may not be described, or cannot be reached.
+async fn describe(
+    sdk: &aws_config::SdkConfig,
+    resource: &Resource,
+) -> Result<Probed<TargetDescription>, Unusable> {
+    let (client, seen) = crate::preflight::probe_client!(aws_sdk_kinesis, sdk);
+    let result = client
+        .describe_stream_summary()
+        .stream_arn(&resource.name)
+        .send()
+        .await
+        .map(|out| {
+            let summary = out.stream_description_summary();
+            TargetDescription {
+                kind: TargetKind::Kinesis,
+                arn: summary
+                    .map(|s| s.stream_arn().to_owned())
+                    .unwrap_or_default(),
+                state: summary.map(|s| s.stream_status().as_str().to_owned()),
+            }
+        })
+        .map_err(|e| SdkFailure::of_service("DescribeStreamSummary", e, &CODES));
+    crate::preflight::probed(result, resource, sdk, SERVICE, &seen, DESCRIBE_CALLS)
 }
 
 #[cfg(test)]

@@ -21,13 +21,18 @@ use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use outbox_shared::{OutboundEvent, RetryPolicy};
 
-use super::CustomBusPublisher;
-use crate::config::{PublisherConfig, TargetKind};
+use super::CustomBus;
+use crate::config::{PublisherConfig, SettingError, TargetKind};
 use crate::deadline::Deadline;
-use crate::publisher::{PublishOutcome, Publisher};
+use crate::publisher::{PublishOutcome, Publisher, TargetPublisher};
 
 const BUS_ARN: &str =
     "arn:aws:events:us-east-1:123456789012:event-busv2/orders/abcdefghij0123456789klmno";
+
+/// The Custom Event Bus's publisher on `client`'s configuration.
+fn publisher_on(client: Client, config: PublisherConfig) -> Result<TargetPublisher, SettingError> {
+    TargetPublisher::on(CustomBus::new(client.config().to_builder()), config)
+}
 
 /// A Custom Event Bus client answered by the first of `rules` that matches each call (SDK
 /// retries off: the publisher's own count).
@@ -160,8 +165,7 @@ async fn every_entry_carries_its_group_and_its_event_id_on_the_bus_arn_up_to_100
             true
         })
         .then_compute_output(|req| answered(req.entries().len(), SuccessCode::Published));
-    let publisher =
-        CustomBusPublisher::new(custom_bus(RuleMode::MatchAny, &[&put]), quick_config()).unwrap();
+    let publisher = publisher_on(custom_bus(RuleMode::MatchAny, &[&put]), quick_config()).unwrap();
     // 150 aggregates' first events
     let events: Vec<_> = (0..150).map(|i| event_of(&format!("o{i}"), 1)).collect();
 
@@ -184,8 +188,7 @@ async fn a_deduplicated_entry_is_published_and_counted() {
     // Given a bus answering DEDUPLICATED for entries it had accepted before
     let put = mock!(Client::put_events)
         .then_compute_output(|req| answered(req.entries().len(), SuccessCode::Deduplicated));
-    let publisher =
-        CustomBusPublisher::new(custom_bus(RuleMode::MatchAny, &[&put]), quick_config()).unwrap();
+    let publisher = publisher_on(custom_bus(RuleMode::MatchAny, &[&put]), quick_config()).unwrap();
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
@@ -215,7 +218,7 @@ async fn a_call_whose_answer_was_lost_is_sent_again_and_comes_back_deduplicated(
     let lost = mock!(Client::put_events).then_error(|| call_error("InternalException"));
     let again = mock!(Client::put_events)
         .then_compute_output(|req| answered(req.entries().len(), SuccessCode::Deduplicated));
-    let publisher = CustomBusPublisher::new(
+    let publisher = publisher_on(
         custom_bus(RuleMode::Sequential, &[&lost, &again]),
         quick_config(),
     )
@@ -240,7 +243,7 @@ async fn a_throttled_call_is_retried_and_lowers_the_publish_rate() {
     let throttled = mock!(Client::put_events).then_error(|| call_error("ThrottlingException"));
     let accept = mock!(Client::put_events)
         .then_compute_output(|req| answered(req.entries().len(), SuccessCode::Published));
-    let publisher = CustomBusPublisher::new(
+    let publisher = publisher_on(
         custom_bus(RuleMode::Sequential, &[&throttled, &accept]),
         quick_config(),
     )
@@ -268,8 +271,7 @@ async fn call_errors_of_the_bus_itself_fail_every_entry_without_splitting_the_ca
         // Given a bus refusing every call with `code`
         let refused = mock!(Client::put_events).then_error(move || call_error(code));
         let publisher =
-            CustomBusPublisher::new(custom_bus(RuleMode::MatchAny, &[&refused]), quick_config())
-                .unwrap();
+            publisher_on(custom_bus(RuleMode::MatchAny, &[&refused]), quick_config()).unwrap();
 
         // When three events are published, the third a later event of the first's aggregate
         let outcomes = publisher
@@ -299,7 +301,7 @@ async fn a_call_refused_as_invalid_input_is_split_until_the_entry_at_fault_is_al
         .then_error(|| call_error("InvalidInputException"));
     let accept = mock!(Client::put_events)
         .then_compute_output(|req| answered(req.entries().len(), SuccessCode::Published));
-    let publisher = CustomBusPublisher::new(
+    let publisher = publisher_on(
         custom_bus(RuleMode::MatchAny, &[&refused, &accept]),
         quick_config(),
     )
@@ -365,8 +367,7 @@ async fn a_group_never_has_two_events_in_one_call_nor_one_after_its_failure() {
                 .failed_entry_count(1)
                 .build()
         });
-    let publisher =
-        CustomBusPublisher::new(custom_bus(RuleMode::MatchAny, &[&put]), quick_config()).unwrap();
+    let publisher = publisher_on(custom_bus(RuleMode::MatchAny, &[&put]), quick_config()).unwrap();
 
     // When aggregates a and b publish three events each
     let events: Vec<_> = (1..=3)
@@ -395,7 +396,7 @@ async fn a_group_never_has_two_events_in_one_call_nor_one_after_its_failure() {
 #[test]
 fn the_custom_publisher_refuses_a_classic_configuration() {
     let classic = PublisherConfig::new("bus", "test.orders");
-    let err = CustomBusPublisher::new(custom_bus(RuleMode::MatchAny, &[]), classic).unwrap_err();
+    let err = publisher_on(custom_bus(RuleMode::MatchAny, &[]), classic).unwrap_err();
     assert!(
         err.to_string()
             .starts_with("invalid --target-kind (EVENT_TARGET_KIND)"),

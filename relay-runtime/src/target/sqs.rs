@@ -3,7 +3,8 @@
 //! message attributes; on a FIFO queue, `.fifo`, the aggregate as `MessageGroupId` and the event
 //! id as `MessageDeduplicationId`), its answer read entry by entry by entry id (`Successful`,
 //! `Failed` with `SenderFault`, HTTP 200). What is done with the calls (turns, retries, halves,
-//! pace) is [`super::send`]'s, the same for every target.
+//! pace) is [`crate::publisher`]'s, the same for every target. Described by `GetQueueAttributes`, as
+//! the dead-letter queue is ([`crate::preflight::queue`]).
 //!
 //! Order: a FIFO queue hands out each message group in the order it accepted its messages, and
 //! the request builder sends an aggregate's next event only once its previous one is accepted. A
@@ -14,39 +15,40 @@
 //!
 //! Errors: a failed entry whose `SenderFault` is false is retried; one the sender caused is poison
 //! when its code says the message is at fault (`InvalidMessageContents`,
-//! `InvalidParameterValue`, [`super::POISON_ENTRY_CODES`]), else a failure that stays pending
+//! `InvalidParameterValue`, [`message::POISON_CODES`]), else a failure that stays pending
 //! (`KMS.AccessDeniedException`). A whole call refused as `RequestThrottled` is retried, slower;
 //! as `BatchRequestTooLong` split in halves; as `QueueDoesNotExist` or `AccessDenied` every entry
 //! fails and stays pending.
 
+use aws_sdk_sqs::types::builders::SendMessageBatchRequestEntryBuilder;
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use outbox_shared::OutboundEvent;
-use outbox_shared::limits::{
-    SQS_MESSAGE_ABSOLUTE_MAX_BYTES, SQS_SEND_BATCH_MAX, SQS_SNS_DEFAULT_MAX_BYTES,
-};
+use outbox_shared::limits::{SQS_MESSAGE_ABSOLUTE_MAX_BYTES, SQS_SEND_BATCH_MAX};
 
-use super::TargetSpec;
-use super::message;
-use super::send::{CallAnswer, TargetAdapter, TargetCall, TimeoutsToThePublisher, answer_of};
+use super::call::{CallAnswer, TargetCall, answer_of};
+use super::message::{self, MessageEntry};
+use super::{TargetDescription, TargetKind, TargetSpec, publish_client};
 use crate::CallTasks;
-use crate::config::{PublisherConfig, SettingError, TargetKind};
+use crate::config::PublisherConfig;
+use crate::permissions::{Call, Target};
+use crate::preflight::{Kind, Probed, Resource, Unusable};
 
 /// The calls of the SQS publisher: `SendMessageBatch` is authorized as `sqs:SendMessage` on the
 /// queue.
-pub const CALLS: &[crate::permissions::Call] = &[crate::permissions::Call::new(
-    "sqs:SendMessage",
-    crate::permissions::Target::EventTarget,
-)];
+pub const CALLS: &[Call] = &[Call::new("sqs:SendMessage", Target::EventTarget)];
+
+/// Its describe call, on the queue.
+pub const DESCRIBE_CALLS: &[Call] = &[Call::new("sqs:GetQueueAttributes", Target::EventTarget)];
 
 /// An SQS queue: 10 messages a call, 256 KiB a message and a call by default (a queue's
 /// `MaximumMessageSize` may take up to 1 MiB, and a batch 1 MiB); its URL.
 pub const SPEC: TargetSpec = TargetSpec {
     max_entries_per_call: SQS_SEND_BATCH_MAX,
-    default_max_entry_bytes: SQS_SNS_DEFAULT_MAX_BYTES,
+    default_max_entry_bytes: message::SQS_SNS_DEFAULT_MAX_BYTES,
     max_entry_bytes: SQS_MESSAGE_ABSOLUTE_MAX_BYTES,
-    default_max_request_bytes: SQS_SNS_DEFAULT_MAX_BYTES,
+    default_max_request_bytes: message::SQS_SNS_DEFAULT_MAX_BYTES,
     max_request_bytes: SQS_MESSAGE_ABSOLUTE_MAX_BYTES,
     entry_size: message::size,
     named_by: "an SQS queue's URL",
@@ -55,13 +57,15 @@ pub const SPEC: TargetSpec = TargetSpec {
     check_source: |_| Ok(()),
     messaging_system: "aws_sqs",
     calls: CALLS,
-    call: |sdk| {
-        std::sync::Arc::new(SqsQueue::new(aws_sdk_sqs::Client::from_conf(
-            aws_sdk_sqs::config::Builder::from(sdk)
-                .interceptor(crate::metrics::FailedCallCounter)
-                .build(),
-        )))
-    },
+    call: |sdk| std::sync::Arc::new(SqsQueue::new(sdk.into())),
+    resource: Kind::Queue,
+    describe: |sdk, resource| describe(sdk, resource).boxed(),
+    describe_calls: DESCRIBE_CALLS,
+    order: message::order,
+    poison_codes: message::POISON_CODES,
+    // SQS's codes are every relay's (the dead-letter queue is a queue too): in
+    // `outbox_shared::error`.
+    codes: outbox_shared::error::ServiceCodes::NONE,
 };
 
 /// Longest SQS queue name, `.fifo` included.
@@ -106,52 +110,36 @@ pub struct SqsQueue {
     client: aws_sdk_sqs::Client,
 }
 
-impl TargetAdapter<SqsQueue> {
-    /// The SQS queue's publisher on `client` ([`SqsQueue::new`]).
-    ///
-    /// # Errors
-    /// [`SettingError`] when the configuration is out of range, or is not for a queue.
-    pub fn new(client: aws_sdk_sqs::Client, config: PublisherConfig) -> Result<Self, SettingError> {
-        Self::with_target(SqsQueue::new(client), config)
+impl SqsQueue {
+    /// The call on a client of `config` ([`publish_client!`]: tests inject faults through it).
+    pub fn new(config: aws_sdk_sqs::config::Builder) -> Self {
+        Self {
+            client: publish_client!(aws_sdk_sqs, config),
+        }
     }
 }
 
-impl SqsQueue {
-    /// The call on `client`, which keeps its settings, except that a call that times out is not
-    /// retried by the SDK: the publisher retries it, after lowering its calls in flight.
-    pub fn new(client: aws_sdk_sqs::Client) -> Self {
-        let client = aws_sdk_sqs::Client::from_conf(
-            client
-                .config()
-                .to_builder()
-                .retry_classifier(TimeoutsToThePublisher)
-                .build(),
-        );
-        Self { client }
+impl MessageEntry for SendMessageBatchRequestEntryBuilder {
+    fn start(id: String, body: &str) -> Self {
+        SendMessageBatchRequestEntry::builder()
+            .id(id)
+            .message_body(body)
     }
 
-    /// The batch entry of `event` at `position` in its call.
-    fn entry(event: &OutboundEvent, position: usize, fifo: bool) -> SendMessageBatchRequestEntry {
-        let mut entry = SendMessageBatchRequestEntry::builder()
-            .id(message::entry_id(position))
-            .message_body(&event.detail);
-        for (name, value) in message::attributes(event) {
-            entry = entry.message_attributes(
-                name,
-                MessageAttributeValue::builder()
-                    .data_type(message::STRING)
-                    .string_value(value)
-                    .build()
-                    .expect("the data type is set"),
-            );
-        }
-        if fifo {
-            let (group, deduplication) = message::fifo_ids(event);
-            entry = entry
-                .message_group_id(group)
-                .message_deduplication_id(deduplication);
-        }
-        entry.build().expect("the id and the body are set")
+    fn attribute(self, name: &str, value: &str) -> Self {
+        self.message_attributes(
+            name,
+            MessageAttributeValue::builder()
+                .data_type(message::STRING)
+                .string_value(value)
+                .build()
+                .expect("the data type is set"),
+        )
+    }
+
+    fn fifo(self, group: String, deduplication: String) -> Self {
+        self.message_group_id(group)
+            .message_deduplication_id(deduplication)
     }
 }
 
@@ -171,7 +159,11 @@ impl TargetCall for SqsQueue {
         let entries = pending
             .iter()
             .enumerate()
-            .map(|(position, &i)| Self::entry(events[i], position, fifo))
+            .map(|(position, &i)| {
+                message::entry::<SendMessageBatchRequestEntryBuilder>(events[i], position, fifo)
+                    .build()
+                    .expect("the id and the body are set")
+            })
             .collect();
         let sent = pending.len();
         let call = self
@@ -181,25 +173,48 @@ impl TargetCall for SqsQueue {
             .set_entries(Some(entries))
             .send();
         async move {
-            answer_of("SendMessageBatch", call_tasks.run(call).await, |output| {
-                message::results_by_id(
-                    sent,
-                    output.successful().iter().map(|s| s.id().to_owned()),
-                    output.failed().iter().map(|f| {
-                        (
-                            f.id().to_owned(),
-                            message::failed_entry(
-                                f.code(),
-                                f.message().unwrap_or_default(),
-                                f.sender_fault(),
-                            ),
-                        )
-                    }),
-                )
-            })
+            answer_of(
+                "SendMessageBatch",
+                &SPEC.codes,
+                call_tasks.run(call).await,
+                |output| {
+                    message::results_by_id(
+                        sent,
+                        output.successful().iter().map(|s| s.id().to_owned()),
+                        output.failed().iter().map(|f| {
+                            (
+                                f.id().to_owned(),
+                                message::failed_entry(
+                                    f.code(),
+                                    f.message().unwrap_or_default(),
+                                    f.sender_fault(),
+                                ),
+                            )
+                        }),
+                    )
+                },
+            )
         }
         .boxed()
     }
+}
+
+/// Describes the queue `resource` names by its URL, as the dead-letter queue is.
+///
+/// # Errors
+/// [`Unusable`] when it does not exist, may not be described, or cannot be reached.
+async fn describe(
+    sdk: &aws_config::SdkConfig,
+    resource: &Resource,
+) -> Result<Probed<TargetDescription>, Unusable> {
+    Ok(match crate::preflight::queue(sdk, resource).await? {
+        Probed::Found(queue) => Probed::Found(TargetDescription {
+            kind: TargetKind::Sqs,
+            arn: queue.arn,
+            state: None,
+        }),
+        Probed::Unknown(failure) => Probed::Unknown(failure),
+    })
 }
 
 #[cfg(test)]

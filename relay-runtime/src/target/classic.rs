@@ -1,31 +1,45 @@
-//! The classic bus's adapter: `PutEvents` of `aws-sdk-eventbridge`, each entry on the configured
-//! bus (a name or ARN) with the configured `Source`, its answer read entry by entry
-//! ([`entry_results`]). What is done with the calls (turns, retries, halves, pace) is
-//! [`super::send`]'s, the same for every bus.
+//! The classic bus (rules and targets): `PutEvents` of `aws-sdk-eventbridge`, each entry on the
+//! configured bus (a name or ARN) with the configured `Source` and the X-Ray `TraceHeader`, its
+//! answer read entry by entry; described by `DescribeEventBus`. What is done with the calls
+//! (turns, retries, halves, pace) is [`crate::publisher`]'s, the same for every target.
+//!
+//! Order and duplicates: none past `PutEvents`: rules deliver in no order, and a re-publish is a
+//! new event to the bus (consumers de-duplicate on `metadata.eventId`; the Custom Event Bus has
+//! both).
+//!
+//! Errors: `MalformedDetail` and `InvalidArgument` refuse an entry for what it holds: poison;
+//! `ThrottlingException` (the bus's `PutEvents` quota) and `InternalException` are retried;
+//! `NotAuthorizedForSourceException`, `AccessDeniedException` and `ResourceNotFoundException`
+//! fail every entry, which stays pending.
 
 use aws_sdk_eventbridge::types::{PutEventsRequestEntry, PutEventsResultEntry};
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use outbox_shared::OutboundEvent;
+use outbox_shared::error::ServiceCodes;
 use outbox_shared::limits::{
     PUT_EVENTS_ABSOLUTE_MAX_BYTES, PUT_EVENTS_DEFAULT_MAX_BYTES, PUT_EVENTS_MAX_ENTRIES,
 };
+use outbox_shared::{OutboundEvent, SdkFailure};
 
-use super::TargetSpec;
-#[cfg(test)]
-use super::send::{Attempt, read_results};
-use super::send::{
-    CallAnswer, EntryResult, TargetAdapter, TargetCall, TimeoutsToThePublisher, answer_of,
-};
+use super::call::{CallAnswer, EntryResult, TargetCall, answer_of};
+use super::{TargetDescription, TargetKind, TargetSpec, publish_client};
 use crate::CallTasks;
-use crate::config::{PublisherConfig, SettingError, TargetKind};
+use crate::config::PublisherConfig;
+use crate::permissions::{Call, Target};
+use crate::preflight::{Kind, Probed, Resource, Service, Unusable};
 
 /// The classic bus's publisher: `events:PutEvents` on the bus (the Custom Event Bus's calls are
-/// [`super::custom_bus::CALLS`]).
-pub const CALLS: &[crate::permissions::Call] = &[crate::permissions::Call::new(
-    "events:PutEvents",
-    crate::permissions::Target::EventTarget,
-)];
+/// [`super::custom::CALLS`]).
+pub const CALLS: &[Call] = &[Call::new("events:PutEvents", Target::EventTarget)];
+
+/// Its describe call, on the bus (both buses' describe call is authorized so).
+pub const DESCRIBE_CALLS: &[Call] = &[Call::new("events:DescribeEventBus", Target::EventTarget)];
+
+/// The classic bus's codes are every AWS service's.
+pub const CODES: ServiceCodes = ServiceCodes::NONE;
+
+/// The EventBridge service, as the probes name its endpoint.
+pub const SERVICE: Service = Service::new("AWS_ENDPOINT_URL_EVENTBRIDGE", "events");
 
 /// The classic bus: 10 entries a call, 256 KiB by default; a bus name or ARN; any `Source` but
 /// EventBridge's reserved ones (checked for every kind).
@@ -42,13 +56,13 @@ pub const SPEC: TargetSpec = TargetSpec {
     check_source: |_| Ok(()),
     messaging_system: "aws_eventbridge",
     calls: CALLS,
-    call: |sdk| {
-        std::sync::Arc::new(ClassicBus::new(aws_sdk_eventbridge::Client::from_conf(
-            aws_sdk_eventbridge::config::Builder::from(sdk)
-                .interceptor(crate::metrics::FailedCallCounter)
-                .build(),
-        )))
-    },
+    call: |sdk| std::sync::Arc::new(ClassicBus::new(sdk.into())),
+    resource: Kind::Bus,
+    describe: |sdk, resource| describe(sdk, resource).boxed(),
+    describe_calls: DESCRIBE_CALLS,
+    order: |_| ", no order and no de-duplication (the Custom Event Bus has both)",
+    poison_codes: &["MalformedDetail", "InvalidArgument"],
+    codes: CODES,
 };
 
 /// Longest `EventBusName` (a name or an ARN) EventBridge accepts on a `PutEvents` entry.
@@ -97,35 +111,12 @@ pub struct ClassicBus {
     client: aws_sdk_eventbridge::Client,
 }
 
-/// The classic bus's adapter.
-pub type EventBridgePublisher = TargetAdapter<ClassicBus>;
-
-impl TargetAdapter<ClassicBus> {
-    /// The classic bus's publisher on `client` ([`ClassicBus::new`]).
-    ///
-    /// # Errors
-    /// [`SettingError`] when the configuration is out of range (or names a Custom Event
-    /// Bus).
-    pub fn new(
-        client: aws_sdk_eventbridge::Client,
-        config: PublisherConfig,
-    ) -> Result<Self, SettingError> {
-        Self::with_target(ClassicBus::new(client), config)
-    }
-}
-
 impl ClassicBus {
-    /// The call on `client`, which keeps its settings, except that a call that times out is not
-    /// retried by the SDK: the publisher retries it, after lowering its calls in flight.
-    pub fn new(client: aws_sdk_eventbridge::Client) -> Self {
-        let client = aws_sdk_eventbridge::Client::from_conf(
-            client
-                .config()
-                .to_builder()
-                .retry_classifier(TimeoutsToThePublisher)
-                .build(),
-        );
-        Self { client }
+    /// The call on a client of `config` ([`publish_client!`]: tests inject faults through it).
+    pub fn new(config: aws_sdk_eventbridge::config::Builder) -> Self {
+        Self {
+            client: publish_client!(aws_sdk_eventbridge, config),
+        }
     }
 
     /// The `PutEvents` entry of `event`, on the configured bus with the configured source.
@@ -159,7 +150,7 @@ impl TargetCall for ClassicBus {
             .collect();
         let call = self.client.put_events().set_entries(Some(entries)).send();
         async move {
-            answer_of("PutEvents", call_tasks.run(call).await, |output| {
+            answer_of("PutEvents", &CODES, call_tasks.run(call).await, |output| {
                 output.entries().iter().map(entry_result).collect()
             })
         }
@@ -178,9 +169,35 @@ fn entry_result(result: &PutEventsResultEntry) -> EntryResult {
     }
 }
 
-/// Reads a classic `PutEvents` answer entry by entry ([`read_results`]), for the tests.
+/// Reads a classic `PutEvents` answer entry by entry, for the tests.
 #[cfg(test)]
-pub(crate) fn entry_results(pending: &[usize], results: &[PutEventsResultEntry]) -> Attempt {
+pub(crate) fn entry_results(
+    pending: &[usize],
+    results: &[PutEventsResultEntry],
+) -> crate::publisher::attempt::Attempt {
     let results: Vec<EntryResult> = results.iter().map(entry_result).collect();
-    read_results(pending, &results)
+    crate::publisher::attempt::read_results(&SPEC, pending, &results)
+}
+
+/// Describes the bus `resource` names (`DescribeEventBus`, by its name or ARN).
+///
+/// # Errors
+/// [`Unusable`] when it does not exist, may not be described, or cannot be reached.
+async fn describe(
+    sdk: &aws_config::SdkConfig,
+    resource: &Resource,
+) -> Result<Probed<TargetDescription>, Unusable> {
+    let (client, seen) = crate::preflight::probe_client!(aws_sdk_eventbridge, sdk);
+    let result = client
+        .describe_event_bus()
+        .name(&resource.name)
+        .send()
+        .await
+        .map(|out| TargetDescription {
+            kind: TargetKind::Classic,
+            arn: out.arn().unwrap_or_default().to_owned(),
+            state: None,
+        })
+        .map_err(|e| SdkFailure::of_service("DescribeEventBus", e, &CODES));
+    crate::preflight::probed(result, resource, sdk, SERVICE, &seen, DESCRIBE_CALLS)
 }

@@ -15,12 +15,12 @@ use outbox_shared::RetryPolicy;
 use super::KinesisStream;
 use crate::config::{PublisherConfig, TargetKind};
 use crate::deadline::Deadline;
-use crate::publisher::{PublishOutcome, Publisher, TargetAdapter};
+use crate::publisher::{PublishOutcome, Publisher, TargetPublisher};
 use crate::testing::outbound;
 
 const STREAM: &str = "arn:aws:kinesis:us-east-1:123456789012:stream/orders";
 
-fn publisher(mode: RuleMode, rules: &[&Rule]) -> TargetAdapter<KinesisStream> {
+fn publisher(mode: RuleMode, rules: &[&Rule]) -> TargetPublisher {
     let interceptor = rules
         .iter()
         .fold(MockResponseInterceptor::new().rule_mode(mode), |i, rule| {
@@ -44,7 +44,7 @@ fn publisher(mode: RuleMode, rules: &[&Rule]) -> TargetAdapter<KinesisStream> {
         },
         ..PublisherConfig::of_kind(TargetKind::Kinesis, STREAM, "test.orders")
     };
-    TargetAdapter::<KinesisStream>::new(client, config).unwrap()
+    TargetPublisher::on(KinesisStream::new(client.config().to_builder()), config).unwrap()
 }
 
 /// The answer to `records` records, those at `refused` refused with `code`.

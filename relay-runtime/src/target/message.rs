@@ -4,10 +4,19 @@
 //! queue (a name ending `.fifo`) the aggregate is the `MessageGroupId` and the event id the
 //! `MessageDeduplicationId` ([`outbox_shared::event_group::message_id`]). A message is sized as
 //! both services count it against their limits: the body's UTF-8 bytes plus each attribute's
-//! name, data type and value.
+//! name, data type and value. One entry builder ([`entry`]) writes the message of either
+//! service's batch entry ([`MessageEntry`]).
+//!
+//! Order and duplicates: a FIFO topic or queue delivers each message group in the order it
+//! accepted its messages and drops a repeat of a `MessageDeduplicationId` within 5 minutes; a
+//! standard one keeps neither ([`order`]).
 
 use outbox_shared::OutboundEvent;
 use outbox_shared::event_group::message_id;
+
+/// SNS's and SQS's message size unless the topic or queue sets a larger `MaximumMessageSize`
+/// (256 KiB), a message's and a batch's: the publisher's default for both.
+pub const SQS_SNS_DEFAULT_MAX_BYTES: usize = 256 * 1024;
 
 /// The message attribute holding the event's type (its `EventType`).
 pub const EVENT_TYPE_ATTRIBUTE: &str = "eventType";
@@ -40,6 +49,48 @@ pub fn fifo_ids(event: &OutboundEvent) -> (String, String) {
     (message_id(&event.event_group), message_id(&event.event_id))
 }
 
+/// A batch entry of SNS (`PublishBatchRequestEntry`) or SQS (`SendMessageBatchRequestEntry`),
+/// being built: what [`entry`] sets on it.
+pub trait MessageEntry: Sized {
+    /// An entry with its batch id and its body.
+    fn start(id: String, body: &str) -> Self;
+    /// The entry with the string message attribute `name` set to `value`.
+    fn attribute(self, name: &str, value: &str) -> Self;
+    /// The entry with its FIFO message group and de-duplication id.
+    fn fifo(self, group: String, deduplication: String) -> Self;
+}
+
+/// The batch entry of `event` at `position` in its call: its body, its attributes, and on a
+/// FIFO target its group and de-duplication id.
+pub fn entry<B: MessageEntry>(event: &OutboundEvent, position: usize, fifo: bool) -> B {
+    let mut entry = B::start(entry_id(position), &event.detail);
+    for (name, value) in attributes(event) {
+        entry = entry.attribute(name, value);
+    }
+    if fifo {
+        let (group, deduplication) = fifo_ids(event);
+        entry = entry.fifo(group, deduplication);
+    }
+    entry
+}
+
+/// What order and de-duplication a topic or queue named `target` gives each aggregate.
+pub fn order(target: &str) -> &'static str {
+    if is_fifo(target) {
+        ", FIFO: each aggregate in order, re-publishes within 5 minutes suppressed"
+    } else {
+        ", standard: no order and no de-duplication (a FIFO target's name ends in .fifo)"
+    }
+}
+
+/// Codes of a message (or a batch) SNS or SQS refuses for what it holds or its size: poison.
+pub const POISON_CODES: &[&str] = &[
+    "InvalidParameter",
+    "InvalidParameterValue",
+    "InvalidMessageContents",
+    "BatchRequestTooLong",
+];
+
 /// The message's size as SNS and SQS count it: the body and each attribute's name, data type
 /// and value, in UTF-8 bytes (the `Source` is not sent to these targets).
 pub fn size(event: &OutboundEvent, _source: &str) -> usize {
@@ -67,9 +118,9 @@ pub fn position_of(id: &str, entries: usize) -> Option<usize> {
 pub fn results_by_id(
     entries: usize,
     successful: impl IntoIterator<Item = String>,
-    failed: impl IntoIterator<Item = (String, super::send::EntryResult)>,
-) -> Vec<super::send::EntryResult> {
-    use super::send::EntryResult;
+    failed: impl IntoIterator<Item = (String, super::call::EntryResult)>,
+) -> Vec<super::call::EntryResult> {
+    use super::call::EntryResult;
     let mut results: Vec<Option<EntryResult>> = vec![None; entries];
     let answered = successful
         .into_iter()
@@ -91,18 +142,18 @@ pub fn results_by_id(
 
 /// One failed entry of an SNS or SQS batch: retried when the service says the fault is its own
 /// (`SenderFault` false), else read by its code.
-pub fn failed_entry(code: &str, message: &str, sender_fault: bool) -> super::send::EntryResult {
+pub fn failed_entry(code: &str, message: &str, sender_fault: bool) -> super::call::EntryResult {
     let (code, message) = (code.to_owned(), message.to_owned());
     if sender_fault {
-        super::send::EntryResult::Refused { code, message }
+        super::call::EntryResult::Refused { code, message }
     } else {
-        super::send::EntryResult::Retry { code, message }
+        super::call::EntryResult::Retry { code, message }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::send::EntryResult;
+    use super::super::call::EntryResult;
     use super::*;
 
     #[test]

@@ -16,7 +16,7 @@ use outbox_shared::{OutboundEvent, RetryPolicy};
 use super::SqsQueue;
 use crate::config::{PublisherConfig, TargetKind};
 use crate::deadline::Deadline;
-use crate::publisher::{PublishOutcome, Publisher, TargetAdapter};
+use crate::publisher::{PublishOutcome, Publisher, TargetPublisher};
 use crate::testing::outbound;
 
 const QUEUE: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/orders";
@@ -39,7 +39,7 @@ fn sqs(rules: &[&Rule]) -> Client {
     )
 }
 
-fn publisher(queue: &str, rules: &[&Rule]) -> TargetAdapter<SqsQueue> {
+fn publisher(queue: &str, rules: &[&Rule]) -> TargetPublisher {
     let config = PublisherConfig {
         retry: RetryPolicy {
             max_retries: 2,
@@ -48,7 +48,7 @@ fn publisher(queue: &str, rules: &[&Rule]) -> TargetAdapter<SqsQueue> {
         },
         ..PublisherConfig::of_kind(TargetKind::Sqs, queue, "test.orders")
     };
-    TargetAdapter::<SqsQueue>::new(sqs(rules), config).unwrap()
+    TargetPublisher::on(SqsQueue::new(sqs(rules).config().to_builder()), config).unwrap()
 }
 
 /// An answer with every entry of `ids` successful and `failed` failed.

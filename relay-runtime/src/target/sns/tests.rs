@@ -17,13 +17,13 @@ use outbox_shared::RetryPolicy;
 use super::SnsTopic;
 use crate::config::{PublisherConfig, TargetKind};
 use crate::deadline::Deadline;
-use crate::publisher::{PublishOutcome, Publisher, TargetAdapter};
+use crate::publisher::{PublishOutcome, Publisher, TargetPublisher};
 use crate::testing::outbound;
 
 const TOPIC: &str = "arn:aws:sns:us-east-1:123456789012:orders";
 const FIFO_TOPIC: &str = "arn:aws:sns:us-east-1:123456789012:orders.fifo";
 
-fn publisher(topic: &str, rules: &[&Rule]) -> TargetAdapter<SnsTopic> {
+fn publisher(topic: &str, rules: &[&Rule]) -> TargetPublisher {
     let interceptor = rules.iter().fold(
         MockResponseInterceptor::new().rule_mode(RuleMode::Sequential),
         |i, rule| i.with_rule(rule),
@@ -46,7 +46,7 @@ fn publisher(topic: &str, rules: &[&Rule]) -> TargetAdapter<SnsTopic> {
         },
         ..PublisherConfig::of_kind(TargetKind::Sns, topic, "test.orders")
     };
-    TargetAdapter::<SnsTopic>::new(client, config).unwrap()
+    TargetPublisher::on(SnsTopic::new(client.config().to_builder()), config).unwrap()
 }
 
 /// An answer with every entry of `ids` successful but those `failed`.

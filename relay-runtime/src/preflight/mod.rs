@@ -1,0 +1,66 @@
+//! What a process relies on, probed once at start-up: its credentials and region, then each
+//! resource its settings name (the table and its pending index, the target, the dead-letter queue,
+//! the lease table, a bucket), by a describe call each. A failure no retry can fix
+//! ([`outbox_shared::Misconfiguration`]: a missing resource, access denied, no or refused
+//! credentials, an unknown region, an endpoint that refuses connections) is an [`Unusable`]: one
+//! line naming the resource, the setting that named it (flag and variable), the region and the
+//! endpoint, the AWS error code and what to do. Every binary stops on it (exit code
+//! [`EXIT_MISCONFIGURED`]); the Lambda logs it as an ERROR at init. After start-up the relays
+//! keep to their loops: a resource that goes missing later is retried and alarmed on, as any
+//! other failed call.
+//!
+//! A failure of a probe that a retry may fix (throttling, a 5xx, a timeout) is not an
+//! [`Unusable`]: the probe lets it pass ([`Probed::Unknown`]) and the relay starts; its loops
+//! retry what fails.
+//!
+//! `relay-poller check` reads the same descriptions and goes further (keys, projection, stream
+//! view, TTL, sizes); the target is described by its room's describe call
+//! ([`crate::target::TargetSpec::describe`], through [`target`]).
+//!
+//! The room: [`unusable`] tells a person what is wrong (what, where, which setting, what to do);
+//! [`probe`] makes the describe calls; [`need`] lists what a process relies on and probes it.
+
+// An `Unusable` is made at most once, at start-up, and ends the process: its size (the resource,
+// where the call went, the fix, the SDK error) costs nothing, and boxing it would hide it from
+// `anyhow`'s downcasts, which choose the exit code.
+#![allow(clippy::result_large_err)]
+
+use std::time::Duration;
+
+use crate::permissions::{Call, Target};
+
+mod need;
+mod probe;
+mod unusable;
+
+pub use need::{Need, payload_bucket, require, target_resource};
+pub use probe::{
+    Probed, QueueDescription, SeenEndpoint, bucket, credentials, index, queue, table,
+    table_and_index, target,
+};
+pub(crate) use probe::{probe_client, probed};
+pub use unusable::{Kind, Place, Resource, Service, Unusable, credential_sources};
+
+/// Exit code of a process whose settings, or what they name, are wrong: a setting out of range
+/// (clap's own code for a bad flag too), a missing resource, access denied, no credentials, an
+/// unknown region, an endpoint that refuses connections.
+pub const EXIT_MISCONFIGURED: u8 = 2;
+
+/// How long the credential chain may look (environment, profile, web identity, the container's
+/// and the instance's endpoints) before the process says it found none.
+pub const CREDENTIALS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The probe of every relay's table (the target's is its room's
+/// [`describe_calls`](crate::target::TargetSpec::describe_calls); the dead-letter queue's
+/// `sqs:GetQueueAttributes` is the dead-letter sink's own call).
+pub const CALLS: &[Call] = &[Call::new("dynamodb:DescribeTable", Target::OutboxTable)];
+
+/// The probe of the payload bucket (`PAYLOAD_BUCKET`), when one is configured: [`bucket`]'s
+/// `ListObjectsV2` of one key, which IAM authorizes as `s3:ListBucket`.
+pub const PAYLOAD_BUCKET_CALLS: &[Call] = &[Call::new("s3:ListBucket", Target::PayloadBucket)];
+
+/// The probe of the poller fleet's lease table.
+pub const LEASE_TABLE_CALLS: &[Call] = &[Call::new("dynamodb:DescribeTable", Target::LeaseTable)];
+
+#[cfg(test)]
+mod tests;
