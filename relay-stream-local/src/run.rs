@@ -25,8 +25,8 @@ pub struct Summary {
     pub not_marked: u64,
     /// Calls sent to the target, retries included (counted by the publisher, not derived).
     pub publish_calls: u64,
-    /// Deprecated: `publish_calls` under its earlier name, the same value, kept one release for
-    /// scripts that read it (removed in the next).
+    /// Deprecated alias of `publish_calls` (the same value) for scripts that read this name;
+    /// removed in 0.2.0.
     pub put_events_calls: u64,
     /// Records delivered again after a batch item failure (each re-delivery counts the records
     /// from the reported one to the batch's end).
@@ -61,7 +61,7 @@ impl Summary {
                 words.push_str(&format!(", {count} {what}"));
             }
         }
-        words.push_str(&format!(" in {} PutEvents calls", self.put_events_calls));
+        words.push_str(&format!(" in {} publish calls", self.publish_calls));
         words
     }
 
