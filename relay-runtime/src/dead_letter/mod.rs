@@ -22,8 +22,8 @@
 //! #x20-#xD7FF | #xE000-#xFFFD | #x10000-#x10FFFF`, in the body and in string attribute values. A
 //! payload may hold any other (U+FFFE, U+FFFF, a control character), so the body is JSON written
 //! with every such character escaped (`\uFFFE`): it parses back to exactly the record it was
-//! ([`encode`]). The message attributes are informational (the body has every value whole), so a
-//! character SQS refuses in them is replaced by U+FFFD ([`sqs_text`]).
+//! (`sqs_text.rs`). The message attributes are informational (the body has every value whole), so a
+//! character SQS refuses in them is replaced by U+FFFD ([`sqs_text()`]).
 
 use std::future::Future;
 
