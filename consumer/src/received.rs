@@ -3,7 +3,9 @@
 //! JSON event format) into the same [`Envelope`], alone or as the `detail` of an EventBridge
 //! event, so a consumer does not care which one the relay publishes (`EVENT_FORMAT`). The
 //! idempotency store's key ([`crate::EventIdKey`]) and payload hash are then the same for one
-//! event in either format.
+//! event in either format. It reads the relays' own wire types ([`outbox_shared::envelope::wire`]:
+//! [`EventMetadata`], [`CloudEvent`], [`DataRef`]), so what the relays write and what a consumer
+//! reads cannot drift apart.
 //!
 //! | envelope | CloudEvent |
 //! |---|---|
@@ -25,9 +27,10 @@
 //! with its data inline.
 
 use outbox_shared::claim_check::{PayloadRef, RefError, ResolveError};
+use outbox_shared::envelope::{CLOUDEVENTS_SPEC_VERSION, CloudEvent, DATAREF, DataRef};
 use outbox_shared::{Envelope, EventMetadata};
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_json::Value;
 
 /// Why an event could not be decoded. Each variant names what is wrong, never a value of the
@@ -107,39 +110,6 @@ impl DecodeError {
         matches!(self, Self::Payload(e) if e.is_retryable())
     }
 }
-
-/// A CloudEvent as the relays write it (the attributes the envelope has; `data` and the claim
-/// check are read apart, so the data is not copied).
-#[derive(Debug, Deserialize)]
-struct CloudEventIn {
-    specversion: String,
-    id: String,
-    #[serde(rename = "type")]
-    event_type: String,
-    #[serde(default)]
-    subject: Option<String>,
-    #[serde(default)]
-    time: Option<String>,
-    #[serde(default)]
-    sequence: Option<String>,
-    #[serde(default)]
-    aggregatetype: Option<String>,
-    #[serde(default)]
-    traceparent: Option<String>,
-    #[serde(default)]
-    tracestate: Option<String>,
-}
-
-/// The claim check's members, in place of `data` (envelope top level, CloudEvent extensions).
-#[derive(Debug, Deserialize)]
-struct DataRefIn {
-    dataref: String,
-    datasize: u64,
-    datasha256: String,
-}
-
-/// The member naming a claim-checked payload's object: CloudEvents' claim-check extension.
-const DATAREF: &str = "dataref";
 
 /// Where a received event's data is.
 #[derive(Debug)]
@@ -259,15 +229,12 @@ pub(crate) fn receive(event: &Value) -> Result<Received<'_>, DecodeError> {
 /// The reference an event carries in place of its data, checked (another client may have
 /// written it).
 fn data_ref(event: &Value, event_id: &str) -> Result<PayloadRef, DecodeError> {
-    let members = DataRefIn::deserialize(event).map_err(|source| DecodeError::Malformed {
-        format: "claim check (dataref, datasize, datasha256)",
-        source,
-    })?;
-    let reference = PayloadRef {
-        uri: members.dataref,
-        size: members.datasize,
-        sha256: members.datasha256,
-    };
+    let reference: PayloadRef = DataRef::deserialize(event)
+        .map_err(|source| DecodeError::Malformed {
+            format: "claim check (dataref, datasize, datasha256)",
+            source,
+        })?
+        .into();
     reference
         .validate()
         .map_err(|source| DecodeError::BadDataRef {
@@ -278,11 +245,13 @@ fn data_ref(event: &Value, event_id: &str) -> Result<PayloadRef, DecodeError> {
 }
 
 fn cloudevent_metadata(event: &Value) -> Result<EventMetadata, DecodeError> {
-    let event = CloudEventIn::deserialize(event).map_err(|source| DecodeError::Malformed {
-        format: CLOUDEVENT,
-        source,
-    })?;
-    if event.specversion != "1.0" {
+    // Its data is read apart, not copied.
+    let event =
+        CloudEvent::<IgnoredAny>::deserialize(event).map_err(|source| DecodeError::Malformed {
+            format: CLOUDEVENT,
+            source,
+        })?;
+    if event.specversion != CLOUDEVENTS_SPEC_VERSION {
         return Err(DecodeError::SpecVersion(event.specversion));
     }
     let sequence = event

@@ -3,7 +3,8 @@
 //! `serde_dynamo::from_item` takes the item by value: a caller that must keep the record (the
 //! stream relay keeps it whole for the dead-letter queue and the batch response) has to clone the
 //! whole map first, every key and every value, and `from_item` then rebuilds the map once more.
-//! For a writer-shaped outbox image that was two thirds of the relay's CPU per event.
+//! For a writer-shaped outbox image, the clone and the rebuild are two thirds of the relay's CPU
+//! per event.
 //!
 //! [`from_image`] reads the same `serde_dynamo::AttributeValue` map through a reference, so the
 //! only allocations left are the decoded type's own. It follows `serde_dynamo`'s data model

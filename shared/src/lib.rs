@@ -2,15 +2,17 @@
 //! and sharded, what its event looks like on EventBridge, and the limits it lives within.
 //!
 //! It links only `aws-sdk-dynamodb` (for the item's attribute values) and `aws-sdk-s3` (for the
-//! claim check), so an order service that links the writer compiles nothing of the relays. The relays' runtime (publisher, status store,
-//! dead-letter sink, telemetry) is the `relay-runtime` crate.
+//! claim check), so an order service that links the writer compiles nothing of the relays. The
+//! relays' runtime (publisher, status store, dead-letter sink, telemetry) is the `relay-runtime`
+//! crate.
 //!
 //! - [`schema`]: attribute names, entity types and key formats of the single-table design.
 //! - [`shard`]: the stable shard function that spreads pending events over the `GSI1` shards.
 //! - [`item`]: [`OutboxItem`], the one serde struct for an outbox event item, both directions.
 //! - [`image`]: decoding a borrowed item image (a stream record's `NewImage`) without cloning it.
 //! - [`entry_field`]: the `PutEvents` entry fields EventBridge limits (`DetailType`, `TraceHeader`).
-//! - [`envelope`]: the EventBridge envelope (`Detail = {"metadata": …, "data": <Payload>}`).
+//! - [`envelope`]: the event's body, the envelope (`{"metadata": …, "data": <Payload>}`) or a
+//!   CloudEvent, its wire shapes one type each for the relays (writing) and consumers (reading).
 //! - [`event_group`]: the Custom Event Bus's `EventGroupId` (the aggregate) and `DeduplicationId`
 //!   (the event id) of an event, cut to the bus's 128 characters by a documented rule.
 //! - [`claim_check`]: a payload too large for its event or item, stored in S3 under a key derived
@@ -42,7 +44,7 @@ pub mod trace_context;
 pub use claim_check::{PayloadRef, PayloadStore, ResolveError};
 pub use config::{ConfigError, OutboxConfig};
 pub use entry_field::EntryFieldError;
-pub use envelope::{Envelope, EnvelopeError, EventMetadata, OutboundEvent};
+pub use envelope::{CloudEvent, DataRef, Envelope, EnvelopeError, EventMetadata, OutboundEvent};
 pub use error::{ErrorClass, Misconfiguration, SdkFailure, classify_sdk_error};
 pub use item::{ItemError, ItemKey, NewOutboxEvent, OutboxItem, OutboxStatus};
 pub use retry::RetryPolicy;

@@ -23,16 +23,14 @@
 //! `publish {target}` span per publish (a stream batch, a poller page) links to the creation context
 //! of each event in it, the link naming the event (`messaging.message.id`) and what became of it
 //! (`outbox.outcome`); one `mark` span per settle links to the events it marked, and one
-//! `dead-letter` span per poison event links to its creation context.
+//! `dead-letter` span per poison event links to its creation context (`spans.rs`).
 
 use std::collections::HashMap;
 use std::time::SystemTime;
 
 use chrono::Utc;
 use futures::StreamExt;
-use opentelemetry::trace::{Link, Span as _, SpanKind, Status, Tracer as _};
-use opentelemetry::{KeyValue, Value};
-use outbox_shared::envelope::{Encoding, EventFormat};
+use outbox_shared::envelope::Encoding;
 use outbox_shared::time::format_timestamp;
 use outbox_shared::{ItemKey, OutboundEvent};
 
@@ -41,17 +39,12 @@ use crate::dead_letter::{DeadLetter, DeadLetterError, DeadLetterSink};
 use crate::deadline::Deadline;
 use crate::event::{Behind, Event, State};
 use crate::publisher::{PublishOutcome, Publisher};
-use crate::status_store::{
-    BATCH_EXECUTE_STATEMENT, MARK_BATCH_MAX, MarkOutcome, StatusError, StatusStore,
-};
+use crate::status_store::{BATCH_EXECUTE_STATEMENT, MARK_BATCH_MAX, StatusError, StatusStore};
 use crate::telemetry;
 
-/// `messaging.system` of the dead-letter spans.
-pub const SQS_SYSTEM: &str = "aws_sqs";
+mod spans;
 
-/// `messaging.system` of the mark spans: the outbox table, the relays' intermediary on the side
-/// they consume from.
-pub const OUTBOX_SYSTEM: &str = "aws_dynamodb";
+pub use spans::{OUTBOX_SYSTEM, SQS_SYSTEM};
 
 /// What a relay's events become and where they go: how each item's body is written (the
 /// format, a CloudEvent's source), and what its spans name the destination.
@@ -175,79 +168,8 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
             event.state = state;
         }
         if let Some((started, published)) = span {
-            self.publish_span(started, events, &published);
+            spans::publish(&self.outbound, self.origin, started, events, &published);
         }
-    }
-
-    /// The `publish {target}` span of one publish: a `send` of a batch, linked to each event's
-    /// creation context (the writer's span), each link saying what became of its event.
-    fn publish_span<R>(&self, started: SystemTime, events: &[Event<R>], published: &[usize]) {
-        let Some(tracer) = telemetry::tracer() else {
-            return;
-        };
-        let mut counts: HashMap<&'static str, i64> = HashMap::new();
-        let mut failure = None;
-        let links = published
-            .iter()
-            .map(|&i| {
-                let event = &events[i];
-                let outcome = outcome_name(&event.state);
-                *counts.entry(outcome).or_default() += 1;
-                if let State::Failed { code, .. } = &event.state {
-                    failure.get_or_insert_with(|| code.clone());
-                }
-                (event, outcome)
-            })
-            .filter_map(|(event, outcome)| {
-                let context = telemetry::span_context(event.trace.as_ref()?)?;
-                Some(Link::new(
-                    context,
-                    vec![
-                        KeyValue::new("messaging.message.id", event.id().to_owned()),
-                        KeyValue::new("outbox.outcome", outcome),
-                    ],
-                    0,
-                ))
-            })
-            .collect();
-        let destination = &self.outbound.destination;
-        let name = if destination.is_empty() {
-            "publish".to_owned()
-        } else {
-            format!("publish {destination}")
-        };
-        let mut attributes = vec![
-            KeyValue::new("messaging.system", self.outbound.system),
-            KeyValue::new("messaging.operation.type", "send"),
-            KeyValue::new("messaging.operation.name", "publish"),
-            KeyValue::new("messaging.destination.name", destination.clone()),
-            KeyValue::new(
-                "messaging.batch.message_count",
-                i64::try_from(published.len()).unwrap_or(i64::MAX),
-            ),
-            KeyValue::new("outbox.relay", self.origin),
-            KeyValue::new(
-                "outbox.event_format",
-                format_name(self.outbound.encoding.format),
-            ),
-        ];
-        attributes.extend(
-            counts
-                .into_iter()
-                .map(|(outcome, n)| KeyValue::new(format!("outbox.{outcome}"), n)),
-        );
-        let mut span = tracer
-            .span_builder(name)
-            .with_kind(SpanKind::Client)
-            .with_start_time(started)
-            .with_attributes(attributes)
-            .with_links(links)
-            .start(tracer);
-        if let Some(code) = failure {
-            span.set_attribute(KeyValue::new("error.type", code));
-            span.set_status(Status::error("events not published: they stay pending"));
-        }
-        span.end();
     }
 
     /// Settles `events` once: each published event is marked ([`MARK_BATCH_MAX`] to a call), each
@@ -318,61 +240,8 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
             events[index].state = state;
         }
         if let Some(started) = started.filter(|_| !marked.is_empty()) {
-            self.mark_span(started, events, &marked);
+            spans::mark(self.origin, started, events, &marked);
         }
-    }
-
-    /// The `mark` span of one settle: the published events' status updates (a `settle` of the
-    /// outbox's messages), linked to each event's creation context with its outcome.
-    fn mark_span<R>(&self, started: SystemTime, events: &[Event<R>], marked: &[usize]) {
-        let Some(tracer) = telemetry::tracer() else {
-            return;
-        };
-        let not_marked = marked
-            .iter()
-            .filter(|&&i| matches!(events[i].state, State::NotMarked(_)))
-            .count();
-        let links = marked
-            .iter()
-            .filter_map(|&i| {
-                let event = &events[i];
-                Some(Link::new(
-                    telemetry::span_context(event.trace.as_ref()?)?,
-                    vec![
-                        KeyValue::new("messaging.message.id", event.id().to_owned()),
-                        KeyValue::new("outbox.outcome", outcome_name(&event.state)),
-                    ],
-                    0,
-                ))
-            })
-            .collect();
-        let mut span = tracer
-            .span_builder("mark")
-            .with_kind(SpanKind::Client)
-            .with_start_time(started)
-            .with_attributes([
-                KeyValue::new("messaging.system", OUTBOX_SYSTEM),
-                KeyValue::new("messaging.operation.type", "settle"),
-                KeyValue::new("messaging.operation.name", "mark"),
-                KeyValue::new(
-                    "messaging.batch.message_count",
-                    i64::try_from(marked.len()).unwrap_or(i64::MAX),
-                ),
-                KeyValue::new("outbox.relay", self.origin),
-                KeyValue::new(
-                    "outbox.not_marked",
-                    i64::try_from(not_marked).unwrap_or(i64::MAX),
-                ),
-            ])
-            .with_links(links)
-            .start(tracer);
-        if not_marked > 0 {
-            span.set_attribute(KeyValue::new("error.type", "NotMarked"));
-            span.set_status(Status::error(
-                "published events not marked: they stay pending and are published again",
-            ));
-        }
-        span.end();
     }
 
     /// Marks one batch of published events (each with its index): each one's state after its
@@ -439,51 +308,9 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
             .send_dead_letter(event, reason, record_of, deadline)
             .await;
         if let Some(started) = started {
-            self.dead_letter_span(started, event, &state);
+            spans::dead_letter(self.origin, started, event, &state);
         }
         state
-    }
-
-    /// The `dead-letter` span of one poison event: its letter sent to the queue (a `send`), and
-    /// its mark; linked to its creation context.
-    fn dead_letter_span<R>(&self, started: SystemTime, event: &Event<R>, state: &State) {
-        let Some(tracer) = telemetry::tracer() else {
-            return;
-        };
-        let reason = match state {
-            State::DeadLettered { reason, .. } | State::NotDeadLettered { reason, .. } => {
-                reason.clone()
-            }
-            _ => String::new(),
-        };
-        let links = event
-            .trace
-            .as_ref()
-            .and_then(telemetry::span_context)
-            .map(|context| vec![Link::with_context(context)])
-            .unwrap_or_default();
-        let mut span = tracer
-            .span_builder("dead-letter")
-            .with_kind(SpanKind::Producer)
-            .with_start_time(started)
-            .with_attributes([
-                KeyValue::new("messaging.system", SQS_SYSTEM),
-                KeyValue::new("messaging.operation.type", "send"),
-                KeyValue::new("messaging.operation.name", "dead-letter"),
-                KeyValue::new("messaging.message.id", event.id().to_owned()),
-                KeyValue::new("outbox.relay", self.origin),
-                KeyValue::new("outbox.outcome", outcome_name(state)),
-                KeyValue::new("outbox.dead_letter.reason", Value::from(reason)),
-            ])
-            .with_links(links)
-            .start(tracer);
-        if matches!(state, State::NotDeadLettered { .. }) {
-            span.set_attribute(KeyValue::new("error.type", "NotDeadLettered"));
-            span.set_status(Status::error(
-                "poison event not dead-lettered: it stays pending",
-            ));
-        }
-        span.end();
     }
 
     /// Sends one poison event to the dead-letter queue with `reason`, then marks it: its state
@@ -557,211 +384,5 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
     }
 }
 
-/// What became of an event, as its span links name it.
-fn outcome_name(state: &State) -> &'static str {
-    match state {
-        State::Published => "published",
-        State::Marked(MarkOutcome::Marked) => "marked",
-        State::Marked(MarkOutcome::AlreadyMarked) => "already_marked",
-        State::NotMarked(_) => "not_marked",
-        State::Poison { .. } => "rejected",
-        State::DeadLettered { .. } => "dead_lettered",
-        State::NotDeadLettered { .. } => "not_dead_lettered",
-        State::Failed { .. } => "failed",
-        State::NotSent | State::Ready(_) => "not_sent",
-        State::HeldBack { .. } => "held_back",
-        State::LeftToHold => "left_to_hold",
-        State::Ignored(_) => "ignored",
-    }
-}
-
-fn format_name(format: EventFormat) -> &'static str {
-    format.as_str()
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::testing::pending_item as item;
-    use crate::testing::{FakeDeadLetters, FakePublisher, FakeStatusStore};
-    use outbox_shared::OutboxStatus;
-
-    /// A status store that answers a batch of marks for its first key only.
-    struct AnswersOne(FakeStatusStore);
-
-    impl StatusStore for AnswersOne {
-        async fn mark_published(&self, keys: &[ItemKey]) -> Vec<Result<MarkOutcome, StatusError>> {
-            self.0.mark_published(&keys[..1]).await
-        }
-
-        async fn mark_dead_lettered(
-            &self,
-            key: &ItemKey,
-            reason: &str,
-        ) -> Result<MarkOutcome, StatusError> {
-            self.0.mark_dead_lettered(key, reason).await
-        }
-    }
-
-    #[tokio::test]
-    async fn an_event_the_status_store_did_not_answer_for_settles_as_not_marked() {
-        // Given a store that answers a batch of marks for its first key only
-        let (publisher, status) = (
-            FakePublisher::default(),
-            AnswersOne(FakeStatusStore::default()),
-        );
-        let relay = EventRelay::new(&publisher, status, None::<&FakeDeadLetters>, "test", 4);
-        let mut events: Vec<Event<usize>> = ["a", "b", "c"]
-            .into_iter()
-            .enumerate()
-            .map(|(n, id)| Event::of_item(n, item(id, "{}"), &Encoding::envelope()))
-            .collect();
-
-        // When three published events are settled
-        relay.publish(&mut events, Deadline::NONE).await;
-        relay
-            .settle(&mut events, Deadline::NONE, |_| serde_json::Value::Null)
-            .await;
-
-        // Then each has its outcome: the first marked, the other two published but not marked
-        // (they stay pending and are published again), none dropped
-        let marks: Vec<(usize, bool)> = events
-            .into_iter()
-            .map(|e| match e.state {
-                State::Marked(_) => (e.source, true),
-                State::NotMarked(_) => (e.source, false),
-                other => panic!("{other:?}"),
-            })
-            .collect();
-        assert_eq!(marks, [(0, true), (1, false), (2, false)]);
-    }
-
-    #[tokio::test]
-    async fn published_are_marked_rejected_and_poison_dead_lettered_then_marked() {
-        // Given a good event, one EventBridge rejects, one that fails, and an unpublishable item
-        let publisher = FakePublisher::default()
-            .with_outcome(
-                "rejected",
-                PublishOutcome::Rejected {
-                    code: "MalformedDetail".into(),
-                    message: "bad".into(),
-                },
-            )
-            .with_outcome(
-                "failing",
-                PublishOutcome::Failed {
-                    code: "ThrottlingException".into(),
-                    message: "slow down".into(),
-                },
-            );
-        let (status, letters) = (FakeStatusStore::default(), FakeDeadLetters::default());
-        let relay = EventRelay::new(&publisher, &status, Some(&letters), "test", 4);
-        let mut events: Vec<Event<usize>> = [
-            ("good", "{}"),
-            ("rejected", "{}"),
-            ("failing", "{}"),
-            ("not-json", "nope"),
-        ]
-        .into_iter()
-        .enumerate()
-        .map(|(n, (id, payload))| Event::of_item(n, item(id, payload), &Encoding::envelope()))
-        .collect();
-
-        // When they are published and settled
-        relay.publish(&mut events, Deadline::NONE).await;
-        relay
-            .settle(
-                &mut events,
-                Deadline::NONE,
-                |n| serde_json::json!({ "n": n }),
-            )
-            .await;
-
-        // Then the good one is marked published, both poison events are dead-lettered with
-        // their record and marked, and the failing one stays pending
-        assert_eq!(events.len(), 4);
-        let marks = status.marks();
-        assert!(marks.contains(&(item("good", "").key(), OutboxStatus::Published)));
-        assert!(marks.contains(&(item("rejected", "").key(), OutboxStatus::DeadLettered)));
-        assert!(marks.contains(&(item("not-json", "").key(), OutboxStatus::DeadLettered)));
-        assert_eq!(marks.len(), 3);
-        let letters = letters.letters();
-        assert_eq!(letters.len(), 2);
-        let rejected = letters
-            .iter()
-            .find(|l| l.event_id.as_deref() == Some("rejected"))
-            .unwrap();
-        assert_eq!(rejected.origin, "test");
-        assert_eq!(rejected.record["n"], 1);
-        assert!(rejected.reason.contains("MalformedDetail"));
-        assert!(
-            events
-                .iter()
-                .any(|e| matches!(e.state, State::Failed { .. })
-                    && e.event_id.as_deref() == Some("failing")
-                    && e.aggregate.as_deref() == Some("o-failing"))
-        );
-    }
-
-    #[tokio::test]
-    async fn poison_is_never_marked_without_a_dead_letter() {
-        // Given an unavailable queue, and a relay without one
-        let (publisher, status) = (FakePublisher::default(), FakeStatusStore::default());
-        let unavailable = FakeDeadLetters::unavailable();
-        let with_queue = EventRelay::new(&publisher, &status, Some(&unavailable), "test", 1);
-        let without_queue =
-            EventRelay::<_, _, &FakeDeadLetters>::new(&publisher, &status, None, "test", 1);
-        for relay in [with_queue, without_queue] {
-            let mut events = vec![Event::of_item(
-                (),
-                item("bad", "nope"),
-                &Encoding::envelope(),
-            )];
-
-            // When it is settled
-            relay
-                .settle(&mut events, Deadline::NONE, |()| serde_json::Value::Null)
-                .await;
-
-            // Then it is not dead-lettered, and not marked
-            assert!(matches!(&events[0].state, State::NotDeadLettered { .. }));
-        }
-        assert!(status.marks().is_empty());
-    }
-
-    #[tokio::test]
-    async fn a_held_back_event_says_whether_it_waits_behind_a_failure_or_an_event_not_sent() {
-        // Given aggregate x whose first event fails and aggregate y whose first is not sent, each
-        // with a second event
-        let publisher = FakePublisher::default()
-            .with_outcome(
-                "x1",
-                PublishOutcome::Failed {
-                    code: "InternalException".into(),
-                    message: "outage".into(),
-                },
-            )
-            .with_outcome("y1", PublishOutcome::NotSent);
-        let relay = EventRelay::<_, _, &FakeDeadLetters>::new(
-            &publisher,
-            FakeStatusStore::default(),
-            None,
-            "test",
-            1,
-        );
-        let of = |id: &str, aggregate: &str| {
-            let mut item = item(id, "{}");
-            item.aggregate_id = Some(aggregate.into());
-            Event::of_item((), item, &Encoding::envelope())
-        };
-        let mut events = vec![of("x1", "x"), of("y1", "y"), of("x2", "x"), of("y2", "y")];
-
-        // When they are published
-        relay.publish(&mut events, Deadline::NONE).await;
-
-        // Then x2 waits behind a failure, y2 behind an event not sent
-        assert_eq!(events[2].blocks(), Some(Behind::Failure));
-        assert_eq!(events[3].blocks(), Some(Behind::NotSent));
-        assert!(publisher.published().is_empty());
-    }
-}
+mod tests;
