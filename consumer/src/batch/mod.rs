@@ -55,6 +55,8 @@ use crate::clock::{Clock, SystemClock};
 use crate::idempotency::{IdempotencyError, IdempotencyStore, Outcome};
 use crate::sequencing::{Decision, SequenceStore};
 use crate::{PayloadResolver, trace};
+/// The event and response types, at the version the processor reads.
+pub use aws_lambda_events;
 pub use error::{BatchError, HandlerError};
 pub use report::{BatchReport, ItemReport, ItemStatus, Processed};
 pub use rules::{FifoFailure, Semantics};
