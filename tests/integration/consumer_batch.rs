@@ -659,3 +659,100 @@ async fn a_gap_past_its_bound_is_applied_with_the_warning_and_the_metric() {
     ));
     assert_eq!(handler.applied(), [g(1), g(3)]);
 }
+
+/// DynamoDB calls per message of a processor, through the fault proxy (counting only), and
+/// messages per second, on a standard queue's batch of `count` events in order.
+async fn calls_per_message(
+    proxy: &outbox_tests::fault_proxy::FaultProxy,
+    processor: &BatchProcessor,
+    batch: &SqsEvent,
+) -> (std::collections::BTreeMap<String, u64>, f64) {
+    let before = proxy.counts_by_target();
+    let handler = Handler::default();
+    let started = std::time::Instant::now();
+    let report = processor
+        .process_sqs(batch, &Invocation::default(), |e| handler.handle(e))
+        .await;
+    let elapsed = started.elapsed().as_secs_f64();
+    assert!(
+        report.sqs_response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
+    let calls = proxy
+        .counts_by_target()
+        .into_iter()
+        .map(|(target, counts)| {
+            let earlier = before.get(&target).map_or(0, |c| c.passed_calls);
+            (target, counts.passed_calls - earlier)
+        })
+        .filter(|(_, calls)| *calls > 0)
+        .collect();
+    (calls, batch.records.len() as f64 / elapsed)
+}
+
+#[tokio::test]
+async fn dynamodb_calls_per_message_with_and_without_the_store_and_the_order_option() {
+    // Given ten events of ten aggregates on a standard queue, and the consumer's DynamoDB
+    // reached through the counting proxy
+    use outbox_tests::fault_proxy::{FaultProxy, FaultRates};
+    let env = TestEnv::with_target_of(TargetKind::Sqs, false).await;
+    let table = consumer_table(&env).await;
+    let proxy = FaultProxy::start(&outbox_tests::emulator_endpoints(), FaultRates::NONE, 43).await;
+    let dynamodb = env.dynamodb_through(&proxy);
+    let events: Vec<OutboundEvent> = (0..10)
+        .map(|i| event(&env, &format!("order-{i}"), 1))
+        .collect();
+    publish(
+        &env,
+        env.publisher_config(),
+        &events.iter().collect::<Vec<_>>(),
+    )
+    .await;
+    let batch = sqs_event(&env, &env.sink_queue_url, 10).await;
+    assert_eq!(batch.records.len(), 10);
+    let idempotent =
+        || IdempotencyStore::new(dynamodb.clone(), IdempotencyConfig::new(&table)).unwrap();
+
+    // When the batch is processed with no option, with the idempotency store, and with both
+    let (none, plain_rate) = calls_per_message(&proxy, &BatchProcessor::new(), &batch).await;
+    let (store, store_rate) = calls_per_message(
+        &proxy,
+        &BatchProcessor::new().with_idempotency(idempotent()),
+        &batch,
+    )
+    .await;
+    let ordered_table = consumer_table(&env).await;
+    let (ordered, ordered_rate) = calls_per_message(
+        &proxy,
+        &BatchProcessor::new()
+            .with_idempotency(
+                IdempotencyStore::new(dynamodb.clone(), IdempotencyConfig::new(&ordered_table))
+                    .unwrap(),
+            )
+            .with_sequencing(
+                SequenceStore::new(dynamodb.clone(), SequencingConfig::new(&ordered_table))
+                    .unwrap(),
+            ),
+        &batch,
+    )
+    .await;
+
+    // Then none costs no call, the store two per message (the claim, the completion), and the
+    // order option two more (the read, the advance): docs/benchmarks.md
+    let per_message = |calls: &std::collections::BTreeMap<String, u64>| -> Vec<(String, u64)> {
+        calls
+            .iter()
+            .map(|(target, n)| (target.rsplit('.').next().unwrap().to_owned(), n / 10))
+            .collect()
+    };
+    assert_eq!(per_message(&none), []);
+    assert_eq!(per_message(&store), [("UpdateItem".to_owned(), 2)]);
+    assert_eq!(
+        per_message(&ordered),
+        [("GetItem".to_owned(), 1), ("UpdateItem".to_owned(), 3)]
+    );
+    eprintln!(
+        "messages per second on the emulator: none {plain_rate:.0}, idempotency store \
+         {store_rate:.0}, store and order {ordered_rate:.0}"
+    );
+}
