@@ -39,6 +39,9 @@ mod report;
 mod rules;
 mod source;
 
+#[cfg(test)]
+mod tests;
+
 use std::fmt;
 use std::future::Future;
 
