@@ -200,6 +200,12 @@ impl<I: Clock, S: Clock> BatchProcessor<I, S> {
 
     /// Processes one EventBridge event (an invocation by a rule or the Custom Event Bus).
     ///
+    /// An asynchronous invocation is retried at most twice (the function's
+    /// `MaximumRetryAttempts`), so an early event under the order option may reach the
+    /// on-failure destination before its predecessor arrives: to restore order on the classic
+    /// bus, put an SQS queue behind the rule and process it with
+    /// [`BatchProcessor::process_sqs`] (the queue re-delivers until its `maxReceiveCount`).
+    ///
     /// # Errors
     /// [`BatchError`] when the event fails: return it as the invocation's error, so EventBridge
     /// retries the event (and then sends it to the function's on-failure destination).
