@@ -14,6 +14,12 @@
 //!   was too large to travel in it is read from S3 (`dataref`), its size and SHA-256 checked,
 //!   into the same [`Envelope`] (the consumer needs `s3:GetObject` on the payload bucket's
 //!   `payloads/*` and `s3:ListBucket` on it: the template's `PayloadConsumerPolicy`);
+//! - [`batch`] (feature `batch`, on by default): [`BatchProcessor`], a Lambda consumer's batch
+//!   from SQS (standard or FIFO, also behind SNS or an EventBridge rule), Kinesis or EventBridge
+//!   handled under its source's partial-failure rule, with the idempotency store, the payload
+//!   resolver and the trace context;
+//! - [`sequencing`]: order restored per aggregate by `metadata.sequence` ([`SequenceStore`]),
+//!   for the targets that do not keep it;
 //! - [`trace`]: the processing span, continuing the event's trace (its W3C trace context, or the
 //!   delivery's X-Ray header).
 //!
@@ -21,18 +27,26 @@
 //! `examples/`. With the `eventbridge` feature, [`EventIdKey`] also keys
 //! `aws_lambda_events::eventbridge::EventBridgeEvent`s.
 
+#[cfg(feature = "batch")]
+pub mod batch;
 pub mod claim_check;
 pub mod clock;
 pub mod error;
 pub mod idempotency;
 pub mod occ;
 pub mod received;
+pub mod sequencing;
 pub mod tables;
 pub mod trace;
 
 #[cfg(test)]
 mod test_support;
 
+#[cfg(feature = "batch")]
+pub use batch::{
+    BatchError, BatchProcessor, BatchReport, FifoFailure, Invocation, ItemReport, ItemStatus,
+    Processed, Semantics,
+};
 pub use claim_check::PayloadResolver;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::StoreError;
@@ -45,4 +59,5 @@ pub use outbox_shared::{
     Envelope, EventMetadata, PayloadRef, ResolveError, RetryPolicy, TraceContext,
 };
 pub use received::{DecodeError, decode, decode_str};
+pub use sequencing::{SequenceStore, SequencingConfig};
 pub use trace::process_span;

@@ -44,6 +44,30 @@ pub mod idempotency {
     }
 }
 
+/// An aggregate's applied sequence (the batch processor's order option,
+/// [`crate::sequencing`]): one record per aggregate, on the consumer's table (by default the
+/// idempotency table: its partition key is a string named `pk` too, and no event id starts with
+/// [`sequence::KEY_PREFIX`]).
+pub mod sequence {
+    /// Prefix of an aggregate's record key: `SEQUENCE#{aggregateType}#{aggregateId}`.
+    pub const KEY_PREFIX: &str = "SEQUENCE#";
+
+    /// Attribute names.
+    pub mod attr {
+        /// Partition key: [`super::KEY_PREFIX`], the aggregate's type and id.
+        pub const PK: &str = "pk";
+        /// The last sequence applied (0: none yet, the aggregate's next event is its first).
+        pub const LAST_SEQUENCE: &str = "last_sequence";
+        /// Epoch milliseconds since when an event after `last_sequence + 1` is waiting for its
+        /// predecessor (absent: none is).
+        pub const GAP_SINCE: &str = "gap_since";
+        /// The lowest sequence seen waiting since `gap_since`.
+        pub const LOWEST_WAITING: &str = "lowest_waiting";
+        /// Epoch milliseconds of the last sequence's application.
+        pub const APPLIED_AT: &str = "applied_at";
+    }
+}
+
 /// How long to wait for a new table to become `ACTIVE` (the emulator is instant; AWS takes seconds).
 const TABLE_ACTIVE_TIMEOUT: Duration = Duration::from_secs(60);
 const TABLE_ACTIVE_POLL: Duration = Duration::from_millis(200);

@@ -689,16 +689,24 @@ async fn on_the_fifo_queue_the_consumer_stops_at_a_failure_and_leaves_the_rest_f
     };
 
     // When the batch is handled
-    let first =
-        order_consumer::handle_queue_batch(&batch, None, &resolver(&env), &store, &flaky).await;
+    let processor = order_consumer::processor(resolver(&env), store.clone());
+    let invocation = outbox_consumer::Invocation::default();
+    let mut event = order_consumer::SqsEvent::default();
+    event.records.clone_from(&batch);
+    let first = order_consumer::handle_sqs_batch(&event, &invocation, &processor, &flaky).await;
 
     // Then the first message is handled, and the failed one and the one after it are reported
     // (left on the queue for their turn), the third not run ahead of the second
     let id = |m: &order_consumer::SqsMessage| m.message_id.clone().unwrap();
-    assert_eq!(first.handled.len(), 1, "{first:?}");
-    assert_eq!(first.handled[0].0, id(&batch[0]));
-    let reported: Vec<&str> = first
-        .response
+    let done: Vec<&str> = first
+        .items
+        .iter()
+        .filter(|i| i.is_done())
+        .map(|i| i.id.as_str())
+        .collect();
+    assert_eq!(done, [id(&batch[0])], "{first:?}");
+    let response = first.sqs_response();
+    let reported: Vec<&str> = response
         .batch_item_failures
         .iter()
         .map(|f| f.item_identifier.as_str())
@@ -711,20 +719,29 @@ async fn on_the_fifo_queue_the_consumer_stops_at_a_failure_and_leaves_the_rest_f
 
     // When the queue hands out the reported messages again, and the first once more (a
     // duplicate delivery)
-    let again: Vec<_> = [&batch[1], &batch[2], &batch[0]]
+    let mut again = order_consumer::SqsEvent::default();
+    again.records = [&batch[1], &batch[2], &batch[0]]
         .into_iter()
         .cloned()
         .collect();
-    let second =
-        order_consumer::handle_queue_batch(&again, None, &resolver(&env), &store, &flaky).await;
+    let second = order_consumer::handle_sqs_batch(&again, &invocation, &processor, &flaky).await;
 
     // Then both are handled in order, the duplicate answered from the store: each order's
     // stock reserved once
-    assert!(second.response.batch_item_failures.is_empty(), "{second:?}");
+    assert!(
+        second.sqs_response().batch_item_failures.is_empty(),
+        "{second:?}"
+    );
+    assert!(second.items.iter().all(|i| i.is_done()), "{second:?}");
     let replayed: Vec<bool> = second
-        .handled
+        .items
         .iter()
-        .map(|(_, h)| matches!(h, Handled::Processed { replayed: true, .. }))
+        .map(|i| {
+            matches!(
+                i.status,
+                outbox_consumer::ItemStatus::Done(outbox_consumer::Processed::Replayed(Some(_)))
+            )
+        })
         .collect();
     assert_eq!(replayed, [false, false, true]);
     for order in &orders {

@@ -63,6 +63,7 @@ macro_rules! on_both_buses {
 // instead of running after them.
 mod bootstrap;
 mod claim_check;
+mod consumer_batch;
 mod consumer_example;
 mod consumer_helpers;
 mod costs;

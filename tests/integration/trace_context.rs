@@ -255,23 +255,26 @@ async fn one_trace_runs_from_the_order_through_the_relays_to_the_example_consume
     let messages = sink_messages(&env, 1).await;
     assert_eq!(messages.len(), 1, "{messages:?}");
     let (store, inventory) = example_consumer(&env, &sku).await;
-    let batch = order_consumer::handle_queue_batch(
-        &messages,
-        None,
-        &outbox_consumer::PayloadResolver::new(env.s3.clone()),
-        &store,
+    let processor =
+        order_consumer::processor(outbox_consumer::PayloadResolver::new(env.s3.clone()), store);
+    let mut event = order_consumer::SqsEvent::default();
+    event.records = messages;
+    let batch = order_consumer::handle_sqs_batch(
+        &event,
+        &outbox_consumer::Invocation::default(),
+        &processor,
         &inventory,
     )
     .with_subscriber(consumer.dispatch.clone())
     .await;
-    assert!(batch.response.batch_item_failures.is_empty(), "{batch:?}");
+    assert!(
+        batch.sqs_response().batch_item_failures.is_empty(),
+        "{batch:?}"
+    );
     assert!(
         matches!(
-            batch.handled[0].1,
-            order_consumer::Handled::Processed {
-                replayed: false,
-                ..
-            }
+            batch.items[0].status,
+            outbox_consumer::ItemStatus::Done(outbox_consumer::Processed::Handled(Some(_)))
         ),
         "{batch:?}"
     );

@@ -11,6 +11,7 @@ pub mod dynamodb_reads;
 pub mod dynamodb_rules;
 pub mod fault_proxy;
 pub mod fixtures;
+pub mod lambda_events;
 pub mod latency_model;
 pub mod otlp;
 

@@ -156,7 +156,7 @@ async fn reserve_once<I: Inventory, C: Clock>(
 
 /// Why an event could not be read: S3 failing is retryable; a payload gone or not the one the
 /// event names is final; anything else is the event's own fault (poison).
-pub(crate) fn unreadable(error: DecodeError) -> HandlerError {
+fn unreadable(error: DecodeError) -> HandlerError {
     match error {
         error if error.is_retryable() => HandlerError::Retryable(error.to_string()),
         error @ DecodeError::Payload(_) => HandlerError::Permanent(error.to_string()),

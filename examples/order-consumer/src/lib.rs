@@ -11,23 +11,24 @@
 //! payload bucket's lifecycle, is a final refusal and leaves the event unclaimed).
 //!
 //! - [`handle_event`]: the handler, generic over the [`Inventory`] port;
-//! - [`handle_queue_batch`]: the same for a batch from an SQS FIFO queue (the Custom Event Bus's
-//!   FIFO subscriber's target), in order, stopping at the first failure;
+//! - [`handle_sqs_batch`], [`handle_kinesis_batch`]: the same for a batch from an SQS queue
+//!   (standard or FIFO: the Custom Event Bus's FIFO subscriber's target, an SNS subscription, a
+//!   rule's queue) or a Kinesis stream, through `outbox_consumer`'s batch processor and each
+//!   source's partial-failure rule;
 //! - [`DynamoInventory`]: the inventory on the [`stock`] table;
 //! - [`ExampleArgs`]: the configuration the `example-consumer` binary reads.
 
+mod batch;
 mod config;
 mod handler;
 mod inventory;
-mod queue;
 pub mod stock;
 
+pub use batch::{Reserved, handle_kinesis_batch, handle_sqs_batch, invocation, processor, reserve};
 pub use config::ExampleArgs;
 pub use handler::{EventBridgeEvent, Handled, HandlerError, handle_envelope, handle_event};
 pub use inventory::{
     DynamoInventory, Inventory, InventoryError, Reservation, ReservedLine, StockLevel,
 };
-pub use queue::{
-    AWS_TRACE_HEADER, BatchItemFailure, QueueBatch, SqsBatchResponse, SqsEvent, SqsMessage,
-    handle_queue_batch,
-};
+pub use outbox_consumer::batch::aws_lambda_events::kinesis::KinesisEvent;
+pub use outbox_consumer::batch::aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};

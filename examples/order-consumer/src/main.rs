@@ -1,16 +1,19 @@
 //! The example consumer Lambda: reserves stock for `OrderCreated` events, once per event,
-//! triggered by the classic bus (one EventBridge event) or by an SQS FIFO queue of the Custom
-//! Event Bus's FIFO subscriber (a batch of `Records`, handled in order, with
-//! `ReportBatchItemFailures`).
+//! triggered by the classic bus (one EventBridge event), by an SQS queue (standard or FIFO: the
+//! Custom Event Bus's FIFO subscriber's, an SNS subscription's, a rule's) or by a Kinesis stream
+//! (a batch of `Records`, with `ReportBatchItemFailures`, through the batch processor).
 
 use anyhow::Context as _;
 use clap::Parser;
 use lambda_runtime::{LambdaEvent, service_fn};
 use order_consumer::{
-    DynamoInventory, EventBridgeEvent, ExampleArgs, HandlerError, SqsEvent, handle_event,
-    handle_queue_batch,
+    DynamoInventory, EventBridgeEvent, ExampleArgs, HandlerError, KinesisEvent, SqsEvent,
+    handle_event, handle_kinesis_batch, handle_sqs_batch,
 };
 use outbox_consumer::{IdempotencyStore, OccTable, PayloadResolver};
+
+/// `eventSource` of a Kinesis trigger's records (an SQS trigger's is `aws:sqs`).
+const KINESIS_SOURCE: &str = "aws:kinesis";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -23,36 +26,49 @@ async fn main() -> anyhow::Result<()> {
     let payloads = PayloadResolver::new(aws_sdk_s3::Client::new(&sdk_config));
     let store = IdempotencyStore::new(dynamodb.clone(), idempotency)?;
     let inventory = DynamoInventory::new(OccTable::new(dynamodb, occ)?);
-    let (payloads, store, inventory) = (&payloads, &store, &inventory);
+    let processor = order_consumer::processor(payloads.clone(), store.clone());
+    let (payloads, store, inventory, processor) = (&payloads, &store, &inventory, &processor);
     lambda_runtime::run(service_fn(
         move |event: LambdaEvent<serde_json::Value>| async move {
             let deadline = i64::try_from(event.context.deadline)
                 .ok()
                 .and_then(chrono::DateTime::from_timestamp_millis);
             let malformed = |e: serde_json::Error| HandlerError::Malformed(e.to_string());
-            // An SQS trigger's payload is `{"Records": [...]}`; EventBridge's is one event.
-            if event.payload.get("Records").is_some() {
-                let batch: SqsEvent = serde_json::from_value(event.payload).map_err(malformed)?;
-                // Boxed: both handlers' futures inline in one block overflow the layout query.
-                let outcome = Box::pin(handle_queue_batch(
-                    &batch.records,
-                    deadline,
-                    payloads,
-                    store,
-                    inventory,
-                ))
-                .await;
-                relay_runtime::telemetry::flush();
-                serde_json::to_value(outcome.response).map_err(malformed)
-            } else {
-                let event: EventBridgeEvent<serde_json::Value> =
-                    serde_json::from_value(event.payload).map_err(malformed)?;
-                let handled =
-                    Box::pin(handle_event(&event, deadline, payloads, store, inventory)).await;
-                // A frozen execution environment runs no batch processor: the spans go now.
-                relay_runtime::telemetry::flush();
-                serde_json::to_value(handled?).map_err(malformed)
-            }
+            // A queue's or a stream's trigger hands `{"Records": [...]}`; EventBridge one event.
+            let response = match event.payload.pointer("/Records/0/eventSource") {
+                Some(source) if source == KINESIS_SOURCE => {
+                    let batch: KinesisEvent =
+                        serde_json::from_value(event.payload).map_err(malformed)?;
+                    let invocation = order_consumer::invocation(deadline);
+                    // Boxed: the handlers' futures inline in one block overflow the layout query.
+                    let report = Box::pin(handle_kinesis_batch(
+                        &batch,
+                        &invocation,
+                        processor,
+                        inventory,
+                    ))
+                    .await;
+                    serde_json::to_value(report.kinesis_response()).map_err(malformed)
+                }
+                Some(_) => {
+                    let batch: SqsEvent =
+                        serde_json::from_value(event.payload).map_err(malformed)?;
+                    let invocation = order_consumer::invocation(deadline);
+                    let report =
+                        Box::pin(handle_sqs_batch(&batch, &invocation, processor, inventory)).await;
+                    serde_json::to_value(report.sqs_response()).map_err(malformed)
+                }
+                None => {
+                    let event: EventBridgeEvent<serde_json::Value> =
+                        serde_json::from_value(event.payload).map_err(malformed)?;
+                    let handled =
+                        Box::pin(handle_event(&event, deadline, payloads, store, inventory)).await;
+                    handled.and_then(|h| serde_json::to_value(h).map_err(malformed))
+                }
+            };
+            // A frozen execution environment runs no batch processor: the spans go now.
+            relay_runtime::telemetry::flush();
+            response
         },
     ))
     .await
