@@ -82,6 +82,7 @@ mod poller_metrics;
 mod poller_quota;
 mod preflight_check;
 mod relay_faults;
+mod relay_metrics;
 mod relay_refused_calls;
 mod relay_stream_deadline;
 mod relay_stream_faults;

@@ -193,7 +193,13 @@ impl<B: DiscardedBatchStore, G: GoneItems> DiscardedBatches<B, G> {
             }
             recovery.add(&self.batch(&key, dry_run).await);
         }
-        crate::metrics::discarded(&recovery);
+        if !recovery.dry_run {
+            crate::metrics::discarded(
+                recovery.recovered,
+                recovery.recreated,
+                recovery.left_in_bucket,
+            );
+        }
         if recovery.batches > 0 {
             tracing::info!(
                 batches = recovery.batches,

@@ -53,7 +53,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::assignment::{ShardAssignment, StaticShards};
 use crate::index::RawItem;
-use crate::metrics;
 
 pub mod decode;
 pub mod holds;
@@ -278,7 +277,7 @@ impl<W: PollerPorts> Poller<W> {
         while !cancel.is_cancelled() {
             let now = Utc::now();
             let stats = self.pass(assignment, cutoff(now, grace), &cancel).await;
-            metrics::pass(&stats, now);
+            stats.record(now);
             let outcome = stats.outcome();
             tracing::debug!(
                 ?outcome,
@@ -326,7 +325,7 @@ impl<W: PollerPorts> Poller<W> {
                 .pass_sweeping(assignment, cutoff(now, grace), swept, cancel)
                 .await;
             passes += 1;
-            metrics::pass(&stats, now);
+            stats.record(now);
             tracing::info!(
                 pass = passes,
                 taken = stats.taken,

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use outbox_shared::ItemKey;
 use relay_runtime::{Event, Tally};
 use serde::Serialize;
@@ -83,6 +84,16 @@ impl PassStats {
         } else {
             PassOutcome::Stalled
         }
+    }
+
+    /// Records the pass's backlog and oldest pending age, once it has finished: nothing when one
+    /// of its reads failed, since it saw only part of the index (no extra queries: the first page
+    /// of each shard holds that shard's oldest event).
+    pub fn record(&self, now: DateTime<Utc>) {
+        if self.read_errors > 0 {
+            return;
+        }
+        metrics::pass(self.taken, self.oldest_created_at.as_deref(), now);
     }
 
     /// Adds what a page's events came to.
@@ -202,7 +213,7 @@ impl Totals {
                 }
             }
         }
-        metrics::relayed(&tally);
+        relay_runtime::metrics::relayed(&tally);
     }
 
     /// Records `n` aggregate holds released.
@@ -232,5 +243,53 @@ impl Totals {
             payloads_already_stored: 0,
             skipped_shards: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use relay_runtime::metrics::{BACKLOG, OLDEST_PENDING_AGE};
+
+    use super::*;
+
+    /// The values `record` leaves for `name`.
+    fn recorded(name: &str, record: impl FnOnce()) -> Vec<f64> {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        ::metrics::with_local_recorder(&recorder, record);
+        snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(key, ..)| key.key().name() == name)
+            .flat_map(|(.., value)| -> Vec<f64> {
+                match value {
+                    DebugValue::Histogram(values) => values.into_iter().map(|v| v.0).collect(),
+                    other => panic!("{name} is {other:?}"),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_pass_whose_reads_failed_reports_no_oldest_age_and_an_idle_one_reports_zero() {
+        let now = Utc.with_ymd_and_hms(2026, 11, 22, 10, 1, 0).unwrap();
+        let idle = PassStats::default();
+        let failed = PassStats {
+            read_errors: 16,
+            ..PassStats::default()
+        };
+        let busy = PassStats {
+            taken: 5,
+            oldest_created_at: Some("2026-11-22T10:00:00.000Z".into()),
+            ..PassStats::default()
+        };
+        assert_eq!(recorded(OLDEST_PENDING_AGE, || idle.record(now)), [0.0]);
+        assert!(recorded(OLDEST_PENDING_AGE, || failed.record(now)).is_empty());
+        assert!(recorded(BACKLOG, || failed.record(now)).is_empty());
+        assert_eq!(recorded(OLDEST_PENDING_AGE, || busy.record(now)), [60.0]);
+        assert_eq!(recorded(BACKLOG, || busy.record(now)), [5.0]);
     }
 }

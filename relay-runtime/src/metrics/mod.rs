@@ -20,6 +20,8 @@ use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::ConfigBag;
 use metrics::Unit;
 
+use crate::event::Tally;
+
 pub mod emf;
 #[cfg(any(test, feature = "testing"))]
 pub mod spec;
@@ -33,14 +35,18 @@ pub const RELAY_DIMENSION: &str = "Relay";
 /// The dimension naming the AWS operation of [`FAILED_CALLS`].
 pub const OPERATION_DIMENSION: &str = "Operation";
 
-/// Events published (accepted by EventBridge) and marked. Count; both relays.
+/// Events the target accepted: marked, found already marked, or not marked. Count; both relays
+/// ([`relayed`]).
 pub const PUBLISHED: &str = "Published";
 /// Published events whose conditional mark found the item already marked (by another relay, or an
-/// earlier attempt). Count.
+/// earlier attempt): a part of [`PUBLISHED`]. Count; both relays.
 pub const ALREADY_MARKED: &str = "AlreadyMarked";
-/// Poison events sent to the dead-letter queue. Count.
+/// Poison events the dead-letter queue took, marked or not. Count; both relays.
 pub const DEAD_LETTERED: &str = "DeadLettered";
-/// Events not published after every attempt; they stay pending. Count.
+/// Events left pending because something failed: the publish after every attempt, or the
+/// dead-letter queue that did not take a poison event (or no queue to take it). An event only
+/// not sent (a deadline came first, held back behind its aggregate) is not counted. Count; both
+/// relays.
 pub const PUBLISH_FAILED: &str = "PublishFailed";
 /// Events published (or dead-lettered) whose status update failed (not a lost race: that is
 /// [`ALREADY_MARKED`]): they stay pending and are published again. The summaries' `not_marked`.
@@ -169,13 +175,16 @@ pub fn install_emf(
 
 fn describe() {
     for (name, text) in [
-        (PUBLISHED, "events published and marked"),
+        (PUBLISHED, "events the target accepted"),
         (
             ALREADY_MARKED,
             "published events whose item was already marked",
         ),
-        (DEAD_LETTERED, "poison events dead-lettered"),
-        (PUBLISH_FAILED, "events left pending after every attempt"),
+        (DEAD_LETTERED, "poison events the dead-letter queue took"),
+        (
+            PUBLISH_FAILED,
+            "events left pending after a failed publish or dead letter",
+        ),
         (
             NOT_MARKED,
             "events published or dead-lettered whose mark failed",
@@ -274,6 +283,19 @@ fn describe() {
     );
 }
 
+/// Records what a batch's (or a page's) events came to, with the meanings of docs/operations.md:
+/// the one place both relays turn their [`Tally`] into counts, so a metric summed across the
+/// relays means one thing.
+pub fn relayed(tally: &Tally) {
+    count(PUBLISHED, tally.published());
+    count(ALREADY_MARKED, tally.already_marked);
+    count(DEAD_LETTERED, tally.all_dead_lettered());
+    count(NOT_MARKED, tally.all_not_marked());
+    count(PUBLISH_FAILED, tally.failed + tally.not_dead_lettered);
+    count(IGNORED, tally.ignored);
+    count(LEFT_TO_HOLD, tally.left_to_hold);
+}
+
 /// Adds `n` to the counter `name` (nothing for 0).
 pub fn count(name: &'static str, n: u64) {
     if n > 0 {
@@ -356,6 +378,61 @@ mod tests {
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
     use super::*;
+
+    /// The counters `record` leaves, by name.
+    fn counters(record: impl FnOnce()) -> std::collections::BTreeMap<String, u64> {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        metrics::with_local_recorder(&recorder, record);
+        snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter_map(|(key, .., value)| match value {
+                DebugValue::Counter(n) => Some((key.key().name().to_owned(), n)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_tally_is_counted_with_the_meanings_of_the_operations_table() {
+        // Given a tally with one event in every state but three marked
+        let tally = Tally {
+            ignored: 1,
+            marked: 3,
+            already_marked: 1,
+            not_marked: 1,
+            dead_lettered: 1,
+            dead_lettered_already_marked: 1,
+            dead_lettered_not_marked: 1,
+            not_dead_lettered: 1,
+            failed: 1,
+            not_sent: 1,
+            held_back: 1,
+            left_to_hold: 1,
+        };
+
+        // When it is recorded
+        let counted = counters(|| relayed(&tally));
+
+        // Then Published is every event the target accepted, DeadLettered every letter the queue
+        // took, NotMarked both kinds of failed marks, PublishFailed what failed and stays pending;
+        // an event only not sent or held back is in none of them
+        let expected: std::collections::BTreeMap<String, u64> = [
+            (PUBLISHED, 5),
+            (ALREADY_MARKED, 1),
+            (DEAD_LETTERED, 3),
+            (NOT_MARKED, 2),
+            (PUBLISH_FAILED, 2),
+            (IGNORED, 1),
+            (LEFT_TO_HOLD, 1),
+        ]
+        .into_iter()
+        .map(|(name, n)| (name.to_owned(), n))
+        .collect();
+        assert_eq!(counted, expected);
+    }
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_failed_call_is_counted_with_its_operation_and_a_good_one_is_not() {

@@ -38,7 +38,7 @@ pub enum RecordOutcome {
         event_id: String,
     },
     /// Left pending for the poller: its aggregate is held (`hold_failed_aggregates`).
-    Held {
+    LeftToHold {
         event_id: String,
     },
 }
@@ -175,7 +175,7 @@ fn record_outcome(event: Event<&EventRecord>) -> RecordOutcome {
         State::Ready(_) | State::NotSent | State::HeldBack { .. } => {
             RecordOutcome::NotSent { event_id: id() }
         }
-        State::LeftToHold => RecordOutcome::Held { event_id: id() },
+        State::LeftToHold => RecordOutcome::LeftToHold { event_id: id() },
     }
 }
 
@@ -197,7 +197,7 @@ pub(super) fn report(events: Vec<Event<&EventRecord>>, published_at: DateTime<Ut
         tally,
     };
     let counts = report.counts();
-    m::record_batch(&counts, max_lag_ms);
+    m::record_batch(&report.tally, max_lag_ms);
     tracing::info!(
         records,
         published = counts.published,

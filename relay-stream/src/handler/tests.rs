@@ -222,7 +222,7 @@ async fn a_failing_aggregate_is_left_to_the_poller_and_the_rest_is_published_at_
 
     // Then y's events are published at once and x's are left pending for the poller, with
     // no record re-delivered
-    let held = |id: &str| RecordOutcome::Held {
+    let held = |id: &str| RecordOutcome::LeftToHold {
         event_id: id.into(),
     };
     let published = |id: &str| RecordOutcome::Published {
