@@ -126,7 +126,7 @@ async fn the_same_events_relayed_by_either_relay_come_to_the_same_counts() {
         panic!("a drain")
     };
     let config = drain.relay.validate().expect("valid settings");
-    let poller = relay_poller::app::aws_poller_with_dead_letters(
+    let poller = relay_poller::aws::aws_poller_with_dead_letters(
         env.dynamodb_through(&proxy),
         env.publisher(config.publisher.clone()),
         relay_runtime::SqsDeadLetterSink::new(env.sqs.clone(), &env.dead_letter_queue_url),
