@@ -6,9 +6,9 @@
 //! outside the shard count, what the caller may do (`iam:SimulatePrincipalPolicy`), and the shard
 //! count's write ceiling against the index's recent peak (CloudWatch).
 //!
-//! What is wrong about each item is decided by [`Item`]'s pure functions ([`item`]) over what AWS answered
-//! (tested without AWS); [`run`] reads the answers ([`probe`], [`simulation`], [`capacity`]) and
-//! prints the [`Report`].
+//! What is wrong about each item is decided by [`Item`]'s pure functions ([`item`]) over what AWS
+//! answered (tested without AWS); [`run`] reads the answers ([`probe`], [`simulation`],
+//! [`capacity`]) and prints the [`Report`].
 
 use std::process::ExitCode;
 
