@@ -238,7 +238,7 @@ async fn run(args: &Args) -> Result<Summary> {
     let relay_lags = relay_lags(env).await?;
     let summary = summarize(
         &Written {
-            target: &args.target.to_string(),
+            target: args.target,
             orders: args.orders + outage_orders,
             all: &written.event_ids,
             live: &live_ids,
