@@ -80,11 +80,11 @@ async fn main() -> ExitCode {
             }
             ExitCode::FAILURE
         }
-        Err(err) => match err.downcast_ref::<relay_runtime::preflight::Unusable>() {
+        Err(err) => match err.downcast_ref::<relay_runtime::probe::Unusable>() {
             // What the demo cannot use is one line as it is, and the code of a misconfiguration.
             Some(unusable) => {
                 eprintln!("outbox-demo: {unusable}");
-                ExitCode::from(relay_runtime::preflight::EXIT_MISCONFIGURED)
+                ExitCode::from(relay_runtime::probe::EXIT_MISCONFIGURED)
             }
             None => {
                 eprintln!("outbox-demo: {err:#}");

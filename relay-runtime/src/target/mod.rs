@@ -26,7 +26,7 @@ use outbox_shared::OutboundEvent;
 use outbox_shared::error::ServiceCodes;
 
 use crate::permissions::Call;
-use crate::preflight::{Kind, Probed, Resource, Unusable};
+use crate::probe::{Kind, Probed, Resource, Unusable};
 
 pub mod call;
 pub mod classic;
