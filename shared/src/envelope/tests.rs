@@ -302,7 +302,25 @@ fn an_event_with_its_data_referenced_keeps_every_other_member_in_order() {
         let reference = PayloadRef::of("b", "payloads/e1", event.data().unwrap().as_bytes());
         let referenced = event.with_data_ref(&reference);
 
-        // Then the body is what the writer's reference gives, member for member and in order
+        // Then the body is the original with its `data` member, and only it, replaced in place by
+        // the reference's three members (built here by plain text replacement, apart from the
+        // rule under test)
+        let data_member = format!(r#""data":{}"#, event.data().unwrap());
+        assert_eq!(
+            event.detail.matches(&data_member).count(),
+            1,
+            "{}",
+            event.detail
+        );
+        let expected = event.detail.replace(
+            &data_member,
+            &format!(
+                r#""dataref":"{}","datasize":{},"datasha256":"{}""#,
+                reference.uri, reference.size, reference.sha256
+            ),
+        );
+        assert_eq!(referenced.detail, expected, "{encoding:?}");
+        // And it is what the writer's reference gives, member for member and in order
         let mut stored = traced.clone();
         stored.payload = String::new();
         stored.payload_ref = Some(reference);
