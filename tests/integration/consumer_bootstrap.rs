@@ -26,7 +26,7 @@ use tokio::process::Child;
 use crate::bootstrap::{build_bootstrap, function, invoke, runtime_api};
 
 /// The SKU every order of these tests reserves one of.
-const SKU: &str = "SKU-LAMBDA";
+pub(crate) const SKU: &str = "SKU-LAMBDA";
 
 /// The example consumer's `bootstrap`, built once for the tests of this module.
 async fn bootstrap() -> std::path::PathBuf {
@@ -39,7 +39,12 @@ async fn bootstrap() -> std::path::PathBuf {
 
 /// An `OrderCreated` of `order_id` (one of [`SKU`]) as the relays publish it, in aggregate
 /// `aggregate`.
-fn order_created(env: &TestEnv, aggregate: &str, order_id: &str, sequence: u64) -> OutboundEvent {
+pub(crate) fn order_created(
+    env: &TestEnv,
+    aggregate: &str,
+    order_id: &str,
+    sequence: u64,
+) -> OutboundEvent {
     let item = OutboxItem::pending(
         NewOutboxEvent {
             partition_key: user_pk("lambda-user"),
@@ -67,7 +72,7 @@ fn order_created(env: &TestEnv, aggregate: &str, order_id: &str, sequence: u64) 
 }
 
 /// Publishes `event` through the relay's publisher to `env`'s target.
-async fn publish(env: &TestEnv, event: &OutboundEvent) {
+pub(crate) async fn publish(env: &TestEnv, event: &OutboundEvent) {
     let outcomes = env
         .publisher(env.publisher_config())
         .publish(std::slice::from_ref(event), relay_runtime::Deadline::NONE)
@@ -80,7 +85,7 @@ async fn publish(env: &TestEnv, event: &OutboundEvent) {
 
 /// The consumer's tables: an idempotency table and a stock table holding ten of [`SKU`]; the
 /// stock table's inventory, to read the stock back.
-async fn consumer_tables(env: &TestEnv) -> (String, String, DynamoInventory) {
+pub(crate) async fn consumer_tables(env: &TestEnv) -> (String, String, DynamoInventory) {
     let idempotency = unique_name("consumer");
     create_idempotency_table(&env.dynamodb, &idempotency)
         .await
