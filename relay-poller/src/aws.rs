@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use aws_config::SdkConfig;
-use relay_runtime::preflight::Need;
+use relay_runtime::probe::Probe;
 use relay_runtime::{
     CallTasks, DynamoHoldStore, DynamoStatusStore, SettingError, SqsDeadLetterSink, TargetPublisher,
 };
@@ -20,9 +20,9 @@ use crate::config::RelayConfig;
 use crate::discarded::{DiscardedBatches, S3DiscardedBatches};
 use crate::index::DynamoPendingIndex;
 use crate::legacy_holds::LegacyHolds;
-use crate::needs::{load_and_probe, relay_needs};
 use crate::poller::ttl::DynamoPendingTtl;
 use crate::poller::{Poller, PollerSettings, Ports};
+use crate::probes::{load_and_probe, relay_probes};
 use crate::recreate::DynamoGoneItems;
 
 /// How often metrics are flushed (CloudWatch EMF) during `run` and `drain`.
@@ -210,7 +210,7 @@ pub struct Relay {
 ///
 /// # Errors
 /// A setting out of range, or what a probe found unusable.
-pub async fn start_relay(config: &RelayConfig, more: Vec<Need>) -> anyhow::Result<Relay> {
+pub async fn start_relay(config: &RelayConfig, more: Vec<Probe>) -> anyhow::Result<Relay> {
     // Flushed to stderr, through the logs' own writer: stdout carries the commands' results, and
     // CloudWatch Logs extracts EMF documents from either stream.
     let metrics = relay_runtime::metrics::install_emf(
@@ -219,9 +219,9 @@ pub async fn start_relay(config: &RelayConfig, more: Vec<Need>) -> anyhow::Resul
         Some(METRICS_FLUSH_INTERVAL),
     )
     .context("installing the metrics recorder")?;
-    let mut needs = relay_needs(config);
-    needs.extend(more);
-    let sdk = load_and_probe(&needs).await?;
+    let mut probes = relay_probes(config);
+    probes.extend(more);
+    let sdk = load_and_probe(&probes).await?;
     let clients = AwsClients::new(&sdk);
     let publisher = TargetPublisher::new(&sdk, config.publisher.clone())?;
     let poller = Arc::new(aws_poller_with(clients.clone(), publisher, config));

@@ -17,7 +17,7 @@ async fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             // A resource that cannot be used is one line as it is: its SDK error is in the log.
-            let line = match err.downcast_ref::<relay_runtime::preflight::Unusable>() {
+            let line = match err.downcast_ref::<relay_runtime::probe::Unusable>() {
                 Some(unusable) => unusable.to_string(),
                 None => format!("{err:#}"),
             };

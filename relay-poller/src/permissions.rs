@@ -10,11 +10,11 @@ use relay_runtime::permissions::{Call, union};
 /// kind: the index, marks and TTL
 /// refreshes, the release of holds (and the read of the events recorded on them), publishes, dead
 /// letters, the shard leases, and the discarded stream batches (read, their TTL-deleted events
-/// re-created, deleted); at start-up, the describe calls of the probe (`relay_runtime::preflight`).
+/// re-created, deleted); at start-up, the describe calls of the probe (`relay_runtime::probe`).
 pub fn service(target: TargetKind) -> Vec<Call> {
     union(&[
-        relay_runtime::preflight::CALLS,
-        relay_runtime::preflight::LEASE_TABLE_CALLS,
+        relay_runtime::probe::CALLS,
+        relay_runtime::probe::LEASE_TABLE_CALLS,
         crate::discarded::s3::CALLS,
         crate::recreate::CALLS,
         crate::index::CALLS,
@@ -26,7 +26,7 @@ pub fn service(target: TargetKind) -> Vec<Call> {
         relay_runtime::dead_letter::CALLS,
         relay_runtime::dead_letter::RECORD_CALLS,
         relay_runtime::claim_check::CALLS,
-        relay_runtime::preflight::PAYLOAD_BUCKET_CALLS,
+        relay_runtime::probe::PAYLOAD_BUCKET_CALLS,
         crate::assignment::store::CALLS,
     ])
 }
@@ -34,11 +34,11 @@ pub fn service(target: TargetKind) -> Vec<Call> {
 /// `redrive`, `recover-discarded`, `inspect` and `status` (the operator's task definition). A
 /// redrive publishes what it put back with the poller's publish path: publishes, marks and dead
 /// letters, with their calls; it and `recover-discarded` re-create gone items. Each first
-/// describes what it relies on (`relay_runtime::preflight`).
+/// describes what it relies on (`relay_runtime::probe`).
 pub fn operator(target: TargetKind) -> Vec<Call> {
     union(&[
-        relay_runtime::preflight::CALLS,
-        relay_runtime::preflight::LEASE_TABLE_CALLS,
+        relay_runtime::probe::CALLS,
+        relay_runtime::probe::LEASE_TABLE_CALLS,
         crate::redrive::CALLS,
         crate::recreate::CALLS,
         crate::discarded::s3::CALLS,
@@ -48,7 +48,7 @@ pub fn operator(target: TargetKind) -> Vec<Call> {
         relay_runtime::dead_letter::CALLS,
         relay_runtime::dead_letter::RECORD_CALLS,
         relay_runtime::claim_check::CALLS,
-        relay_runtime::preflight::PAYLOAD_BUCKET_CALLS,
+        relay_runtime::probe::PAYLOAD_BUCKET_CALLS,
         crate::inspect::CALLS,
         crate::status::CALLS,
         crate::index::CALLS,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use relay_runtime::SettingError;
-use relay_runtime::preflight::Unusable;
+use relay_runtime::probe::Unusable;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio_util::sync::CancellationToken;
@@ -15,8 +15,8 @@ use tokio_util::task::TaskTracker;
 
 /// Exit code when the settings, or what they name, are wrong: a setting out of range (clap uses
 /// the same for bad flags), a missing resource, access denied, no credentials, an unknown region,
-/// an endpoint that refuses connections ([`relay_runtime::preflight::EXIT_MISCONFIGURED`]).
-pub const EXIT_CONFIG: u8 = relay_runtime::preflight::EXIT_MISCONFIGURED;
+/// an endpoint that refuses connections ([`relay_runtime::probe::EXIT_MISCONFIGURED`]).
+pub const EXIT_CONFIG: u8 = relay_runtime::probe::EXIT_MISCONFIGURED;
 /// Exit code when a command gave up with work left (`drain` with events pending,
 /// `recover-discarded` with batches left, `inspect` with an event not found; `check` with an item
 /// that does not hold is [`EXIT_CONFIG`]), or failed at run time.

@@ -27,7 +27,7 @@
 //! - [`stream_record`]: what a stream record is (its operation; a deletion by DynamoDB's TTL).
 //! - [`discarded_batch`]: a stream batch the event source mapping discarded, as its S3 on-failure
 //!   destination keeps it (AWS's invocation record with the whole batch, and its object key).
-//! - [`preflight`]: what a process relies on, probed once at start-up (credentials, region, the
+//! - [`probe`]: what a process relies on, probed once at start-up (credentials, region, the
 //!   resources its settings name); a failure no retry can fix is one line and exit code 2.
 //! - [`config`]: the publisher's configuration and the flags and variables every relay reads it
 //!   from; setting errors that name the flag and the variable.
@@ -50,7 +50,7 @@ pub mod event;
 pub mod holds;
 pub mod metrics;
 pub mod permissions;
-pub mod preflight;
+pub mod probe;
 pub mod projection;
 pub mod publish_concurrency;
 pub mod publish_rate;

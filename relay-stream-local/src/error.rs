@@ -1,7 +1,7 @@
 //! Why the runner could not read the stream.
 
 use relay_runtime::SettingError;
-use relay_runtime::preflight::Unusable;
+use relay_runtime::probe::Unusable;
 
 /// The stream could not be read at all.
 #[derive(Debug, thiserror::Error)]
@@ -12,7 +12,7 @@ pub enum RunnerError {
     DescribeStream { stream_arn: String, message: String },
     #[error(transparent)]
     Config(#[from] SettingError),
-    /// What the runner relies on cannot be used (`relay_runtime::preflight`); boxed, as the
+    /// What the runner relies on cannot be used (`relay_runtime::probe`); boxed, as the
     /// rarest and largest.
     #[error(transparent)]
     Unusable(#[from] Box<Unusable>),

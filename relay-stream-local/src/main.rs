@@ -38,7 +38,7 @@ async fn main() -> ExitCode {
             };
             eprintln!("{}", relay_runtime::telemetry::outcome_line(PROGRAM, &line));
             if misconfigured {
-                ExitCode::from(relay_runtime::preflight::EXIT_MISCONFIGURED)
+                ExitCode::from(relay_runtime::probe::EXIT_MISCONFIGURED)
             } else {
                 ExitCode::FAILURE
             }

@@ -2,7 +2,7 @@
 //! found, then read and relayed until shutdown or idle.
 
 use relay_runtime::SettingError;
-use relay_runtime::preflight::{Kind, Need, Resource, Unusable};
+use relay_runtime::probe::{Kind, Probe, Resource, Unusable};
 use tokio_util::sync::CancellationToken;
 
 use crate::args::{LocalArgs, RunnerOptions};
@@ -82,19 +82,19 @@ impl Summary {
 /// [`RunnerError`] when the configuration is invalid or the stream cannot be found or listed.
 pub async fn run(args: &LocalArgs, shutdown: &CancellationToken) -> Result<Summary, RunnerError> {
     let sdk_config = relay_runtime::load_aws_config().await?;
-    let mut needs = relay_stream::needs(&args.relay)?;
+    let mut needs = relay_stream::probes(&args.relay)?;
     let bucket = args
         .discarded_batch_bucket
         .as_deref()
         .filter(|bucket| !bucket.trim().is_empty());
     needs.extend(bucket.map(|bucket| {
-        Need::Bucket(Resource::new(
+        Probe::Bucket(Resource::new(
             Kind::Bucket,
             bucket,
             SettingError::name_of::<LocalArgs>("discarded_batch_bucket"),
         ))
     }));
-    relay_runtime::preflight::require(&sdk_config, &needs)
+    relay_runtime::probe::each(&sdk_config, &needs)
         .await
         .map_err(Box::new)?;
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk_config);
@@ -140,11 +140,7 @@ fn no_stream(sdk: &aws_config::SdkConfig, table_name: &str) -> Unusable {
     Unusable {
         resource: Resource::new(Kind::Stream, format!("of table {table_name}"), setting),
         problem: outbox_shared::Misconfiguration::Missing,
-        place: relay_runtime::preflight::Place::of(
-            sdk,
-            relay_runtime::preflight::Service::DYNAMODB,
-            None,
-        ),
+        place: relay_runtime::probe::Place::of(sdk, relay_runtime::probe::Service::DYNAMODB, None),
         operation: "DescribeTable",
         code: None,
         fix: "enable the table's stream with the view NEW_AND_OLD_IMAGES, as infra/template.yaml \

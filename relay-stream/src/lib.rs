@@ -24,22 +24,22 @@ pub use handler::{
 };
 pub use relay_runtime::SettingError;
 
-use relay_runtime::preflight::{Kind, Need, Resource};
+use relay_runtime::probe::{Kind, Probe, Resource};
 use relay_runtime::{DynamoHoldStore, DynamoStatusStore, SqsDeadLetterSink, TargetPublisher};
 
 /// The relay with its AWS adapters, as both binaries run it.
 pub type AwsStreamRelay =
     StreamRelay<TargetPublisher, DynamoStatusStore, SqsDeadLetterSink, DynamoHoldStore>;
 
-/// What the stream relay relies on, probed at start-up (`relay_runtime::preflight`): the table it
+/// What the stream relay relies on, probed at start-up (`relay_runtime::probe`): the table it
 /// marks items in, the target, and the dead-letter queue when one is set.
 ///
 /// # Errors
 /// [`SettingError`] naming the flag and variable whose value is out of range.
-pub fn needs(args: &RelayArgs) -> Result<Vec<Need>, SettingError> {
+pub fn probes(args: &RelayArgs) -> Result<Vec<Probe>, SettingError> {
     let publisher = args.publisher_config()?;
-    let mut needs = vec![
-        Need::Table {
+    let mut probes = vec![
+        Probe::Table {
             table: Resource::new(
                 Kind::Table,
                 &args.table_name,
@@ -47,17 +47,17 @@ pub fn needs(args: &RelayArgs) -> Result<Vec<Need>, SettingError> {
             ),
             index: None,
         },
-        Need::target(&publisher),
+        Probe::target(&publisher),
     ];
-    needs.extend(relay_runtime::preflight::payload_bucket(&publisher));
-    needs.extend(args.dead_letter_queue_url().map(|url| {
-        Need::Queue(Resource::new(
+    probes.extend(relay_runtime::probe::payload_bucket(&publisher));
+    probes.extend(args.dead_letter_queue_url().map(|url| {
+        Probe::Queue(Resource::new(
             Kind::DeadLetterQueue,
             url,
             SettingError::name_of::<RelayArgs>("dead_letter_queue_url"),
         ))
     }));
-    Ok(needs)
+    Ok(probes)
 }
 
 /// Builds the relay and its clients from `args` once, at start-up.

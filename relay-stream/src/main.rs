@@ -29,14 +29,14 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     // What the function relies on, once at init: a missing table or bus, a role without access,
     // is one ERROR line and a failed init (Lambda reports it and retries the init), not a
     // function that fails every batch.
-    let needs = relay_stream::needs(&env.relay)?;
-    if let Err(unusable) = relay_runtime::preflight::require(&sdk_config, &needs).await {
+    let probes = relay_stream::probes(&env.relay)?;
+    if let Err(unusable) = relay_runtime::probe::each(&sdk_config, &probes).await {
         tracing::error!(
             resource = %unusable.resource.name,
             code = unusable.code.as_deref().unwrap_or_default(),
             "{unusable}"
         );
-        std::process::exit(relay_runtime::preflight::EXIT_MISCONFIGURED.into());
+        std::process::exit(relay_runtime::probe::EXIT_MISCONFIGURED.into());
     }
     let relay = relay_stream::build_relay(&env.relay, &sdk_config)?;
     let metrics = init_metrics(&env.metrics.metrics_namespace)?;

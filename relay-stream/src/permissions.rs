@@ -16,17 +16,17 @@ pub const ON_FAILURE_DESTINATION: &[Call] = &[
 
 /// Marks, publishes (to a `target` of its kind), dead letters, and in hold mode
 /// (`HOLD_FAILED_AGGREGATES`, which the template turns on) the holds it sets and reads; at init,
-/// the describe calls of the start-up probe (the table and the target: `relay_runtime::preflight`).
+/// the describe calls of the start-up probe (the table and the target: `relay_runtime::probe`).
 pub fn calls(target: TargetKind) -> Vec<Call> {
     union(&[
-        relay_runtime::preflight::CALLS,
+        relay_runtime::probe::CALLS,
         relay_runtime::status_store::CALLS,
         target.spec().calls,
         target.spec().describe_calls,
         relay_runtime::dead_letter::CALLS,
         relay_runtime::dead_letter::RECORD_CALLS,
         relay_runtime::claim_check::CALLS,
-        relay_runtime::preflight::PAYLOAD_BUCKET_CALLS,
+        relay_runtime::probe::PAYLOAD_BUCKET_CALLS,
         relay_runtime::holds::HOLD_CALLS,
     ])
 }

@@ -5,7 +5,7 @@
 //! codes and HTTP 5xx retry; request construction failures and every other service error do not.
 //! The two questions are apart: a connection refused retries (an endpoint restarting), and is
 //! also what a process finds at start-up when its endpoint is wrong; the relays' start-up probes
-//! (`relay_runtime::preflight`) stop on any misconfiguration, the loops keep to the class.
+//! (`relay_runtime::probe`) stop on any misconfiguration, the loops keep to the class.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -388,7 +388,7 @@ where
 /// host name that does not resolve (read from the dispatch failure's causes: the HTTP client
 /// says `dns error`, and a refused connection is an [`std::io::ErrorKind::ConnectionRefused`]).
 /// The SDK's own "no credentials" is not read here: a process resolves its credentials before
-/// its first call (`relay_runtime::preflight::credentials`), which names what it looked for.
+/// its first call (`relay_runtime::probe::credentials`), which names what it looked for.
 pub fn misconfiguration<E, R>(err: &SdkError<E, R>) -> Option<Misconfiguration>
 where
     E: ProvideErrorMetadata,

@@ -2086,9 +2086,9 @@ fn for_target_kind(kind: TargetKind, kms: bool) -> Template {
         TargetKind::Classic | TargetKind::Custom => {
             vec![(EVENT_TARGET_KIND, BUS), (EVENT_BUS_KIND, &kind_name)]
         }
-        TargetKind::Sns => vec![(EVENT_TARGET_KIND, "sns"), (EVENT_TARGET, TOPIC_ARN)],
-        TargetKind::Sqs => vec![(EVENT_TARGET_KIND, "sqs"), (EVENT_TARGET, QUEUE_ARN)],
-        TargetKind::Kinesis => vec![(EVENT_TARGET_KIND, "kinesis"), (EVENT_TARGET, STREAM_ARN)],
+        TargetKind::Sns => vec![(EVENT_TARGET_KIND, &kind_name), (EVENT_TARGET, TOPIC_ARN)],
+        TargetKind::Sqs => vec![(EVENT_TARGET_KIND, &kind_name), (EVENT_TARGET, QUEUE_ARN)],
+        TargetKind::Kinesis => vec![(EVENT_TARGET_KIND, &kind_name), (EVENT_TARGET, STREAM_ARN)],
     };
     let mut parameters = parameters;
     parameters.push((EVENT_TARGET_KMS_KEY_ARN, key));

@@ -11,7 +11,7 @@ use anyhow::{Result, bail};
 use outbox_infra::LocalStack;
 use outbox_shared::Misconfiguration;
 use relay_runtime::TargetKind;
-use relay_runtime::preflight::{self, Kind, Need, Resource, Unusable};
+use relay_runtime::probe::{self, Kind, Probe, Resource, Unusable};
 
 use crate::cli::Args;
 use crate::progress::phase;
@@ -115,7 +115,7 @@ pub(crate) async fn provision(args: &Args) -> Result<Env> {
     })
 }
 
-/// What the demo relies on, before it writes anything (`relay_runtime::preflight`, as the relays
+/// What the demo relies on, before it writes anything (`relay_runtime::probe`, as the relays
 /// probe at start-up): the credentials, and the stack given on the command line (with its payload
 /// bucket, when given), or, when the demo provisions its own, that DynamoDB, the bus's service,
 /// SQS and S3 answer at their endpoints.
@@ -130,23 +130,23 @@ async fn probe(sdk: &aws_config::SdkConfig, args: &Args) -> Result<()> {
         &args.sink_queue_url,
         &args.dead_letter_queue_url,
     ) {
-        return Ok(preflight::require(
+        return Ok(probe::each(
             sdk,
             &[
-                Need::Table {
+                Probe::Table {
                     table: Resource::new(Kind::Table, table, "--table-name"),
                     index: None,
                 },
-                Need::Target {
+                Probe::Target {
                     kind,
                     target: Resource::new(kind.spec().resource, bus, "--event-bus-name"),
                 },
-                Need::Queue(Resource::new(
+                Probe::Queue(Resource::new(
                     Kind::DeadLetterQueue,
                     dlq,
                     "--dead-letter-queue-url",
                 )),
-                Need::Queue(Resource::new(
+                Probe::Queue(Resource::new(
                     Kind::DeadLetterQueue,
                     sink,
                     "--sink-queue-url",
@@ -154,13 +154,13 @@ async fn probe(sdk: &aws_config::SdkConfig, args: &Args) -> Result<()> {
             ]
             .into_iter()
             .chain(args.payload_bucket.as_ref().map(|bucket| {
-                Need::Bucket(Resource::new(Kind::Bucket, bucket, "--payload-bucket"))
+                Probe::Bucket(Resource::new(Kind::Bucket, bucket, "--payload-bucket"))
             }))
             .collect::<Vec<_>>(),
         )
         .await?);
     }
-    preflight::credentials(sdk).await?;
+    probe::credentials(sdk).await?;
     // Nothing is there yet: a missing resource is the answer of a service that is reachable.
     let provisioned = "the demo's own stack (--table-name and the others to use an existing one)";
     let reachable = |result: Result<(), Unusable>| -> Result<()> {
@@ -170,7 +170,7 @@ async fn probe(sdk: &aws_config::SdkConfig, args: &Args) -> Result<()> {
         }
     };
     reachable(
-        preflight::table(
+        probe::table(
             sdk,
             &Resource::new(Kind::Table, "outbox-demo-probe", provisioned),
         )
@@ -198,7 +198,7 @@ async fn probe(sdk: &aws_config::SdkConfig, args: &Args) -> Result<()> {
         }
     };
     reachable(
-        preflight::target(
+        probe::target(
             sdk,
             kind,
             &Resource::new(kind.spec().resource, target, provisioned),
@@ -207,7 +207,7 @@ async fn probe(sdk: &aws_config::SdkConfig, args: &Args) -> Result<()> {
         .map(|_| ()),
     )?;
     reachable(
-        preflight::queue(
+        probe::queue(
             sdk,
             &Resource::new(Kind::DeadLetterQueue, queue, provisioned),
         )
@@ -215,7 +215,7 @@ async fn probe(sdk: &aws_config::SdkConfig, args: &Args) -> Result<()> {
         .map(|_| ()),
     )?;
     reachable(
-        preflight::bucket(
+        probe::bucket(
             sdk,
             &Resource::new(Kind::Bucket, "outbox-demo-probe", provisioned),
         )

@@ -80,11 +80,11 @@ async fn main() -> ExitCode {
             }
             ExitCode::FAILURE
         }
-        Err(err) => match err.downcast_ref::<relay_runtime::preflight::Unusable>() {
+        Err(err) => match err.downcast_ref::<relay_runtime::probe::Unusable>() {
             // What the demo cannot use is one line as it is, and the code of a misconfiguration.
             Some(unusable) => {
                 eprintln!("outbox-demo: {unusable}");
-                ExitCode::from(relay_runtime::preflight::EXIT_MISCONFIGURED)
+                ExitCode::from(relay_runtime::probe::EXIT_MISCONFIGURED)
             }
             None => {
                 eprintln!("outbox-demo: {err:#}");
@@ -238,7 +238,7 @@ async fn run(args: &Args) -> Result<Summary> {
     let relay_lags = relay_lags(env).await?;
     let summary = summarize(
         &Written {
-            target: &args.target.to_string(),
+            target: args.target,
             orders: args.orders + outage_orders,
             all: &written.event_ids,
             live: &live_ids,

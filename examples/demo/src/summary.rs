@@ -1,6 +1,7 @@
 //! The summary of a run: what was written, published, delivered, duplicated, out of order or
 //! missing, and the live relay's latencies, printed as a table (and with `--json` as one line).
 
+use relay_runtime::TargetKind;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
@@ -17,7 +18,7 @@ use crate::relays::RelaySummary;
 pub(crate) struct Summary {
     /// What the relays published to: `classic`, `custom`, `sns`, `sqs` or `kinesis`
     /// (`--target`).
-    pub(crate) target: String,
+    pub(crate) target: TargetKind,
     /// Orders written (each an aggregate with its `OrderCreated` event).
     pub(crate) orders: u64,
     /// Events written: every order's `OrderCreated` and the follow-ups' `OrderStatusChanged`.
@@ -88,7 +89,7 @@ pub(crate) struct Summary {
 /// The events the demo wrote: all of them, those written while the stream relay ran (whose
 /// latencies are the live relay's), the rate those were written at, and the large orders.
 pub(crate) struct Written<'a> {
-    pub(crate) target: &'a str,
+    pub(crate) target: TargetKind,
     pub(crate) orders: u64,
     pub(crate) all: &'a [String],
     pub(crate) live: &'a HashSet<String>,
@@ -143,7 +144,7 @@ pub(crate) fn summarize(
     let delivered = deliveries.len() as u64;
     let unique = first_latency.len() as u64;
     Summary {
-        target: written.target.to_owned(),
+        target: written.target,
         orders: written.orders,
         written: written.all.len() as u64,
         published_by_stream: stream.published,
@@ -220,7 +221,7 @@ fn percentile(sorted: &[u64], p: usize) -> u64 {
 /// Prints the summary table on stdout, with what its latencies measure and where the logs are.
 pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
     let rows: [(&str, String); 21] = [
-        ("target", s.target.clone()),
+        ("target", s.target.to_string()),
         ("orders written", s.orders.to_string()),
         ("events written", s.written.to_string()),
         (
@@ -295,18 +296,18 @@ pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
     println!(
         "  stream relay ran; write-to-delivery: to the event's arrival on the consumer side through"
     );
-    match s.target.as_str() {
-        "custom" => println!(
+    match s.target {
+        TargetKind::Custom => println!(
             "  the local Custom Event Bus's FIFO subscriber (the double delivers after PutEvents)."
         ),
-        "sns" => println!(
+        TargetKind::Sns => println!(
             "  the FIFO topic's subscription into a FIFO queue (moto delivers inside PublishBatch)."
         ),
-        "sqs" => println!("  the FIFO queue itself (SendMessageBatch's own timestamp)."),
-        "kinesis" => {
+        TargetKind::Sqs => println!("  the FIFO queue itself (SendMessageBatch's own timestamp)."),
+        TargetKind::Kinesis => {
             println!("  the stream, read back with GetRecords (the record's arrival timestamp).")
         }
-        _ => println!(
+        TargetKind::Classic => println!(
             "  the local emulator's EventBridge rule (moto delivers inside the PutEvents call)."
         ),
     }
@@ -362,7 +363,7 @@ mod tests {
             .into();
         let s = summarize(
             &Written {
-                target: "classic",
+                target: TargetKind::Classic,
                 orders: 4,
                 all: &written,
                 live: &live,
@@ -410,7 +411,7 @@ mod tests {
         // When the run is summarized
         let s = summarize(
             &Written {
-                target: "classic",
+                target: TargetKind::Classic,
                 orders: 3,
                 all: &all,
                 live: &HashSet::new(),
@@ -503,7 +504,7 @@ mod tests {
         assert_eq!(out_of_order(&repeated), 0);
         let s = summarize(
             &Written {
-                target: "custom",
+                target: TargetKind::Custom,
                 orders: 1,
                 all: &["a1".to_owned(), "a2".to_owned()],
                 live: &HashSet::new(),

@@ -13,8 +13,8 @@ use anyhow::Context;
 use crate::assignment::{DynamoLeaseStore, RespectLeases, SystemClock};
 use crate::aws::{Relay, legacy_holds, start_relay};
 use crate::config::DrainArgs;
-use crate::needs::lease_table_need;
 use crate::poller::DrainSummary;
+use crate::probes::lease_table_probe;
 use crate::process::{EXIT_FAILURE, Work, flush_metrics, print, say, shutdown_signal};
 
 /// Drains the index.
@@ -25,7 +25,7 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<ExitCode> {
     let config = args.relay.validate()?;
     let respected = args.respected_lease_table()?.map(str::to_owned);
     let shutdown = shutdown_signal()?;
-    let more = respected.iter().map(|t| lease_table_need(t)).collect();
+    let more = respected.iter().map(|t| lease_table_probe(t)).collect();
     let Relay {
         poller,
         metrics,

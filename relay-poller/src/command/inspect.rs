@@ -5,11 +5,11 @@ use std::process::ExitCode;
 
 use chrono::Utc;
 use relay_runtime::SettingError;
-use relay_runtime::preflight::{Kind, Need, Resource};
+use relay_runtime::probe::{Kind, Probe, Resource};
 
 use crate::config::InspectArgs;
 use crate::inspect::{Inspection, Inspector};
-use crate::needs::load_and_probe;
+use crate::probes::load_and_probe;
 use crate::process::{EXIT_FAILURE, print, say};
 
 /// Prints what happened to each event; exit [`EXIT_FAILURE`] when one is not found.
@@ -18,7 +18,7 @@ use crate::process::{EXIT_FAILURE, print, say};
 /// A setting out of range, what a probe found unusable, or a read that failed.
 pub async fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     SettingError::non_empty::<InspectArgs>("table_name", &args.table_name)?;
-    let sdk = load_and_probe(&[Need::Table {
+    let sdk = load_and_probe(&[Probe::Table {
         table: Resource::new(
             Kind::Table,
             &args.table_name,

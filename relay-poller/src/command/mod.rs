@@ -2,7 +2,7 @@
 //! its module's `run` (`crate::app`), which returns the process's exit code.
 //!
 //! What they share is outside this folder: the adapters on AWS (`crate::aws`), what each relies on
-//! being usable (`crate::needs`), and signals, exit codes and the outcome line (`crate::process`).
+//! being usable (`crate::probes`), and signals, exit codes and the outcome line (`crate::process`).
 
 pub mod check;
 pub mod drain;

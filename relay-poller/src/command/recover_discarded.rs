@@ -6,12 +6,12 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use relay_runtime::SettingError;
-use relay_runtime::preflight::{Kind, Need, Resource};
+use relay_runtime::probe::{Kind, Probe, Resource};
 use tokio_util::sync::CancellationToken;
 
 use crate::aws::aws_discarded_batches;
 use crate::config::RecoverDiscardedArgs;
-use crate::needs::{load_and_probe, table_need};
+use crate::probes::{load_and_probe, table_probe};
 use crate::process::{EXIT_FAILURE, print, say, stdout_is_terminal};
 
 /// Recovers every batch in the bucket; exit [`EXIT_FAILURE`] when one is left.
@@ -26,8 +26,8 @@ pub async fn run(args: RecoverDiscardedArgs) -> anyhow::Result<ExitCode> {
         &args.discarded_batch_bucket,
     )?;
     let sdk = load_and_probe(&[
-        table_need(&index, false),
-        Need::Bucket(Resource::new(
+        table_probe(&index, false),
+        Probe::Bucket(Resource::new(
             Kind::Bucket,
             &args.discarded_batch_bucket,
             SettingError::name_of::<RecoverDiscardedArgs>("discarded_batch_bucket"),

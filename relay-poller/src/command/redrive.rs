@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use crate::aws::{AwsClients, aws_poller, s3_client};
 use crate::config::RedriveArgs;
-use crate::needs::{load_and_probe, publish_needs, queue_need, table_need};
+use crate::probes::{load_and_probe, publish_probes, queue_probe, table_probe};
 use crate::process::{print, say, stdout_is_terminal};
 use crate::redrive::{Redrive, Selection, Source};
 
@@ -15,14 +15,14 @@ use crate::redrive::{Redrive, Selection, Source};
 /// A setting out of range, what a probe found unusable, or a call that failed.
 pub async fn run(args: RedriveArgs) -> anyhow::Result<ExitCode> {
     let config = args.relay.validate()?;
-    let mut needs = vec![
-        table_need(&config.index, false),
-        queue_need(&config.dead_letter_queue_url),
+    let mut probes = vec![
+        table_probe(&config.index, false),
+        queue_probe(&config.dead_letter_queue_url),
     ];
     if args.publish && !args.dry_run {
-        needs.extend(publish_needs(&config.publisher));
+        probes.extend(publish_probes(&config.publisher));
     }
-    let sdk = load_and_probe(&needs).await?;
+    let sdk = load_and_probe(&probes).await?;
     let clients = AwsClients::new(&sdk);
     let outbox = &config.index.outbox;
     let redrive = Redrive {

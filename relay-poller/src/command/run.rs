@@ -15,7 +15,7 @@ use anyhow::Context;
 
 use crate::aws::{Relay, aws_discarded_batches, lease_manager, legacy_holds, start_relay};
 use crate::config::RunArgs;
-use crate::needs::{bucket_need, lease_table_need};
+use crate::probes::{bucket_probe, lease_table_probe};
 use crate::process::{Work, flush_metrics, say, shutdown_signal};
 
 /// Runs the poller until it is told to stop.
@@ -29,10 +29,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let shutdown = shutdown_signal()?;
     let mut more = Vec::new();
     if let Some(settings) = leases.as_ref().filter(|s| !s.create_table) {
-        more.push(lease_table_need(&settings.table_name));
+        more.push(lease_table_probe(&settings.table_name));
     }
     if let Some((bucket, _)) = discarded {
-        more.push(bucket_need(bucket));
+        more.push(bucket_probe(bucket));
     }
     let Relay {
         poller,

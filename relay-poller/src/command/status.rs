@@ -6,13 +6,13 @@ use std::process::ExitCode;
 
 use chrono::Utc;
 use relay_runtime::SettingError;
-use relay_runtime::preflight::{Kind, Need, Resource};
+use relay_runtime::probe::{Kind, Probe, Resource};
 
 use crate::assignment::{DynamoLeaseStore, LeaseStore};
 use crate::aws::AwsClients;
 use crate::config::StatusArgs;
 use crate::index::DynamoPendingIndex;
-use crate::needs::{lease_table_need, load_and_probe, table_need};
+use crate::probes::{lease_table_probe, load_and_probe, table_probe};
 use crate::process::{print, say};
 use crate::status;
 
@@ -24,16 +24,16 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let index_config = args.table.validate()?;
     let queue_url =
         relay_runtime::config::dead_letter_queue_url(args.dead_letter_queue_url.as_deref());
-    let mut needs = vec![table_need(&index_config, true)];
-    needs.extend(queue_url.map(|url| {
-        Need::Queue(Resource::new(
+    let mut probes = vec![table_probe(&index_config, true)];
+    probes.extend(queue_url.map(|url| {
+        Probe::Queue(Resource::new(
             Kind::DeadLetterQueue,
             url,
             SettingError::name_of::<StatusArgs>("dead_letter_queue_url"),
         ))
     }));
-    needs.extend(args.lease_table.name().map(lease_table_need));
-    let sdk = load_and_probe(&needs).await?;
+    probes.extend(args.lease_table.name().map(lease_table_probe));
+    let sdk = load_and_probe(&probes).await?;
     let clients = AwsClients::new(&sdk);
     let outbox = &index_config.outbox;
     let index = DynamoPendingIndex::new(

@@ -19,10 +19,18 @@ pub trait PollerPorts: Sized {
     type Holds: HoldRelease;
 
     /// The ports, one value each.
-    fn into_ports(
-        self,
-    ) -> Ports<Self::Index, Self::Publisher, Self::Store, Self::DeadLetters, Self::Ttl, Self::Holds>;
+    fn into_ports(self) -> PortsOf<Self>;
 }
+
+/// The values of `W`'s ports.
+pub type PortsOf<W> = Ports<
+    <W as PollerPorts>::Index,
+    <W as PollerPorts>::Publisher,
+    <W as PollerPorts>::Store,
+    <W as PollerPorts>::DeadLetters,
+    <W as PollerPorts>::Ttl,
+    <W as PollerPorts>::Holds,
+>;
 
 /// One value of each port.
 #[derive(Debug, Clone)]

@@ -26,7 +26,7 @@ use super::{TargetDescription, TargetKind, TargetSpec, publish_client};
 use crate::CallTasks;
 use crate::config::PublisherConfig;
 use crate::permissions::{Call, Target};
-use crate::preflight::{Kind, Probed, Resource, Service, Unusable};
+use crate::probe::{Kind, Probed, Resource, Service, Unusable};
 
 /// The classic bus's publisher: `events:PutEvents` on the bus (the Custom Event Bus's calls are
 /// [`super::custom::CALLS`]).
@@ -187,7 +187,7 @@ async fn describe(
     sdk: &aws_config::SdkConfig,
     resource: &Resource,
 ) -> Result<Probed<TargetDescription>, Unusable> {
-    let (client, seen) = crate::preflight::probe_client!(aws_sdk_eventbridge, sdk);
+    let (client, seen) = crate::probe::probe_client!(aws_sdk_eventbridge, sdk);
     let result = client
         .describe_event_bus()
         .name(&resource.name)
@@ -199,5 +199,5 @@ async fn describe(
             state: None,
         })
         .map_err(|e| SdkFailure::of_service("DescribeEventBus", e, &CODES));
-    crate::preflight::probed(result, resource, sdk, SERVICE, &seen, DESCRIBE_CALLS)
+    crate::probe::probed(result, resource, sdk, SERVICE, &seen, DESCRIBE_CALLS)
 }

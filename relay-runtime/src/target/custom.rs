@@ -49,7 +49,7 @@ use super::{TargetDescription, TargetKind, TargetSpec, publish_client};
 use crate::CallTasks;
 use crate::config::PublisherConfig;
 use crate::permissions::{Call, Target};
-use crate::preflight::{Kind, Probed, Resource, Service, Unusable};
+use crate::probe::{Kind, Probed, Resource, Service, Unusable};
 
 /// The Custom Event Bus's `PutEvents` takes 1 to 100 entries per call (fixed, not adjustable).
 pub const CUSTOM_BUS_PUT_EVENTS_MAX_ENTRIES: usize = 100;
@@ -320,7 +320,7 @@ async fn describe(
     sdk: &aws_config::SdkConfig,
     resource: &Resource,
 ) -> Result<Probed<TargetDescription>, Unusable> {
-    let (client, seen) = crate::preflight::probe_client!(aws_sdk_eventbridgev2, sdk);
+    let (client, seen) = crate::probe::probe_client!(aws_sdk_eventbridgev2, sdk);
     let result = client
         .describe_event_bus()
         .event_bus_arn(&resource.name)
@@ -332,7 +332,7 @@ async fn describe(
             state: out.state().map(|s| s.as_str().to_owned()),
         })
         .map_err(|e| SdkFailure::of_service("DescribeEventBus", e, &CODES));
-    crate::preflight::probed(result, resource, sdk, SERVICE, &seen, DESCRIBE_CALLS)
+    crate::probe::probed(result, resource, sdk, SERVICE, &seen, DESCRIBE_CALLS)
 }
 
 #[cfg(test)]

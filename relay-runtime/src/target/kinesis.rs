@@ -36,7 +36,7 @@ use super::{TargetDescription, TargetKind, TargetSpec, publish_client};
 use crate::CallTasks;
 use crate::config::PublisherConfig;
 use crate::permissions::{Call, Target};
-use crate::preflight::{Kind, Probed, Resource, Service, Unusable};
+use crate::probe::{Kind, Probed, Resource, Service, Unusable};
 
 /// Kinesis's `PutRecords` takes at most 500 records.
 pub const KINESIS_PUT_RECORDS_MAX_ENTRIES: usize = 500;
@@ -203,7 +203,7 @@ async fn describe(
     sdk: &aws_config::SdkConfig,
     resource: &Resource,
 ) -> Result<Probed<TargetDescription>, Unusable> {
-    let (client, seen) = crate::preflight::probe_client!(aws_sdk_kinesis, sdk);
+    let (client, seen) = crate::probe::probe_client!(aws_sdk_kinesis, sdk);
     let result = client
         .describe_stream_summary()
         .stream_arn(&resource.name)
@@ -220,7 +220,7 @@ async fn describe(
             }
         })
         .map_err(|e| SdkFailure::of_service("DescribeStreamSummary", e, &CODES));
-    crate::preflight::probed(result, resource, sdk, SERVICE, &seen, DESCRIBE_CALLS)
+    crate::probe::probed(result, resource, sdk, SERVICE, &seen, DESCRIBE_CALLS)
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use outbox_shared::OutboundEvent;
 use outbox_shared::error::ServiceCodes;
 
 use crate::permissions::Call;
-use crate::preflight::{Kind, Probed, Resource, Unusable};
+use crate::probe::{Kind, Probed, Resource, Unusable};
 
 pub mod call;
 pub mod classic;
@@ -46,7 +46,18 @@ pub use sqs::SqsQueue;
 /// What the relays publish to: `EVENT_TARGET_KIND` / `--target-kind` (for the two buses also
 /// `EVENT_BUS_KIND` / `--event-bus-kind`, [`crate::config::PublisherArgs`]). Each kind is one room
 /// of this module, chosen in [`TargetKind::spec`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 #[value(rename_all = "lowercase")]
 pub enum TargetKind {

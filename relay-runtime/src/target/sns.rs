@@ -33,7 +33,7 @@ use super::{TargetDescription, TargetKind, TargetSpec, publish_client};
 use crate::CallTasks;
 use crate::config::PublisherConfig;
 use crate::permissions::{Call, Target};
-use crate::preflight::{Kind, Probed, Resource, Service, Unusable};
+use crate::probe::{Kind, Probed, Resource, Service, Unusable};
 
 /// SNS's `PublishBatch` takes at most 10 messages.
 pub const SNS_PUBLISH_BATCH_MAX_ENTRIES: usize = 10;
@@ -217,7 +217,7 @@ async fn describe(
     sdk: &aws_config::SdkConfig,
     resource: &Resource,
 ) -> Result<Probed<TargetDescription>, Unusable> {
-    let (client, seen) = crate::preflight::probe_client!(aws_sdk_sns, sdk);
+    let (client, seen) = crate::probe::probe_client!(aws_sdk_sns, sdk);
     let result = client
         .get_topic_attributes()
         .topic_arn(&resource.name)
@@ -233,7 +233,7 @@ async fn describe(
             state: None,
         })
         .map_err(|e| SdkFailure::of_service("GetTopicAttributes", e, &CODES));
-    crate::preflight::probed(result, resource, sdk, SERVICE, &seen, DESCRIBE_CALLS)
+    crate::probe::probed(result, resource, sdk, SERVICE, &seen, DESCRIBE_CALLS)
 }
 
 #[cfg(test)]

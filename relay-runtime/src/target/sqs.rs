@@ -4,7 +4,7 @@
 //! id as `MessageDeduplicationId`), its answer read entry by entry by entry id (`Successful`,
 //! `Failed` with `SenderFault`, HTTP 200). What is done with the calls (turns, retries, halves,
 //! pace) is [`crate::publisher`]'s, the same for every target. Described by `GetQueueAttributes`, as
-//! the dead-letter queue is ([`crate::preflight::queue`]).
+//! the dead-letter queue is ([`crate::probe::queue`]).
 //!
 //! Order: a FIFO queue hands out each message group in the order it accepted its messages, and
 //! the request builder sends an aggregate's next event only once its previous one is accepted. A
@@ -33,7 +33,7 @@ use super::{TargetDescription, TargetKind, TargetSpec, publish_client};
 use crate::CallTasks;
 use crate::config::PublisherConfig;
 use crate::permissions::{Call, Target};
-use crate::preflight::{Kind, Probed, Resource, Unusable};
+use crate::probe::{Kind, Probed, Resource, Unusable};
 
 /// The calls of the SQS publisher: `SendMessageBatch` is authorized as `sqs:SendMessage` on the
 /// queue.
@@ -207,7 +207,7 @@ async fn describe(
     sdk: &aws_config::SdkConfig,
     resource: &Resource,
 ) -> Result<Probed<TargetDescription>, Unusable> {
-    Ok(match crate::preflight::queue(sdk, resource).await? {
+    Ok(match crate::probe::queue(sdk, resource).await? {
         Probed::Found(queue) => Probed::Found(TargetDescription {
             kind: TargetKind::Sqs,
             arn: queue.arn,

@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::{
 use outbox_shared::limits::SQS_MESSAGE_ABSOLUTE_MAX_BYTES;
 use outbox_shared::schema::{self, attr};
 use outbox_shared::{SdkFailure, ShardCount};
-use relay_runtime::preflight::Unusable;
+use relay_runtime::probe::Unusable;
 use serde::Serialize;
 
 /// Whether an item holds.

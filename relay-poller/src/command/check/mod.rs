@@ -1,4 +1,4 @@
-//! `relay-poller check`: a preflight of a deployment, with the same settings as the relays. It
+//! `relay-poller check`: every start-up probe of a deployment, and more, with the same settings as the relays. It
 //! reads what the relays rely on and says, one line per item, OK or what is wrong and how to fix
 //! it: the table's keys, the pending index's keys and projection, TTL on `ttl`, the stream and
 //! its view, the target (of the configured kind), the dead-letter queue and its
@@ -6,15 +6,15 @@
 //! outside the shard count, what the caller may do (`iam:SimulatePrincipalPolicy`), and the shard
 //! count's write ceiling against the index's recent peak (CloudWatch).
 //!
-//! What is wrong about each item is decided by [`Item`]'s pure functions ([`item`]) over what AWS answered
-//! (tested without AWS); [`run`] reads the answers ([`probe`], [`simulation`], [`capacity`]) and
-//! prints the [`Report`].
+//! What is wrong about each item is decided by [`Item`]'s pure functions ([`item`]) over what AWS
+//! answered (tested without AWS); [`run`] reads the answers ([`resources`], [`simulation`],
+//! [`capacity`]) and prints the [`Report`].
 
 use std::process::ExitCode;
 
 use aws_config::SdkConfig;
 use relay_runtime::SettingError;
-use relay_runtime::preflight::{self, Kind, Need, Probed, Resource};
+use relay_runtime::probe::{self, Kind, Probe, Probed, Resource};
 
 use crate::aws::AwsClients;
 use crate::config::{CheckArgs, DiscardedBatchArgs, RelayConfig, TableArgs};
@@ -23,8 +23,8 @@ use crate::process::{EXIT_CONFIG, print, say};
 
 pub mod capacity;
 pub mod item;
-pub mod probe;
 pub mod report;
+pub mod resources;
 pub mod simulation;
 
 pub use item::{Item, Verdict};
@@ -64,7 +64,7 @@ async fn collect(
     args: &CheckArgs,
     bucket: Option<&str>,
 ) -> Vec<Item> {
-    if let Err(unusable) = preflight::credentials(sdk).await {
+    if let Err(unusable) = probe::credentials(sdk).await {
         return vec![Item::unusable("credentials", &unusable)];
     }
     let mut items = vec![Item::ok("credentials", "found")];
@@ -75,21 +75,21 @@ async fn collect(
         SettingError::name_of::<TableArgs>("table_name"),
     );
     let mut arns = Arns::default();
-    match preflight::table(sdk, &table_resource).await {
+    match probe::table(sdk, &table_resource).await {
         Err(unusable) => items.push(Item::unusable("table", &unusable)),
         Ok(Probed::Unknown(failure)) => items.push(Item::unknown("table", &failure)),
         Ok(Probed::Found(table)) => {
             arns.table = table.table_arn().map(str::to_owned);
             items.push(Item::table_keys(&table));
             items.push(Item::index(&table, &outbox.index_name));
-            items.push(probe::ttl(sdk, &outbox.table_name).await);
+            items.push(resources::ttl(sdk, &outbox.table_name).await);
             items.push(Item::stream(&table));
         }
     }
-    items.push(probe::target(sdk, &config.publisher, &mut arns).await);
-    items.push(probe::dead_letter_queue(sdk, &config.dead_letter_queue_url, &mut arns).await);
+    items.push(resources::target(sdk, &config.publisher, &mut arns).await);
+    items.push(resources::dead_letter_queue(sdk, &config.dead_letter_queue_url, &mut arns).await);
     items.push(match args.lease_table.name() {
-        Some(lease_table) => probe::lease_table(sdk, lease_table, &mut arns).await,
+        Some(lease_table) => resources::lease_table(sdk, lease_table, &mut arns).await,
         None => Item::skipped(
             "lease table",
             "none set (--lease-table, OUTBOX_LEASE_TABLE): run polls its --shards",
@@ -98,7 +98,7 @@ async fn collect(
     items.push(match bucket {
         Some(bucket) => {
             arns.bucket = Some(bucket.to_owned());
-            probe::bucket(
+            resources::bucket(
                 sdk,
                 "bucket",
                 &Resource::new(
@@ -114,10 +114,10 @@ async fn collect(
             "no discarded-batch bucket set (--discarded-batch-bucket, DISCARDED_BATCH_BUCKET)",
         ),
     });
-    items.push(match preflight::payload_bucket(&config.publisher) {
-        Some(Need::Bucket(resource)) => {
+    items.push(match probe::payload_bucket(&config.publisher) {
+        Some(Probe::Bucket(resource)) => {
             arns.payload_bucket = Some(resource.name.clone());
-            probe::bucket(sdk, "payload bucket", &resource).await
+            resources::bucket(sdk, "payload bucket", &resource).await
         }
         _ => Item::skipped(
             "payload bucket",

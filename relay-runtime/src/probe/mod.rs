@@ -18,7 +18,7 @@
 //! ([`crate::target::TargetSpec::describe`], through [`target`]).
 //!
 //! The room: [`unusable`] tells a person what is wrong (what, where, which setting, what to do);
-//! [`probe`] makes the describe calls; [`need`] lists what a process relies on and probes it.
+//! [`describe`] makes the describe calls; [`Probe`] names what a process relies on, and [`each`] probes it.
 
 // An `Unusable` is made at most once, at start-up, and ends the process: its size (the resource,
 // where the call went, the fix, the SDK error) costs nothing, and boxing it would hide it from
@@ -27,18 +27,19 @@
 
 use std::time::Duration;
 
-use crate::permissions::{Call, Target};
+use aws_config::SdkConfig;
 
-mod need;
-mod probe;
+use crate::permissions::{Call, Target};
+use crate::target::TargetKind;
+
+mod describe;
 mod unusable;
 
-pub use need::{Need, payload_bucket, require, target_resource};
-pub use probe::{
+pub use describe::{
     Probed, QueueDescription, SeenEndpoint, bucket, credentials, index, queue, table,
     table_and_index, target,
 };
-pub(crate) use probe::{probe_client, probed};
+pub(crate) use describe::{probe_client, probed};
 pub use unusable::{Kind, Place, Resource, Service, Unusable, credential_sources};
 
 /// Exit code of a process whose settings, or what they name, are wrong: a setting out of range
@@ -61,6 +62,78 @@ pub const PAYLOAD_BUCKET_CALLS: &[Call] = &[Call::new("s3:ListBucket", Target::P
 
 /// The probe of the poller fleet's lease table.
 pub const LEASE_TABLE_CALLS: &[Call] = &[Call::new("dynamodb:DescribeTable", Target::LeaseTable)];
+
+/// What a process relies on, to probe at start-up in this order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// The outbox table, and its pending index when the process reads it.
+    Table {
+        table: Resource,
+        index: Option<Resource>,
+    },
+    /// The target events are published to.
+    Target { kind: TargetKind, target: Resource },
+    /// The dead-letter queue.
+    Queue(Resource),
+    /// The poller fleet's lease table.
+    LeaseTable(Resource),
+    /// A bucket.
+    Bucket(Resource),
+}
+
+impl Probe {
+    /// The target `publisher` publishes to, named by its setting.
+    pub fn target(publisher: &crate::PublisherConfig) -> Self {
+        Self::Target {
+            kind: publisher.target_kind,
+            target: target_resource(publisher),
+        }
+    }
+}
+
+/// The payload bucket `publisher` stores large payloads in, named by its setting, if it has one.
+pub fn payload_bucket(publisher: &crate::PublisherConfig) -> Option<Probe> {
+    publisher.payload_bucket.as_ref().map(|bucket| {
+        Probe::Bucket(Resource::new(
+            Kind::Bucket,
+            bucket,
+            crate::SettingError::name_of::<crate::PublisherArgs>("payload_bucket"),
+        ))
+    })
+}
+
+/// The target `publisher` publishes to, as a resource named by `--target (EVENT_TARGET)`.
+pub fn target_resource(publisher: &crate::PublisherConfig) -> Resource {
+    Resource::new(
+        publisher.target_kind.spec().resource,
+        &publisher.target,
+        crate::SettingError::name_of::<crate::PublisherArgs>("target"),
+    )
+}
+
+/// Probes, in order, the credentials and then each of `needs`.
+///
+/// # Errors
+/// The first [`Unusable`] found.
+pub async fn each(sdk: &SdkConfig, needs: &[Probe]) -> Result<(), Unusable> {
+    credentials(sdk).await?;
+    for need in needs {
+        let unknown = match need {
+            Probe::Table { table: t, index: i } => {
+                table_and_index(sdk, t, i.as_ref()).await?;
+                None
+            }
+            Probe::Target { kind, target: t } => target(sdk, *kind, t).await?.failure(),
+            Probe::Queue(q) => queue(sdk, q).await?.failure(),
+            Probe::LeaseTable(t) => table(sdk, t).await?.failure(),
+            Probe::Bucket(b) => bucket(sdk, b).await?.failure(),
+        };
+        if let Some(failure) = unknown {
+            tracing::warn!(error = %failure, "could not check a resource at start-up; going on");
+        }
+    }
+    Ok(())
+}
 
 #[cfg(test)]
 mod tests;

@@ -1,8 +1,8 @@
-//! What a command relies on being usable before it starts (each a [`Need`], named by the setting
+//! What a command relies on being usable before it starts (each a [`Probe`], named by the setting
 //! that names it), and the probe of them all with the credentials ([`load_and_probe`]).
 
 use aws_config::SdkConfig;
-use relay_runtime::preflight::{Kind, Need, Resource};
+use relay_runtime::probe::{Kind, Probe, Resource};
 use relay_runtime::{PublisherConfig, SettingError};
 
 use crate::config::{
@@ -10,9 +10,9 @@ use crate::config::{
 };
 
 /// The outbox table a command's settings name, and its pending index when the command reads it.
-pub fn table_need(index: &IndexConfig, with_index: bool) -> Need {
+pub fn table_probe(index: &IndexConfig, with_index: bool) -> Probe {
     let outbox = &index.outbox;
-    Need::Table {
+    Probe::Table {
         table: Resource::new(
             Kind::Table,
             &outbox.table_name,
@@ -29,15 +29,15 @@ pub fn table_need(index: &IndexConfig, with_index: bool) -> Need {
 }
 
 /// What a command that publishes relies on: the target, and the payload bucket when one is set.
-pub fn publish_needs(publisher: &PublisherConfig) -> Vec<Need> {
-    std::iter::once(Need::target(publisher))
-        .chain(relay_runtime::preflight::payload_bucket(publisher))
+pub fn publish_probes(publisher: &PublisherConfig) -> Vec<Probe> {
+    std::iter::once(Probe::target(publisher))
+        .chain(relay_runtime::probe::payload_bucket(publisher))
         .collect()
 }
 
 /// The dead-letter queue of `run`, `drain` and `redrive`.
-pub fn queue_need(url: &str) -> Need {
-    Need::Queue(Resource::new(
+pub fn queue_probe(url: &str) -> Probe {
+    Probe::Queue(Resource::new(
         Kind::DeadLetterQueue,
         url,
         SettingError::name_of::<RelayArgs>("dead_letter_queue_url"),
@@ -45,8 +45,8 @@ pub fn queue_need(url: &str) -> Need {
 }
 
 /// The lease table `--lease-table` names.
-pub fn lease_table_need(table: &str) -> Need {
-    Need::LeaseTable(Resource::new(
+pub fn lease_table_probe(table: &str) -> Probe {
+    Probe::LeaseTable(Resource::new(
         Kind::LeaseTable,
         table,
         SettingError::name_of::<LeaseTableArgs>("lease_table"),
@@ -54,8 +54,8 @@ pub fn lease_table_need(table: &str) -> Need {
 }
 
 /// The discarded-batch bucket `--discarded-batch-bucket` names.
-pub fn bucket_need(bucket: &str) -> Need {
-    Need::Bucket(Resource::new(
+pub fn bucket_probe(bucket: &str) -> Probe {
+    Probe::Bucket(Resource::new(
         Kind::Bucket,
         bucket,
         SettingError::name_of::<DiscardedBatchArgs>("discarded_batch_bucket"),
@@ -64,20 +64,20 @@ pub fn bucket_need(bucket: &str) -> Need {
 
 /// What `run` and `drain` rely on: the table and its index, the target (and the payload
 /// bucket), the dead-letter queue.
-pub fn relay_needs(config: &RelayConfig) -> Vec<Need> {
-    let mut needs = vec![table_need(&config.index, true)];
-    needs.extend(publish_needs(&config.publisher));
-    needs.push(queue_need(&config.dead_letter_queue_url));
-    needs
+pub fn relay_probes(config: &RelayConfig) -> Vec<Probe> {
+    let mut probes = vec![table_probe(&config.index, true)];
+    probes.extend(publish_probes(&config.publisher));
+    probes.push(queue_probe(&config.dead_letter_queue_url));
+    probes
 }
 
 /// The SDK's configuration, once the credentials and each of `needs` were found usable.
 ///
 /// # Errors
-/// [`SettingError`] for a bad timeout variable, [`relay_runtime::preflight::Unusable`] for what a
+/// [`SettingError`] for a bad timeout variable, [`relay_runtime::probe::Unusable`] for what a
 /// probe found.
-pub async fn load_and_probe(needs: &[Need]) -> anyhow::Result<SdkConfig> {
+pub async fn load_and_probe(probes: &[Probe]) -> anyhow::Result<SdkConfig> {
     let sdk = relay_runtime::load_aws_config().await?;
-    relay_runtime::preflight::require(&sdk, needs).await?;
+    relay_runtime::probe::each(&sdk, probes).await?;
     Ok(sdk)
 }

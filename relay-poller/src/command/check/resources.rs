@@ -1,11 +1,11 @@
 //! The items read from AWS one resource at a time, through the start-up probes of
-//! [`relay_runtime::preflight`] where a relay has one, so a resource is described one way; each
+//! [`relay_runtime::probe`] where a relay has one, so a resource is described one way; each
 //! ARN found is kept for the permissions' simulation.
 
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::types::KeySchemaElement;
 use outbox_shared::SdkFailure;
-use relay_runtime::preflight::{self, Kind, Probed, Resource};
+use relay_runtime::probe::{self, Kind, Probed, Resource};
 use relay_runtime::{PublisherConfig, SettingError};
 
 use super::item::Item;
@@ -32,11 +32,11 @@ pub(super) async fn ttl(sdk: &SdkConfig, table_name: &str) -> Item {
     }
 }
 
-/// The target, described as its kind is ([`preflight::target`]).
+/// The target, described as its kind is ([`probe::target`]).
 pub(super) async fn target(sdk: &SdkConfig, publisher: &PublisherConfig, arns: &mut Arns) -> Item {
-    let resource = preflight::target_resource(publisher);
+    let resource = probe::target_resource(publisher);
     let what = resource.kind;
-    match preflight::target(sdk, publisher.target_kind, &resource).await {
+    match probe::target(sdk, publisher.target_kind, &resource).await {
         Err(unusable) => Item::unusable("target", &unusable),
         Ok(Probed::Unknown(failure)) => Item::unknown("target", &failure),
         Ok(Probed::Found(described)) => {
@@ -74,7 +74,7 @@ pub(super) async fn dead_letter_queue(sdk: &SdkConfig, url: &str, arns: &mut Arn
         url,
         SettingError::name_of::<RelayArgs>("dead_letter_queue_url"),
     );
-    match preflight::queue(sdk, &resource).await {
+    match probe::queue(sdk, &resource).await {
         Err(unusable) => Item::unusable("dead-letter queue", &unusable),
         Ok(Probed::Unknown(failure)) => Item::unknown("dead-letter queue", &failure),
         Ok(Probed::Found(queue)) => {
@@ -90,7 +90,7 @@ pub(super) async fn lease_table(sdk: &SdkConfig, name: &str, arns: &mut Arns) ->
         name,
         SettingError::name_of::<LeaseTableArgs>("lease_table"),
     );
-    match preflight::table(sdk, &resource).await {
+    match probe::table(sdk, &resource).await {
         Err(unusable) => Item::unusable("lease table", &unusable),
         Ok(Probed::Unknown(failure)) => Item::unknown("lease table", &failure),
         Ok(Probed::Found(table)) => {
@@ -117,7 +117,7 @@ pub(super) async fn lease_table(sdk: &SdkConfig, name: &str, arns: &mut Arns) ->
 
 /// The bucket `resource` names, checked as `item`, whatever it is for: the one check of a bucket.
 pub(super) async fn bucket(sdk: &SdkConfig, item: &'static str, resource: &Resource) -> Item {
-    match preflight::bucket(sdk, resource).await {
+    match probe::bucket(sdk, resource).await {
         Err(unusable) => Item::unusable(item, &unusable),
         Ok(Probed::Unknown(failure)) => Item::unknown(item, &failure),
         Ok(Probed::Found(())) => Item::ok(item, format!("{}: exists", resource.name)),

@@ -273,7 +273,7 @@ pub async fn target(
 /// ([`SeenEndpoint`]).
 macro_rules! probe_client {
     ($sdk:ident, $config:expr) => {{
-        let seen = $crate::preflight::SeenEndpoint::default();
+        let seen = $crate::probe::SeenEndpoint::default();
         let client = $sdk::Client::from_conf(
             $sdk::config::Builder::from($config)
                 .interceptor(seen.clone())
