@@ -57,7 +57,8 @@ LAMBDA_DIR := $(TARGET_DIR)/lambda
 POLLER_IMAGE_TAG ?= $(shell git rev-parse --short=12 HEAD)
 POLLER_IMAGE ?= relay-poller:$(POLLER_IMAGE_TAG)
 
-## The stream relay's Lambda package: $(LAMBDA_DIR)/relay-stream/bootstrap.zip, cross-compiled by
+## The Lambda packages: $(LAMBDA_DIR)/relay-stream/bootstrap.zip (the stream relay) and
+## $(LAMBDA_DIR)/example-consumer/bootstrap.zip (the template's DeployExampleConsumer), cross-compiled by
 ## the project's pinned cargo-lambda (in .venv, with its pinned zig) for the template's arm64.
 lambda-zip:
 	bash -c 'source scripts/pinned-venv.sh && install_pinned_venv lambda-zip "$(CURDIR)/.venv" tools/requirements-emulator.txt cargo-lambda'
@@ -65,7 +66,10 @@ lambda-zip:
 	PATH="$(CURDIR)/.venv/bin:$$PATH" $(CURDIR)/.venv/bin/cargo-lambda lambda build --release --locked \
 	  --target $(LAMBDA_TARGET) --package relay-stream --bin relay-stream \
 	  --output-format zip --lambda-dir $(LAMBDA_DIR)
-	@echo "lambda-zip: $(LAMBDA_DIR)/relay-stream/bootstrap.zip"
+	PATH="$(CURDIR)/.venv/bin:$$PATH" $(CURDIR)/.venv/bin/cargo-lambda lambda build --release --locked \
+	  --target $(LAMBDA_TARGET) --package order-consumer --bin example-consumer \
+	  --output-format zip --lambda-dir $(LAMBDA_DIR)
+	@echo "lambda-zip: $(LAMBDA_DIR)/relay-stream/bootstrap.zip $(LAMBDA_DIR)/example-consumer/bootstrap.zip"
 
 ## The poller's image for arm64 (needs Docker with buildx), tagged $(POLLER_IMAGE); push it with
 ## `docker push` after an ECR login (docs/operations.md).

@@ -2,7 +2,8 @@
 # Lints the deployable template and the poller's Dockerfile with pinned tools:
 #   cfn-lint  infra/template.yaml      no errors and no warnings
 #   checkov   infra/ (CloudFormation + Dockerfile), offline; skips carry reasons in the template;
-#             again with EventBusKind=custom (checkov scans only the default parameters' resources)
+#             again with EventBusKind=custom, and with the example consumer on an SQS target
+#             (checkov scans only the default parameters' resources)
 #   aws-sam-translator: the template transformed as CloudFormation will (scripts/sam-transform.sh),
 #             and cfn-lint on the transformed template too; the infra tests of outbox-tests check it
 # The IAM wildcard rule is a unit test of outbox-infra (`cargo test -p outbox-infra`).
@@ -44,6 +45,20 @@ if cmp -s infra/template.yaml "$CUSTOM_DIR/template.yaml"; then
 fi
 echo "lint-infra.sh: checkov on infra/template.yaml with EventBusKind=custom" >&2
 "$VENV/bin/checkov" --directory "$CUSTOM_DIR" --framework cloudformation \
+  --skip-download --quiet --compact
+# And the example consumer (DeployExampleConsumer, off by default) on an SQS target, its pass too.
+CONSUMER_DIR="$CUSTOM_DIR/consumer"
+mkdir "$CONSUMER_DIR"
+sed -e '/^  EventTargetKind:$/,/^    Default:/ s/^    Default: bus$/    Default: sqs/' \
+  -e '/^  EventTarget:$/,/^    Default:/ s/^    Default: ""$/    Default: arn:aws:sqs:us-east-1:123456789012:orders/' \
+  -e '/^  DeployExampleConsumer:$/,/^    Default:/ s/^    Default: "false"$/    Default: "true"/' \
+  infra/template.yaml > "$CONSUMER_DIR/template.yaml"
+if [ "$(diff infra/template.yaml "$CONSUMER_DIR/template.yaml" | grep -c '^>')" -ne 3 ]; then
+  echo "lint-infra.sh: could not switch the defaults to the example consumer on an SQS target" >&2
+  exit 1
+fi
+echo "lint-infra.sh: checkov on infra/template.yaml with the example consumer on an SQS target" >&2
+"$VENV/bin/checkov" --directory "$CONSUMER_DIR" --framework cloudformation \
   --skip-download --quiet --compact
 echo "lint-infra.sh: aws-sam-translator, then cfn-lint on its output" >&2
 TRANSFORMED=$("$ROOT/scripts/sam-transform.sh")

@@ -41,7 +41,8 @@ for resource in template["Resources"].values():
     if resource["Type"] == "AWS::Serverless::Function":
         code = resource["Properties"]["CodeUri"]
         if not str(code).startswith("s3://"):
-            resource["Properties"]["CodeUri"] = "s3://sam-deploy-uploads/relay-stream/bootstrap.zip"
+            # <function>/bootstrap.zip, as make lambda-zip packages it
+            resource["Properties"]["CodeUri"] = "s3://sam-deploy-uploads/" + "/".join(str(code).split("/")[-2:])
 transformed = transform(template, {}, NoManagedPolicies())
 with open(sys.argv[2], "w") as out:
     json.dump(transformed, out, indent=1, sort_keys=True)

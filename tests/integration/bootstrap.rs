@@ -27,18 +27,20 @@ fn target_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// The `bootstrap`, built once for the tests of this module (both would otherwise package into
-/// the same directory at the same time).
+/// The relay's `bootstrap`, built once for the tests of this module (both would otherwise
+/// package into the same directory at the same time).
 async fn bootstrap() -> PathBuf {
     static BUILT: tokio::sync::OnceCell<PathBuf> = tokio::sync::OnceCell::const_new();
     BUILT
-        .get_or_init(|| build_bootstrap(target_dir().join("lambda")))
+        .get_or_init(|| build_bootstrap("relay-stream", "relay-stream"))
         .await
         .clone()
 }
 
-/// `cargo lambda build` of the Lambda (development profile); returns the `bootstrap` path.
-async fn build_bootstrap(lambda_dir: PathBuf) -> PathBuf {
+/// `cargo lambda build` of `package`'s Lambda binary `bin` (development profile), packaged under
+/// the target directory's `lambda/`; returns the `bootstrap` path.
+pub(crate) async fn build_bootstrap(package: &str, bin: &str) -> PathBuf {
+    let lambda_dir = target_dir().join("lambda");
     let status = Command::new("cargo")
         .current_dir(workspace_root())
         .env("CARGO_TARGET_DIR", target_dir())
@@ -48,9 +50,9 @@ async fn build_bootstrap(lambda_dir: PathBuf) -> PathBuf {
             "--compiler",
             "cargo",
             "--package",
-            "relay-stream",
+            package,
             "--bin",
-            "relay-stream",
+            bin,
             "--lambda-dir",
         ])
         .arg(&lambda_dir)
@@ -58,7 +60,7 @@ async fn build_bootstrap(lambda_dir: PathBuf) -> PathBuf {
         .await
         .expect("cargo lambda runs (it is in .venv/bin, on PATH under `make test`)");
     assert!(status.success(), "cargo lambda build failed: {status}");
-    let bootstrap = lambda_dir.join("relay-stream").join("bootstrap");
+    let bootstrap = lambda_dir.join(bin).join("bootstrap");
     assert!(bootstrap.exists(), "{} missing", bootstrap.display());
     bootstrap
 }
@@ -87,7 +89,7 @@ async fn wait_for_port(port: u16, child: &mut Child) {
 
 /// cargo-lambda's runtime API emulator on a free port: the port, and the process (killed when
 /// dropped).
-async fn runtime_api() -> (u16, Child) {
+pub(crate) async fn runtime_api() -> (u16, Child) {
     let port = free_port();
     let mut watch = Command::new("cargo")
         .current_dir(workspace_root().join("relay-stream"))
@@ -102,9 +104,9 @@ async fn runtime_api() -> (u16, Child) {
     (port, watch)
 }
 
-/// The `bootstrap` as Lambda starts it: the relay's environment for `env`, the runtime API on
-/// `port`, the function's variables, JSON logs.
-fn function(bootstrap: &Path, env: &TestEnv, port: u16) -> Command {
+/// The `bootstrap` as Lambda starts it: the relay's environment for `env` (its endpoints and
+/// credentials), the runtime API on `port`, the function's variables, JSON logs.
+pub(crate) fn function(bootstrap: &Path, env: &TestEnv, port: u16) -> Command {
     let mut function = Command::new(bootstrap);
     function
         .envs(env.relay_env())
@@ -117,6 +119,34 @@ fn function(bootstrap: &Path, env: &TestEnv, port: u16) -> Command {
         .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
         .env("AWS_LAMBDA_LOG_FORMAT", "JSON");
     function
+}
+
+/// Invokes the function waiting on the runtime API at `port` with `event`, through
+/// `cargo lambda invoke`; returns its response.
+pub(crate) async fn invoke(port: u16, event: &Value) -> Value {
+    let scratch = tempfile::tempdir().unwrap();
+    let event_file = scratch.path().join("event.json");
+    std::fs::write(&event_file, event.to_string()).unwrap();
+    let invoked = Command::new("cargo")
+        .current_dir(workspace_root().join("relay-stream"))
+        .args(["lambda", "invoke", "--invoke-port"])
+        .arg(port.to_string())
+        .arg("--data-file")
+        .arg(&event_file)
+        .output()
+        .await
+        .expect("cargo lambda invoke runs");
+    assert!(
+        invoked.status.success(),
+        "invoke failed: {}",
+        String::from_utf8_lossy(&invoked.stderr)
+    );
+    serde_json::from_slice(&invoked.stdout).unwrap_or_else(|e| {
+        panic!(
+            "response {:?}: {e}",
+            String::from_utf8_lossy(&invoked.stdout)
+        )
+    })
 }
 
 #[tokio::test]
@@ -139,9 +169,6 @@ async fn bootstrap_relays_a_stream_batch_through_the_runtime_api() {
         .await
         .unwrap();
     assert_eq!(records.len(), 16);
-    let scratch = tempfile::tempdir().unwrap();
-    let event_file = scratch.path().join("event.json");
-    std::fs::write(&event_file, json!({ "Records": records }).to_string()).unwrap();
 
     // And the bootstrap running against cargo-lambda's runtime API emulator
     let bootstrap = bootstrap().await;
@@ -153,28 +180,9 @@ async fn bootstrap_relays_a_stream_batch_through_the_runtime_api() {
         .expect("bootstrap starts");
 
     // When the batch is invoked through the runtime API
-    let invoked = Command::new("cargo")
-        .current_dir(workspace_root().join("relay-stream"))
-        .args(["lambda", "invoke", "--invoke-port"])
-        .arg(port.to_string())
-        .arg("--data-file")
-        .arg(&event_file)
-        .output()
-        .await
-        .expect("cargo lambda invoke runs");
-    assert!(
-        invoked.status.success(),
-        "invoke failed: {}",
-        String::from_utf8_lossy(&invoked.stderr)
-    );
+    let response = invoke(port, &json!({ "Records": records })).await;
 
     // Then the function reports no batch item failures
-    let response: Value = serde_json::from_slice(&invoked.stdout).unwrap_or_else(|e| {
-        panic!(
-            "response {:?}: {e}",
-            String::from_utf8_lossy(&invoked.stdout)
-        )
-    });
     assert_eq!(response["batchItemFailures"], json!([]), "{response}");
 
     // And the eight events arrive on the sink queue and are marked published
@@ -290,9 +298,6 @@ async fn bootstrap_publishes_an_event_too_large_for_the_bus_with_its_payload_in_
         .await
         .unwrap();
     assert_eq!(records.len(), 1);
-    let scratch = tempfile::tempdir().unwrap();
-    let event_file = scratch.path().join("event.json");
-    std::fs::write(&event_file, json!({ "Records": records }).to_string()).unwrap();
 
     // And the bootstrap running with PAYLOAD_BUCKET, as the template configures the function
     let bootstrap = bootstrap().await;
@@ -305,17 +310,7 @@ async fn bootstrap_publishes_an_event_too_large_for_the_bus_with_its_payload_in_
         .expect("bootstrap starts");
 
     // When the batch is invoked through the runtime API
-    let invoked = Command::new("cargo")
-        .current_dir(workspace_root().join("relay-stream"))
-        .args(["lambda", "invoke", "--invoke-port"])
-        .arg(port.to_string())
-        .arg("--data-file")
-        .arg(&event_file)
-        .output()
-        .await
-        .expect("cargo lambda invoke runs");
-    assert!(invoked.status.success(), "{invoked:?}");
-    let response: Value = serde_json::from_slice(&invoked.stdout).unwrap();
+    let response = invoke(port, &json!({ "Records": records })).await;
     assert_eq!(response["batchItemFailures"], json!([]), "{response}");
 
     // Then the event arrives with its payload in the bucket, which reads back as written

@@ -2381,3 +2381,191 @@ fn the_custom_bus_retains_events_and_its_fifo_subscriber_delivers_each_aggregate
     .to_string();
     assert_eq!(actions, [("sqs:SendMessage".to_owned(), expected)]);
 }
+
+/// The template with the example consumer deployed on the relays' target of `kind`.
+fn with_example_consumer(kind: TargetKind) -> Template {
+    use outbox_infra::template::parameter::{EVENT_TARGET, EVENT_TARGET_KIND};
+    let (kind_name, target) = match kind {
+        TargetKind::Sqs => ("sqs", QUEUE_ARN),
+        TargetKind::Kinesis => ("kinesis", STREAM_ARN),
+        other => panic!("no example consumer on {other}"),
+    };
+    Template::embedded()
+        .unwrap()
+        .with_parameters(&[
+            (EVENT_TARGET_KIND, kind_name),
+            (EVENT_TARGET, target),
+            ("DeployExampleConsumer", "true"),
+        ])
+        .unwrap()
+}
+
+/// Each action `role`'s inline statements grant, with the logical id or parameter of what they
+/// grant it on (`*` for a wildcard).
+fn inline_grants(template: &Template, role: &str) -> BTreeSet<(String, String)> {
+    let props = properties(template, role);
+    let mut found = BTreeSet::new();
+    for policy in props["Policies"].as_array().unwrap() {
+        for statement in policy["PolicyDocument"]["Statement"].as_array().unwrap() {
+            assert_eq!(statement["Effect"], "Allow", "{statement}");
+            let text = statement["Resource"].to_string();
+            let on = [
+                "ExampleConsumerIdempotencyTable",
+                "ExampleStockTable",
+                "ExampleConsumerLogGroup",
+                "EventTargetKmsKeyArn",
+                "EventTarget",
+            ]
+            .into_iter()
+            .find(|id| text.contains(id))
+            .map_or_else(
+                || {
+                    assert_eq!(text, r#""*""#, "{role}: {statement}");
+                    "*".to_owned()
+                },
+                str::to_owned,
+            );
+            let actions = match &statement["Action"] {
+                Value::Array(items) => items.clone(),
+                one => vec![one.clone()],
+            };
+            for action in actions {
+                found.insert((action.as_str().unwrap().to_owned(), on.clone()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_example_consumer_is_an_option_on_the_relays_queue_or_stream_reporting_batch_item_failures() {
+    const CONSUMER: [&str; 6] = [
+        "ExampleConsumerFunction",
+        "ExampleConsumerRole",
+        "ExampleConsumerEventSourceMapping",
+        "ExampleConsumerIdempotencyTable",
+        "ExampleStockTable",
+        "ExampleConsumerLogGroup",
+    ];
+    // Off by default, whatever the target
+    let parameter = Template::embedded()
+        .unwrap()
+        .parameter("DeployExampleConsumer")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        serde_json::to_value(&parameter.default).unwrap(),
+        json!("false")
+    );
+    for kind in [
+        TargetKind::Classic,
+        TargetKind::Custom,
+        TargetKind::Sns,
+        TargetKind::Sqs,
+        TargetKind::Kinesis,
+    ] {
+        let template = for_target_kind(kind, false);
+        for id in CONSUMER {
+            assert!(!template.resources.contains_key(id), "{kind}: {id}");
+        }
+    }
+    // And refused on a bus or a topic (its mapping reads the relays' target)
+    let yaml = include_str!("../../infra/template.yaml");
+    let rule = &yaml[yaml.find("  ExampleConsumerOnQueueOrStream:\n").unwrap()..];
+    assert!(
+        rule.contains("- Assert: !Contains [[sqs, kinesis], !Ref EventTargetKind]"),
+        "{rule}"
+    );
+
+    for (kind, reads) in [
+        (
+            TargetKind::Sqs,
+            &[
+                "sqs:DeleteMessage",
+                "sqs:GetQueueAttributes",
+                "sqs:ReceiveMessage",
+            ][..],
+        ),
+        (
+            TargetKind::Kinesis,
+            &[
+                "kinesis:DescribeStream",
+                "kinesis:DescribeStreamSummary",
+                "kinesis:GetRecords",
+                "kinesis:GetShardIterator",
+                "kinesis:ListShards",
+            ][..],
+        ),
+    ] {
+        // Given the template with the example consumer on a queue or a stream
+        let template = with_example_consumer(kind);
+        for id in CONSUMER {
+            assert!(template.resources.contains_key(id), "{kind}: {id}");
+        }
+
+        // Then its mapping reads the relays' target and lets the function report each batch
+        // item's failure (the batch processor's response)
+        let mapping = properties(&template, "ExampleConsumerEventSourceMapping");
+        assert!(
+            is_ref_to(&mapping["EventSourceArn"], "EventTarget"),
+            "{mapping}"
+        );
+        assert_eq!(
+            mapping["FunctionResponseTypes"],
+            json!(["ReportBatchItemFailures"]),
+            "{kind}"
+        );
+        assert_eq!(
+            mapping.get("StartingPosition").is_some(),
+            kind == TargetKind::Kinesis,
+            "{kind}: {mapping}"
+        );
+
+        // And the function runs the example consumer's bootstrap on its own tables
+        let function = properties(&template, "ExampleConsumerFunction");
+        assert_eq!(
+            function["CodeUri"],
+            "../target/lambda/example-consumer/bootstrap.zip"
+        );
+        let variables = function["Environment"]["Variables"].to_string();
+        assert!(
+            variables.contains("ExampleConsumerIdempotencyTable")
+                && variables.contains("ExampleStockTable"),
+            "{variables}"
+        );
+
+        // And its role grants exactly what the consumer calls (IDEMPOTENCY_TABLE_ACTIONS and
+        // STOCK_TABLE_ACTIONS, which role_calls checks against its calls), the payload reads
+        // of PayloadConsumerPolicy, and what Lambda does with it: the mapping's reads of the
+        // source, logs, traces
+        let mut expected: BTreeSet<(String, String)> = BTreeSet::new();
+        let mut grant = |actions: &[&str], on: &str| {
+            for action in actions {
+                expected.insert(((*action).to_owned(), on.to_owned()));
+            }
+        };
+        grant(
+            order_consumer::IDEMPOTENCY_TABLE_ACTIONS,
+            "ExampleConsumerIdempotencyTable",
+        );
+        grant(order_consumer::STOCK_TABLE_ACTIONS, "ExampleStockTable");
+        grant(reads, "EventTarget");
+        grant(
+            &["logs:CreateLogStream", "logs:PutLogEvents"],
+            "ExampleConsumerLogGroup",
+        );
+        grant(&["xray:PutTraceSegments", "xray:PutTelemetryRecords"], "*");
+        assert_eq!(
+            inline_grants(&template, "ExampleConsumerRole"),
+            expected,
+            "{kind}"
+        );
+        let role = properties(&template, "ExampleConsumerRole");
+        assert!(
+            role["ManagedPolicyArns"]
+                .to_string()
+                .contains("PayloadConsumerPolicy"),
+            "{role}"
+        );
+    }
+}

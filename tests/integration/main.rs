@@ -64,6 +64,7 @@ macro_rules! on_both_buses {
 mod bootstrap;
 mod claim_check;
 mod consumer_batch;
+mod consumer_bootstrap;
 mod consumer_example;
 mod consumer_helpers;
 mod costs;

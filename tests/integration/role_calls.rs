@@ -552,3 +552,77 @@ async fn each_relay_publishes_to_its_target_with_only_what_its_role_grants(kind:
         "{kind}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_example_consumer_calls_only_what_its_role_grants() {
+    use crate::consumer_bootstrap::{consumer_tables, order_created, publish};
+    use order_consumer::{DynamoInventory, IDEMPOTENCY_TABLE_ACTIONS, STOCK_TABLE_ACTIONS};
+    use outbox_consumer::occ::OccConfig;
+    use outbox_consumer::{IdempotencyConfig, IdempotencyStore, Invocation, OccTable};
+    use outbox_tests::lambda_events::sqs_event;
+
+    // Given an order's OrderCreated on a standard queue, delivered twice (a re-delivery), and
+    // the example consumer's processor and inventory, their DynamoDB calls through the proxy
+    let env = TestEnv::with_target_of(TargetKind::Sqs, false).await;
+    let (idempotency, stock_table, _) = consumer_tables(&env).await;
+    let event = order_created(&env, "order-r", "order-r", 1);
+    publish(&env, &event).await;
+    publish(&env, &event).await;
+    let batch = sqs_event(&env, &env.sink_queue_url, 2).await;
+    assert_eq!(batch.records.len(), 2);
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 4).await;
+    let dynamodb = env.dynamodb_through(&proxy);
+    let store = IdempotencyStore::new(
+        dynamodb.clone(),
+        IdempotencyConfig {
+            cache_capacity: 0,
+            ..IdempotencyConfig::new(&idempotency)
+        },
+    )
+    .unwrap();
+    let inventory = DynamoInventory::new(
+        OccTable::new(
+            dynamodb,
+            OccConfig::new(&stock_table, order_consumer::stock::attr::VERSION),
+        )
+        .unwrap(),
+    );
+    let processor =
+        order_consumer::processor(outbox_consumer::PayloadResolver::new(env.s3.clone()), store);
+
+    // When it handles the batch
+    let report =
+        order_consumer::handle_sqs_batch(&batch, &Invocation::default(), &processor, &inventory)
+            .await;
+    assert!(
+        report.sqs_response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
+
+    // Then it called the store's claim and the stock's read and write, and nothing its role
+    // lacks (ExampleConsumerRole grants exactly IDEMPOTENCY_TABLE_ACTIONS on its idempotency
+    // table and STOCK_TABLE_ACTIONS on its stock table: infra_template)
+    let lacking: Vec<String> = called(&proxy)
+        .into_iter()
+        .filter(|action| {
+            !IDEMPOTENCY_TABLE_ACTIONS.contains(&action.as_str())
+                && !STOCK_TABLE_ACTIONS.contains(&action.as_str())
+        })
+        .collect();
+    assert_eq!(lacking, Vec::<String>::new());
+    assert_eq!(
+        proxy.targets().len(),
+        called(&proxy).len(),
+        "an unknown call: {:?}",
+        proxy.targets()
+    );
+    assert_called(
+        &proxy,
+        "the example consumer",
+        &[
+            "dynamodb:UpdateItem",
+            "dynamodb:GetItem",
+            "dynamodb:PutItem",
+        ],
+    );
+}

@@ -32,3 +32,17 @@ pub use inventory::{
 };
 pub use outbox_consumer::batch::aws_lambda_events::kinesis::KinesisEvent;
 pub use outbox_consumer::batch::aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+
+/// The IAM actions the consumer calls on its idempotency table: the store's claim (a conditional
+/// `UpdateItem`), its read of a claimed or completed record, its completion, its release of a
+/// failed claim (`DeleteItem`). The template's `ExampleConsumerRole` grants exactly these.
+pub const IDEMPOTENCY_TABLE_ACTIONS: &[&str] = &[
+    "dynamodb:DeleteItem",
+    "dynamodb:GetItem",
+    "dynamodb:UpdateItem",
+];
+
+/// The IAM actions the consumer calls on its stock table: a SKU's read, and its write on its
+/// version (`outbox_consumer::OccTable`). The template's `ExampleConsumerRole` grants exactly
+/// these.
+pub const STOCK_TABLE_ACTIONS: &[&str] = &["dynamodb:GetItem", "dynamodb:PutItem"];
