@@ -17,9 +17,13 @@ const VERSION_00_LEN: usize = 55;
 pub const TRACESTATE_MAX_MEMBERS: usize = 32;
 
 /// Longest `tracestate` kept, in characters: what the specification asks every vendor to
-/// propagate ("at least 512 characters of a combined header"); a longer one would be cut by
-/// the next hop anyway, so it is not stored.
+/// propagate ("at least 512 characters of a combined header"). A longer valid one is truncated
+/// as section 3.3.1.5 says ([`TraceContext::new`]), not dropped.
 pub const TRACESTATE_MAX_CHARS: usize = 512;
+
+/// List-members longer than this, in characters, are the first to go when a `tracestate` is
+/// truncated (section 3.3.1.5: "entries larger than 128 characters SHOULD be removed first").
+pub const TRACESTATE_LONG_MEMBER_CHARS: usize = 128;
 
 /// Why a `traceparent` or `tracestate` is not one the W3C Trace Context specification allows.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -38,7 +42,9 @@ pub struct TraceContext {
 }
 
 impl TraceContext {
-    /// A context from a `traceparent` and an optional `tracestate` (an empty one is none).
+    /// A context from a `traceparent` and an optional `tracestate` (an empty one is none). A
+    /// `tracestate` longer than [`TRACESTATE_MAX_CHARS`] is truncated as the specification says
+    /// ([`truncate_tracestate`]).
     ///
     /// # Errors
     /// [`TraceContextError`] when either is not what the specification allows.
@@ -50,7 +56,7 @@ impl TraceContext {
         }
         Ok(Self {
             traceparent: traceparent.to_owned(),
-            tracestate: tracestate.map(str::to_owned),
+            tracestate: tracestate.and_then(truncate_tracestate),
         })
     }
 
@@ -188,22 +194,18 @@ pub fn check_traceparent(value: &str) -> Result<(), TraceContextError> {
 /// Checks a `tracestate` as section 3.3 says: at most 32 list-members separated by commas
 /// (empty ones allowed), each `key=value`, a key a simple key (`lcalpha 0*255(lcalpha / DIGIT /
 /// "_" / "-" / "*" / "/")`) or a multi-tenant one (`tenant@system`), each key once, a value of
-/// 0 to 255 printable ASCII characters then one that is neither a space, `,` nor `=`. At most
-/// [`TRACESTATE_MAX_CHARS`] characters.
+/// 0 to 255 printable ASCII characters then one that is neither a space, `,` nor `=`. Its length
+/// is not checked here: a longer one is truncated ([`truncate_tracestate`]), not refused.
 ///
 /// # Errors
 /// [`TraceContextError::Tracestate`] naming what is wrong.
 pub fn check_tracestate(value: &str) -> Result<(), TraceContextError> {
     let bad = |why| Err(TraceContextError::Tracestate(why));
-    if value.len() > TRACESTATE_MAX_CHARS || !value.is_ascii() {
-        return bad("longer than 512 characters, or not ASCII");
+    if !value.is_ascii() {
+        return bad("not ASCII");
     }
     let mut keys: Vec<&str> = Vec::new();
-    for member in value
-        .split(',')
-        .map(|m| m.trim_matches([' ', '\t']))
-        .filter(|m| !m.is_empty())
-    {
+    for member in members(value) {
         let Some((key, member_value)) = member.split_once('=') else {
             return bad("a member has no '='");
         };
@@ -222,6 +224,37 @@ pub fn check_tracestate(value: &str) -> Result<(), TraceContextError> {
         }
     }
     Ok(())
+}
+
+/// The list-members of a `tracestate`, without the spaces around them or the empty ones.
+fn members(value: &str) -> impl Iterator<Item = &str> {
+    value
+        .split(',')
+        .map(|m| m.trim_matches([' ', '\t']))
+        .filter(|m| !m.is_empty())
+}
+
+/// A valid `tracestate` as it is kept: as it is when it has at most [`TRACESTATE_MAX_CHARS`]
+/// characters; longer, truncated as section 3.3.1.5 says: list-members longer than
+/// [`TRACESTATE_LONG_MEMBER_CHARS`] removed first (the last first), then members from the end,
+/// until it fits. `None` when no member is left.
+pub fn truncate_tracestate(value: &str) -> Option<String> {
+    if value.len() <= TRACESTATE_MAX_CHARS {
+        return Some(value.to_owned());
+    }
+    let mut kept: Vec<&str> = members(value).collect();
+    let length =
+        |kept: &[&str]| kept.iter().map(|m| m.len()).sum::<usize>() + kept.len().saturating_sub(1);
+    while length(&kept) > TRACESTATE_MAX_CHARS {
+        match kept
+            .iter()
+            .rposition(|m| m.len() > TRACESTATE_LONG_MEMBER_CHARS)
+        {
+            Some(long) => kept.remove(long),
+            None => kept.pop()?,
+        };
+    }
+    (!kept.is_empty()).then(|| kept.join(","))
 }
 
 fn key_char(b: u8) -> bool {
@@ -336,6 +369,48 @@ mod tests {
         ] {
             assert!(check_tracestate(good).is_ok(), "{good:?}");
         }
+    }
+
+    #[test]
+    fn a_tracestate_too_long_is_truncated_long_members_first_then_from_the_end() {
+        // Given a valid tracestate of 32 members, 31 short ones and a long one in the middle,
+        // 727 characters in all
+        let short = |i: usize| format!("k{i:02}={}", "v".repeat(12)); // 16 characters each
+        let long = format!("long={}", "x".repeat(195)); // 200 characters
+        let mut members: Vec<String> = (0..31).map(short).collect();
+        members.insert(10, long.clone());
+        let state = members.join(",");
+        assert!(state.len() > TRACESTATE_MAX_CHARS, "{}", state.len());
+
+        // When a context is made of it
+        let context = TraceContext::new(PARENT, Some(&state)).expect("a valid context");
+        let (received, error) = TraceContext::received(Some(PARENT), Some(&state));
+
+        // Then the long member went first, and the rest is every short member (31 * 16 + 30
+        // commas = 526 characters: still too long, so the last one went too), in order
+        let kept = context.tracestate().expect("a tracestate is kept");
+        let expected = (0..30).map(short).collect::<Vec<_>>().join(",");
+        assert_eq!(kept, expected);
+        assert!(kept.len() <= TRACESTATE_MAX_CHARS);
+        assert_eq!(received.unwrap().tracestate(), Some(expected.as_str()));
+        assert_eq!(error, None);
+
+        // And one that fits is kept as it is, spaces and all
+        assert_eq!(
+            TraceContext::new(PARENT, Some("a=1 , b=2"))
+                .unwrap()
+                .tracestate(),
+            Some("a=1 , b=2")
+        );
+        // And long members go from the end only until it fits
+        let long_member = |i: usize| format!("h{i}={}", "y".repeat(250));
+        let three_long = (0..3).map(long_member).collect::<Vec<_>>().join(",");
+        let two_long = (0..2).map(long_member).collect::<Vec<_>>().join(",");
+        assert_eq!(truncate_tracestate(&three_long), Some(two_long));
+        // And a member longer than the whole limit leaves none
+        let alone = format!("{}={}", "k".repeat(256), "v".repeat(256));
+        assert!(check_tracestate(&alone).is_ok());
+        assert_eq!(truncate_tracestate(&alone), None);
     }
 
     #[test]
