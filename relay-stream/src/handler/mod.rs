@@ -21,7 +21,8 @@
 //! published and is marked again (a mark that failed the first time gets another try; one that
 //! succeeded finds the item already marked). Only an event EventBridge accepted from this process
 //! is remembered, so nothing unpublished is skipped (at-least-once holds). A container that does
-//! not remember (a cold one after a re-delivery) publishes the batch again: at-least-once, one duplicate per re-published event.
+//! not remember (a cold one after a re-delivery) publishes the batch again: one duplicate per
+//! event it re-publishes.
 //!
 //! One value carries each record of a batch from decode to the report
 //! (`relay_runtime::Event`): decoded, left to a hold, published, settled once, reported. The
