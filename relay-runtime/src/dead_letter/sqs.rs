@@ -38,9 +38,10 @@ pub const CALLS: &[crate::permissions::Call] = &[
 /// The queue's `MaximumMessageSize` is read from the queue (`GetQueueAttributes`) at the first
 /// letter and kept for the sink's life, shared by its clones: the queue is the one place the
 /// limit is set, so configuration cannot drift from it, and poison is rare, so the one call is
-/// made only by a process that meets some (never per message). When it cannot be read, SQS's
-/// default of 256 KiB is kept instead: a larger letter then goes without its record, which the
-/// item still holds.
+/// made only by a process that meets some (never per message once read). When it cannot be
+/// read, a letter is measured against SQS's default of 256 KiB (a larger one goes without its
+/// record, which the item still holds) and the next letter reads the limit again, so one failed
+/// read does not pin the default for the process's life.
 #[derive(Debug, Clone)]
 pub struct SqsDeadLetterSink {
     client: aws_sdk_sqs::Client,
@@ -81,20 +82,20 @@ impl SqsDeadLetterSink {
         &self.queue_url
     }
 
-    /// The queue's `MaximumMessageSize`: read once, then kept.
+    /// The queue's `MaximumMessageSize`: read once, then kept. A read that failed keeps nothing:
+    /// this letter is measured against SQS's default, and the next letter reads the limit again.
     async fn max_message_bytes(&self) -> usize {
-        *self
+        match self
             .max_message_bytes
-            .get_or_init(|| async {
-                match self.read_max_message_bytes().await {
-                    Ok(bytes) => bytes,
-                    Err(failure) => {
-                        tracing::warn!(error = %outbox_shared::error::describe(&failure), max_message_bytes = SQS_MESSAGE_DEFAULT_MAX_BYTES, "could not read the dead-letter queue's MaximumMessageSize; larger letters go without their records");
-                        SQS_MESSAGE_DEFAULT_MAX_BYTES
-                    }
-                }
-            })
+            .get_or_try_init(|| self.read_max_message_bytes())
             .await
+        {
+            Ok(bytes) => *bytes,
+            Err(failure) => {
+                tracing::warn!(error = %outbox_shared::error::describe(&failure), max_message_bytes = SQS_MESSAGE_DEFAULT_MAX_BYTES, "could not read the dead-letter queue's MaximumMessageSize; this letter is measured against SQS's default, the next reads it again");
+                SQS_MESSAGE_DEFAULT_MAX_BYTES
+            }
+        }
     }
 
     async fn read_max_message_bytes(&self) -> Result<usize, SdkFailure> {

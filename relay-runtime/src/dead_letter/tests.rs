@@ -293,25 +293,46 @@ async fn a_letter_too_large_for_the_queue_goes_without_its_record_and_the_limit_
 }
 
 #[tokio::test]
-async fn when_the_limit_cannot_be_read_sqs_default_is_kept() {
-    // Given a queue whose attributes cannot be read (once), and that takes messages
+async fn when_the_limit_cannot_be_read_sqs_default_is_used_and_the_next_letter_reads_it_again() {
+    // Given a queue whose attributes cannot be read twice, then can (2 KiB), and that takes
+    // messages
     let sent = Arc::new(Mutex::new(Vec::new()));
-    let unreadable = mock!(Client::get_queue_attributes).then_error(|| {
-        GetQueueAttributesError::InvalidAddress(InvalidAddress::builder().message("denied").build())
-    });
-    let (first, second) = (taken(&sent), taken(&sent));
-    let sink = SqsDeadLetterSink::new(mock_sqs(&[&unreadable, &first, &second]), "q");
+    let unreadable = || {
+        mock!(Client::get_queue_attributes).then_error(|| {
+            GetQueueAttributesError::InvalidAddress(
+                InvalidAddress::builder().message("denied").build(),
+            )
+        })
+    };
+    let (unreadable_first, unreadable_second, readable) =
+        (unreadable(), unreadable(), queue_limit(2048));
+    let (first, second, third) = (taken(&sent), taken(&sent), taken(&sent));
+    let sink = SqsDeadLetterSink::new(
+        mock_sqs(&[
+            &unreadable_first,
+            &first,
+            &unreadable_second,
+            &second,
+            &readable,
+            &third,
+        ]),
+        "q",
+    );
 
-    // When a letter over 256 KiB and one under it are sent
+    // When a letter over 256 KiB, one under it, and one over 2 KiB are sent
     let over = letter("over", key("over"), SQS_MESSAGE_DEFAULT_MAX_BYTES);
     let under = letter("under", key("under"), SQS_MESSAGE_DEFAULT_MAX_BYTES - 2048);
+    let large = letter("large", key("large"), 4000);
     sink.send(&over).await.unwrap();
     sink.send(&under).await.unwrap();
+    sink.send(&large).await.unwrap();
 
-    // Then the limit was asked for once, and 256 KiB was kept: the first goes without its
+    // Then while the limit could not be read, 256 KiB was used: the first goes without its
     // record, the second whole
-    assert_eq!(unreadable.num_calls(), 1);
+    assert_eq!(unreadable_first.num_calls(), 1);
+    assert_eq!(unreadable_second.num_calls(), 1);
     let sent = sent.lock().unwrap().clone();
+    assert_eq!(sent.len(), 3);
     let over_sent = parse(&sent[0].0);
     assert_eq!(over_sent.record, serde_json::Value::Null);
     assert_eq!(
@@ -319,6 +340,14 @@ async fn when_the_limit_cannot_be_read_sqs_default_is_kept() {
         SQS_MESSAGE_DEFAULT_MAX_BYTES
     );
     assert_eq!(parse(&sent[1].0), under);
+
+    // And the third letter read the limit again and was measured against the queue's own
+    assert_eq!(readable.num_calls(), 1);
+    assert!(sent[2].1 <= 2048, "{}", sent[2].1);
+    assert_eq!(
+        parse(&sent[2].0).record_left_out.unwrap().max_message_bytes,
+        2048
+    );
 }
 
 /// An S3 client answered by `rules`, in order (SDK retries off).
