@@ -206,7 +206,7 @@ pub struct Relay {
 }
 
 /// Starts a command that relays: the metrics recorder installed, what it relies on (the relay's
-/// needs and `more`) probed, the poller built.
+/// probes and `more`) probed, the poller built.
 ///
 /// # Errors
 /// A setting out of range, or what a probe found unusable.

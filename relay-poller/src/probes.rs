@@ -71,7 +71,7 @@ pub fn relay_probes(config: &RelayConfig) -> Vec<Probe> {
     probes
 }
 
-/// The SDK's configuration, once the credentials and each of `needs` were found usable.
+/// The SDK's configuration, once the credentials and each of `probes` were found usable.
 ///
 /// # Errors
 /// [`SettingError`] for a bad timeout variable, [`relay_runtime::probe::Unusable`] for what a

@@ -18,7 +18,8 @@
 //! ([`crate::target::TargetSpec::describe`], through [`target`]).
 //!
 //! The room: [`unusable`] tells a person what is wrong (what, where, which setting, what to do);
-//! [`describe`] makes the describe calls; [`Probe`] names what a process relies on, and [`each`] probes it.
+//! [`describe`] makes the describe calls; a [`Probe`] names one thing a process relies on, and
+//! [`each`] probes them.
 
 // An `Unusable` is made at most once, at start-up, and ends the process: its size (the resource,
 // where the call went, the fix, the SDK error) costs nothing, and boxing it would hide it from
@@ -111,14 +112,14 @@ pub fn target_resource(publisher: &crate::PublisherConfig) -> Resource {
     )
 }
 
-/// Probes, in order, the credentials and then each of `needs`.
+/// Probes, in order, the credentials and then each of `probes`.
 ///
 /// # Errors
 /// The first [`Unusable`] found.
-pub async fn each(sdk: &SdkConfig, needs: &[Probe]) -> Result<(), Unusable> {
+pub async fn each(sdk: &SdkConfig, probes: &[Probe]) -> Result<(), Unusable> {
     credentials(sdk).await?;
-    for need in needs {
-        let unknown = match need {
+    for probe in probes {
+        let unknown = match probe {
             Probe::Table { table: t, index: i } => {
                 table_and_index(sdk, t, i.as_ref()).await?;
                 None
