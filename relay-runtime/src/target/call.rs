@@ -58,6 +58,26 @@ pub enum EntryResult {
     Retry { code: String, message: String },
 }
 
+impl EntryResult {
+    /// What a target answered for one entry, read the same way on every target that answers
+    /// with an `ErrorCode`: a code is a refusal (its message beside it), no code an acceptance,
+    /// `deduplicated` when the target says it had accepted the entry before.
+    pub fn answered(
+        error_code: Option<&str>,
+        error_message: Option<&str>,
+        deduplicated: bool,
+    ) -> Self {
+        match error_code {
+            Some(code) => Self::Refused {
+                code: code.to_owned(),
+                message: error_message.unwrap_or_default().to_owned(),
+            },
+            None if deduplicated => Self::Deduplicated,
+            None => Self::Published,
+        }
+    }
+}
+
 /// A call's SDK result as a [`CallAnswer`]: answered entries read by `read`, a failure classified
 /// with the target's own `codes` beside the shared ones (and whether it timed out).
 pub(crate) fn answer_of<O, E>(

@@ -160,13 +160,7 @@ impl TargetCall for ClassicBus {
 
 /// One classic result: an `ErrorCode` is a refusal, no code an acceptance.
 fn entry_result(result: &PutEventsResultEntry) -> EntryResult {
-    match result.error_code() {
-        None => EntryResult::Published,
-        Some(code) => EntryResult::Refused {
-            code: code.to_owned(),
-            message: result.error_message().unwrap_or_default().to_owned(),
-        },
-    }
+    EntryResult::answered(result.error_code(), result.error_message(), false)
 }
 
 /// Reads a classic `PutEvents` answer entry by entry, for the tests.

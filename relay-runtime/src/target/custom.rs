@@ -289,27 +289,21 @@ impl TargetCall for CustomBus {
 
 /// One raw event's result, read as [`entry_result`] reads a `PutEvents` one.
 fn raw_entry_result(result: &PutRawEventsResultEntry) -> EntryResult {
-    match (result.error_code(), result.success_code()) {
-        (Some(code), _) => EntryResult::Refused {
-            code: code.to_owned(),
-            message: result.error_message().unwrap_or_default().to_owned(),
-        },
-        (None, Some(SuccessCode::Deduplicated)) => EntryResult::Deduplicated,
-        (None, _) => EntryResult::Published,
-    }
+    EntryResult::answered(
+        result.error_code(),
+        result.error_message(),
+        result.success_code() == Some(&SuccessCode::Deduplicated),
+    )
 }
 
 /// One result: an `ErrorCode` is a refusal; otherwise `DEDUPLICATED` an earlier acceptance, and
 /// anything else (`PUBLISHED`) an acceptance.
 fn entry_result(result: &PutEventsResultEntry) -> EntryResult {
-    match (result.error_code(), result.success_code()) {
-        (Some(code), _) => EntryResult::Refused {
-            code: code.to_owned(),
-            message: result.error_message().unwrap_or_default().to_owned(),
-        },
-        (None, Some(SuccessCode::Deduplicated)) => EntryResult::Deduplicated,
-        (None, _) => EntryResult::Published,
-    }
+    EntryResult::answered(
+        result.error_code(),
+        result.error_message(),
+        result.success_code() == Some(&SuccessCode::Deduplicated),
+    )
 }
 
 /// Describes the Custom Event Bus `resource` names by its ARN (EventsV2's `DescribeEventBus`).

@@ -186,13 +186,7 @@ impl TargetCall for KinesisStream {
 
 /// One record's result: an `ErrorCode` is a refusal, a sequence number an acceptance.
 fn record_result(result: &PutRecordsResultEntry) -> EntryResult {
-    match result.error_code() {
-        None => EntryResult::Published,
-        Some(code) => EntryResult::Refused {
-            code: code.to_owned(),
-            message: result.error_message().unwrap_or_default().to_owned(),
-        },
-    }
+    EntryResult::answered(result.error_code(), result.error_message(), false)
 }
 
 /// Describes the stream `resource` names by its ARN (`DescribeStreamSummary`).
