@@ -288,7 +288,8 @@ pub struct DrainArgs {
     #[command(flatten)]
     pub lease_table: LeaseTableArgs,
     /// Leave the shards a running poller holds a lease on to it (read from `--lease-table` before
-    /// each pass) and drain the rest; without it a drain polls every shard, leases or not.
+    /// each pass) and drain the rest, listed in its summary's `skipped_shards`; without it a drain
+    /// polls every shard, leases or not.
     #[arg(
         long,
         env = "OUTBOX_RESPECT_LEASES",
