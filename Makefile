@@ -6,7 +6,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 # or DEMO_ARGS="--target custom" (the whole job on the local Custom Event Bus, into a FIFO queue)
 DEMO_ARGS ?=
 
-.PHONY: demo test test-custom-bus-double check fmt clippy lint-infra setup emulator-start emulator-stop ci lambda-zip poller-image
+.PHONY: demo test test-custom-bus-double config-reference check fmt clippy lint-infra setup emulator-start emulator-stop ci lambda-zip poller-image
 
 ## The main job end to end on a private local emulator (installs the pinned tools on first run):
 ## orders through the stream relay, a simulated stream outage, a backfill by the poller, a summary.
@@ -22,6 +22,11 @@ test:
 ## The Custom Event Bus double's own tests, with boto3's eventbridgev2 client (tools/tests).
 test-custom-bus-double:
 	$(EMULATOR) run -- .venv/bin/python -m pytest -q tools/tests
+
+## Regenerate docs/configuration.md's reference of every setting from the clap definitions (a test
+## of the integration binary, config_reference, fails while it is stale; it needs no emulator).
+config-reference:
+	UPDATE_CONFIG_REFERENCE=1 $(CARGO) test -p outbox-tests --test integration config_reference
 
 ## Formatting and lints, as CI runs them.
 check: fmt clippy lint-infra

@@ -114,7 +114,8 @@ pub struct TableArgs {
 pub struct LeaseTableArgs {
     /// The lease table of the poller fleet (one lease per shard, a heartbeat per poller). With
     /// it, `run` holds leases on its fair share of the shards instead of polling `--shards`;
-    /// `drain` ignores it unless `--respect-leases`; `status` shows each shard's owner.
+    /// `drain` ignores it unless `--respect-leases`; `status` shows each shard's owner
+    /// (docs/operations.md, "The poller fleet").
     #[arg(long, env = "OUTBOX_LEASE_TABLE")]
     pub lease_table: Option<String>,
 }
@@ -166,15 +167,18 @@ pub struct RelayArgs {
     #[arg(long, env = "OUTBOX_TTL_REFRESH_MARGIN", default_value = default_ttl_refresh_margin(), value_parser = humantime::parse_duration)]
     pub ttl_refresh_margin: Duration,
     /// How often `run` scans the whole index for events under partitions outside
-    /// `--shard-count` (a reshard, another writer) and publishes them; every `drain` pass does.
+    /// `--shard-count` (a reshard, another writer) and publishes them; `drain` sweeps on its first
+    /// pass and before it calls the index empty.
     #[arg(long, env = "OUTBOX_SWEEP_INTERVAL", default_value = default_sweep_interval(), value_parser = humantime::parse_duration)]
     pub sweep_interval: Duration,
     /// How long the pending index (a GSI, eventually consistent) may still return an item after
     /// it was marked: what this poller marked within it is not published again when a pass reads
-    /// it. Longer costs memory (the keys marked in that time), shorter costs duplicates.
+    /// it. Longer costs memory (the keys marked in that time, at most 100,000), shorter costs
+    /// duplicates.
     #[arg(long, env = "OUTBOX_INDEX_LAG", default_value = default_index_lag(), value_parser = humantime::parse_duration)]
     pub index_lag: Duration,
-    /// SQS queue that receives poison events with the item and the reason.
+    /// SQS queue that receives poison events with the item and the reason, then marked
+    /// `DEAD_LETTERED` (a letter over the queue's `MaximumMessageSize` goes without the item).
     #[arg(long, env = "DEAD_LETTER_QUEUE_URL")]
     pub dead_letter_queue_url: String,
     /// Items per `Query` page.
@@ -216,7 +220,8 @@ pub struct RunArgs {
 pub struct DiscardedBatchArgs {
     /// The bucket of the stream mapping's on-failure destination (the template's
     /// `DiscardedBatchBucket`): `run` re-creates the TTL-deleted pending events of each discarded
-    /// batch in it, then deletes the batch. Unset (or empty): no bucket is read.
+    /// batch in it, then deletes the batch (docs/operations.md, "Discarded stream batches").
+    /// Unset (or empty): no bucket is read.
     #[arg(long, env = "DISCARDED_BATCH_BUCKET")]
     pub discarded_batch_bucket: Option<String>,
     /// How often `run` reads that bucket.
@@ -272,7 +277,9 @@ pub struct RecoverDiscardedArgs {
 pub struct DrainArgs {
     #[command(flatten)]
     pub relay: RelayArgs,
-    /// Only events older than this are published (backfill takes everything by default).
+    /// Only events older than this are published (backfill takes everything by default). Where
+    /// the variable is set (the ECS task), `drain` uses it too, so a backfill does not race the
+    /// stream relay.
     #[arg(long, env = "OUTBOX_GRACE_PERIOD", default_value = "0s", value_parser = humantime::parse_duration)]
     pub grace_period: Duration,
     /// Consecutive passes that publish nothing (only failures) before the drain gives up.
@@ -281,7 +288,8 @@ pub struct DrainArgs {
     #[command(flatten)]
     pub lease_table: LeaseTableArgs,
     /// Leave the shards a running poller holds a lease on to it (read from `--lease-table` before
-    /// each pass) and drain the rest; without it a drain polls every shard, leases or not.
+    /// each pass) and drain the rest, listed in its summary's `skipped_shards`; without it a drain
+    /// polls every shard, leases or not.
     #[arg(
         long,
         env = "OUTBOX_RESPECT_LEASES",

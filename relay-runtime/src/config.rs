@@ -382,7 +382,9 @@ pub struct PublisherArgs {
     pub event_bus_kind: Option<TargetKind>,
     /// Where events are published: for `classic` a bus name or ARN, for `custom` the Custom Event
     /// Bus's whole ARN (`…:event-busv2/NAME/ID`), for `sns` a topic ARN, for `sqs` a queue URL,
-    /// for `kinesis` a stream ARN.
+    /// for `kinesis` a stream ARN. A topic or queue whose name ends `.fifo` is a FIFO one: each
+    /// aggregate its message group, each event id its de-duplication id. A target of another kind
+    /// than `--target-kind` (a queue URL for `sns`) exits naming both settings.
     #[arg(long, env = "EVENT_TARGET")]
     pub target: Option<String>,
     /// Deprecated alias of `--target` for the two buses; removed in 0.2.0.
@@ -396,23 +398,34 @@ pub struct PublisherArgs {
     /// Custom Event Bus (default 100), 1..=500 on Kinesis (default 500).
     #[arg(long, env = "MAX_ENTRIES_PER_CALL")]
     pub max_entries_per_call: Option<usize>,
-    /// Size budget of one call, as the target counts its entries (default 256 KiB, Kinesis 5 MiB;
-    /// at most 1 MiB, Kinesis 5 MiB).
+    /// Size budget of one call, as the target counts its entries (SNS and SQS: the bodies and the
+    /// message attributes; Kinesis: the data and the partition keys): default 256 KiB, Kinesis
+    /// 5 MiB; at most 1 MiB, Kinesis 5 MiB.
     #[arg(long, env = "MAX_REQUEST_BYTES")]
     pub max_request_bytes: Option<usize>,
-    /// Largest entry (default 256 KiB, Kinesis 1 MiB; up to 1 MiB on targets that accept it);
-    /// larger events are dead-lettered without a call.
+    /// Largest entry, as the target counts it (default 256 KiB, Kinesis 1 MiB; up to 1 MiB on
+    /// targets that accept it: raise `--max-request-bytes` with it). A larger event goes with its
+    /// payload in `--payload-bucket`, or is dead-lettered without a call when there is none. The
+    /// Custom Event Bus documents no byte limit: its default is the classic bus's documented
+    /// 256 KiB, which an SQS target also takes as one message; raise it only after checking what
+    /// your region's bus accepts.
     #[arg(long, env = "MAX_ENTRY_BYTES")]
     pub max_entry_bytes: Option<usize>,
-    /// Calls in flight at once, per publish (a stream batch, a poller page).
+    /// Calls in flight at once, per publish (a stream batch, a poller page). The process's
+    /// publishes together start at this many and grow while calls are answered; a call that times
+    /// out (a slow target) halves that, and it grows back slowly
+    /// (`relay_runtime::publish_concurrency`).
     #[arg(long, env = "PUBLISH_CONCURRENCY", default_value_t = DEFAULT_PUBLISH_CONCURRENCY)]
     pub publish_concurrency: usize,
-    /// Attempts per entry (first try included) for retryable failures.
+    /// Attempts per entry (first try included) for retryable failures, with a full-jitter backoff
+    /// from 50 ms, at most 2 s, between them.
     #[arg(long, env = "PUBLISH_MAX_ATTEMPTS", default_value_t = DEFAULT_PUBLISH_MAX_ATTEMPTS)]
     pub publish_max_attempts: usize,
     /// Ceiling of the publish rate, in entries per second, for this process (default: none).
-    /// Below it, the rate adapts to the target's quota: lowered when it throttles, probed back up
-    /// while calls are accepted.
+    /// Below it, the rate adapts to the target's quota: lowered to 70 % when it throttles, grown
+    /// back linearly while calls are accepted (`relay_runtime::publish_rate`). Set it to this
+    /// process's share of the account's quota to avoid the first burst of throttles (the
+    /// template's `MaxPublishRate`).
     #[arg(long, env = "MAX_PUBLISH_RATE")]
     pub max_publish_rate: Option<NonZeroU32>,
     /// What each event is published as: `envelope` (the default: `{"metadata", "data"}`) or
@@ -422,13 +435,16 @@ pub struct PublisherArgs {
     pub event_format: EventFormat,
     /// The payload bucket: an event too large for the target (or above
     /// `--payload-threshold-bytes`) is published with its payload stored in S3 under
-    /// `payloads/{event id}` and referenced (`dataref`) in place of `data`. Unset: such an event
-    /// is dead-lettered.
+    /// `payloads/{event id}` and referenced (`dataref`) in place of `data` (docs/schema.md,
+    /// "Events of any size"). Unset: such an event is dead-lettered. A relay probes it at start
+    /// (`s3:ListBucket`); a letter too large for the dead-letter queue keeps its record there
+    /// too, under `dead-letters/`.
     #[arg(long, env = "PAYLOAD_BUCKET")]
     pub payload_bucket: Option<String>,
     /// Entry size above which the payload goes to `--payload-bucket` (default: the entry budget,
-    /// `--max-entry-bytes`); lower it for consumers that take less than the target (at least
-    /// 1024).
+    /// `--max-entry-bytes`); lower it for consumers that take less than the target (an SQS
+    /// queue's 256 KiB behind a 1 MiB bus). At least 1024, at most `--max-entry-bytes`; only with
+    /// `--payload-bucket`.
     #[arg(long, env = "PAYLOAD_THRESHOLD_BYTES")]
     pub payload_threshold_bytes: Option<usize>,
 }

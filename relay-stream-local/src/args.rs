@@ -20,7 +20,9 @@ pub enum StartingPosition {
 #[derive(Debug, Clone, clap::Parser)]
 #[command(
     name = "relay-stream-local",
-    about = "Reads the outbox table's DynamoDB Stream and relays outbox inserts to EventBridge with Lambda's batch semantics",
+    about = "The stream relay run locally, for the demo and the tests: reads the outbox table's \
+             DynamoDB Stream with Lambda's batch semantics and drives the Lambda's handler. The \
+             Lambda's settings, as flags too, and those of the reading.",
     version
 )]
 pub struct LocalArgs {

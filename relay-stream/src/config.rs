@@ -4,6 +4,7 @@
 
 use clap::builder::BoolishValueParser;
 use relay_runtime::config::dead_letter_queue_url;
+use relay_runtime::metrics::MetricsArgs;
 use relay_runtime::{PublisherArgs, PublisherConfig, RetentionArgs, SettingError};
 
 use crate::handler::HandlerOptions;
@@ -12,6 +13,22 @@ pub use crate::handler::{DEFAULT_DEADLINE_MARGIN, DEFAULT_MARK_CONCURRENCY};
 
 /// Most status updates in flight one batch may have.
 pub const MAX_MARK_CONCURRENCY: usize = 10_000;
+
+/// The Lambda's configuration, read from the environment only: each setting's variable, as
+/// clap declares it (the function has no command line).
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "relay-stream",
+    about = "The stream relay, an AWS Lambda function on the table's DynamoDB Stream (packaged as \
+             `bootstrap`): it publishes the new outbox items and marks them. It has no command \
+             line: each setting is its environment variable."
+)]
+pub struct LambdaEnv {
+    #[command(flatten)]
+    pub relay: RelayArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
+}
 
 /// Settings shared by the Lambda (environment only) and `relay-stream-local` (flags or environment).
 #[derive(Debug, Clone, clap::Args)]
@@ -25,8 +42,11 @@ pub struct RelayArgs {
     /// How long marked items stay: the same flag in every relay.
     #[command(flatten)]
     pub retention: RetentionArgs,
-    /// SQS queue for poison records. Without it, poison records are reported as batch item
-    /// failures so the event source mapping's on-failure destination takes them.
+    /// SQS queue for poison records: each goes there with its record and a reason, then is marked
+    /// `DEAD_LETTERED`. A letter larger than the queue's `MaximumMessageSize` (read with
+    /// `sqs:GetQueueAttributes`) goes without its record, which the item keeps. Without a queue,
+    /// poison records are reported as batch item failures so the event source mapping's
+    /// on-failure destination takes them.
     #[arg(long, env = "DEAD_LETTER_QUEUE_URL")]
     pub dead_letter_queue_url: Option<String>,
     /// Status-update calls in flight at once: each marks up to 25 published events (one

@@ -18,7 +18,7 @@ pub mod metrics;
 pub mod permissions;
 
 pub use aws_lambda_events;
-pub use config::RelayArgs;
+pub use config::{LambdaEnv, RelayArgs};
 pub use handler::{
     BatchCounts, BatchReport, HandlerOptions, IgnoreReason, RecordOutcome, StreamRelay,
 };

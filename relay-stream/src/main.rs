@@ -2,28 +2,17 @@
 
 use anyhow::Context;
 use clap::Parser;
-use relay_runtime::metrics::MetricsArgs;
-use relay_stream::RelayArgs;
+use relay_stream::LambdaEnv;
 use relay_stream::lambda::{LambdaRelay, init_metrics};
 
 /// The relays' allocator (see [`relay_runtime::Allocator`]).
 #[global_allocator]
 static ALLOCATOR: relay_runtime::Allocator = relay_runtime::Allocator;
 
-/// The Lambda's configuration, from the environment only.
-#[derive(Debug, Parser)]
-#[command(name = "relay-stream")]
-struct Env {
-    #[command(flatten)]
-    relay: RelayArgs,
-    #[command(flatten)]
-    metrics: MetricsArgs,
-}
-
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_runtime::Error> {
     let _telemetry = relay_runtime::telemetry::init_tracing();
-    let env = Env::try_parse_from(["relay-stream"])
+    let env = LambdaEnv::try_parse_from(["relay-stream"])
         .context("reading the configuration from the environment")?;
     let sdk_config = relay_runtime::load_aws_config().await?;
     // What the function relies on, once at init: a missing table or bus, a role without access,

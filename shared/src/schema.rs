@@ -1,7 +1,7 @@
 //! The single-table item schema: attribute names, entity types, status values and key formats.
 //!
 //! Every crate refers to these constants; no attribute name is spelled as a string literal
-//! anywhere else. See the README's "Item schema" section for the full table.
+//! anywhere else. See docs/schema.md, "Item schema", for the full table.
 
 /// Attribute names.
 pub mod attr {

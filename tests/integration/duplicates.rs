@@ -151,7 +151,7 @@ async fn a_redelivered_stream_batch_does_not_publish_again_what_the_relay_publis
 
     // Then every event reached the sink, and at most 2 % of them twice. A mark that failed
     // every attempt (a call of 25 marks, now and then at these rates) leaves its events to the
-    // poller, which publishes them again by design (README, "Duplicates happen"): those are
+    // poller, which publishes them again by design (docs/guarantees.md, "Duplicates happen"): those are
     // counted apart, as `not_marked`
     let counts = sink_counts(&env, STREAM_EVENTS).await;
     let duplicates = assert_all_once_or_more(&counts, &written);

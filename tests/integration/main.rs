@@ -63,6 +63,7 @@ macro_rules! on_both_buses {
 // instead of running after them.
 mod bootstrap;
 mod claim_check;
+mod config_reference;
 mod consumer_batch;
 mod consumer_bootstrap;
 mod consumer_example;

@@ -20,7 +20,7 @@ use outbox_tests::{TestEnv, emulator_endpoints};
 /// passes, run's loop never ends); the times measured are printed with `--nocapture`.
 const STOPS_WITHIN: Duration = Duration::from_secs(30);
 
-/// The exit code of a misconfiguration (README, "Exit codes").
+/// The exit code of a misconfiguration (docs/configuration.md, "Exit codes").
 const MISCONFIGURED: i32 = 2;
 
 /// What a person sees of a binary that stopped.

@@ -130,7 +130,8 @@ pub const DISCARDED_BATCHES_LEFT: &str = "DiscardedBatchesLeft";
 /// `METRICS_NAMESPACE`, read the same way by both relays.
 #[derive(Debug, Clone, clap::Args)]
 pub struct MetricsArgs {
-    /// CloudWatch namespace of the relay's metrics (the template's `MetricsNamespace`).
+    /// CloudWatch namespace of the relay's embedded metrics (docs/operations.md, "Metrics"); the
+    /// template sets it from its `MetricsNamespace`.
     #[arg(long, env = "METRICS_NAMESPACE", default_value = DEFAULT_NAMESPACE)]
     pub metrics_namespace: String,
 }

@@ -101,7 +101,7 @@ impl Item {
                     attr::PK,
                     attr::SK
                 ),
-                "the writer and the relays use the item schema's keys (README, Item schema): \
+                "the writer and the relays use the item schema's keys (docs/schema.md, Item schema): \
                  create the table as infra/template.yaml declares OutboxTable",
             ),
         }
