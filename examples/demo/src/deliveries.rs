@@ -6,8 +6,8 @@
 //! is kept as received, for its payload to be read back ([`crate::payloads`]).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -72,21 +72,108 @@ impl Delivery {
     }
 }
 
+/// Counts what the target delivered, without consuming it, until `stop` is set: the sink queue's
+/// messages (none is consumed yet), or the stream's records read through once. The count drives
+/// the progress while the relay's latency is measured, when the consumer does not run yet: its
+/// calls to the one DynamoDB Local (four per message with order restored) would stand in the
+/// relay's figures.
+pub(crate) async fn count_deliveries(
+    env: Env,
+    mut stop: watch::Receiver<bool>,
+    delivered: Arc<AtomicU64>,
+) -> Result<()> {
+    let stream = env.stack.bus_name.clone();
+    let mut iterators = Vec::new();
+    if env.target == relay_runtime::TargetKind::Kinesis {
+        let shards = env
+            .kinesis
+            .list_shards()
+            .stream_arn(&stream)
+            .send()
+            .await
+            .context("listing the stream's shards")?;
+        for shard in shards.shards() {
+            iterators.push(shard_iterator(&env, &stream, shard.shard_id(), None).await?);
+        }
+    }
+    while !*stop.borrow() {
+        if env.target == relay_runtime::TargetKind::Kinesis {
+            for iterator in iterators.iter_mut() {
+                let Some(current) = iterator.clone() else {
+                    continue;
+                };
+                let answer = env
+                    .kinesis
+                    .get_records()
+                    .stream_arn(&stream)
+                    .shard_iterator(current)
+                    .limit(1000)
+                    .send()
+                    .await
+                    .context("reading the stream")?;
+                delivered.fetch_add(answer.records().len() as u64, Ordering::Relaxed);
+                *iterator = answer.next_shard_iterator().map(str::to_owned);
+            }
+        } else {
+            let depth = env.queue_depth(&env.stack.sink_queue_url).await?;
+            delivered.store(depth, Ordering::Relaxed);
+        }
+        // Until the next look, or at once when stopped.
+        let _ = tokio::time::timeout(Duration::from_millis(100), stop.changed()).await;
+    }
+    Ok(())
+}
+
 /// Consumes the sink queue as Lambda's SQS event source would, until `stop` is set and the queue
 /// holds nothing, visible or in flight: each `ReceiveMessage` answer becomes an SQS event handed
 /// to `consumer`, only what it acknowledges is deleted, and the rest is delivered again after
-/// [`VISIBILITY_TIMEOUT_SECS`]. Answers each message's first delivery, in the order received (a
-/// FIFO queue hands out a group's next message only once the one before it is deleted); on
+/// [`VISIBILITY_TIMEOUT_SECS`]. [`POLLERS`] batches at a time, as Lambda's event source runs
+/// concurrent invocations (a FIFO queue hands out a group's next message only once the one
+/// before it is deleted). Answers each message's first delivery, in the order received; on
 /// Kinesis, [`read_stream`].
 pub(crate) async fn read_deliveries(
     env: Env,
     consumer: Arc<Consumer>,
     stop: watch::Receiver<bool>,
-    delivered: Arc<AtomicU64>,
 ) -> Result<Vec<Delivery>> {
     if env.target == relay_runtime::TargetKind::Kinesis {
-        return read_stream(env, consumer, stop, delivered).await;
+        return read_stream(env, consumer, stop).await;
     }
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let pollers: Vec<_> = (0..POLLERS)
+        .map(|_| {
+            tokio::spawn(poll_queue(
+                env.clone(),
+                Arc::clone(&consumer),
+                stop.clone(),
+                Arc::clone(&seen),
+            ))
+        })
+        .collect();
+    for poller in pollers {
+        poller.await.context("sink poller")??;
+    }
+    let seen = std::mem::take(&mut *seen.lock().unwrap_or_else(|p| p.into_inner()));
+    Ok(seen.deliveries)
+}
+
+/// Batches consumed at a time from the sink queue.
+const POLLERS: usize = 4;
+
+/// The messages seen so far, and each one's first delivery in the order received.
+#[derive(Default)]
+struct Seen {
+    messages: HashSet<String>,
+    deliveries: Vec<Delivery>,
+}
+
+/// One of [`read_deliveries`]' pollers.
+async fn poll_queue(
+    env: Env,
+    consumer: Arc<Consumer>,
+    stop: watch::Receiver<bool>,
+    seen: Arc<Mutex<Seen>>,
+) -> Result<()> {
     let queue_url = &env.stack.sink_queue_url;
     let queue_arn = env
         .sqs
@@ -101,8 +188,6 @@ pub(crate) async fn read_deliveries(
         .cloned()
         .unwrap_or_default();
     let region = region(&env);
-    let mut seen: HashSet<String> = HashSet::new();
-    let mut deliveries = Vec::new();
     loop {
         let received = env
             .sqs
@@ -117,33 +202,12 @@ pub(crate) async fn read_deliveries(
         let messages = received.messages();
         if messages.is_empty() {
             if *stop.borrow() && env.queue_depth(queue_url).await? == 0 {
-                return Ok(deliveries);
+                return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         }
-        for message in messages {
-            if !seen.insert(message.message_id().unwrap_or_default().to_owned()) {
-                continue;
-            }
-            delivered.fetch_add(1, Ordering::Relaxed);
-            let body = message.body().unwrap_or_default();
-            let event: serde_json::Value =
-                serde_json::from_str(body).with_context(|| format!("sink message {body:?}"))?;
-            // A bus's event holds the envelope as its detail; an SNS (raw) or SQS message is it.
-            let detail = match event.get("detail") {
-                Some(detail) => detail.clone(),
-                None => event,
-            };
-            let sent_ms = message
-                .attributes()
-                .and_then(|a| a.get(&MessageSystemAttributeName::SentTimestamp))
-                .and_then(|t| t.parse::<i64>().ok());
-            deliveries.push(
-                Delivery::of(detail, sent_ms)
-                    .with_context(|| format!("sink message detail {body:?}"))?,
-            );
-        }
+        record_first_deliveries(&seen, messages)?;
         let mut batch = SqsEvent::default();
         batch.records = messages
             .iter()
@@ -176,6 +240,39 @@ pub(crate) async fn read_deliveries(
     }
 }
 
+/// Records the first delivery of each of `messages` not seen before.
+fn record_first_deliveries(
+    seen: &Mutex<Seen>,
+    messages: &[aws_sdk_sqs::types::Message],
+) -> Result<()> {
+    let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+    for message in messages {
+        if !seen
+            .messages
+            .insert(message.message_id().unwrap_or_default().to_owned())
+        {
+            continue;
+        }
+        let body = message.body().unwrap_or_default();
+        let event: serde_json::Value =
+            serde_json::from_str(body).with_context(|| format!("sink message {body:?}"))?;
+        // A bus's event holds the envelope as its detail; an SNS (raw) or SQS message is it.
+        let detail = match event.get("detail") {
+            Some(detail) => detail.clone(),
+            None => event,
+        };
+        let sent_ms = message
+            .attributes()
+            .and_then(|a| a.get(&MessageSystemAttributeName::SentTimestamp))
+            .and_then(|t| t.parse::<i64>().ok());
+        seen.deliveries.push(
+            Delivery::of(detail, sent_ms)
+                .with_context(|| format!("sink message detail {body:?}"))?,
+        );
+    }
+    Ok(())
+}
+
 /// The region the consumer's events name (`awsRegion`).
 fn region(env: &Env) -> String {
     env.sqs
@@ -193,7 +290,6 @@ async fn read_stream(
     env: Env,
     consumer: Arc<Consumer>,
     stop: watch::Receiver<bool>,
-    delivered: Arc<AtomicU64>,
 ) -> Result<Vec<Delivery>> {
     let stream = env.stack.bus_name.clone();
     let region = region(&env);
@@ -232,7 +328,6 @@ async fn read_stream(
                 if !seen.insert(record.sequence_number().to_owned()) {
                     continue;
                 }
-                delivered.fetch_add(1, Ordering::Relaxed);
                 let event: serde_json::Value = serde_json::from_slice(record.data().as_ref())
                     .context("a record's data is the envelope")?;
                 let arrived_ms = record

@@ -12,11 +12,12 @@
 //! 3. stops the stream relay (a simulated stream outage) and writes more orders (large ones
 //!    among them);
 //! 4. backfills those with `relay-poller drain`;
-//! 5. consumes the rest of what the target delivered. All along, the demo's consumer
+//! 5. consumes the rest of what the target delivered. From phase 3 on, the demo's consumer
 //!    ([`consumer`]: `outbox_consumer::BatchProcessor` with the idempotency store, and with each
 //!    aggregate's order restored on the classic bus) is handed what the sink queue or the stream
-//!    delivers, as a Lambda's event source hands it, and what it does not acknowledge is
-//!    delivered again. The summary: written, published, delivered (out of order as delivered,
+//!    delivered, as a Lambda's event source hands it, and what it does not acknowledge is
+//!    delivered again; before, the deliveries are only counted, so its DynamoDB calls (on the
+//!    same DynamoDB Local) stay out of the relay's figures. The summary: written, published, delivered (out of order as delivered,
 //!    missing: must be 0), de-duplicated by the bus, dead-lettered; what the consumer received,
 //!    applied, answered as duplicates, held for order, and applied out of order or twice (must be
 //!    0); the live relay's latency (write to published, the relay's own; write to delivery on
@@ -58,7 +59,7 @@ use tokio::sync::watch;
 
 use crate::cli::Args;
 use crate::consumer::Consumer;
-use crate::deliveries::{read_deliveries, relay_lags, watch_deliveries};
+use crate::deliveries::{count_deliveries, read_deliveries, relay_lags, watch_deliveries};
 use crate::env::{SOURCE, provision};
 use crate::orders::{LargeOrder, OrderMix, events_of, write_orders};
 use crate::payloads::check_payloads;
@@ -181,15 +182,11 @@ async fn run(args: &Args) -> Result<Summary> {
         args,
         &log_dir,
     )?;
-    // The sink is consumed live, so the count drives the progress bar.
+    // What the target delivered is counted for the progress bars, and consumed once the stream
+    // relay's part is over.
     let delivered = Arc::new(AtomicU64::new(0));
-    let (stop_reading, stop) = watch::channel(false);
-    let reader = tokio::spawn(read_deliveries(
-        env.clone(),
-        Arc::clone(&consumer),
-        stop,
-        Arc::clone(&delivered),
-    ));
+    let (stop_counting, stop) = watch::channel(false);
+    let counter = tokio::spawn(count_deliveries(env.clone(), stop, Arc::clone(&delivered)));
     let measured_events = events_of(measured.iter().copied(), args.follow_up_percent);
     let written_bar = bars.add(bar(measured.len() as u64, "orders   "));
     let delivered_bar = bars.add(bar(measured_events, "delivered"));
@@ -260,6 +257,12 @@ async fn run(args: &Args) -> Result<Summary> {
         phase(&format!("stream relay did not publish everything: {err:#}"));
     }
     let stream_summary = stop_relay(stream_relay, "relay-stream-local").await?;
+    stop_counting.send_replace(true);
+    counter.await.context("delivery counter")??;
+
+    // From here on, the consumer consumes what the target delivered, as it arrives.
+    let (stop_reading, stop) = watch::channel(false);
+    let reader = tokio::spawn(read_deliveries(env.clone(), Arc::clone(&consumer), stop));
 
     // Phase 3: a stream outage; these orders are only in the table.
     phase(&format!(
