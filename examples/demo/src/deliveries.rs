@@ -36,6 +36,9 @@ pub(crate) struct Delivery {
     pub(crate) aggregate_id: Option<String>,
     pub(crate) sequence: Option<u64>,
     pub(crate) latency_ms: Option<u64>,
+    /// When it arrived (milliseconds since the epoch): the queue's `SentTimestamp`, the record's
+    /// arrival timestamp.
+    pub(crate) arrived_ms: Option<i64>,
     /// The event (the envelope) as received when it carries its payload's reference (`dataref`)
     /// in place of `data`: what `outbox_consumer::PayloadResolver` reads the payload from.
     pub(crate) stored: Option<serde_json::Value>,
@@ -67,6 +70,7 @@ impl Delivery {
             latency_ms: arrived_ms
                 .zip(occurred_ms)
                 .and_then(|(arrived, occurred)| u64::try_from(arrived - occurred).ok()),
+            arrived_ms,
             stored: received.dataref.is_some().then_some(event),
         })
     }
@@ -153,12 +157,14 @@ pub(crate) async fn read_deliveries(
     for poller in pollers {
         poller.await.context("sink poller")??;
     }
-    let seen = std::mem::take(&mut *seen.lock().unwrap_or_else(|p| p.into_inner()));
+    let mut seen = std::mem::take(&mut *seen.lock().unwrap_or_else(|p| p.into_inner()));
+    // In the order the target put them on the queue, whichever poller received them.
+    seen.deliveries.sort_by_key(|delivery| delivery.arrived_ms);
     Ok(seen.deliveries)
 }
 
 /// Batches consumed at a time from the sink queue.
-const POLLERS: usize = 4;
+const POLLERS: usize = 2;
 
 /// The messages seen so far, and each one's first delivery in the order received.
 #[derive(Default)]

@@ -479,6 +479,7 @@ mod tests {
             aggregate_id: Some(id.to_owned()),
             sequence: Some(1),
             latency_ms: Some(ms),
+            arrived_ms: None,
             stored: None,
         };
         // Given "a" delivered twice (the consumer answered the second from its store), "b" and
@@ -642,6 +643,7 @@ mod tests {
                 aggregate_id: Some((*aggregate).to_owned()),
                 sequence: Some(*sequence),
                 latency_ms: None,
+                arrived_ms: None,
                 stored: None,
             })
             .collect()
