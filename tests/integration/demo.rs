@@ -209,7 +209,10 @@ fn assert_consumer_applied_each_once_in_order(summary: &serde_json::Value, targe
         count("applied") + count("duplicates") + count("held_for_order") + count("retried"),
         "{target}: {summary}"
     );
-    assert!(count("received") >= count("delivered"), "{target}: {summary}");
+    assert!(
+        count("received") >= count("delivered"),
+        "{target}: {summary}"
+    );
 }
 
 /// Runs the demo with a small N over `env`'s table, dead-letter queue and a payload bucket and

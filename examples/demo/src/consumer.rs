@@ -144,17 +144,17 @@ impl Consumer {
             .processor
             .process_sqs(event, &Invocation::default(), |e| self.apply(e))
             .await;
-        self.record(&report)
+        self.record("", &report)
     }
 
-    /// Processes a Kinesis trigger's batch (one shard's records); answers where to read the
+    /// Processes a Kinesis trigger's batch (`shard_id`'s records); answers where to read the
     /// shard next.
-    pub(crate) async fn process_kinesis(&self, event: &KinesisEvent) -> Resume {
+    pub(crate) async fn process_kinesis(&self, shard_id: &str, event: &KinesisEvent) -> Resume {
         let report = self
             .processor
             .process_kinesis(event, &Invocation::default(), |e| self.apply(e))
             .await;
-        let done = self.record(&report);
+        let done = self.record(shard_id, &report);
         match done.iter().position(|done| !done) {
             Some(failed) => Resume::At(report.items[failed].id.clone()),
             None => Resume::Next,
@@ -186,8 +186,8 @@ impl Consumer {
     }
 
     /// Counts `report`'s outcomes; answers, for each message, whether it is acknowledged or
-    /// given up on.
-    fn record(&self, report: &BatchReport<()>) -> Vec<bool> {
+    /// given up on. `scope` is where its ids are unique (a shard's sequence numbers).
+    fn record(&self, scope: &str, report: &BatchReport<()>) -> Vec<bool> {
         let mut consumed = self.consumed.lock().unwrap_or_else(|p| p.into_inner());
         let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
         let reported: Vec<&str> = report.failures();
@@ -222,7 +222,7 @@ impl Consumer {
                 if !reported.contains(&item.id.as_str()) {
                     return false;
                 }
-                let count = failures.entry(item.id.clone()).or_default();
+                let count = failures.entry(format!("{scope}:{}", item.id)).or_default();
                 *count += 1;
                 if *count < MAX_RECEIVES {
                     return false;

@@ -331,7 +331,8 @@ async fn read_stream(
                 .context("reading the stream")?;
             let records = answer.records();
             for record in records {
-                if !seen.insert(record.sequence_number().to_owned()) {
+                // A sequence number is unique within its shard only.
+                if !seen.insert(format!("{shard_id}:{}", record.sequence_number())) {
                     continue;
                 }
                 let event: serde_json::Value = serde_json::from_slice(record.data().as_ref())
@@ -352,7 +353,7 @@ async fn read_stream(
                     .iter()
                     .map(|r| kinesis_record(r, &stream, shard_id, &region))
                     .collect();
-                consumer.process_kinesis(&batch).await
+                consumer.process_kinesis(shard_id, &batch).await
             };
             *iterator = match resume {
                 Resume::Next => answer.next_shard_iterator().map(str::to_owned),
