@@ -1,8 +1,10 @@
 //! The demo, run as a user runs it, on either bus: its summary agrees with an independent count
 //! of an audit queue, the table and the payload bucket (on the Custom Event Bus each order is one
-//! message group of the FIFO queue), its large orders' payloads go through the payload bucket
-//! both ways (stored by the writer, stored by the relays) and are read back checked, on every
-//! target, and ctrl-c leaves no emulator or relay process behind.
+//! message group of the FIFO queue), its consumer (`outbox_consumer::BatchProcessor`, with order
+//! restored on the classic bus) applies every event once and in order, its large orders'
+//! payloads go through the payload bucket both ways (stored by the writer, stored by the relays)
+//! and are read back checked, on every target, and ctrl-c leaves no emulator or relay process
+//! behind.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
@@ -140,8 +142,9 @@ async fn on_the_custom_bus_the_summary_matches_and_each_order_is_one_message_gro
 }
 
 /// `--large-order-percent` of the demo runs here: of their 52 orders (0 to 51), orders 9, 19,
-/// 29, 39 and 49 are large; 9, 29 and 49 (written during the outage, so published by the poller)
-/// over an entry, 19 and 39 (both with follow-ups) over an item.
+/// 29, 39 and 49 are large; 9, 29 and 49 over an entry, 19 and 39 (both with follow-ups) over an
+/// item; 9 to 39 written after the 36 measured orders (relayed by the stream relay), 49 during
+/// the outage (published by the poller).
 const LARGE_ORDER_PERCENT: &str = "10";
 
 /// What the demo's summary says of its large orders at [`LARGE_ORDER_PERCENT`] of 52 orders, on a
@@ -171,6 +174,45 @@ fn assert_large_orders_checked(summary: &serde_json::Value, target: &str) {
     );
     assert_eq!(summary["payloads_checked"], in_s3, "{target}: {summary}");
     assert_eq!(summary["payload_failures"], 0, "{target}: {summary}");
+    // The large orders' relay lag is apart from the measured orders'
+    let (p50, p99) = (
+        summary["large_relay_lag_p50_ms"].as_u64().unwrap(),
+        summary["large_relay_lag_p99_ms"].as_u64().unwrap(),
+    );
+    assert!(p50 > 0 && p50 <= p99, "{target}: {summary}");
+}
+
+/// What the demo's consumer (`outbox_consumer::BatchProcessor` with the idempotency store, and
+/// order restored on the classic bus) says it did with the 78 events written: each applied once,
+/// none out of order, every delivery of one it had applied answered as a duplicate, and every
+/// message it was handed accounted for.
+fn assert_consumer_applied_each_once_in_order(summary: &serde_json::Value, target: &str) {
+    let count = |name: &str| summary[name].as_u64().unwrap();
+    assert_eq!(
+        summary["order_restored"],
+        target == "classic",
+        "{target}: {summary}"
+    );
+    assert_eq!(count("applied"), 78, "{target}: {summary}");
+    assert_eq!(count("not_applied"), 0, "{target}: {summary}");
+    assert_eq!(count("applied_twice"), 0, "{target}: {summary}");
+    assert_eq!(count("applied_out_of_order"), 0, "{target}: {summary}");
+    assert_eq!(count("gaps_applied"), 0, "{target}: {summary}");
+    // Every repeat the target delivered was answered from the store, not applied again
+    assert!(
+        count("duplicates") >= count("delivered") - count("unique_delivered"),
+        "{target}: {summary}"
+    );
+    // Each message handed to the consumer was applied, a duplicate, held for order or retried
+    assert_eq!(
+        count("received"),
+        count("applied") + count("duplicates") + count("held_for_order") + count("retried"),
+        "{target}: {summary}"
+    );
+    assert!(
+        count("received") >= count("delivered"),
+        "{target}: {summary}"
+    );
 }
 
 /// Runs the demo with a small N over `env`'s table, dead-letter queue and a payload bucket and
@@ -277,7 +319,10 @@ async fn demo_summary_matches_queue_and_table(
     assert!(outbox.iter().all(|i| i.status == OutboxStatus::Published));
     assert_eq!(summary["delivered"], audit.len());
     assert_eq!(summary["unique_delivered"], unique.len());
-    assert_eq!(summary["duplicates"], audit.len() - unique.len());
+    assert_eq!(
+        summary["delivered"].as_u64().unwrap() - summary["unique_delivered"].as_u64().unwrap(),
+        (audit.len() - unique.len()) as u64
+    );
     assert_eq!(summary["missing"], 0);
     assert!(outbox.iter().all(|i| unique.contains(i.event_id.as_str())));
     assert_eq!(summary["dead_lettered"], 0);
@@ -287,11 +332,11 @@ async fn demo_summary_matches_queue_and_table(
         published >= 78,
         "relays published {published} of 78: {summary}"
     );
-    // Each order's events arrived in the order written, at the demo's reader and on the audit
+    // Each order's events arrived in the order written, at the demo's consumer and on the audit
     // queue (the relays publish an aggregate's events one after the other; moto delivers each
     // inside its PutEvents call, the double's FIFO subscriber in ingestion order), and with no
     // reply lost nothing was published twice, so the bus de-duplicated nothing
-    assert_eq!(summary["out_of_order"], 0, "{summary}");
+    assert_eq!(summary["delivered_out_of_order"], 0, "{summary}");
     assert_eq!(out_of_order_on(&audit_events), 0, "{audit_events:?}");
     assert_eq!(summary["deduplicated"], 0, "{summary}");
     assert!(summary["publish_calls"].as_u64().unwrap() >= 6, "{summary}");
@@ -300,6 +345,9 @@ async fn demo_summary_matches_queue_and_table(
         summary["put_events_calls"], summary["publish_calls"],
         "{summary}"
     );
+
+    // The consumer applied each event once, in order
+    assert_consumer_applied_each_once_in_order(&summary, bus.kind);
 
     // Five of the orders were large: the writer stored two payloads, the relays three (one of
     // them the poller, after the outage), each read back intact by the demo
@@ -479,7 +527,8 @@ async fn on_sns_sqs_and_kinesis_the_consumer_side_gets_every_event_once_and_in_o
             .await
             .expect("run the demo");
 
-        // Then every event written was delivered to the consumer side once, none out of order
+        // Then every event written was delivered to the consumer once, none out of order, and
+        // the consumer applied each once, in order
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(
             output.status.success(),
@@ -494,12 +543,16 @@ async fn on_sns_sqs_and_kinesis_the_consumer_side_gets_every_event_once_and_in_o
         let summary: serde_json::Value = serde_json::from_str(line).unwrap();
         assert_eq!(summary["target"], target, "{summary}");
         assert_eq!(summary["missing"], 0, "{target}: {summary}");
-        assert_eq!(summary["out_of_order"], 0, "{target}: {summary}");
-        assert_eq!(summary["duplicates"], 0, "{target}: {summary}");
+        assert_eq!(summary["delivered_out_of_order"], 0, "{target}: {summary}");
+        assert_eq!(
+            summary["delivered"], summary["unique_delivered"],
+            "{target}: {summary}"
+        );
         assert_eq!(
             summary["unique_delivered"], summary["written"],
             "{target}: {summary}"
         );
+        assert_consumer_applied_each_once_in_order(&summary, target);
         // And its large orders' payloads went through the payload bucket the demo provisioned
         // and were read back intact (on Kinesis those over a bus's entry travel in the record)
         assert_large_orders_checked(&summary, target);

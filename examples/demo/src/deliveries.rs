@@ -1,24 +1,31 @@
-//! What reached the far end: the events the target delivered to the sink queue (read and deleted
-//! as they arrive; a bus's event carries the envelope as its `detail`, an SNS or SQS message as its
-//! body), or a Kinesis stream's records (read back with `GetRecords`), and, from the outbox items,
-//! when each event was published. An event whose payload is in S3 (`dataref`, the claim check)
+//! What reached the far end: the events the target delivered to the sink queue (a bus's event
+//! carries the envelope as its `detail`, an SNS or SQS message as its body), or a Kinesis
+//! stream's records (read back with `GetRecords`), consumed as they arrive by the demo's
+//! consumer ([`crate::consumer`]) as a Lambda's event source hands them to it, and, from the
+//! outbox items, when each event was published. An event whose payload is in S3 (`dataref`, the claim check)
 //! is kept as received, for its payload to be read back ([`crate::payloads`]).
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use aws_sdk_dynamodb::types::AttributeValue;
-use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
+use aws_sdk_kinesis::types::ShardIteratorType;
+use aws_sdk_sqs::types::{
+    DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
+};
 use indicatif::ProgressBar;
+use outbox_consumer::batch::aws_lambda_events::kinesis::KinesisEvent;
+use outbox_consumer::batch::aws_lambda_events::sqs::SqsEvent;
 use outbox_shared::envelope::EventMetadata;
 use outbox_shared::schema::{attr, entity};
 use serde::Deserialize;
 use tokio::process::Child;
 use tokio::sync::watch;
 
+use crate::consumer::{Consumer, Resume, VISIBILITY_TIMEOUT_SECS, kinesis_record, sqs_message};
 use crate::env::Env;
 
 /// One delivery on the sink queue: the event id, its aggregate and place in it (the envelope's
@@ -29,6 +36,9 @@ pub(crate) struct Delivery {
     pub(crate) aggregate_id: Option<String>,
     pub(crate) sequence: Option<u64>,
     pub(crate) latency_ms: Option<u64>,
+    /// When it arrived (milliseconds since the epoch): the queue's `SentTimestamp`, the record's
+    /// arrival timestamp.
+    pub(crate) arrived_ms: Option<i64>,
     /// The event (the envelope) as received when it carries its payload's reference (`dataref`)
     /// in place of `data`: what `outbox_consumer::PayloadResolver` reads the payload from.
     pub(crate) stored: Option<serde_json::Value>,
@@ -60,66 +70,163 @@ impl Delivery {
             latency_ms: arrived_ms
                 .zip(occurred_ms)
                 .and_then(|(arrived, occurred)| u64::try_from(arrived - occurred).ok()),
+            arrived_ms,
             stored: received.dataref.is_some().then_some(event),
         })
     }
 }
 
-/// Reads and deletes sink-queue messages as they arrive, until `stop` is set and the queue is
-/// empty; the deliveries are in the order they were received (a batch in its order, deleted
-/// before the next is received, so a FIFO queue hands out a group's next message only then).
+/// Counts what the target delivered, without consuming it, until `stop` is set: the sink queue's
+/// messages (none is consumed yet), or the stream's records read through once. The count drives
+/// the progress while the relay's latency is measured, when the consumer does not run yet: its
+/// calls to the one DynamoDB Local (four per message with order restored) would stand in the
+/// relay's figures.
+pub(crate) async fn count_deliveries(
+    env: Env,
+    mut stop: watch::Receiver<bool>,
+    delivered: Arc<AtomicU64>,
+) -> Result<()> {
+    let stream = env.stack.bus_name.clone();
+    let mut iterators = Vec::new();
+    if env.target == relay_runtime::TargetKind::Kinesis {
+        let shards = env
+            .kinesis
+            .list_shards()
+            .stream_arn(&stream)
+            .send()
+            .await
+            .context("listing the stream's shards")?;
+        for shard in shards.shards() {
+            iterators.push(shard_iterator(&env, &stream, shard.shard_id(), None).await?);
+        }
+    }
+    while !*stop.borrow() {
+        if env.target == relay_runtime::TargetKind::Kinesis {
+            for iterator in iterators.iter_mut() {
+                let Some(current) = iterator.clone() else {
+                    continue;
+                };
+                let answer = env
+                    .kinesis
+                    .get_records()
+                    .stream_arn(&stream)
+                    .shard_iterator(current)
+                    .limit(1000)
+                    .send()
+                    .await
+                    .context("reading the stream")?;
+                delivered.fetch_add(answer.records().len() as u64, Ordering::Relaxed);
+                *iterator = answer.next_shard_iterator().map(str::to_owned);
+            }
+        } else {
+            let depth = env.queue_depth(&env.stack.sink_queue_url).await?;
+            delivered.store(depth, Ordering::Relaxed);
+        }
+        // Until the next look, or at once when stopped.
+        let _ = tokio::time::timeout(Duration::from_millis(100), stop.changed()).await;
+    }
+    Ok(())
+}
+
+/// Consumes the sink queue as Lambda's SQS event source would, until `stop` is set and the queue
+/// holds nothing, visible or in flight: each `ReceiveMessage` answer becomes an SQS event handed
+/// to `consumer`, only what it acknowledges is deleted, and the rest is delivered again after
+/// [`VISIBILITY_TIMEOUT_SECS`]. [`POLLERS`] batches at a time, as Lambda's event source runs
+/// concurrent invocations (a FIFO queue hands out a group's next message only once the one
+/// before it is deleted). Answers each message's first delivery, in the order received; on
+/// Kinesis, [`read_stream`].
 pub(crate) async fn read_deliveries(
     env: Env,
+    consumer: Arc<Consumer>,
     stop: watch::Receiver<bool>,
-    delivered: Arc<AtomicU64>,
 ) -> Result<Vec<Delivery>> {
     if env.target == relay_runtime::TargetKind::Kinesis {
-        return read_stream(env, stop, delivered).await;
+        return read_stream(env, consumer, stop).await;
     }
-    let mut deliveries = Vec::new();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let pollers: Vec<_> = (0..POLLERS)
+        .map(|_| {
+            tokio::spawn(poll_queue(
+                env.clone(),
+                Arc::clone(&consumer),
+                stop.clone(),
+                Arc::clone(&seen),
+            ))
+        })
+        .collect();
+    for poller in pollers {
+        poller.await.context("sink poller")??;
+    }
+    let mut seen = std::mem::take(&mut *seen.lock().unwrap_or_else(|p| p.into_inner()));
+    // In the order the target put them on the queue, whichever poller received them.
+    seen.deliveries.sort_by_key(|delivery| delivery.arrived_ms);
+    Ok(seen.deliveries)
+}
+
+/// Batches consumed at a time from the sink queue.
+const POLLERS: usize = 2;
+
+/// The messages seen so far, and each one's first delivery in the order received.
+#[derive(Default)]
+struct Seen {
+    messages: HashSet<String>,
+    deliveries: Vec<Delivery>,
+}
+
+/// One of [`read_deliveries`]' pollers.
+async fn poll_queue(
+    env: Env,
+    consumer: Arc<Consumer>,
+    stop: watch::Receiver<bool>,
+    seen: Arc<Mutex<Seen>>,
+) -> Result<()> {
+    let queue_url = &env.stack.sink_queue_url;
+    let queue_arn = env
+        .sqs
+        .get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .context("reading the sink queue's ARN")?
+        .attributes()
+        .and_then(|a| a.get(&QueueAttributeName::QueueArn))
+        .cloned()
+        .unwrap_or_default();
+    let region = region(&env);
     loop {
         let received = env
             .sqs
             .receive_message()
-            .queue_url(&env.stack.sink_queue_url)
+            .queue_url(queue_url)
             .max_number_of_messages(10)
-            .visibility_timeout(300)
-            .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp)
+            .visibility_timeout(VISIBILITY_TIMEOUT_SECS)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
             .send()
             .await
             .context("receiving from the sink queue")?;
         let messages = received.messages();
         if messages.is_empty() {
-            if *stop.borrow() && env.queue_depth(&env.stack.sink_queue_url).await? == 0 {
-                return Ok(deliveries);
+            if *stop.borrow() && env.queue_depth(queue_url).await? == 0 {
+                return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         }
-        delivered.fetch_add(messages.len() as u64, Ordering::Relaxed);
-        for message in messages {
-            let body = message.body().unwrap_or_default();
-            let event: serde_json::Value =
-                serde_json::from_str(body).with_context(|| format!("sink message {body:?}"))?;
-            // A bus's event holds the envelope as its detail; an SNS (raw) or SQS message is it.
-            let detail = match event.get("detail") {
-                Some(detail) => detail.clone(),
-                None => event,
-            };
-            let sent_ms = message
-                .attributes()
-                .and_then(|a| a.get(&MessageSystemAttributeName::SentTimestamp))
-                .and_then(|t| t.parse::<i64>().ok());
-            deliveries.push(
-                Delivery::of(detail, sent_ms)
-                    .with_context(|| format!("sink message detail {body:?}"))?,
-            );
-        }
-        // Ten at a time: every SQS call costs moto a scan of the queue.
-        let entries = messages
+        record_first_deliveries(&seen, messages)?;
+        let mut batch = SqsEvent::default();
+        batch.records = messages
             .iter()
+            .map(|m| sqs_message(m, &queue_arn, &region))
+            .collect();
+        let acknowledged = consumer.process_sqs(&batch).await;
+        // Ten at a time: every SQS call costs moto a scan of the queue.
+        let entries: Vec<DeleteMessageBatchRequestEntry> = messages
+            .iter()
+            .zip(acknowledged)
             .enumerate()
-            .filter_map(|(i, m)| {
+            .filter(|(_, (_, acknowledged))| *acknowledged)
+            .filter_map(|(i, (m, _))| {
                 DeleteMessageBatchRequestEntry::builder()
                     .id(i.to_string())
                     .set_receipt_handle(m.receipt_handle().map(str::to_owned))
@@ -127,25 +234,71 @@ pub(crate) async fn read_deliveries(
                     .ok()
             })
             .collect();
-        env.sqs
-            .delete_message_batch()
-            .queue_url(&env.stack.sink_queue_url)
-            .set_entries(Some(entries))
-            .send()
-            .await
-            .context("deleting from the sink queue")?;
+        if !entries.is_empty() {
+            env.sqs
+                .delete_message_batch()
+                .queue_url(queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .context("deleting from the sink queue")?;
+        }
     }
 }
 
-/// Reads the Kinesis target's records as they arrive, each shard from its start, until `stop` is
-/// set and a read finds nothing new; the deliveries in each shard's order (an aggregate is on one
-/// shard, so its order is the stream's).
+/// Records the first delivery of each of `messages` not seen before.
+fn record_first_deliveries(
+    seen: &Mutex<Seen>,
+    messages: &[aws_sdk_sqs::types::Message],
+) -> Result<()> {
+    let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+    for message in messages {
+        if !seen
+            .messages
+            .insert(message.message_id().unwrap_or_default().to_owned())
+        {
+            continue;
+        }
+        let body = message.body().unwrap_or_default();
+        let event: serde_json::Value =
+            serde_json::from_str(body).with_context(|| format!("sink message {body:?}"))?;
+        // A bus's event holds the envelope as its detail; an SNS (raw) or SQS message is it.
+        let detail = match event.get("detail") {
+            Some(detail) => detail.clone(),
+            None => event,
+        };
+        let sent_ms = message
+            .attributes()
+            .and_then(|a| a.get(&MessageSystemAttributeName::SentTimestamp))
+            .and_then(|t| t.parse::<i64>().ok());
+        seen.deliveries.push(
+            Delivery::of(detail, sent_ms)
+                .with_context(|| format!("sink message detail {body:?}"))?,
+        );
+    }
+    Ok(())
+}
+
+/// The region the consumer's events name (`awsRegion`).
+fn region(env: &Env) -> String {
+    env.sqs
+        .config()
+        .region()
+        .map_or_else(|| "us-east-1".to_owned(), ToString::to_string)
+}
+
+/// Consumes the Kinesis target as Lambda's Kinesis event source would, until `stop` is set and a
+/// read finds nothing new: each shard's `GetRecords` answer becomes a Kinesis event handed to
+/// `consumer`, and the shard is read again from the first record it did not acknowledge (Lambda's
+/// checkpoint), else from where the read ended. Answers each record's first delivery, in each
+/// shard's order (an aggregate is on one shard, so its order is the stream's).
 async fn read_stream(
     env: Env,
+    consumer: Arc<Consumer>,
     stop: watch::Receiver<bool>,
-    delivered: Arc<AtomicU64>,
 ) -> Result<Vec<Delivery>> {
     let stream = env.stack.bus_name.clone();
+    let region = region(&env);
     let shards = env
         .kinesis
         .list_shards()
@@ -155,24 +308,15 @@ async fn read_stream(
         .context("listing the stream's shards")?;
     let mut iterators = Vec::new();
     for shard in shards.shards() {
-        let iterator = env
-            .kinesis
-            .get_shard_iterator()
-            .stream_arn(&stream)
-            .shard_id(shard.shard_id())
-            .shard_iterator_type(aws_sdk_kinesis::types::ShardIteratorType::TrimHorizon)
-            .send()
-            .await
-            .context("a shard iterator")?
-            .shard_iterator()
-            .map(str::to_owned);
-        iterators.push(iterator);
+        let iterator = shard_iterator(&env, &stream, shard.shard_id(), None).await?;
+        iterators.push((shard.shard_id().to_owned(), iterator));
     }
+    let mut seen: HashSet<String> = HashSet::new();
     let mut deliveries = Vec::new();
     loop {
         let stopping = *stop.borrow();
         let mut read = 0;
-        for iterator in iterators.iter_mut() {
+        for (shard_id, iterator) in iterators.iter_mut() {
             let Some(current) = iterator.clone() else {
                 continue;
             };
@@ -185,7 +329,12 @@ async fn read_stream(
                 .send()
                 .await
                 .context("reading the stream")?;
-            for record in answer.records() {
+            let records = answer.records();
+            for record in records {
+                // A sequence number is unique within its shard only.
+                if !seen.insert(format!("{shard_id}:{}", record.sequence_number())) {
+                    continue;
+                }
                 let event: serde_json::Value = serde_json::from_slice(record.data().as_ref())
                     .context("a record's data is the envelope")?;
                 let arrived_ms = record
@@ -195,10 +344,24 @@ async fn read_stream(
                     Delivery::of(event, arrived_ms).context("a record's data is the envelope")?,
                 );
             }
-            read += answer.records().len();
-            *iterator = answer.next_shard_iterator().map(str::to_owned);
+            read += records.len();
+            let resume = if records.is_empty() {
+                Resume::Next
+            } else {
+                let mut batch = KinesisEvent::default();
+                batch.records = records
+                    .iter()
+                    .map(|r| kinesis_record(r, &stream, shard_id, &region))
+                    .collect();
+                consumer.process_kinesis(shard_id, &batch).await
+            };
+            *iterator = match resume {
+                Resume::Next => answer.next_shard_iterator().map(str::to_owned),
+                Resume::At(sequence) => {
+                    shard_iterator(&env, &stream, shard_id, Some(&sequence)).await?
+                }
+            };
         }
-        delivered.fetch_add(read as u64, Ordering::Relaxed);
         if read == 0 {
             if stopping {
                 return Ok(deliveries);
@@ -206,6 +369,31 @@ async fn read_stream(
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// An iterator of `shard_id` from its start, or at `sequence`.
+async fn shard_iterator(
+    env: &Env,
+    stream: &str,
+    shard_id: &str,
+    sequence: Option<&str>,
+) -> Result<Option<String>> {
+    let kind = match sequence {
+        None => ShardIteratorType::TrimHorizon,
+        Some(_) => ShardIteratorType::AtSequenceNumber,
+    };
+    Ok(env
+        .kinesis
+        .get_shard_iterator()
+        .stream_arn(stream)
+        .shard_id(shard_id)
+        .shard_iterator_type(kind)
+        .set_starting_sequence_number(sequence.map(str::to_owned))
+        .send()
+        .await
+        .context("a shard iterator")?
+        .shard_iterator()
+        .map(str::to_owned))
 }
 
 /// Shows deliveries arriving until `expected` events arrived or `timeout` passed.

@@ -1,23 +1,33 @@
-//! `outbox-demo`: the main job end to end on the local emulators.
+//! `outbox-demo`: the main job end to end on the local emulators, consumed as a user consumes it.
 //!
 //! 1. writes N orders through `create_order_with_outbox`, paced at `--rate` orders per second,
 //!    and for `--follow-up-percent` of them two status changes through the writer's
 //!    optimistic-concurrency update (so those aggregates have three events), while
-//!    `relay-stream-local` relays them; `--large-order-percent` of them are large, their payloads
-//!    through the payload bucket (the claim check): about 300 KB of lines, which the relays store
-//!    in S3 when they publish them, and about 1 MiB, written with the writer's general
-//!    transaction, which stores them in S3 first;
-//! 2. stops the stream relay (a simulated stream outage) and writes more orders;
-//! 3. backfills those with `relay-poller drain`;
-//! 4. reads everything the bus delivered to the sink queue and the outbox items' `PublishedAt`, and
-//!    prints a summary: written, published, duplicates, out of order (an event received before an
-//!    earlier one of its aggregate), missing (must be 0), dead-lettered, de-duplicated by the bus,
-//!    the live relay's latency (write to published, the relay's own; write to delivery on the
-//!    sink, through the emulator's rule), calls to the target; and the large orders: written, their
-//!    payloads stored by the writer and by the relays, delivered in S3 or inline, and read back
-//!    with `outbox_consumer::PayloadResolver` and checked (size, SHA-256, the lines written).
+//!    `relay-stream-local` relays them: the measured window, whose latencies are the relay's;
+//! 2. writes the `--large-order-percent` of them that are large apart, after the measured ones
+//!    (DynamoDB Local takes about a second on a large item, and every write meanwhile waits),
+//!    their payloads through the payload bucket (the claim check): about 300 KB of lines, which
+//!    the relays store in S3 when they publish them, and about 1 MiB, written with the writer's
+//!    general transaction, which stores them in S3 first;
+//! 3. stops the stream relay (a simulated stream outage) and writes more orders (large ones
+//!    among them);
+//! 4. backfills those with `relay-poller drain`;
+//! 5. consumes the rest of what the target delivered. From phase 3 on, the demo's consumer
+//!    ([`consumer`]: `outbox_consumer::BatchProcessor` with the idempotency store, and with each
+//!    aggregate's order restored on the classic bus) is handed what the sink queue or the stream
+//!    delivered, as a Lambda's event source hands it, and what it does not acknowledge is
+//!    delivered again; before, the deliveries are only counted, so its DynamoDB calls (on the
+//!    same DynamoDB Local) stay out of the relay's figures. The summary: written, published, delivered (out of order as delivered,
+//!    missing: must be 0), de-duplicated by the bus, dead-lettered; what the consumer received,
+//!    applied, answered as duplicates, held for order, and applied out of order or twice (must be
+//!    0); the live relay's latency (write to published, the relay's own; write to delivery on
+//!    the consumer side) over the measured window, the large orders' apart; calls to the target;
+//!    and the large orders: written, their payloads stored by the writer and by the relays,
+//!    delivered in S3 or inline, and read back with `outbox_consumer::PayloadResolver` and
+//!    checked (size, SHA-256, the lines written).
 //!
-//! It exits non-zero if any event is missing or any large order's payload fails its check. Run it with `make demo`, which installs and starts
+//! It exits non-zero if any event is missing or never applied, applied twice or out of order, or
+//! any large order's payload fails its check. Run it with `make demo`, which installs and starts
 //! the emulators first; every child process is stopped on exit, ctrl-c included. The relays' logs
 //! and metrics go to files in `--log-dir`, not into the summary.
 
@@ -25,6 +35,7 @@
 #![allow(clippy::print_stdout)]
 
 mod cli;
+mod consumer;
 mod deliveries;
 mod env;
 mod orders;
@@ -47,13 +58,14 @@ use outbox_writer::{OutboxWriter, WriterConfig};
 use tokio::sync::watch;
 
 use crate::cli::Args;
-use crate::deliveries::{read_deliveries, relay_lags, watch_deliveries};
+use crate::consumer::Consumer;
+use crate::deliveries::{count_deliveries, read_deliveries, relay_lags, watch_deliveries};
 use crate::env::{SOURCE, provision};
-use crate::orders::{OrderMix, events_of, write_orders};
+use crate::orders::{LargeOrder, OrderMix, events_of, write_orders};
 use crate::payloads::check_payloads;
 use crate::progress::{bar, phase};
 use crate::relays::{relay_binary, spawn_relay, stop_relay, stop_relay_when_done};
-use crate::summary::{Delivered, Summary, Written, print_summary, summarize};
+use crate::summary::{Delivered, Summary, Written, print_summary, succeeded, summarize};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -67,10 +79,22 @@ async fn main() -> ExitCode {
         }
     };
     match outcome {
-        Ok(summary) if summary.missing == 0 && summary.payload_failures == 0 => ExitCode::SUCCESS,
+        Ok(summary) if succeeded(&summary) => ExitCode::SUCCESS,
         Ok(summary) => {
             if summary.missing > 0 {
                 eprintln!("outbox-demo: {} events missing", summary.missing);
+            }
+            if summary.not_applied > 0 {
+                eprintln!(
+                    "outbox-demo: {} events never applied by the consumer",
+                    summary.not_applied
+                );
+            }
+            if summary.applied_twice > 0 || summary.applied_out_of_order > 0 {
+                eprintln!(
+                    "outbox-demo: the consumer applied {} events twice and {} out of order",
+                    summary.applied_twice, summary.applied_out_of_order
+                );
             }
             if summary.payload_failures > 0 {
                 eprintln!(
@@ -133,11 +157,18 @@ async fn run(args: &Args) -> Result<Summary> {
     };
     let outage_orders = args.outage_orders.unwrap_or((args.orders / 5).max(1));
     let bars = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
+    // The orders the stream relay relays: those measured, then the large ones apart, so the
+    // emulator's time on a large item (DynamoDB Local takes about a second on one) does not hold
+    // up the measured orders written meanwhile.
+    let measured = LargeOrder::select(0..args.orders, args.large_order_percent, false);
+    let large_live = LargeOrder::select(0..args.orders, args.large_order_percent, true);
+    let consumer = Arc::new(Consumer::provision(env).await?);
 
     // Phase 1: the stream relay relays orders while they are written.
     phase(&format!(
-        "1/4 writing {} orders at {} orders/s while relay-stream-local relays them",
-        args.orders, args.rate
+        "1/5 writing {} orders at {} orders/s while relay-stream-local relays them",
+        measured.len(),
+        args.rate
     ));
     let mut stream_relay = spawn_relay(
         &stream_bin,
@@ -151,17 +182,18 @@ async fn run(args: &Args) -> Result<Summary> {
         args,
         &log_dir,
     )?;
-    // The sink queue is consumed live, so the count drives the progress bar.
+    // What the target delivered is counted for the progress bars, and consumed once the stream
+    // relay's part is over.
     let delivered = Arc::new(AtomicU64::new(0));
-    let (stop_reading, stop) = watch::channel(false);
-    let reader = tokio::spawn(read_deliveries(env.clone(), stop, Arc::clone(&delivered)));
-    let live_events = events_of(0..args.orders, args.follow_up_percent);
-    let written_bar = bars.add(bar(args.orders, "orders   "));
-    let delivered_bar = bars.add(bar(live_events, "delivered"));
+    let (stop_counting, stop) = watch::channel(false);
+    let counter = tokio::spawn(count_deliveries(env.clone(), stop, Arc::clone(&delivered)));
+    let measured_events = events_of(measured.iter().copied(), args.follow_up_percent);
+    let written_bar = bars.add(bar(measured.len() as u64, "orders   "));
+    let delivered_bar = bars.add(bar(measured_events, "delivered"));
     let (written, watched) = tokio::join!(
         write_orders(
             &writer,
-            0..args.orders,
+            &measured,
             Some(args.rate),
             args.concurrency,
             mix,
@@ -169,7 +201,7 @@ async fn run(args: &Args) -> Result<Summary> {
         ),
         watch_deliveries(
             &delivered,
-            live_events,
+            measured_events,
             args.timeout.into(),
             &delivered_bar,
             &mut stream_relay
@@ -182,17 +214,66 @@ async fn run(args: &Args) -> Result<Summary> {
     if let Err(err) = watched {
         phase(&format!("stream relay did not publish everything: {err:#}"));
     }
-    let stream_summary = stop_relay(stream_relay, "relay-stream-local").await?;
 
-    // Phase 2: a stream outage; these orders are only in the table.
+    // Phase 2: the large orders, apart from the measured ones, through the same stream relay.
     phase(&format!(
-        "2/4 stream relay stopped (simulated outage); writing {outage_orders} more orders"
+        "2/5 writing {} large orders apart, while relay-stream-local relays them",
+        large_live.len()
+    ));
+    let large_bar = bars.add(bar(large_live.len() as u64, "orders   "));
+    let large_delivered_bar = bars.add(bar(
+        events_of(large_live.iter().copied(), args.follow_up_percent),
+        "delivered",
+    ));
+    let large_written = write_orders(
+        &writer,
+        &large_live,
+        None,
+        args.concurrency,
+        mix,
+        &large_bar,
+    )
+    .await
+    .context("writing large orders")?;
+    large_bar.finish();
+    let large_ids: HashSet<String> = large_written
+        .large
+        .iter()
+        .map(|large| large.event_id.clone())
+        .collect();
+    written.extend(large_written);
+    let live_events = written.event_ids.len() as u64;
+    large_delivered_bar.set_position(delivered.load(std::sync::atomic::Ordering::Relaxed));
+    let watched = watch_deliveries(
+        &delivered,
+        live_events,
+        args.timeout.into(),
+        &large_delivered_bar,
+        &mut stream_relay,
+    )
+    .await;
+    large_delivered_bar.finish();
+    if let Err(err) = watched {
+        phase(&format!("stream relay did not publish everything: {err:#}"));
+    }
+    let stream_summary = stop_relay(stream_relay, "relay-stream-local").await?;
+    stop_counting.send_replace(true);
+    counter.await.context("delivery counter")??;
+
+    // From here on, the consumer consumes what the target delivered, as it arrives.
+    let (stop_reading, stop) = watch::channel(false);
+    let reader = tokio::spawn(read_deliveries(env.clone(), Arc::clone(&consumer), stop));
+
+    // Phase 3: a stream outage; these orders are only in the table.
+    phase(&format!(
+        "3/5 stream relay stopped (simulated outage); writing {outage_orders} more orders"
     ));
     let outage_bar = bars.add(bar(outage_orders, "orders   "));
     // Unpaced: nothing relays these now, so no latency is measured on them.
+    let outage_numbers: Vec<u64> = (args.orders..args.orders + outage_orders).collect();
     let outage_written = write_orders(
         &writer,
-        args.orders..args.orders + outage_orders,
+        &outage_numbers,
         None,
         args.concurrency,
         mix,
@@ -202,8 +283,8 @@ async fn run(args: &Args) -> Result<Summary> {
     outage_bar.finish();
     written.extend(outage_written.context("writing outage orders")?);
 
-    // Phase 3: backfill with the poller.
-    phase("3/4 backfilling with relay-poller drain");
+    // Phase 4: backfill with the poller.
+    phase("4/5 backfilling with relay-poller drain");
     let poller = spawn_relay(
         &poller_bin,
         &["drain", "--shard-count", &args.shard_count.to_string()],
@@ -213,10 +294,17 @@ async fn run(args: &Args) -> Result<Summary> {
     )?;
     let poller_summary = stop_relay_when_done(poller, "relay-poller drain").await?;
 
-    // Phase 4: read the rest of what the bus delivered.
-    phase("4/4 reading the sink queue");
+    // Phase 5: consume the rest of what the target delivered.
+    phase("5/5 consuming the rest of what the target delivered");
     stop_reading.send_replace(true);
     let deliveries = reader.await.context("sink reader")??;
+    let order_restored = consumer.restores_order();
+    let (applied, consumed) = Arc::try_unwrap(consumer)
+        .map_err(|_| anyhow::anyhow!("the consumer is still in use"))?
+        .into_parts();
+    for given_up in &consumed.given_up {
+        phase(&format!("the consumer gave up on a message: {given_up}"));
+    }
     if !written.large.is_empty() {
         phase(&format!(
             "reading back the payloads of {} large orders with PayloadResolver",
@@ -242,11 +330,15 @@ async fn run(args: &Args) -> Result<Summary> {
             orders: args.orders + outage_orders,
             all: &written.event_ids,
             live: &live_ids,
+            live_large: &large_ids,
             rate: args.rate,
             large: &written.large,
         },
         &Delivered {
             deliveries: &deliveries,
+            applied: &applied,
+            consumed: &consumed,
+            order_restored,
             payloads: &payloads,
         },
         &relay_lags,

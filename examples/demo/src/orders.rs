@@ -44,8 +44,9 @@ pub(crate) fn has_follow_ups(n: u64, percent: u64) -> bool {
 
 /// Events the orders numbered `numbers` write: one each, plus [`FOLLOW_UPS`] for those that
 /// [`has_follow_ups`].
-pub(crate) fn events_of(numbers: std::ops::Range<u64>, percent: u64) -> u64 {
+pub(crate) fn events_of(numbers: impl IntoIterator<Item = u64>, percent: u64) -> u64 {
     numbers
+        .into_iter()
         .map(|n| {
             1 + if has_follow_ups(n, percent) {
                 FOLLOW_UPS.len() as u64
@@ -85,6 +86,14 @@ impl LargeOrder {
         } else {
             Self::OverItem
         })
+    }
+
+    /// Of the orders numbered `numbers`, those that are large (`true`) or not (`false`) at
+    /// `percent`, in their order.
+    pub(crate) fn select(numbers: std::ops::Range<u64>, percent: u64, large: bool) -> Vec<u64> {
+        numbers
+            .filter(|&n| Self::of(n, percent).is_some() == large)
+            .collect()
     }
 
     /// Bytes of line items (their JSON) an order of this kind carries, about.
@@ -157,7 +166,7 @@ pub(crate) struct OrderMix {
 /// written.
 pub(crate) async fn write_orders(
     writer: &OutboxWriter,
-    numbers: std::ops::Range<u64>,
+    numbers: &[u64],
     rate: Option<u64>,
     concurrency: u64,
     mix: OrderMix,
@@ -171,6 +180,7 @@ pub(crate) async fn write_orders(
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
         interval
     });
+    let numbers = numbers.iter().copied();
     let paced = futures::stream::unfold((numbers, pace), |(mut numbers, mut pace)| async move {
         let n = numbers.next()?;
         if let Some(interval) = pace.as_mut() {
@@ -378,6 +388,11 @@ mod tests {
         // 0 turns them off; 100 makes every order large
         assert!(large(0..1000, 0).is_empty());
         assert_eq!(large(0..10, 100).len(), 10);
+        // The large and the others of a range, apart: together every order once
+        assert_eq!(LargeOrder::select(0..52, 10, true), [9, 19, 29, 39, 49]);
+        let others = LargeOrder::select(0..52, 10, false);
+        assert_eq!(others.len(), 47);
+        assert!(others.iter().all(|n| LargeOrder::of(*n, 10).is_none()));
     }
 
     #[test]

@@ -118,6 +118,7 @@ mod tests {
             aggregate_id: Some(format!("order-{event_id}")),
             sequence: Some(1),
             latency_ms: None,
+            arrived_ms: None,
             stored: in_s3.then(|| {
                 json!({"metadata": {"eventId": event_id},
                        "dataref": format!("s3://payloads/payloads/{event_id}"),

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::consumer::{Applied, Consumed};
 use crate::deliveries::Delivery;
 use crate::orders::{LargeOrder, WrittenLarge};
 use crate::payloads::PayloadChecks;
@@ -27,21 +28,47 @@ pub(crate) struct Summary {
     pub(crate) published_by_stream: u64,
     /// Events `relay-poller drain` reported published.
     pub(crate) published_by_poller: u64,
-    /// Messages on the sink queue (duplicates included).
+    /// Messages the target delivered to the consumer, each counted at its first delivery (its
+    /// re-deliveries after the consumer reported it failed are not the target's).
     pub(crate) delivered: u64,
     /// Distinct `metadata.eventId`s delivered.
     pub(crate) unique_delivered: u64,
-    /// Deliveries beyond the first of an event id.
+    /// Events the target delivered before an earlier event of the same aggregate (a lower
+    /// `sequence`, the aggregate's version the writer recorded), counting each event's first
+    /// delivery: 0 when every aggregate's events arrived in the order they were written.
+    pub(crate) delivered_out_of_order: u64,
+    /// Whether the consumer restores each aggregate's order (on the classic bus): an event
+    /// delivered before its predecessor is reported failed and applied after it.
+    pub(crate) order_restored: bool,
+    /// Messages handed to the consumer (`outbox_consumer::BatchProcessor`), re-deliveries
+    /// included.
+    pub(crate) received: u64,
+    /// Events the consumer's handler applied.
+    pub(crate) applied: u64,
+    /// Deliveries the consumer acknowledged without applying them again: the idempotency store
+    /// answered with the stored result, or (order restored) the sequence was already applied.
     pub(crate) duplicates: u64,
-    /// Events received before an earlier event of the same aggregate (a lower `sequence`, the
-    /// aggregate's version the writer recorded), counting each event's first delivery: 0 when
-    /// every aggregate's events arrived in the order they were written.
-    pub(crate) out_of_order: u64,
+    /// Deliveries the consumer reported failed because their predecessor was not applied yet
+    /// (order restored), delivered again after the visibility timeout.
+    pub(crate) held_for_order: u64,
+    /// Deliveries the consumer reported failed otherwise, or held back behind a failure by their
+    /// source's rule, delivered again.
+    pub(crate) retried: u64,
+    /// Events the consumer applied before an earlier event of their aggregate: must be 0 with
+    /// order restored and on the targets that keep order.
+    pub(crate) applied_out_of_order: u64,
+    /// Events the consumer applied more than once: must be 0 (the idempotency store).
+    pub(crate) applied_twice: u64,
+    /// Events applied past a gap in their aggregate's sequence that outlived the bound.
+    pub(crate) gaps_applied: u64,
     /// Entries the bus answered `DEDUPLICATED` (a repeat within the Custom Event Bus's 300 s
     /// window, not delivered again), as both relays reported them; 0 on the classic bus.
     pub(crate) deduplicated: u64,
     /// Written events never delivered: must be 0.
     pub(crate) missing: u64,
+    /// Written events the consumer never applied (never delivered, or failed until the demo gave
+    /// up on them): must be 0.
+    pub(crate) not_applied: u64,
     /// Events sent to the dead-letter queue by either relay.
     pub(crate) dead_lettered: u64,
     /// Large orders written (`--large-order-percent`): about 300 KB of lines (over the target's
@@ -80,27 +107,37 @@ pub(crate) struct Summary {
     /// Write to delivery on the sink queue (through the emulator's rule), over the same events.
     pub latency_p50_ms: u64,
     pub latency_p99_ms: u64,
+    /// Write to published of the large orders' `OrderCreated` events, written after the measured
+    /// ones and relayed by the stream relay apart from them.
+    pub large_relay_lag_p50_ms: u64,
+    pub large_relay_lag_p99_ms: u64,
     /// Calls to the target by both relays, retries included.
     #[serde(flatten)]
     pub(crate) calls: relay_runtime::publisher::PublishCalls,
     pub(crate) seconds: f64,
 }
 
-/// The events the demo wrote: all of them, those written while the stream relay ran (whose
-/// latencies are the live relay's), the rate those were written at, and the large orders.
+/// The events the demo wrote: all of them, those of the orders written at the rate while the
+/// stream relay ran (the measured window, whose latencies are the live relay's), the large orders'
+/// the stream relay relayed after them, the rate, and the large orders.
 pub(crate) struct Written<'a> {
     pub(crate) target: TargetKind,
     pub(crate) orders: u64,
     pub(crate) all: &'a [String],
     pub(crate) live: &'a HashSet<String>,
+    pub(crate) live_large: &'a HashSet<String>,
     pub(crate) rate: u64,
     pub(crate) large: &'a [WrittenLarge],
 }
 
-/// What the consumer side received: every delivery, in the order received, and what became of
-/// the large orders' payloads.
+/// What the consumer side received: every message's first delivery, in the order received, what
+/// the consumer applied, in the order applied, and what became of its deliveries and of the
+/// large orders' payloads.
 pub(crate) struct Delivered<'a> {
     pub(crate) deliveries: &'a [Delivery],
+    pub(crate) applied: &'a [Applied],
+    pub(crate) consumed: &'a Consumed,
+    pub(crate) order_restored: bool,
     pub(crate) payloads: &'a PayloadChecks,
 }
 
@@ -116,6 +153,9 @@ pub(crate) fn summarize(
 ) -> Summary {
     let Delivered {
         deliveries,
+        applied,
+        consumed,
+        order_restored,
         payloads,
     } = *delivered;
     let mut first_latency: HashMap<&str, Option<u64>> = HashMap::new();
@@ -135,14 +175,27 @@ pub(crate) fn summarize(
         .filter_map(|(_, l)| *l)
         .collect();
     latencies.sort_unstable();
-    let mut lags: Vec<u64> = relay_lags
-        .iter()
-        .filter(|(id, _)| written.live.contains(*id))
-        .map(|(_, lag)| *lag)
-        .collect();
-    lags.sort_unstable();
+    let lags_of = |events: &HashSet<String>| {
+        let mut lags: Vec<u64> = relay_lags
+            .iter()
+            .filter(|(id, _)| events.contains(*id))
+            .map(|(_, lag)| *lag)
+            .collect();
+        lags.sort_unstable();
+        lags
+    };
+    let lags = lags_of(written.live);
+    let large_lags = lags_of(written.live_large);
     let delivered = deliveries.len() as u64;
     let unique = first_latency.len() as u64;
+    let mut times_applied: HashMap<&str, u64> = HashMap::new();
+    for event in applied {
+        *times_applied.entry(event.event_id.as_str()).or_default() += 1;
+    }
+    let not_applied = written_set
+        .iter()
+        .filter(|id| !times_applied.contains_key(*id))
+        .count();
     Summary {
         target: written.target,
         orders: written.orders,
@@ -151,10 +204,19 @@ pub(crate) fn summarize(
         published_by_poller: poller.published,
         delivered,
         unique_delivered: unique,
-        duplicates: delivered - unique,
-        out_of_order: out_of_order(deliveries),
+        delivered_out_of_order: out_of_order(deliveries.iter().map(Delivery::place)),
+        order_restored,
+        received: consumed.received,
+        applied: applied.len() as u64,
+        duplicates: consumed.duplicates,
+        held_for_order: consumed.held_for_order,
+        retried: consumed.retried,
+        applied_out_of_order: out_of_order(applied.iter().map(Applied::place)),
+        applied_twice: times_applied.values().filter(|times| **times > 1).count() as u64,
+        gaps_applied: consumed.gaps_applied,
         deduplicated: stream.deduplicated + poller.deduplicated,
         missing: missing as u64,
+        not_applied: not_applied as u64,
         dead_lettered: (stream.dead_lettered + poller.dead_lettered).max(dead_letters_on_queue),
         large_orders: written.large.len() as u64,
         payloads_stored_by_writer: written
@@ -172,23 +234,25 @@ pub(crate) fn summarize(
         relay_lag_p99_ms: percentile(&lags, 99),
         latency_p50_ms: percentile(&latencies, 50),
         latency_p99_ms: percentile(&latencies, 99),
+        large_relay_lag_p50_ms: percentile(&large_lags, 50),
+        large_relay_lag_p99_ms: percentile(&large_lags, 99),
         calls: (stream.publish_calls + poller.publish_calls).into(),
         seconds: (elapsed.as_secs_f64() * 10.0).round() / 10.0,
     }
 }
 
-/// Events received before an earlier event of their aggregate: in each aggregate's first
-/// deliveries, in the order received, those with a `sequence` above one received after them.
-/// A repeated delivery is a duplicate, not counted here; events without an aggregate or a
-/// `sequence` have no order to keep.
-fn out_of_order(deliveries: &[Delivery]) -> u64 {
+/// Events before an earlier event of their aggregate: of `events` (event id, aggregate,
+/// sequence) in the order delivered or applied, counting each event id's first, those with a
+/// `sequence` above one that comes after them. A repeat is a duplicate, not counted here; events
+/// without an aggregate or a `sequence` have no order to keep.
+fn out_of_order<'a>(events: impl Iterator<Item = Place<'a>>) -> u64 {
     let mut seen: HashSet<&str> = HashSet::new();
     let mut by_aggregate: HashMap<&str, Vec<u64>> = HashMap::new();
-    for delivery in deliveries {
-        if !seen.insert(delivery.event_id.as_str()) {
+    for (event_id, aggregate, sequence) in events {
+        if !seen.insert(event_id) {
             continue;
         }
-        if let (Some(aggregate), Some(sequence)) = (&delivery.aggregate_id, delivery.sequence) {
+        if let (Some(aggregate), Some(sequence)) = (aggregate, sequence) {
             by_aggregate.entry(aggregate).or_default().push(sequence);
         }
     }
@@ -209,6 +273,21 @@ fn out_of_order(deliveries: &[Delivery]) -> u64 {
         .sum()
 }
 
+/// An event's place in its aggregate: its id, aggregate and sequence.
+type Place<'a> = (&'a str, Option<&'a str>, Option<u64>);
+
+impl Delivery {
+    fn place(&self) -> Place<'_> {
+        (&self.event_id, self.aggregate_id.as_deref(), self.sequence)
+    }
+}
+
+impl Applied {
+    fn place(&self) -> Place<'_> {
+        (&self.event_id, self.aggregate_id.as_deref(), self.sequence)
+    }
+}
+
 /// Nearest-rank percentile of sorted values (0 when empty).
 fn percentile(sorted: &[u64], p: usize) -> u64 {
     if sorted.is_empty() {
@@ -218,27 +297,38 @@ fn percentile(sorted: &[u64], p: usize) -> u64 {
     sorted[rank - 1]
 }
 
-/// Prints the summary table on stdout, with what its latencies measure and where the logs are.
+/// Prints the summary table on stdout, with what its figures count and where the logs are.
 pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
-    let rows: [(&str, String); 21] = [
+    let count = |n: u64| n.to_string();
+    let consumer = if s.order_restored {
+        "idempotency store, order restored"
+    } else {
+        "idempotency store"
+    };
+    let rows: Vec<(&str, String)> = vec![
         ("target", s.target.to_string()),
-        ("orders written", s.orders.to_string()),
-        ("events written", s.written.to_string()),
-        (
-            "published by stream relay",
-            s.published_by_stream.to_string(),
-        ),
+        ("orders written", count(s.orders)),
+        ("events written", count(s.written)),
+        ("published by stream relay", count(s.published_by_stream)),
         (
             "published by poller (backfill)",
-            s.published_by_poller.to_string(),
+            count(s.published_by_poller),
         ),
-        ("delivered to the consumer", s.delivered.to_string()),
-        ("duplicates", s.duplicates.to_string()),
-        ("out of order", s.out_of_order.to_string()),
-        ("missing", s.missing.to_string()),
-        ("dead-lettered", s.dead_lettered.to_string()),
-        ("de-duplicated by the bus", s.deduplicated.to_string()),
-        ("large orders written", s.large_orders.to_string()),
+        ("de-duplicated by the bus", count(s.deduplicated)),
+        ("dead-lettered", count(s.dead_lettered)),
+        ("delivered to the consumer", count(s.delivered)),
+        ("  delivered out of order", count(s.delivered_out_of_order)),
+        ("  missing", count(s.missing)),
+        ("consumer (BatchProcessor)", consumer.to_owned()),
+        ("  received (re-deliveries too)", count(s.received)),
+        ("  applied", count(s.applied)),
+        ("  duplicates, not applied again", count(s.duplicates)),
+        ("  held for order, re-delivered", count(s.held_for_order)),
+        ("  failed, re-delivered", count(s.retried)),
+        ("  applied out of order", count(s.applied_out_of_order)),
+        ("  applied twice", count(s.applied_twice)),
+        ("  written, never applied", count(s.not_applied)),
+        ("large orders written", count(s.large_orders)),
         (
             "  stored by writer / relays",
             format!(
@@ -250,13 +340,14 @@ pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
             "  delivered in S3 / inline",
             format!("{} / {}", s.large_delivered_in_s3, s.large_delivered_inline),
         ),
+        ("  payloads read back, checked", count(s.payloads_checked)),
+        ("  payloads failing their check", count(s.payload_failures)),
         (
-            "  payloads read back, checked",
-            s.payloads_checked.to_string(),
-        ),
-        (
-            "  payloads failing their check",
-            s.payload_failures.to_string(),
+            "  relay lag p50 / p99",
+            format!(
+                "{} / {} ms",
+                s.large_relay_lag_p50_ms, s.large_relay_lag_p99_ms
+            ),
         ),
         ("live relay, written at", format!("{} orders/s", s.rate)),
         (
@@ -267,53 +358,59 @@ pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
             "  write-to-delivery p50 / p99",
             format!("{} / {} ms", s.latency_p50_ms, s.latency_p99_ms),
         ),
-        ("publish calls", s.calls.publish_calls.to_string()),
+        ("publish calls", count(s.calls.publish_calls)),
         ("elapsed", format!("{:.1} s", s.seconds)),
     ];
     println!();
-    println!("{:<32} {:>16}", "outbox demo summary", "");
-    println!("{}", "-".repeat(49));
+    println!("{:<32} {:>33}", "outbox demo summary", "");
+    println!("{}", "-".repeat(66));
     for (label, value) in rows {
-        println!("{label:<32} {value:>16}");
+        println!("{label:<32} {value:>33}");
     }
-    println!(
-        "{}",
-        if s.missing > 0 {
-            "result: EVENTS MISSING"
-        } else if s.payload_failures > 0 {
-            "result: LARGE PAYLOADS FAILED THEIR CHECK"
-        } else if s.large_delivered_in_s3 > 0 {
-            "result: every written event was delivered, every payload in S3 read back intact"
-        } else {
-            "result: every written event was delivered"
-        }
-    );
+    println!("{}", result(s));
     println!();
-    println!("relay lag: an order's write to its event's publication (the target accepted it, the");
+    println!("live relay: the orders written at the rate while the stream relay ran, large ones");
+    println!("  apart (written after them, their figures above under large orders). Relay lag: an");
+    println!("  order's write to its event's publication (the target accepted it, the item marked");
     println!(
-        "  item marked PUBLISHED), the relay's own latency, over the orders written while the"
-    );
-    println!(
-        "  stream relay ran; write-to-delivery: to the event's arrival on the consumer side through"
+        "  PUBLISHED), the relay's own latency; write-to-delivery: to the event's arrival on the"
     );
     match s.target {
         TargetKind::Custom => println!(
-            "  the local Custom Event Bus's FIFO subscriber (the double delivers after PutEvents)."
+            "  consumer side through the local Custom Event Bus's FIFO subscriber (the double \
+             delivers after PutEvents)."
         ),
         TargetKind::Sns => println!(
-            "  the FIFO topic's subscription into a FIFO queue (moto delivers inside PublishBatch)."
+            "  consumer side through the FIFO topic's subscription into a FIFO queue (moto \
+             delivers inside PublishBatch)."
         ),
-        TargetKind::Sqs => println!("  the FIFO queue itself (SendMessageBatch's own timestamp)."),
-        TargetKind::Kinesis => {
-            println!("  the stream, read back with GetRecords (the record's arrival timestamp).")
+        TargetKind::Sqs => {
+            println!("  consumer side: the FIFO queue itself (SendMessageBatch's own timestamp).")
         }
+        TargetKind::Kinesis => println!(
+            "  consumer side: the stream, read back with GetRecords (the record's arrival \
+             timestamp)."
+        ),
         TargetKind::Classic => println!(
-            "  the local emulator's EventBridge rule (moto delivers inside the PutEvents call)."
+            "  consumer side through the local emulator's EventBridge rule (moto delivers inside \
+             the PutEvents call)."
         ),
     }
-    println!("out of order: events received before an earlier event (lower sequence) of the same");
     println!(
-        "  order; de-duplicated: repeats the bus recognised by their event id and did not store."
+        "consumer: outbox_consumer::BatchProcessor, handed each batch as a Lambda's event source"
+    );
+    println!(
+        "  hands it, with the idempotency store{}; what it does not acknowledge is",
+        if s.order_restored {
+            " and each order's events applied in sequence (the classic bus does not keep order)"
+        } else {
+            ""
+        }
+    );
+    println!("  delivered again. Out of order: events delivered (or applied) before an earlier");
+    println!("  event (lower sequence) of the same order; duplicates: deliveries of an event the");
+    println!(
+        "  consumer had applied; de-duplicated: repeats the bus recognised by their event id."
     );
     println!(
         "large orders: about 300 KB of lines, over the target's 256 KiB entry (a relay stores the"
@@ -328,205 +425,33 @@ pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
     println!("relay logs and metrics: {}", log_dir.display());
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percentile_is_nearest_rank() {
-        let values: Vec<u64> = (1..=100).collect();
-        assert_eq!(percentile(&values, 50), 50);
-        assert_eq!(percentile(&values, 99), 99);
-        assert_eq!(percentile(&[7], 99), 7);
-        assert_eq!(percentile(&[], 50), 0);
-    }
-
-    #[test]
-    fn summary_counts_duplicates_and_missing() {
-        let written = vec![
-            "a".to_owned(),
-            "b".to_owned(),
-            "c".to_owned(),
-            "d".to_owned(),
-        ];
-        let d = |id: &str, ms| Delivery {
-            event_id: id.to_owned(),
-            aggregate_id: Some(id.to_owned()),
-            sequence: Some(1),
-            latency_ms: Some(ms),
-            stored: None,
-        };
-        let deliveries = vec![d("a", 10), d("a", 50), d("b", 20), d("c", 9000)];
-        let live: HashSet<String> = ["a", "b"].map(str::to_owned).into();
-        let lags: HashMap<String, u64> = [("a", 5), ("b", 7), ("c", 8000)]
-            .map(|(id, lag)| (id.to_owned(), lag))
-            .into();
-        let s = summarize(
-            &Written {
-                target: TargetKind::Classic,
-                orders: 4,
-                all: &written,
-                live: &live,
-                rate: 50,
-                large: &[],
-            },
-            &Delivered {
-                deliveries: &deliveries,
-                payloads: &PayloadChecks::default(),
-            },
-            &lags,
-            &RelaySummary::default(),
-            &RelaySummary::default(),
-            0,
-            Duration::from_secs(1),
-        );
-        assert_eq!(
-            (s.delivered, s.unique_delivered, s.duplicates, s.missing),
-            (4, 3, 1, 1)
-        );
-        // Latencies are the live relay's: the backfilled event "c" is not among them.
-        assert_eq!((s.latency_p50_ms, s.latency_p99_ms), (10, 20));
-        assert_eq!((s.relay_lag_p50_ms, s.relay_lag_p99_ms), (5, 7));
-        assert_eq!(s.rate, 50);
-        assert_eq!((s.orders, s.written, s.out_of_order), (4, 4, 0));
-    }
-
-    #[test]
-    fn summary_counts_the_large_orders_and_where_their_payloads_went() {
-        // Given three large orders: one over an entry, whose payload a relay stored, two over an
-        // item, whose payloads the writer stored; one of the three failed its check
-        let large = |id: &str, kind| WrittenLarge {
-            event_id: id.to_owned(),
-            kind,
-            lines: 1,
-            lines_sha256: String::new(),
-        };
-        let written_large = [
-            large("a", LargeOrder::OverEntry),
-            large("b", LargeOrder::OverItem),
-            large("c", LargeOrder::OverItem),
-        ];
-        let all = ["a", "b", "c"].map(str::to_owned);
-
-        // When the run is summarized
-        let s = summarize(
-            &Written {
-                target: TargetKind::Classic,
-                orders: 3,
-                all: &all,
-                live: &HashSet::new(),
-                rate: 50,
-                large: &written_large,
-            },
-            &Delivered {
-                deliveries: &[],
-                payloads: &PayloadChecks {
-                    in_s3: 3,
-                    inline: 0,
-                    checked: 2,
-                    failures: vec!["event c: gone".to_owned()],
-                },
-            },
-            &HashMap::new(),
-            &RelaySummary {
-                payloads_stored: 1,
-                ..RelaySummary::default()
-            },
-            &RelaySummary::default(),
-            0,
-            Duration::from_secs(1),
-        );
-
-        // Then it says so
-        assert_eq!(
-            (
-                s.large_orders,
-                s.payloads_stored_by_writer,
-                s.payloads_stored_by_relays
-            ),
-            (3, 2, 1)
-        );
-        assert_eq!(
-            (
-                s.large_delivered_in_s3,
-                s.large_delivered_inline,
-                s.payloads_checked,
-                s.payload_failures
-            ),
-            (3, 0, 2, 1)
-        );
-    }
-
-    /// Deliveries `(event id, aggregate, sequence)` in the order received.
-    fn received(events: &[(&str, &str, u64)]) -> Vec<Delivery> {
-        events
-            .iter()
-            .map(|(id, aggregate, sequence)| Delivery {
-                event_id: (*id).to_owned(),
-                aggregate_id: Some((*aggregate).to_owned()),
-                sequence: Some(*sequence),
-                latency_ms: None,
-                stored: None,
-            })
-            .collect()
-    }
-
-    #[test]
-    fn out_of_order_counts_events_received_before_an_earlier_event_of_their_aggregate() {
-        // In order per aggregate, aggregates interleaved: none
-        let interleaved = received(&[
-            ("a1", "a", 1),
-            ("b1", "b", 1),
-            ("a2", "a", 2),
-            ("b2", "b", 2),
-        ]);
-        assert_eq!(out_of_order(&interleaved), 0);
-
-        // a3 and a2 arrived before a1, and a3 before a2: two events early
-        let reversed = received(&[("a3", "a", 3), ("a2", "a", 2), ("a1", "a", 1)]);
-        assert_eq!(out_of_order(&reversed), 2);
-
-        // a2 early (before a1); a3 after both is in order
-        let one_swap = received(&[
-            ("a2", "a", 2),
-            ("a1", "a", 1),
-            ("a3", "a", 3),
-            ("b1", "b", 1),
-        ]);
-        assert_eq!(out_of_order(&one_swap), 1);
-    }
-
-    #[test]
-    fn a_repeated_delivery_is_a_duplicate_not_out_of_order() {
-        // a1 delivered again after a2: its first delivery was in order
-        let repeated = received(&[("a1", "a", 1), ("a2", "a", 2), ("a1", "a", 1)]);
-
-        assert_eq!(out_of_order(&repeated), 0);
-        let s = summarize(
-            &Written {
-                target: TargetKind::Custom,
-                orders: 1,
-                all: &["a1".to_owned(), "a2".to_owned()],
-                live: &HashSet::new(),
-                rate: 50,
-                large: &[],
-            },
-            &Delivered {
-                deliveries: &repeated,
-                payloads: &PayloadChecks::default(),
-            },
-            &HashMap::new(),
-            &RelaySummary {
-                deduplicated: 2,
-                ..RelaySummary::default()
-            },
-            &RelaySummary {
-                deduplicated: 1,
-                ..RelaySummary::default()
-            },
-            0,
-            Duration::from_secs(1),
-        );
-        assert_eq!((s.duplicates, s.out_of_order, s.deduplicated), (1, 0, 3));
+/// The summary's last line: whether the run kept every promise.
+fn result(s: &Summary) -> &'static str {
+    if s.missing > 0 {
+        "result: EVENTS MISSING"
+    } else if s.not_applied > 0 {
+        "result: EVENTS NOT APPLIED BY THE CONSUMER"
+    } else if s.applied_twice > 0 || s.applied_out_of_order > 0 {
+        "result: THE CONSUMER APPLIED EVENTS TWICE OR OUT OF ORDER"
+    } else if s.payload_failures > 0 {
+        "result: LARGE PAYLOADS FAILED THEIR CHECK"
+    } else if s.large_delivered_in_s3 > 0 {
+        "result: every written event delivered and applied once, in order; every payload in S3 \
+         read back intact"
+    } else {
+        "result: every written event delivered and applied once, in order"
     }
 }
+
+/// Whether the run kept every promise: nothing missing or left unapplied, nothing applied twice
+/// or out of order, every large payload intact.
+pub(crate) fn succeeded(s: &Summary) -> bool {
+    s.missing == 0
+        && s.not_applied == 0
+        && s.applied_twice == 0
+        && s.applied_out_of_order == 0
+        && s.payload_failures == 0
+}
+
+#[cfg(test)]
+mod tests;
