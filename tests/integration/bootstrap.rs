@@ -1,11 +1,13 @@
-//! The Lambda's `bootstrap`, built and packaged by `cargo lambda build`, behind cargo-lambda's
-//! runtime API emulator: a batch read from the emulator's stream is invoked through the runtime
-//! API and its events arrive on the sink queue; a function whose table is missing logs one ERROR
-//! at init and exits before it asks the runtime API for an invocation (issue 34).
+//! The Lambda's `bootstrap` behind cargo-lambda's runtime API emulator: a batch read from the
+//! emulator's stream is invoked through the runtime API and its events arrive on the sink queue; a
+//! function whose table is missing logs one ERROR at init and exits before it asks the runtime API
+//! for an invocation (issue 34).
 //!
-//! The test builds the development profile: the release profile (fat LTO, one codegen unit) takes
-//! ten minutes of a two-core CI machine's time. The release package itself is built and measured
-//! (size, start-up, memory) by `cargo bench -p outbox-tests --bench relay_stream_bootstrap`.
+//! The `bootstrap` is the workspace's `relay-stream` binary of the test build, packaged as
+//! `cargo lambda build` packages it (the binary, named `bootstrap`, in its function's directory),
+//! so the suite builds the binary once. The deployable package (`make lambda-zip`, release,
+//! arm64) is built and measured (size, start-up, memory) by
+//! `cargo bench -p outbox-tests --bench relay_stream_bootstrap`.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -13,56 +15,41 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use outbox_shared::OutboxStatus;
-use outbox_tests::{TestEnv, workspace_root};
+use outbox_tests::{TestEnv, workspace_binary, workspace_root};
 use outbox_writer::{NewOrder, OrderLine};
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
-/// The target directory the running test was built into (`<target>/<profile>/deps/<test>`).
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    exe.ancestors()
-        .nth(3)
-        .expect("test executable sits in <target>/<profile>/deps")
-        .to_path_buf()
-}
-
-/// The relay's `bootstrap`, built once for the tests of this module (both would otherwise
-/// package into the same directory at the same time).
+/// The relay's `bootstrap`, packaged once for the tests of this module.
 async fn bootstrap() -> PathBuf {
     static BUILT: tokio::sync::OnceCell<PathBuf> = tokio::sync::OnceCell::const_new();
     BUILT
-        .get_or_init(|| build_bootstrap("relay-stream", "relay-stream"))
+        .get_or_init(|| package_bootstrap("relay-stream"))
         .await
         .clone()
 }
 
-/// `cargo lambda build` of `package`'s Lambda binary `bin` (development profile), packaged under
-/// the target directory's `lambda/`; returns the `bootstrap` path.
-pub(crate) async fn build_bootstrap(package: &str, bin: &str) -> PathBuf {
-    let lambda_dir = target_dir().join("lambda");
-    let status = Command::new("cargo")
-        .current_dir(workspace_root())
-        .env("CARGO_TARGET_DIR", target_dir())
-        .args([
-            "lambda",
-            "build",
-            "--compiler",
-            "cargo",
-            "--package",
-            package,
-            "--bin",
-            bin,
-            "--lambda-dir",
-        ])
-        .arg(&lambda_dir)
-        .status()
-        .await
-        .expect("cargo lambda runs (it is in .venv/bin, on PATH under `make test`)");
-    assert!(status.success(), "cargo lambda build failed: {status}");
-    let bootstrap = lambda_dir.join(bin).join("bootstrap");
-    assert!(bootstrap.exists(), "{} missing", bootstrap.display());
-    bootstrap
+/// The workspace binary `bin` (of the running test's build) packaged as Lambda runs it: a file
+/// named `bootstrap` in `<profile>/lambda/<bin>/`, as `cargo lambda build` lays it out; its path.
+pub(crate) async fn package_bootstrap(bin: &str) -> PathBuf {
+    let bin = bin.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let binary = workspace_binary(&bin);
+        let function_dir = binary
+            .parent()
+            .expect("a binary sits in its profile directory")
+            .join("lambda")
+            .join(&bin);
+        std::fs::create_dir_all(&function_dir)
+            .unwrap_or_else(|e| panic!("create {}: {e}", function_dir.display()));
+        let bootstrap = function_dir.join("bootstrap");
+        std::fs::copy(&binary, &bootstrap).unwrap_or_else(|e| {
+            panic!("copy {} to {}: {e}", binary.display(), bootstrap.display())
+        });
+        bootstrap
+    })
+    .await
+    .expect("packaging the bootstrap")
 }
 
 fn free_port() -> u16 {

@@ -1,8 +1,9 @@
-//! The example consumer's `bootstrap` (`examples/order-consumer`'s `example-consumer`), built and
-//! packaged by `cargo lambda build`, behind cargo-lambda's runtime API emulator (the helpers of
-//! [`crate::bootstrap`]), invoked with the events an SQS and a Kinesis trigger hand it, recorded
-//! from the emulator ([`outbox_tests::lambda_events`]): its `batchItemFailures` response follows
-//! each source's rule, a message it cannot decode being that message's failure.
+//! The example consumer's `bootstrap` (`examples/order-consumer`'s `example-consumer`, the test
+//! build's binary packaged as `cargo lambda build` packages it), behind cargo-lambda's runtime
+//! API emulator (the helpers of [`crate::bootstrap`]), invoked with the events an SQS and a
+//! Kinesis trigger hand it, recorded from the emulator ([`outbox_tests::lambda_events`]): its
+//! `batchItemFailures` response follows each source's rule, a message it cannot decode being
+//! that message's failure.
 
 use std::process::Stdio;
 
@@ -23,16 +24,16 @@ use relay_runtime::{PublishOutcome, Publisher, TargetKind};
 use serde_json::json;
 use tokio::process::Child;
 
-use crate::bootstrap::{build_bootstrap, function, invoke, runtime_api};
+use crate::bootstrap::{function, invoke, package_bootstrap, runtime_api};
 
 /// The SKU every order of these tests reserves one of.
 pub(crate) const SKU: &str = "SKU-LAMBDA";
 
-/// The example consumer's `bootstrap`, built once for the tests of this module.
+/// The example consumer's `bootstrap`, packaged once for the tests of this module.
 async fn bootstrap() -> std::path::PathBuf {
     static BUILT: tokio::sync::OnceCell<std::path::PathBuf> = tokio::sync::OnceCell::const_new();
     BUILT
-        .get_or_init(|| build_bootstrap("order-consumer", "example-consumer"))
+        .get_or_init(|| package_bootstrap("example-consumer"))
         .await
         .clone()
 }

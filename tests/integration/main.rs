@@ -58,9 +58,6 @@ macro_rules! on_both_buses {
     };
 }
 
-// libtest starts tests in name order: the `bootstrap` build (minutes: cargo-lambda builds for an
-// explicit target, so the dependencies again) goes first, so it overlaps the emulator-bound tests
-// instead of running after them.
 mod bootstrap;
 mod claim_check;
 mod config_reference;
