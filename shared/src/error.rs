@@ -58,6 +58,9 @@ pub enum Misconfiguration {
     UnknownHost,
     /// Nothing accepts connections at the endpoint.
     ConnectionRefused,
+    /// The service refuses the call with a code no retry changes and that names none of the
+    /// above: an SNS topic of another region answers `InvalidParameter`.
+    Refused,
 }
 
 impl Misconfiguration {
@@ -72,6 +75,7 @@ impl Misconfiguration {
             Self::ConnectionRefused => {
                 "is out of reach: nothing accepts connections at the endpoint"
             }
+            Self::Refused => "is refused by its service",
         }
     }
 }
@@ -323,7 +327,14 @@ pub const TRANSIENT_CODES: &[&str] = &[
     TRANSACTION_CONFLICT_CODE,
     // A statement of DynamoDB's BatchExecuteStatement names its error without "Exception".
     "TransactionConflict",
+    // S3 (HTTP 409): a conflicting operation on the key during a conditional `PutObject`
+    // (`If-None-Match`); S3 documents that the upload is to be retried.
+    CONDITIONAL_REQUEST_CONFLICT_CODE,
 ];
+
+/// S3's code of a conditional write that met a conflicting operation on its key (HTTP 409):
+/// retried, as `PutObject`'s documentation says.
+pub const CONDITIONAL_REQUEST_CONFLICT_CODE: &str = "ConditionalRequestConflict";
 
 /// An error and its causes, outermost first, joined by `": "` (a cause whose text is already
 /// there is left out: many errors repeat their source's text in their own): for logs and messages an operator reads, where the SDK's own
@@ -517,6 +528,18 @@ mod tests {
                 "{code}"
             );
         }
+    }
+
+    #[test]
+    fn a_conditional_put_s3_answers_with_a_conflict_is_retried() {
+        // S3 answers a conditional PutObject that met a conflicting operation on its key with
+        // HTTP 409 ConditionalRequestConflict, and documents that the upload is to be retried.
+        let failure = SdkFailure::new(
+            "PutObject",
+            service_error("ConditionalRequestConflict", 409),
+        );
+        assert_eq!(failure.class, ErrorClass::Retryable);
+        assert_eq!(failure.misconfiguration, None);
     }
 
     #[test]

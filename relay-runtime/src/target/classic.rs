@@ -62,6 +62,7 @@ pub const SPEC: TargetSpec = TargetSpec {
     describe_calls: DESCRIBE_CALLS,
     order: |_| ", no order and no de-duplication (the Custom Event Bus has both)",
     poison_codes: &["MalformedDetail", "InvalidArgument"],
+    split_codes: &[],
     codes: CODES,
 };
 

@@ -99,6 +99,7 @@ pub const SPEC: TargetSpec = TargetSpec {
     order: |_| ", each aggregate in order, re-publishes suppressed",
     // A parameter over a model constraint.
     poison_codes: &["InvalidInputException"],
+    split_codes: &[],
     codes: CODES,
 };
 

@@ -91,6 +91,7 @@ pub const SPEC: TargetSpec = TargetSpec {
     order: |_| ", each aggregate in order on its shard, no de-duplication",
     // A record (or a call) the service refuses for what it holds or its size.
     poison_codes: &["InvalidArgumentException"],
+    split_codes: &[],
     codes: CODES,
 };
 
