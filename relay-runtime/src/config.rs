@@ -100,6 +100,29 @@ impl PublisherConfig {
         }
     }
 
+    /// This configuration within `limit`, the target's own limit of one entry read at start-up
+    /// ([`crate::target::TargetDescription::max_entry_bytes`]: an SQS queue's
+    /// `MaximumMessageSize`, a Kinesis stream's maximum record size): the entry budget is the
+    /// smaller of [`Self::max_entry_bytes`] and it, and so is the payload threshold, so an event
+    /// between the two goes through the claim check (or, without a payload bucket, is
+    /// dead-lettered before any call) instead of being refused by the target.
+    #[must_use]
+    pub fn within_target_limit(mut self, limit: Option<usize>) -> Self {
+        let Some(limit) = limit.filter(|&limit| limit < self.max_entry_bytes) else {
+            return self;
+        };
+        tracing::info!(
+            target_limit = limit,
+            max_entry_bytes = self.max_entry_bytes,
+            "the target takes smaller entries than the entry setting: its limit is the entry budget"
+        );
+        self.max_entry_bytes = limit;
+        self.payload_threshold_bytes = self
+            .payload_threshold_bytes
+            .map(|threshold| threshold.min(limit));
+        self
+    }
+
     /// The entry size above which an event's payload is stored in the payload bucket: the
     /// configured threshold, or the entry budget.
     pub fn payload_threshold(&self) -> usize {

@@ -92,6 +92,7 @@ mod relay_stream_local;
 mod relay_stream_quota;
 mod role_calls;
 mod stream_fixtures;
+mod target_mismatch;
 mod test_tools;
 mod trace_context;
 mod writer_create;

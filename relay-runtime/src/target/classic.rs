@@ -192,6 +192,7 @@ async fn describe(
             kind: TargetKind::Classic,
             arn: out.arn().unwrap_or_default().to_owned(),
             state: None,
+            max_entry_bytes: None,
         })
         .map_err(|e| SdkFailure::of_service("DescribeEventBus", e, &CODES));
     crate::probe::probed(result, resource, sdk, SERVICE, &seen, DESCRIBE_CALLS)

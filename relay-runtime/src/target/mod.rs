@@ -252,6 +252,11 @@ pub struct TargetDescription {
     pub arn: String,
     /// Its state, where the kind has one (the Custom Event Bus: `ACTIVE`, `CREATING`, …).
     pub state: Option<String>,
+    /// The most one entry may be, where the target sets it itself (an SQS queue's
+    /// `MaximumMessageSize`; a Kinesis stream's `MaxRecordSizeInKiB`, where the service answers
+    /// it): the relays' entry budget is at most this ([`crate::PublisherConfig::within_target_limit`]).
+    /// `None`: the kind's documented limit ([`TargetSpec::max_entry_bytes`]).
+    pub max_entry_bytes: Option<usize>,
 }
 
 /// The publish client of a target, built once from its SDK's configuration builder: it counts its

@@ -243,6 +243,7 @@ async fn describe(
                 .cloned()
                 .unwrap_or_else(|| resource.name.clone()),
             state: None,
+            max_entry_bytes: None,
         })
         .map_err(|e| SdkFailure::of_service("GetTopicAttributes", e, &CODES));
     crate::probe::probed(result, resource, sdk, SERVICE, &seen, DESCRIBE_CALLS)

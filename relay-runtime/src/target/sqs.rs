@@ -232,6 +232,9 @@ async fn describe(
             kind: TargetKind::Sqs,
             arn: queue.arn,
             state: None,
+            max_entry_bytes: queue
+                .maximum_message_size
+                .and_then(|size| usize::try_from(size).ok()),
         }),
         Probed::Unknown(failure) => Probed::Unknown(failure),
     })
