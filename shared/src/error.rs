@@ -94,22 +94,16 @@ pub const NOT_FOUND_CODES: &[&str] = &[
 
 /// Codes AWS services answer when a policy does not allow the call. A publish target's own codes
 /// are in its room ([`ServiceCodes`]).
-pub const ACCESS_DENIED_CODES: &[&str] = &[
-    "AccessDeniedException",
-    "AccessDenied",
-    "UnauthorizedOperation",
-];
+pub const ACCESS_DENIED_CODES: &[&str] = &["AccessDeniedException", "AccessDenied"];
 
 /// Codes AWS services answer when they do not take the request's credentials.
 pub const CREDENTIALS_REFUSED_CODES: &[&str] = &[
     "UnrecognizedClientException",
-    "InvalidClientTokenId",
     "InvalidAccessKeyId",
     "InvalidSignatureException",
     "SignatureDoesNotMatch",
     "ExpiredTokenException",
     "ExpiredToken",
-    "IncompleteSignature",
 ];
 
 /// One failed AWS SDK call, classified: the one shape every crate uses for it.
@@ -323,7 +317,6 @@ pub const TRANSIENT_CODES: &[&str] = &[
     "InternalException",
     "InternalServerError",
     "ServiceUnavailable",
-    "ServiceUnavailableException",
     TRANSACTION_CONFLICT_CODE,
     // A statement of DynamoDB's BatchExecuteStatement names its error without "Exception".
     "TransactionConflict",

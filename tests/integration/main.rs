@@ -91,6 +91,7 @@ mod relay_stream_faults;
 mod relay_stream_local;
 mod relay_stream_quota;
 mod role_calls;
+mod sdk_codes;
 mod stream_fixtures;
 mod target_mismatch;
 mod test_tools;

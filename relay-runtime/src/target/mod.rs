@@ -223,14 +223,13 @@ impl TargetSpec {
         self.is_poison(code) || self.split_codes.contains(&code)
     }
 
-    /// Every service code this kind's classification names (its own, and
-    /// [`COMMON_POISON_CODES`]; not [`ENTRY_TOO_LARGE`], the relay's own): each is one the
-    /// kind's SDK can produce.
+    /// Every service code of this kind's own its classification names (not
+    /// [`COMMON_POISON_CODES`], every kind's, nor [`ENTRY_TOO_LARGE`], the relay's own): each is
+    /// one the kind's SDK can produce.
     pub fn named_codes(&self) -> impl Iterator<Item = &'static str> + '_ {
-        COMMON_POISON_CODES
+        self.poison_codes
             .iter()
             .copied()
-            .chain(self.poison_codes.iter().copied())
             .chain(self.split_codes.iter().copied())
             .chain(self.codes.throttling.iter().copied())
             .chain(self.codes.not_found.iter().copied())
