@@ -100,9 +100,7 @@ impl Resource {
             Kind::Credentials | Kind::Region => format!("set {setting}"),
         }
     }
-}
 
-impl Resource {
     /// The region the resource's name places it in (an ARN's region, an SQS queue URL's host
     /// `sqs.REGION.amazonaws.com`), when that is not `region`, the region the process calls.
     pub fn other_region(&self, region: &str) -> Option<&str> {
