@@ -183,6 +183,7 @@ async fn every_code_the_classification_names_is_one_the_sdk_can_produce() {
     let recorded = recorded_message_too_long(&env).await;
     assert_eq!(recorded, "InvalidParameterValue");
     let refused_key = recorded_key_refused(&env).await;
+    assert_eq!(refused_key, "UnrecognizedClientException");
 
     // Then each target kind's codes are its SDK's (or recorded from its service's emulator)
     let mut unknown = Vec::new();
