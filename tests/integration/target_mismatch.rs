@@ -1,5 +1,6 @@
 //! Targets that are not what the settings say (issue 41, item 4), on the emulators: an SNS topic
-//! of another region stops both relays at start-up with one line and dead-letters nothing; an
+//! of another region stops both relays at start-up with one line, fails `check`'s target item,
+//! and dead-letters nothing; an
 //! SQS queue whose `MaximumMessageSize` is below the entry setting bounds the entry budget, read
 //! at start and shown by `check`, and the events above it go through the claim check instead of
 //! the dead-letter queue. The relays' real binaries run; nothing of them is mocked.
@@ -107,6 +108,31 @@ async fn an_sns_topic_of_another_region_stops_both_relays_at_start_up_and_nothin
             );
         }
     }
+
+    // And check fails the target item with the same line
+    let output = env
+        .relay_command("relay-poller")
+        .args(["check", "--json"])
+        .args(target)
+        .env("RUST_LOG", "error")
+        .output()
+        .await
+        .expect("check runs");
+    assert_eq!(output.status.code(), Some(2));
+    let report: Value = serde_json::from_slice(&output.stdout).expect("check --json");
+    let item = report["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .find(|item| item["item"] == "target")
+        .expect("a target item");
+    assert_eq!(item["verdict"], "fail", "{item}");
+    assert!(
+        item["fix"]
+            .as_str()
+            .is_some_and(|fix| fix.contains(&format!("set AWS_REGION to {TOPIC_REGION}"))),
+        "{item}"
+    );
 
     // And nothing was dead-lettered: the event is still pending
     assert!(env.drain_dead_letters().await.is_empty());
