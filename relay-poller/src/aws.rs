@@ -22,7 +22,7 @@ use crate::index::DynamoPendingIndex;
 use crate::legacy_holds::LegacyHolds;
 use crate::poller::ttl::DynamoPendingTtl;
 use crate::poller::{Poller, PollerSettings, Ports};
-use crate::probes::{load_and_probe, relay_probes};
+use crate::probes::{load_and_probe_found, relay_probes};
 use crate::recreate::DynamoGoneItems;
 
 /// How often metrics are flushed (CloudWatch EMF) during `run` and `drain`.
@@ -206,7 +206,7 @@ pub struct Relay {
 }
 
 /// Starts a command that relays: the metrics recorder installed, what it relies on (the relay's
-/// probes and `more`) probed, the poller built.
+/// probes and `more`) probed, the poller built within the target's own entry limit.
 ///
 /// # Errors
 /// A setting out of range, or what a probe found unusable.
@@ -221,9 +221,15 @@ pub async fn start_relay(config: &RelayConfig, more: Vec<Probe>) -> anyhow::Resu
     .context("installing the metrics recorder")?;
     let mut probes = relay_probes(config);
     probes.extend(more);
-    let sdk = load_and_probe(&probes).await?;
+    let (sdk, found) = load_and_probe_found(&probes).await?;
     let clients = AwsClients::new(&sdk);
-    let publisher = TargetPublisher::new(&sdk, config.publisher.clone())?;
+    let publisher = TargetPublisher::new(
+        &sdk,
+        config
+            .publisher
+            .clone()
+            .within_target_limit(found.target_entry_limit()),
+    )?;
     let poller = Arc::new(aws_poller_with(clients.clone(), publisher, config));
     Ok(Relay {
         poller,

@@ -2,7 +2,7 @@
 //! that names it), and the probe of them all with the credentials ([`load_and_probe`]).
 
 use aws_config::SdkConfig;
-use relay_runtime::probe::{Kind, Probe, Resource};
+use relay_runtime::probe::{Found, Kind, Probe, Resource};
 use relay_runtime::{PublisherConfig, SettingError};
 
 use crate::config::{
@@ -77,7 +77,15 @@ pub fn relay_probes(config: &RelayConfig) -> Vec<Probe> {
 /// [`SettingError`] for a bad timeout variable, [`relay_runtime::probe::Unusable`] for what a
 /// probe found.
 pub async fn load_and_probe(probes: &[Probe]) -> anyhow::Result<SdkConfig> {
+    Ok(load_and_probe_found(probes).await?.0)
+}
+
+/// Like [`load_and_probe`], with what the probes found ([`Found`]: the target's entry limit).
+///
+/// # Errors
+/// As [`load_and_probe`].
+pub async fn load_and_probe_found(probes: &[Probe]) -> anyhow::Result<(SdkConfig, Found)> {
     let sdk = relay_runtime::load_aws_config().await?;
-    relay_runtime::probe::each(&sdk, probes).await?;
-    Ok(sdk)
+    let found = relay_runtime::probe::each(&sdk, probes).await?;
+    Ok((sdk, found))
 }

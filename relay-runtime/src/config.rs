@@ -100,6 +100,29 @@ impl PublisherConfig {
         }
     }
 
+    /// This configuration within `limit`, the target's own limit of one entry read at start-up
+    /// ([`crate::target::TargetDescription::max_entry_bytes`]: an SQS queue's
+    /// `MaximumMessageSize`, a Kinesis stream's maximum record size): the entry budget is the
+    /// smaller of [`Self::max_entry_bytes`] and it, and so is the payload threshold, so an event
+    /// between the two goes through the claim check (or, without a payload bucket, is
+    /// dead-lettered before any call) instead of being refused by the target.
+    #[must_use]
+    pub fn within_target_limit(mut self, limit: Option<usize>) -> Self {
+        let Some(limit) = limit.filter(|&limit| limit < self.max_entry_bytes) else {
+            return self;
+        };
+        tracing::info!(
+            target_limit = limit,
+            max_entry_bytes = self.max_entry_bytes,
+            "the target takes smaller entries than the entry setting: its limit is the entry budget"
+        );
+        self.max_entry_bytes = limit;
+        self.payload_threshold_bytes = self
+            .payload_threshold_bytes
+            .map(|threshold| threshold.min(limit));
+        self
+    }
+
     /// The entry size above which an event's payload is stored in the payload bucket: the
     /// configured threshold, or the entry budget.
     pub fn payload_threshold(&self) -> usize {
@@ -406,7 +429,9 @@ pub struct PublisherArgs {
     /// Largest entry, as the target counts it (default 256 KiB, Kinesis 1 MiB; up to 1 MiB on
     /// targets that accept it: raise `--max-request-bytes` with it). A larger event goes with its
     /// payload in `--payload-bucket`, or is dead-lettered without a call when there is none. The
-    /// Custom Event Bus documents no byte limit: its default is the classic bus's documented
+    /// relays read the target's own limit at start (an SQS queue's `MaximumMessageSize`, a Kinesis
+    /// stream's maximum record size) and keep the entry budget at the smaller of the two
+    /// (`relay-poller check` shows it). The Custom Event Bus documents no byte limit: its default is the classic bus's documented
     /// 256 KiB, which an SQS target also takes as one message; raise it only after checking what
     /// your region's bus accepts.
     #[arg(long, env = "MAX_ENTRY_BYTES")]

@@ -94,11 +94,11 @@ pub async fn run(args: &LocalArgs, shutdown: &CancellationToken) -> Result<Summa
             SettingError::name_of::<LocalArgs>("discarded_batch_bucket"),
         ))
     }));
-    relay_runtime::probe::each(&sdk_config, &needs)
+    let found = relay_runtime::probe::each(&sdk_config, &needs)
         .await
         .map_err(Box::new)?;
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk_config);
-    let relay = relay_stream::build_relay(&args.relay, &sdk_config)?;
+    let relay = relay_stream::build_relay_within(&args.relay, &sdk_config, &found)?;
     let stream_arn = match stream_arn_of(&dynamodb, &args.relay.table_name).await {
         Err(RunnerError::NoStream { .. }) => {
             return Err(Box::new(no_stream(&sdk_config, &args.relay.table_name)).into());

@@ -24,7 +24,7 @@ pub use handler::{
 };
 pub use relay_runtime::SettingError;
 
-use relay_runtime::probe::{Kind, Probe, Resource};
+use relay_runtime::probe::{Found, Kind, Probe, Resource};
 use relay_runtime::{DynamoHoldStore, DynamoStatusStore, SqsDeadLetterSink, TargetPublisher};
 
 /// The relay with its AWS adapters, as both binaries run it.
@@ -68,7 +68,23 @@ pub fn build_relay(
     args: &RelayArgs,
     sdk_config: &aws_config::SdkConfig,
 ) -> Result<AwsStreamRelay, SettingError> {
-    let publisher = TargetPublisher::new(sdk_config, args.publisher_config()?)?;
+    build_relay_within(args, sdk_config, &Found::default())
+}
+
+/// Like [`build_relay`], within what the start-up probes `found`: the entry budget at most the
+/// target's own limit ([`relay_runtime::PublisherConfig::within_target_limit`]).
+///
+/// # Errors
+/// [`SettingError`] naming the flag and variable whose value is out of range.
+pub fn build_relay_within(
+    args: &RelayArgs,
+    sdk_config: &aws_config::SdkConfig,
+    found: &Found,
+) -> Result<AwsStreamRelay, SettingError> {
+    let config = args
+        .publisher_config()?
+        .within_target_limit(found.target_entry_limit());
+    let publisher = TargetPublisher::new(sdk_config, config)?;
     build_relay_with(
         args,
         publisher,

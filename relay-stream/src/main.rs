@@ -19,15 +19,18 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     // is one ERROR line and a failed init (Lambda reports it and retries the init), not a
     // function that fails every batch.
     let probes = relay_stream::probes(&env.relay)?;
-    if let Err(unusable) = relay_runtime::probe::each(&sdk_config, &probes).await {
-        tracing::error!(
-            resource = %unusable.resource.name,
-            code = unusable.code.as_deref().unwrap_or_default(),
-            "{unusable}"
-        );
-        std::process::exit(relay_runtime::probe::EXIT_MISCONFIGURED.into());
-    }
-    let relay = relay_stream::build_relay(&env.relay, &sdk_config)?;
+    let found = match relay_runtime::probe::each(&sdk_config, &probes).await {
+        Ok(found) => found,
+        Err(unusable) => {
+            tracing::error!(
+                resource = %unusable.resource.name,
+                code = unusable.code.as_deref().unwrap_or_default(),
+                "{unusable}"
+            );
+            std::process::exit(relay_runtime::probe::EXIT_MISCONFIGURED.into());
+        }
+    };
+    let relay = relay_stream::build_relay_within(&env.relay, &sdk_config, &found)?;
     let metrics = init_metrics(&env.metrics.metrics_namespace)?;
     let function = LambdaRelay::new(relay, Some(metrics));
     let function = &function;

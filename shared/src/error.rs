@@ -58,6 +58,9 @@ pub enum Misconfiguration {
     UnknownHost,
     /// Nothing accepts connections at the endpoint.
     ConnectionRefused,
+    /// The service refuses the call with a code no retry changes and that names none of the
+    /// above: an SNS topic of another region answers `InvalidParameter`.
+    Refused,
 }
 
 impl Misconfiguration {
@@ -72,6 +75,7 @@ impl Misconfiguration {
             Self::ConnectionRefused => {
                 "is out of reach: nothing accepts connections at the endpoint"
             }
+            Self::Refused => "is refused by its service",
         }
     }
 }
@@ -90,22 +94,16 @@ pub const NOT_FOUND_CODES: &[&str] = &[
 
 /// Codes AWS services answer when a policy does not allow the call. A publish target's own codes
 /// are in its room ([`ServiceCodes`]).
-pub const ACCESS_DENIED_CODES: &[&str] = &[
-    "AccessDeniedException",
-    "AccessDenied",
-    "UnauthorizedOperation",
-];
+pub const ACCESS_DENIED_CODES: &[&str] = &["AccessDeniedException", "AccessDenied"];
 
 /// Codes AWS services answer when they do not take the request's credentials.
 pub const CREDENTIALS_REFUSED_CODES: &[&str] = &[
     "UnrecognizedClientException",
-    "InvalidClientTokenId",
     "InvalidAccessKeyId",
     "InvalidSignatureException",
     "SignatureDoesNotMatch",
     "ExpiredTokenException",
     "ExpiredToken",
-    "IncompleteSignature",
 ];
 
 /// One failed AWS SDK call, classified: the one shape every crate uses for it.
@@ -319,11 +317,17 @@ pub const TRANSIENT_CODES: &[&str] = &[
     "InternalException",
     "InternalServerError",
     "ServiceUnavailable",
-    "ServiceUnavailableException",
     TRANSACTION_CONFLICT_CODE,
     // A statement of DynamoDB's BatchExecuteStatement names its error without "Exception".
     "TransactionConflict",
+    // S3 (HTTP 409): a conflicting operation on the key during a conditional `PutObject`
+    // (`If-None-Match`); S3 documents that the upload is to be retried.
+    CONDITIONAL_REQUEST_CONFLICT_CODE,
 ];
+
+/// S3's code of a conditional write that met a conflicting operation on its key (HTTP 409):
+/// retried, as `PutObject`'s documentation says.
+pub const CONDITIONAL_REQUEST_CONFLICT_CODE: &str = "ConditionalRequestConflict";
 
 /// An error and its causes, outermost first, joined by `": "` (a cause whose text is already
 /// there is left out: many errors repeat their source's text in their own): for logs and messages an operator reads, where the SDK's own
@@ -517,6 +521,18 @@ mod tests {
                 "{code}"
             );
         }
+    }
+
+    #[test]
+    fn a_conditional_put_s3_answers_with_a_conflict_is_retried() {
+        // S3 answers a conditional PutObject that met a conflicting operation on its key with
+        // HTTP 409 ConditionalRequestConflict, and documents that the upload is to be retried.
+        let failure = SdkFailure::new(
+            "PutObject",
+            service_error("ConditionalRequestConflict", 409),
+        );
+        assert_eq!(failure.class, ErrorClass::Retryable);
+        assert_eq!(failure.misconfiguration, None);
     }
 
     #[test]

@@ -130,7 +130,7 @@ async fn probe(sdk: &aws_config::SdkConfig, args: &Args) -> Result<()> {
         &args.sink_queue_url,
         &args.dead_letter_queue_url,
     ) {
-        return Ok(probe::each(
+        probe::each(
             sdk,
             &[
                 Probe::Table {
@@ -158,7 +158,8 @@ async fn probe(sdk: &aws_config::SdkConfig, args: &Args) -> Result<()> {
             }))
             .collect::<Vec<_>>(),
         )
-        .await?);
+        .await?;
+        return Ok(());
     }
     probe::credentials(sdk).await?;
     // Nothing is there yet: a missing resource is the answer of a service that is reachable.

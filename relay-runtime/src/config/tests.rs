@@ -541,3 +541,27 @@ fn with_cloudevents_the_source_must_be_a_uri_reference() {
     assert!(err.starts_with("invalid --source (EVENT_SOURCE)"), "{err}");
     assert!(err.contains("URI-reference"), "{err}");
 }
+
+#[test]
+fn the_entry_budget_is_the_smaller_of_the_setting_and_the_targets_own_limit() {
+    // Given an SQS target at the 256 KiB default, with a payload threshold of 200 KB
+    let config = PublisherConfig {
+        payload_bucket: Some("payloads".into()),
+        payload_threshold_bytes: Some(200_000),
+        ..PublisherConfig::of_kind(
+            TargetKind::Sqs,
+            "https://sqs.us-east-1.amazonaws.com/123456789012/orders",
+            "test.orders",
+        )
+    };
+
+    // When the queue's MaximumMessageSize is 4 KiB, the budget and the threshold are its
+    let within = config.clone().within_target_limit(Some(4096));
+    assert_eq!(within.max_entry_bytes, 4096);
+    assert_eq!(within.payload_threshold(), 4096);
+    within.validate().unwrap();
+
+    // And a target that takes more, or says nothing, leaves the setting as it is
+    assert_eq!(config.clone().within_target_limit(Some(1 << 20)), config);
+    assert_eq!(config.clone().within_target_limit(None), config);
+}

@@ -58,6 +58,11 @@ pub const PAYLOADS_STORED: &str = "PayloadsStored";
 /// Events whose payload could not be stored in the payload bucket: not sent, they stay pending and
 /// hold back their aggregate. Count; both relays.
 pub const PAYLOAD_STORE_FAILED: &str = "PayloadStoreFailed";
+/// Events of a call the target refused as a whole, each then refused alone with the same code,
+/// of more than one aggregate: the target failing, not the events (an SNS topic of another region
+/// answers `InvalidParameter` to every call). They stay pending, counted in [`PUBLISH_FAILED`]
+/// too, and none is dead-lettered. Count; both relays.
+pub const TARGET_REFUSED: &str = "TargetRefused";
 /// Entries sent again after a retryable failure. Count.
 pub const RETRIED: &str = "Retried";
 /// Entries the Custom Event Bus answered `DEDUPLICATED`: a repeat of an event id it accepted in

@@ -24,7 +24,8 @@ use crate::target::{TargetDescription, TargetKind};
 pub enum Probed<T> {
     /// It is there, as described.
     Found(T),
-    /// The call failed in a way a retry may fix: nothing is known, and the process goes on.
+    /// The call failed in a way a retry may fix (throttling, a 5xx, a timeout): nothing is
+    /// known, and the process goes on.
     Unknown(SdkFailure),
 }
 
@@ -38,7 +39,8 @@ impl<T> Probed<T> {
     }
 }
 
-/// The outcome of a probe's call: found, unknown (retryable), or unusable.
+/// The outcome of a probe's call: found, unknown (retryable), or unusable (a misconfiguration,
+/// or any other failure no retry fixes).
 pub(super) fn outcome<T>(
     result: Result<T, SdkFailure>,
     resource: &Resource,
@@ -51,6 +53,16 @@ pub(super) fn outcome<T>(
             Some(problem) => Err(Unusable::of_failure(
                 resource.clone(),
                 problem,
+                place(),
+                action,
+                failure,
+            )),
+            // A code no retry changes and that names no misconfiguration of its own (an SNS
+            // topic of another region: `InvalidParameter`) is one all the same: the relays would
+            // send every event into the same refusal.
+            None if !failure.is_retryable() => Err(Unusable::of_failure(
+                resource.clone(),
+                Misconfiguration::Refused,
                 place(),
                 action,
                 failure,

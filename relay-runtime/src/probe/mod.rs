@@ -9,9 +9,15 @@
 //! keep to their loops: a resource that goes missing later is retried and alarmed on, as any
 //! other failed call.
 //!
-//! A failure of a probe that a retry may fix (throttling, a 5xx, a timeout) is not an
-//! [`Unusable`]: the probe lets it pass ([`Probed::Unknown`]) and the relay starts; its loops
-//! retry what fails.
+//! Any other failure no retry fixes (a code that is not throttling, a 5xx or a timeout: an SNS
+//! topic of another region answers `InvalidParameter`) is an [`Unusable`] too
+//! ([`outbox_shared::Misconfiguration::Refused`]). A failure of a probe that a retry may fix
+//! (throttling, a 5xx, a timeout) is not: the probe lets it pass ([`Probed::Unknown`]) and the
+//! relay starts with a warning; its loops retry what fails.
+//!
+//! What the probes found that the relays go by is [`Found`]: the target's own limit of one entry
+//! (an SQS queue's `MaximumMessageSize`, a Kinesis stream's maximum record size), read once at
+//! start, bounds the entry budget ([`crate::PublisherConfig::within_target_limit`]).
 //!
 //! `relay-poller check` reads the same descriptions and goes further (keys, projection, stream
 //! view, TTL, sizes); the target is described by its room's describe call
@@ -31,7 +37,7 @@ use std::time::Duration;
 use aws_config::SdkConfig;
 
 use crate::permissions::{Call, Target};
-use crate::target::TargetKind;
+use crate::target::{TargetDescription, TargetKind};
 
 mod describe;
 mod unusable;
@@ -112,19 +118,41 @@ pub fn target_resource(publisher: &crate::PublisherConfig) -> Resource {
     )
 }
 
+/// What the probes found that the process goes by.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Found {
+    /// The target, as its service described it (`None`: not probed, or a failure a retry may fix).
+    pub target: Option<TargetDescription>,
+}
+
+impl Found {
+    /// The target's own limit of one entry, if it has one and it was read
+    /// ([`TargetDescription::max_entry_bytes`]).
+    pub fn target_entry_limit(&self) -> Option<usize> {
+        self.target.as_ref().and_then(|t| t.max_entry_bytes)
+    }
+}
+
 /// Probes, in order, the credentials and then each of `probes`.
 ///
 /// # Errors
 /// The first [`Unusable`] found.
-pub async fn each(sdk: &SdkConfig, probes: &[Probe]) -> Result<(), Unusable> {
+pub async fn each(sdk: &SdkConfig, probes: &[Probe]) -> Result<Found, Unusable> {
     credentials(sdk).await?;
+    let mut found = Found::default();
     for probe in probes {
         let unknown = match probe {
             Probe::Table { table: t, index: i } => {
                 table_and_index(sdk, t, i.as_ref()).await?;
                 None
             }
-            Probe::Target { kind, target: t } => target(sdk, *kind, t).await?.failure(),
+            Probe::Target { kind, target: t } => match target(sdk, *kind, t).await? {
+                Probed::Found(described) => {
+                    found.target = Some(described);
+                    None
+                }
+                Probed::Unknown(failure) => Some(failure),
+            },
             Probe::Queue(q) => queue(sdk, q).await?.failure(),
             Probe::LeaseTable(t) => table(sdk, t).await?.failure(),
             Probe::Bucket(b) => bucket(sdk, b).await?.failure(),
@@ -133,7 +161,7 @@ pub async fn each(sdk: &SdkConfig, probes: &[Probe]) -> Result<(), Unusable> {
             tracing::warn!(error = %failure, "could not check a resource at start-up; going on");
         }
     }
-    Ok(())
+    Ok(found)
 }
 
 #[cfg(test)]

@@ -100,6 +100,31 @@ impl Resource {
             Kind::Credentials | Kind::Region => format!("set {setting}"),
         }
     }
+
+    /// The region the resource's name places it in (an ARN's region, an SQS queue URL's host
+    /// `sqs.REGION.amazonaws.com`), when that is not `region`, the region the process calls.
+    pub fn other_region(&self, region: &str) -> Option<&str> {
+        let named = match self.name.split(':').collect::<Vec<_>>()[..] {
+            ["arn", _, _, named, ..] => Some(named),
+            _ => self
+                .name
+                .strip_prefix("https://sqs.")
+                .and_then(|rest| rest.split_once('.'))
+                .filter(|(_, host)| host.starts_with("amazonaws.com"))
+                .map(|(named, _)| named),
+        };
+        named.filter(|named| !named.is_empty() && *named != region)
+    }
+
+    /// What to do when the resource is in region `named`, not in `region`, the one the process
+    /// calls: a topic, a queue or a stream is reached only in its own region.
+    fn other_region_fix(&self, named: &str, region: &str) -> String {
+        format!(
+            "the {} is in region {named}, the process calls region {region}: set AWS_REGION to \
+             {named} (the stack's region), or set {} to a {} in {region}",
+            self.kind, self.setting, self.kind
+        )
+    }
 }
 
 /// Where a call went: the region and the endpoint, and the variable that chose the endpoint.
@@ -196,8 +221,20 @@ impl Unusable {
         action: &str,
         failure: SdkFailure,
     ) -> Self {
+        let other_region = resource.other_region(&place.region);
         let fix = match problem {
+            Misconfiguration::Missing | Misconfiguration::Refused if other_region.is_some() => {
+                resource.other_region_fix(other_region.unwrap_or_default(), &place.region)
+            }
             Misconfiguration::Missing => resource.create_fix(),
+            Misconfiguration::Refused => format!(
+                "set {} to a {} this account may use in region {} (the service's answer: {}); \
+                 no retry changes it",
+                resource.setting,
+                resource.kind,
+                place.region,
+                failure.code.as_deref().unwrap_or("no error code")
+            ),
             Misconfiguration::AccessDenied => format!(
                 "allow {action} on it to the caller (infra/template.yaml gives each job's role \
                  the calls it makes), or run with the credentials of the job's role"

@@ -19,6 +19,8 @@ pub(crate) struct Attempt {
     /// Entries of a call refused as a whole for what one entry can cause, to send again in
     /// halves (empty otherwise).
     pub(crate) split: Vec<usize>,
+    /// The code the call of `split` was refused with (empty when `split` is).
+    pub(crate) split_code: String,
     /// Entries the target accepted (deduplicated ones included).
     pub(crate) accepted: usize,
     /// Entries the target had accepted before (`DEDUPLICATED`), a part of `accepted`.
@@ -84,8 +86,9 @@ pub(crate) fn read_results(
 
 /// A call that failed as a whole (after the SDK's retries): every entry is sent
 /// again when the failure is retryable; a call of several entries refused with a code one entry
-/// can cause (a field over a model constraint fails them all) is split to find it; otherwise
-/// every entry fails, or, alone, is poison when the code says so.
+/// can cause (a field over a model constraint fails them all), or with one of the call's size, is
+/// split ([`TargetSpec::splits`]); otherwise every entry fails, or, alone, is poison when the code
+/// says so.
 pub(crate) fn call_failed(spec: &TargetSpec, pending: &[usize], failure: &SdkFailure) -> Attempt {
     let code = failure
         .code
@@ -104,10 +107,11 @@ pub(crate) fn call_failed(spec: &TargetSpec, pending: &[usize], failure: &SdkFai
             throttled,
             ..Attempt::default()
         },
-        ErrorClass::Permanent if pending.len() > 1 && spec.is_poison(&code) => {
+        ErrorClass::Permanent if pending.len() > 1 && spec.splits(&code) => {
             tracing::info!(code = %code, entries = pending.len(), "publish call rejected as a whole: sending it in halves to find the entry at fault");
             Attempt {
                 split: pending.to_vec(),
+                split_code: code,
                 ..Attempt::default()
             }
         }

@@ -150,11 +150,13 @@ impl TargetPublisher {
     }
 
     /// Sends one call's events, retrying retryable failures; an outcome for each index.
+    /// `in_split`: the call is a half of a call refused as a whole ([`Self::send_halves`]).
     async fn send_call(
         &self,
         events: &[&OutboundEvent],
         indices: &[usize],
         deadline: Deadline,
+        in_split: bool,
     ) -> Vec<(usize, PublishOutcome)> {
         let mut done = Vec::with_capacity(indices.len());
         let mut pending: Vec<usize> = indices.to_vec();
@@ -180,7 +182,11 @@ impl TargetPublisher {
             self.pace(slot, pending.len(), &attempt);
             done.extend(attempt.done);
             if !attempt.split.is_empty() {
-                done.extend(self.send_halves(events, attempt.split, deadline).await);
+                let mut halves = self.send_halves(events, attempt.split, deadline).await;
+                if !in_split {
+                    target_refused(events, &attempt.split_code, &mut halves);
+                }
+                done.extend(halves);
             }
             if attempt.retry.is_empty() {
                 break;
@@ -239,8 +245,8 @@ impl TargetPublisher {
                     .collect();
             }
             let (first, second) = entries.split_at(entries.len() / 2);
-            let mut done = self.send_call(events, first, deadline).await;
-            done.extend(self.send_call(events, second, deadline).await);
+            let mut done = self.send_call(events, first, deadline, true).await;
+            done.extend(self.send_call(events, second, deadline, true).await);
             done
         }
         .boxed()
@@ -443,7 +449,7 @@ impl Publisher for TargetPublisher {
                 if deadline.publish_passed() {
                     results.extend(send.iter().map(|&i| (i, PublishOutcome::NotSent)));
                 } else if !send.is_empty() {
-                    results.extend(self.send_call(events, &send, deadline).await);
+                    results.extend(self.send_call(events, &send, deadline, false).await);
                 }
                 let mut settled = settled.lock().expect("not poisoned");
                 // A rejected (poison) event goes to the dead-letter queue and does not hold its
@@ -471,6 +477,46 @@ impl Publisher for TargetPublisher {
             .map(|o| o.expect("every event gets an outcome"))
             .inspect(|o| self.stats.record(o))
             .collect()
+    }
+}
+
+/// The verdict on a call refused as a whole with `code` and split to find the entry at fault
+/// (`outcomes`, of every entry of the call): when each entry was then refused alone with the same
+/// code, and they are of more than one aggregate, no entry is at fault but the target (an SNS
+/// topic of another region answers `InvalidParameter` to every call, a single entry's too). A
+/// poison verdict needs evidence against the entry, so they stay pending (`Failed`), counted as
+/// [`crate::metrics::TARGET_REFUSED`], with one WARN line; any entry accepted, or refused
+/// otherwise, is that evidence, and the verdicts stand.
+fn target_refused(events: &[&OutboundEvent], code: &str, outcomes: &mut [(usize, PublishOutcome)]) {
+    let refused_alike = outcomes.iter().all(
+        |(_, outcome)| matches!(outcome, PublishOutcome::Rejected { code: c, .. } if c == code),
+    );
+    let aggregates: std::collections::HashSet<&str> = outcomes
+        .iter()
+        .map(|(index, _)| events[*index].ordering_key.as_str())
+        .collect();
+    if !refused_alike || aggregates.len() < 2 {
+        return;
+    }
+    let (entries, aggregates) = (outcomes.len(), aggregates.len());
+    tracing::warn!(
+        code = %code,
+        entries,
+        aggregates,
+        "the target refused every entry of a call alone with the same code: the target is \
+         failing, not the events; they stay pending"
+    );
+    crate::metrics::count(crate::metrics::TARGET_REFUSED, entries as u64);
+    for (_, outcome) in outcomes.iter_mut() {
+        if let PublishOutcome::Rejected { code, message } = outcome {
+            *outcome = PublishOutcome::Failed {
+                code: std::mem::take(code),
+                message: format!(
+                    "the target refused each of the {entries} events of {aggregates} aggregates \
+                     alone with this code: the target is failing, not this event ({message})"
+                ),
+            };
+        }
     }
 }
 

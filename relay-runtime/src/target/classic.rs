@@ -62,6 +62,7 @@ pub const SPEC: TargetSpec = TargetSpec {
     describe_calls: DESCRIBE_CALLS,
     order: |_| ", no order and no de-duplication (the Custom Event Bus has both)",
     poison_codes: &["MalformedDetail", "InvalidArgument"],
+    split_codes: &[],
     codes: CODES,
 };
 
@@ -191,6 +192,7 @@ async fn describe(
             kind: TargetKind::Classic,
             arn: out.arn().unwrap_or_default().to_owned(),
             state: None,
+            max_entry_bytes: None,
         })
         .map_err(|e| SdkFailure::of_service("DescribeEventBus", e, &CODES));
     crate::probe::probed(result, resource, sdk, SERVICE, &seen, DESCRIBE_CALLS)

@@ -99,6 +99,7 @@ pub const SPEC: TargetSpec = TargetSpec {
     order: |_| ", each aggregate in order, re-publishes suppressed",
     // A parameter over a model constraint.
     poison_codes: &["InvalidInputException"],
+    split_codes: &[],
     codes: CODES,
 };
 
@@ -324,6 +325,7 @@ async fn describe(
             kind: TargetKind::Custom,
             arn: out.event_bus_arn().unwrap_or_default().to_owned(),
             state: out.state().map(|s| s.as_str().to_owned()),
+            max_entry_bytes: None,
         })
         .map_err(|e| SdkFailure::of_service("DescribeEventBus", e, &CODES));
     crate::probe::probed(result, resource, sdk, SERVICE, &seen, DESCRIBE_CALLS)

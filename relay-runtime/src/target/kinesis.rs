@@ -91,6 +91,7 @@ pub const SPEC: TargetSpec = TargetSpec {
     order: |_| ", each aggregate in order on its shard, no de-duplication",
     // A record (or a call) the service refuses for what it holds or its size.
     poison_codes: &["InvalidArgumentException"],
+    split_codes: &[],
     codes: CODES,
 };
 
@@ -211,6 +212,10 @@ async fn describe(
                     .map(|s| s.stream_arn().to_owned())
                     .unwrap_or_default(),
                 state: summary.map(|s| s.stream_status().as_str().to_owned()),
+                max_entry_bytes: summary
+                    .and_then(|s| s.max_record_size_in_kib())
+                    .and_then(|kib| usize::try_from(kib).ok())
+                    .map(|kib| kib * 1024),
             }
         })
         .map_err(|e| SdkFailure::of_service("DescribeStreamSummary", e, &CODES));

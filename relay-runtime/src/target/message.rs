@@ -83,14 +83,6 @@ pub fn order(target: &str) -> &'static str {
     }
 }
 
-/// Codes of a message (or a batch) SNS or SQS refuses for what it holds or its size: poison.
-pub const POISON_CODES: &[&str] = &[
-    "InvalidParameter",
-    "InvalidParameterValue",
-    "InvalidMessageContents",
-    "BatchRequestTooLong",
-];
-
 /// The message's size as SNS and SQS count it: the body and each attribute's name, data type
 /// and value, in UTF-8 bytes (the `Source` is not sent to these targets).
 pub fn size(event: &OutboundEvent, _source: &str) -> usize {

@@ -200,6 +200,10 @@ pub struct TargetSpec {
     /// event's. A whole call refused with one of them may be one entry's fault, and is split to
     /// find it. [`ENTRY_TOO_LARGE`] and [`COMMON_POISON_CODES`] are every kind's too.
     pub poison_codes: &'static [&'static str],
+    /// Call error codes of a call refused for what its entries add up to (a batch over the
+    /// call's size limit): split in halves and sent again; an entry refused so alone stays
+    /// pending, since no entry was found at fault.
+    pub split_codes: &'static [&'static str],
     /// The service's own throttling, missing-resource and access-denied codes, beside those every
     /// AWS service shares ([`outbox_shared::error`]).
     pub codes: ServiceCodes,
@@ -211,6 +215,25 @@ impl TargetSpec {
         code == ENTRY_TOO_LARGE
             || COMMON_POISON_CODES.contains(&code)
             || self.poison_codes.contains(&code)
+    }
+
+    /// Whether a whole call refused with `code` is sent again in halves: a code one entry can
+    /// cause (poison), or one of the call's size ([`TargetSpec::split_codes`]).
+    pub fn splits(&self, code: &str) -> bool {
+        self.is_poison(code) || self.split_codes.contains(&code)
+    }
+
+    /// Every service code of this kind's own its classification names (not
+    /// [`COMMON_POISON_CODES`], every kind's, nor [`ENTRY_TOO_LARGE`], the relay's own): each is
+    /// one the kind's SDK can produce.
+    pub fn named_codes(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.poison_codes
+            .iter()
+            .copied()
+            .chain(self.split_codes.iter().copied())
+            .chain(self.codes.throttling.iter().copied())
+            .chain(self.codes.not_found.iter().copied())
+            .chain(self.codes.access_denied.iter().copied())
     }
 }
 
@@ -228,6 +251,11 @@ pub struct TargetDescription {
     pub arn: String,
     /// Its state, where the kind has one (the Custom Event Bus: `ACTIVE`, `CREATING`, …).
     pub state: Option<String>,
+    /// The most one entry may be, where the target sets it itself (an SQS queue's
+    /// `MaximumMessageSize`; a Kinesis stream's `MaxRecordSizeInKiB`, where the service answers
+    /// it): the relays' entry budget is at most this ([`crate::PublisherConfig::within_target_limit`]).
+    /// `None`: the kind's documented limit ([`TargetSpec::max_entry_bytes`]).
+    pub max_entry_bytes: Option<usize>,
 }
 
 /// The publish client of a target, built once from its SDK's configuration builder: it counts its

@@ -13,12 +13,16 @@
 //! Duplicates: a FIFO topic drops a repeat of a `MessageDeduplicationId` within 5 minutes (a call
 //! sent again after a lost answer); a standard topic delivers it again.
 //!
-//! Errors: a failed entry whose `SenderFault` is false (the service's fault) is retried; one the
-//! sender caused is poison when its code says the message is at fault (`InvalidParameter`, …,
-//! [`message::POISON_CODES`]), else a failure that stays pending (`KMSAccessDenied`,
-//! `AuthorizationError`). A whole call refused as `Throttled` is retried, slower; as
-//! `InvalidParameter` or `BatchRequestTooLong` split in halves; as `NotFound` or
-//! `AuthorizationError` every entry fails and stays pending.
+//! Errors, by their codes as the Rust SDK reports them ([`CODES`], [`POISON_CODES`],
+//! [`SPLIT_CODES`]): a failed entry whose `SenderFault` is false (the service's fault) is retried;
+//! one the sender caused is poison when its code says the message is at fault
+//! (`InvalidParameter`, and `ParameterValueInvalid`, the SDK's code of
+//! `InvalidParameterValueException`), else a failure that stays pending (`KMSAccessDenied`,
+//! `AuthorizationError`). A whole call refused as `Throttled` or `KMSThrottling` is retried,
+//! slower; as `InvalidParameter` or `ParameterValueInvalid` split in halves to find the entry at
+//! fault (when every entry alone is refused so, the topic is failing: they stay pending,
+//! [`crate::publisher`]); as `BatchRequestTooLong` split in halves, an entry alone refused so
+//! pending; as `NotFound` or `AuthorizationError` every entry fails and stays pending.
 
 use aws_sdk_sns::types::builders::PublishBatchRequestEntryBuilder;
 use aws_sdk_sns::types::{MessageAttributeValue, PublishBatchRequestEntry};
@@ -53,9 +57,16 @@ pub const CODES: ServiceCodes = ServiceCodes {
     throttling: &["Throttled", "KMSThrottling"],
     // A topic that does not exist.
     not_found: &["NotFound"],
-    // A policy that does not allow the call.
-    access_denied: &["AuthorizationError"],
+    // A policy that does not allow the call, or the topic's KMS key.
+    access_denied: &["AuthorizationError", "KMSAccessDenied"],
 };
+
+/// Codes of a message SNS refuses for what it holds: poison (`ParameterValueInvalid` is the
+/// SDK's code of `InvalidParameterValueException`).
+pub const POISON_CODES: &[&str] = &["InvalidParameter", "ParameterValueInvalid"];
+
+/// Codes of a `PublishBatch` refused for its total size: split in halves.
+pub const SPLIT_CODES: &[&str] = &["BatchRequestTooLong"];
 
 /// An SNS topic: 10 messages a call, 256 KiB a message and a call by default (a topic's
 /// `MaximumMessageSize` may take up to 1 MiB); its ARN.
@@ -77,7 +88,8 @@ pub const SPEC: TargetSpec = TargetSpec {
     describe: |sdk, resource| describe(sdk, resource).boxed(),
     describe_calls: DESCRIBE_CALLS,
     order: message::order,
-    poison_codes: message::POISON_CODES,
+    poison_codes: POISON_CODES,
+    split_codes: SPLIT_CODES,
     codes: CODES,
 };
 
@@ -231,6 +243,7 @@ async fn describe(
                 .cloned()
                 .unwrap_or_else(|| resource.name.clone()),
             state: None,
+            max_entry_bytes: None,
         })
         .map_err(|e| SdkFailure::of_service("GetTopicAttributes", e, &CODES));
     crate::probe::probed(result, resource, sdk, SERVICE, &seen, DESCRIBE_CALLS)

@@ -13,18 +13,21 @@
 //! Duplicates: a FIFO queue accepts a repeat of a `MessageDeduplicationId` within 5 minutes as a
 //! success and delivers it once; a standard queue delivers it again.
 //!
-//! Errors: a failed entry whose `SenderFault` is false is retried; one the sender caused is poison
-//! when its code says the message is at fault (`InvalidMessageContents`,
-//! `InvalidParameterValue`, [`message::POISON_CODES`]), else a failure that stays pending
-//! (`KMS.AccessDeniedException`). A whole call refused as `RequestThrottled` is retried, slower;
-//! as `BatchRequestTooLong` split in halves; as `QueueDoesNotExist` or `AccessDenied` every entry
-//! fails and stays pending.
+//! Errors, by their codes as the Rust SDK reports them (SQS's query-compatible codes: [`CODES`],
+//! [`POISON_CODES`], [`SPLIT_CODES`]): a failed entry whose `SenderFault` is false is retried; one
+//! the sender caused is poison when its code says the message is at fault
+//! (`InvalidMessageContents`, `InvalidParameterValue`), else a failure that stays pending. A whole
+//! call refused as `RequestThrottled` or `KMS.ThrottlingException` is retried, slower; as
+//! `AWS.SimpleQueueService.BatchRequestTooLong` split in halves, an entry alone refused so
+//! pending; as `AWS.SimpleQueueService.NonExistentQueue`, `AccessDenied` or
+//! `KMS.AccessDeniedException` (the queue's key) every entry fails and stays pending.
 
 use aws_sdk_sqs::types::builders::SendMessageBatchRequestEntryBuilder;
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use outbox_shared::OutboundEvent;
+use outbox_shared::error::ServiceCodes;
 use outbox_shared::limits::{SQS_MESSAGE_ABSOLUTE_MAX_BYTES, SQS_SEND_BATCH_MAX};
 
 use super::call::{CallAnswer, TargetCall, answer_of};
@@ -41,6 +44,24 @@ pub const CALLS: &[Call] = &[Call::new("sqs:SendMessage", Target::EventTarget)];
 
 /// Its describe call, on the queue.
 pub const DESCRIBE_CALLS: &[Call] = &[Call::new("sqs:GetQueueAttributes", Target::EventTarget)];
+
+/// SQS's own codes as the publisher reads them, beside the queue codes every relay shares
+/// (`outbox_shared::error`: the dead-letter queue is a queue too).
+pub const CODES: ServiceCodes = ServiceCodes {
+    // The queue's KMS key over its quota.
+    throttling: &["KMS.ThrottlingException"],
+    not_found: &[],
+    // A key policy that does not let the caller encrypt with the queue's KMS key.
+    access_denied: &["KMS.AccessDeniedException"],
+};
+
+/// Codes of a message SQS refuses for what it holds or its size: poison. `InvalidParameterValue`
+/// is a message over the queue's `MaximumMessageSize` ("Message must be shorter than N bytes"),
+/// an entry the SDK's model does not name (recorded from the emulator).
+pub const POISON_CODES: &[&str] = &["InvalidMessageContents", "InvalidParameterValue"];
+
+/// Codes of a `SendMessageBatch` refused for its total size: split in halves.
+pub const SPLIT_CODES: &[&str] = &["AWS.SimpleQueueService.BatchRequestTooLong"];
 
 /// An SQS queue: 10 messages a call, 256 KiB a message and a call by default (a queue's
 /// `MaximumMessageSize` may take up to 1 MiB, and a batch 1 MiB); its URL.
@@ -62,10 +83,9 @@ pub const SPEC: TargetSpec = TargetSpec {
     describe: |sdk, resource| describe(sdk, resource).boxed(),
     describe_calls: DESCRIBE_CALLS,
     order: message::order,
-    poison_codes: message::POISON_CODES,
-    // SQS's codes are every relay's (the dead-letter queue is a queue too): in
-    // `outbox_shared::error`.
-    codes: outbox_shared::error::ServiceCodes::NONE,
+    poison_codes: POISON_CODES,
+    split_codes: SPLIT_CODES,
+    codes: CODES,
 };
 
 /// Longest SQS queue name, `.fifo` included.
@@ -175,7 +195,7 @@ impl TargetCall for SqsQueue {
         async move {
             answer_of(
                 "SendMessageBatch",
-                &SPEC.codes,
+                &CODES,
                 call_tasks.run(call).await,
                 |output| {
                     message::results_by_id(
@@ -212,6 +232,9 @@ async fn describe(
             kind: TargetKind::Sqs,
             arn: queue.arn,
             state: None,
+            max_entry_bytes: queue
+                .maximum_message_size
+                .and_then(|size| usize::try_from(size).ok()),
         }),
         Probed::Unknown(failure) => Probed::Unknown(failure),
     })

@@ -53,19 +53,46 @@ pub(super) async fn target(sdk: &SdkConfig, publisher: &PublisherConfig, arns: &
                 _ => Item::ok(
                     "target",
                     format!(
-                        "{} {what} {}{}{}",
+                        "{} {what} {}{}{}; {}",
                         described.kind,
                         described.arn,
                         described
                             .state
+                            .as_ref()
                             .map(|s| format!(", {s}"))
                             .unwrap_or_default(),
-                        publisher.target_kind.order(&publisher.target)
+                        publisher.target_kind.order(&publisher.target),
+                        entry_budget(publisher, what, described.max_entry_bytes)
                     ),
                 ),
             }
         }
     }
+}
+
+/// The entry budget the relays go by, in words: the smaller of the entry setting and the
+/// target's own limit (`limit`, read from the target), and what happens to a larger event.
+pub(super) fn entry_budget(
+    publisher: &PublisherConfig,
+    what: Kind,
+    limit: Option<usize>,
+) -> String {
+    let setting = SettingError::name_of::<relay_runtime::PublisherArgs>("max_entry_bytes");
+    let budget = publisher.clone().within_target_limit(limit).max_entry_bytes;
+    let whose = match limit {
+        Some(limit) if limit < publisher.max_entry_bytes => format!(
+            "the {what}'s own limit, below {setting} {}",
+            publisher.max_entry_bytes
+        ),
+        Some(limit) => format!("{setting}; the {what} takes {limit}"),
+        None => setting,
+    };
+    let larger = if publisher.payload_bucket.is_some() {
+        "a larger event goes through the payload bucket"
+    } else {
+        "a larger event is dead-lettered"
+    };
+    format!("entry budget {budget} bytes ({whose}): {larger}")
 }
 
 pub(super) async fn dead_letter_queue(sdk: &SdkConfig, url: &str, arns: &mut Arns) -> Item {

@@ -185,3 +185,22 @@ fn the_outcome_names_the_items_that_do_not_hold() {
             .starts_with("FAIL  stream")
     );
 }
+
+#[test]
+fn the_target_item_shows_the_entry_budget_and_whose_limit_it_is() {
+    let queue = relay_runtime::PublisherConfig::of_kind(
+        relay_runtime::TargetKind::Sqs,
+        "https://sqs.us-east-1.amazonaws.com/123456789012/orders",
+        "test.orders",
+    );
+    assert_eq!(
+        resources::entry_budget(&queue, relay_runtime::probe::Kind::Queue, Some(4096)),
+        "entry budget 4096 bytes (the queue's own limit, below --max-entry-bytes \
+         (MAX_ENTRY_BYTES) 262144): a larger event is dead-lettered"
+    );
+    assert_eq!(
+        resources::entry_budget(&queue, relay_runtime::probe::Kind::Queue, Some(1 << 20)),
+        "entry budget 262144 bytes (--max-entry-bytes (MAX_ENTRY_BYTES); the queue takes \
+         1048576): a larger event is dead-lettered"
+    );
+}

@@ -205,3 +205,108 @@ async fn a_call_throttled_as_a_whole_is_retried_and_lowers_the_publish_rate() {
     assert_eq!((stats.publish_calls, stats.throttled), (2, 2));
     assert!(publisher.publish_rate().is_some());
 }
+
+/// The publisher of `TOPIC` on a client answered by the first of `rules` that matches each
+/// call, as often as it is called.
+fn publisher_answering_any(rules: &[&Rule]) -> TargetPublisher {
+    let interceptor = rules.iter().fold(
+        MockResponseInterceptor::new().rule_mode(RuleMode::MatchAny),
+        |i, rule| i.with_rule(rule),
+    );
+    let client = Client::from_conf(
+        aws_sdk_sns::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("test", "test", None, None, "test"))
+            .http_client(create_mock_http_client())
+            .interceptor(interceptor)
+            .retry_config(RetryConfig::disabled())
+            .build(),
+    );
+    let config = PublisherConfig {
+        retry: RetryPolicy {
+            max_retries: 2,
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(2),
+        },
+        ..PublisherConfig::of_kind(TargetKind::Sns, TOPIC, "test.orders")
+    };
+    TargetPublisher::on(SnsTopic::new(client.config().to_builder()), config).unwrap()
+}
+
+/// SNS's answer to a call it refuses as a whole, as it is on the wire (the query protocol's XML
+/// error): what the SDK reads the code from.
+fn refused_call(code: &str) -> aws_smithy_runtime_api::http::Response {
+    aws_smithy_runtime_api::http::Response::new(
+        aws_smithy_runtime_api::http::StatusCode::try_from(400).unwrap(),
+        aws_smithy_types::body::SdkBody::from(format!(
+            "<ErrorResponse xmlns=\"http://sns.amazonaws.com/doc/2010-03-31/\"><Error>\
+             <Type>Sender</Type><Code>{code}</Code><Message>refused by the mock</Message>\
+             </Error><RequestId>r-1</RequestId></ErrorResponse>"
+        )),
+    )
+}
+
+#[tokio::test]
+async fn a_topic_that_refuses_every_event_alone_keeps_them_pending_not_poison() {
+    // Given a topic of another region: SNS answers InvalidParameter to every PublishBatch, one
+    // message's too
+    let refused =
+        mock!(Client::publish_batch).then_http_response(|| refused_call("InvalidParameter"));
+    let publisher = publisher_answering_any(&[&refused]);
+
+    // When four events of four aggregates are published
+    let events: Vec<_> = ["o1", "o2", "o3", "o4"]
+        .iter()
+        .enumerate()
+        .map(|(i, aggregate)| outbound(&format!("e{i}"), aggregate))
+        .collect();
+    let outcomes = publisher.publish(&events, Deadline::NONE).await;
+
+    // Then the call was split down to single events, each refused alike: the topic is failing,
+    // not the events, and every one stays pending; none is dead-lettered
+    assert!(
+        outcomes.iter().all(
+            |o| matches!(o, PublishOutcome::Failed { code, message } if code == "InvalidParameter" && message.contains("the target is failing"))
+        ),
+        "{outcomes:?}"
+    );
+    let stats = publisher.stats();
+    assert_eq!((stats.rejected, stats.failed), (0, 4));
+}
+
+#[tokio::test]
+async fn a_message_refused_as_parameter_value_invalid_is_found_and_alone_poison() {
+    // Given a topic refusing, as a whole, every call that holds event e2's message with
+    // InvalidParameterValueException (the SDK's code ParameterValueInvalid), taking any other
+    let refused = mock!(Client::publish_batch)
+        .match_requests(|req| {
+            req.publish_batch_request_entries().iter().any(|e| {
+                e.message_attributes()
+                    .and_then(|a| a.get("eventId"))
+                    .and_then(|v| v.string_value())
+                    == Some("e2")
+            })
+        })
+        .then_http_response(|| refused_call("ParameterValueInvalid"));
+    let accept = mock!(Client::publish_batch).then_compute_output(|req| answer(&ids(req), &[]));
+    let publisher = publisher_answering_any(&[&refused, &accept]);
+
+    // When four events of four aggregates are published
+    let events: Vec<_> = (1..=4)
+        .map(|i| outbound(&format!("e{i}"), &format!("o{i}")))
+        .collect();
+    let outcomes = publisher.publish(&events, Deadline::NONE).await;
+
+    // Then e2 alone is poison, and the others are published
+    for (i, outcome) in outcomes.iter().enumerate() {
+        if i == 1 {
+            assert!(
+                matches!(outcome, PublishOutcome::Rejected { code, .. } if code == "ParameterValueInvalid"),
+                "{outcome:?}"
+            );
+        } else {
+            assert_eq!(*outcome, PublishOutcome::Published, "event {i}");
+        }
+    }
+}

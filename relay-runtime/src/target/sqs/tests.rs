@@ -212,3 +212,146 @@ async fn a_sender_fault_that_is_not_the_messages_leaves_the_event_pending() {
         "{outcomes:?}"
     );
 }
+
+/// The publisher of `QUEUE` on a client answered by the first of `rules` that matches each call,
+/// as often as it is called.
+fn publisher_answering_any(rules: &[&Rule]) -> TargetPublisher {
+    let interceptor = rules.iter().fold(
+        MockResponseInterceptor::new().rule_mode(RuleMode::MatchAny),
+        |i, rule| i.with_rule(rule),
+    );
+    let client = Client::from_conf(
+        aws_sdk_sqs::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("test", "test", None, None, "test"))
+            .http_client(create_mock_http_client())
+            .interceptor(interceptor)
+            .retry_config(RetryConfig::disabled())
+            .build(),
+    );
+    let config = PublisherConfig {
+        retry: RetryPolicy {
+            max_retries: 2,
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(2),
+        },
+        ..PublisherConfig::of_kind(TargetKind::Sqs, QUEUE, "test.orders")
+    };
+    TargetPublisher::on(SqsQueue::new(client.config().to_builder()), config).unwrap()
+}
+
+/// SQS's answer to a call it refuses as a whole, as it is on the wire (the JSON protocol, its
+/// query-compatible code in `x-amzn-query-error`): what the SDK reads the code from.
+fn refused_call(shape: &str, code: &str) -> aws_smithy_runtime_api::http::Response {
+    let mut response = aws_smithy_runtime_api::http::Response::new(
+        aws_smithy_runtime_api::http::StatusCode::try_from(400).unwrap(),
+        aws_smithy_types::body::SdkBody::from(format!(
+            r#"{{"__type":"com.amazonaws.sqs#{shape}","message":"refused by the mock"}}"#
+        )),
+    );
+    response
+        .headers_mut()
+        .insert("x-amzn-query-error", format!("{code};Sender"));
+    response
+        .headers_mut()
+        .insert("content-type", "application/x-amz-json-1.0");
+    response
+}
+
+fn accepted(
+    req: &aws_sdk_sqs::operation::send_message_batch::SendMessageBatchInput,
+) -> SendMessageBatchOutput {
+    let ids: Vec<String> = req.entries().iter().map(|e| e.id().to_owned()).collect();
+    answer(&ids, &[])
+}
+
+#[tokio::test]
+async fn a_batch_too_long_is_split_and_sent_again_not_poison() {
+    // Given a queue refusing any call of more than one message as too long (HTTP 400
+    // AWS.SimpleQueueService.BatchRequestTooLong, as the SDK reports SQS's code), taking one
+    let too_long = mock!(Client::send_message_batch)
+        .match_requests(|req| req.entries().len() > 1)
+        .then_http_response(|| {
+            refused_call(
+                "BatchRequestTooLong",
+                "AWS.SimpleQueueService.BatchRequestTooLong",
+            )
+        });
+    let accept = mock!(Client::send_message_batch).then_compute_output(accepted);
+    let publisher = publisher_answering_any(&[&too_long, &accept]);
+
+    // When three events are published in one call
+    let outcomes = publisher.publish(&events(), Deadline::NONE).await;
+
+    // Then the call went again in halves until each was taken: all published, none poison
+    assert_eq!(outcomes, vec![PublishOutcome::Published; 3]);
+    assert_eq!(publisher.stats().rejected, 0);
+}
+
+#[tokio::test]
+async fn a_lone_message_refused_as_a_batch_too_long_stays_pending() {
+    // Given a queue refusing every call as too long
+    let too_long = mock!(Client::send_message_batch).then_http_response(|| {
+        refused_call(
+            "BatchRequestTooLong",
+            "AWS.SimpleQueueService.BatchRequestTooLong",
+        )
+    });
+    let publisher = publisher_answering_any(&[&too_long]);
+
+    // When one event is published
+    let outcomes = publisher
+        .publish(&[outbound("e1", "o1")], Deadline::NONE)
+        .await;
+
+    // Then it stays pending: the batch's size is no evidence against the message
+    assert!(
+        matches!(&outcomes[0], PublishOutcome::Failed { code, .. } if code == "AWS.SimpleQueueService.BatchRequestTooLong"),
+        "{outcomes:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_refused_for_the_queues_kms_quota_is_retried_as_throttled() {
+    // Given a queue whose KMS key throttles one call (KMS.ThrottlingException), then takes it
+    let throttled = mock!(Client::send_message_batch)
+        .then_http_response(|| refused_call("KmsThrottled", "KMS.ThrottlingException"));
+    let accept = mock!(Client::send_message_batch).then_compute_output(accepted);
+    let publisher = publisher(QUEUE, &[&throttled, &accept]);
+
+    // When two events are published
+    let outcomes = publisher
+        .publish(
+            &[outbound("e1", "o1"), outbound("e2", "o2")],
+            Deadline::NONE,
+        )
+        .await;
+
+    // Then both are published after a retry, counted as throttled, and the rate has a limit
+    assert_eq!(outcomes, vec![PublishOutcome::Published; 2]);
+    let stats = publisher.stats();
+    assert_eq!((stats.publish_calls, stats.throttled), (2, 2));
+    assert!(publisher.publish_rate().is_some());
+}
+
+#[tokio::test]
+async fn a_call_refused_by_the_queues_kms_key_leaves_every_event_pending() {
+    // Given a queue whose KMS key's policy refuses the relay (KMS.AccessDeniedException): the
+    // target failing, whatever the messages
+    let denied = mock!(Client::send_message_batch)
+        .then_http_response(|| refused_call("KmsAccessDenied", "KMS.AccessDeniedException"));
+    let publisher = publisher_answering_any(&[&denied]);
+
+    // When three events are published
+    let outcomes = publisher.publish(&events(), Deadline::NONE).await;
+
+    // Then one call was made, not split, and every event stays pending: none is poison
+    assert_eq!(denied.num_calls(), 1);
+    assert!(
+        outcomes.iter().all(
+            |o| matches!(o, PublishOutcome::Failed { code, .. } if code == "KMS.AccessDeniedException")
+        ),
+        "{outcomes:?}"
+    );
+}
