@@ -536,8 +536,9 @@ async fn two_events_with_one_id_and_different_payloads_never_publish_a_mismatchi
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pending_large_event_older_than_the_payload_retention_is_delivered_with_its_payload() {
-    // Given a large event the writer stored in the bucket, pending so long its item's ttl is past
-    // (the poller pushed it out all along) and its object as old as the payload retention
+    // Given a large event the writer stored in the bucket, pending so long its item's ttl is
+    // within the poller's refresh margin (the poller pushed it out all along; a ttl in the past
+    // DynamoDB Local would act on) and its object as old as the payload retention
     let env = TestEnv::new().await;
     let bucket = env.create_payload_bucket().await;
     let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 5).await;
@@ -550,11 +551,11 @@ async fn a_pending_large_event_older_than_the_payload_retention_is_delivered_wit
         .table_name(&env.table_name)
         .key(attr::PK, AttributeValue::S(schema::user_pk("u-old")))
         .key(attr::SK, AttributeValue::S(schema::outbox_sk(&event_id)))
-        .update_expression("SET #ttl = :past")
+        .update_expression("SET #ttl = :soon")
         .expression_attribute_names("#ttl", attr::TTL)
         .expression_attribute_values(
-            ":past",
-            AttributeValue::N((chrono::Utc::now().timestamp() - 3600).to_string()),
+            ":soon",
+            AttributeValue::N((chrono::Utc::now().timestamp() + 3600).to_string()),
         )
         .send()
         .await
