@@ -109,7 +109,9 @@ pub fn aws_poller_with_dead_letters(
         index_lag: config.index_lag,
     };
     let outbound = relay_runtime::relay::Outbound::of(publisher.config());
-    let payloads = publisher.payload_store().map(|store| store.client().clone());
+    let payloads = publisher
+        .payload_store()
+        .map(|store| store.client().clone());
     let ports = Ports {
         index,
         publisher,

@@ -45,10 +45,7 @@ pub enum PayloadError {
     Failed(SdkFailure),
     /// No attempt can publish it: its object is gone or holds another payload. The reason names
     /// the object (`s3://BUCKET/KEY`); the event is dead-lettered.
-    Unpublishable {
-        code: &'static str,
-        reason: String,
-    },
+    Unpublishable { code: &'static str, reason: String },
 }
 
 /// The code of an event whose payload's object is gone (expired or deleted).

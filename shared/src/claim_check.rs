@@ -416,7 +416,13 @@ pub async fn get(
         .await
     {
         Ok(object) => object,
-        Err(err) => return Err(read_error(event_id, reference, SdkFailure::new("GetObject", err))),
+        Err(err) => {
+            return Err(read_error(
+                event_id,
+                reference,
+                SdkFailure::new("GetObject", err),
+            ));
+        }
     };
     let bytes = object
         .body
@@ -493,7 +499,13 @@ pub async fn check(
         .await
     {
         Ok(head) => head,
-        Err(err) => return Err(read_error(event_id, reference, SdkFailure::new("HeadObject", err))),
+        Err(err) => {
+            return Err(read_error(
+                event_id,
+                reference,
+                SdkFailure::new("HeadObject", err),
+            ));
+        }
     };
     let held = Held {
         last_modified: head

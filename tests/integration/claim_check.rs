@@ -483,7 +483,11 @@ async fn a_writer_stored_payload_gone_at_publish_is_dead_lettered_naming_its_obj
     // Then the event is not published: it is dead-lettered, the reason naming the object
     assert!(succeeded, "{summary}");
     assert_eq!(summary["published"], 0, "{summary}");
-    assert_eq!(env.sink_depth().await, 0, "a reference to nothing was published");
+    assert_eq!(
+        env.sink_depth().await,
+        0,
+        "a reference to nothing was published"
+    );
     let letters = env.drain_dead_letters().await;
     assert_eq!(letters.len(), 1, "{letters:?}");
     let uri = format!("s3://{bucket}/{key}");

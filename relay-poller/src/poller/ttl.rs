@@ -174,7 +174,13 @@ impl<T: PendingTtl> TtlRefresh<T> {
                 if let Err(err) = self.refresh_payload(&event_id, reference.as_ref()).await {
                     return (event_id, Err(err));
                 }
-                (event_id, self.store.extend_ttl(&key).await.map_err(|err| err.failure.to_string()))
+                (
+                    event_id,
+                    self.store
+                        .extend_ttl(&key)
+                        .await
+                        .map_err(|err| err.failure.to_string()),
+                )
             })
             .buffer_unordered(self.concurrency)
             .collect()

@@ -2,7 +2,6 @@
 
 use super::*;
 use crate::error::LimitError;
-use outbox_shared::claim_check::StoreError;
 use crate::order::OrderLine;
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
@@ -19,6 +18,7 @@ use aws_sdk_dynamodb::types::error::{
 use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock};
 use outbox_shared::OutboxConfig;
 use outbox_shared::RetryPolicy;
+use outbox_shared::claim_check::StoreError;
 use std::time::Duration;
 
 fn client(rules: &[&Rule]) -> Client {
