@@ -73,7 +73,7 @@ impl From<StoreError> for PayloadError {
     fn from(err: StoreError) -> Self {
         match err {
             StoreError::Failed(failure) => Self::Failed(failure),
-            taken @ StoreError::Taken { .. } => Self::Unpublishable {
+            taken @ StoreError::Taken(_) => Self::Unpublishable {
                 code: PAYLOAD_KEY_TAKEN,
                 reason: taken.to_string(),
             },

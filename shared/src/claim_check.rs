@@ -222,21 +222,27 @@ pub enum StoreError {
     Failed(#[from] SdkFailure),
     /// The key already holds another payload: the event id was given to another payload (a
     /// caller's or another client's id used twice, or a write whose transaction failed left it).
-    /// A reference to it would name bytes the object does not have.
-    #[error(
-        "{uri}, the key of event {event_id}'s payload, already holds another payload \
-         ({found_size} bytes with SHA-256 {found_sha256}; this one is {size} bytes with SHA-256 \
-         {sha256}): the event id was given to another payload (used twice, or left by a write \
-         whose transaction failed)"
-    )]
-    Taken {
-        event_id: String,
-        uri: String,
-        size: u64,
-        sha256: String,
-        found_size: u64,
-        found_sha256: String,
-    },
+    /// A reference to it would name bytes the object does not have. Boxed: the error stays small
+    /// on every path that returns it.
+    #[error(transparent)]
+    Taken(Box<KeyTaken>),
+}
+
+/// A payload's key found holding another payload.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{uri}, the key of event {event_id}'s payload, already holds another payload \
+     ({found_size} bytes with SHA-256 {found_sha256}; this one is {size} bytes with SHA-256 \
+     {sha256}): the event id was given to another payload (used twice, or left by a write whose \
+     transaction failed)"
+)]
+pub struct KeyTaken {
+    pub event_id: String,
+    pub uri: String,
+    pub size: u64,
+    pub sha256: String,
+    pub found_size: u64,
+    pub found_sha256: String,
 }
 
 impl StoreError {
@@ -314,14 +320,14 @@ impl PayloadStore {
                         sha256,
                         found_size,
                         found_sha256,
-                    }) => Err(StoreError::Taken {
+                    }) => Err(StoreError::Taken(Box::new(KeyTaken {
                         event_id,
                         uri,
                         size,
                         sha256,
                         found_size,
                         found_sha256,
-                    }),
+                    }))),
                     Err(ResolveError::Read { source, .. }) => Err(StoreError::Failed(source)),
                     // Deleted between the two calls: the next attempt writes it.
                     Err(other) => Err(StoreError::Failed(SdkFailure::incomplete(
