@@ -401,6 +401,7 @@ async fn a_5_mib_payload_goes_from_the_writer_through_both_relays_to_the_consume
     assert_eq!(event.data, imported("u-5", "o-drained", 100_000).payload);
 
     // And the relays published the writer's references without reading or writing an object
+    // (each looked at with a HeadObject)
     assert_eq!(s3_calls(&proxy, "PutObject"), 0);
     assert_eq!(s3_calls(&proxy, "GetObject"), 0);
     assert_eq!(env.object_keys(&bucket).await.len(), 2);
