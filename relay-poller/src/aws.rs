@@ -109,6 +109,9 @@ pub fn aws_poller_with_dead_letters(
         index_lag: config.index_lag,
     };
     let outbound = relay_runtime::relay::Outbound::of(publisher.config());
+    let payloads = publisher
+        .payload_store()
+        .map(|store| store.client().clone());
     let ports = Ports {
         index,
         publisher,
@@ -117,7 +120,11 @@ pub fn aws_poller_with_dead_letters(
         ttl,
         holds,
     };
-    Poller::new(ports, settings).with_outbound(outbound)
+    let poller = Poller::new(ports, settings).with_outbound(outbound);
+    match payloads {
+        Some(client) => poller.with_payloads(client),
+        None => poller,
+    }
 }
 
 /// The hold items of the outbox table, read through its pending index.

@@ -4,7 +4,14 @@
 //! - The object's key derives from the event id ([`object_key`]), so whoever stores a payload
 //!   again (a re-publish, another relay, the writer then a relay) finds it already there: the
 //!   store is a conditional `PutObject` (`If-None-Match: *`) that writes nothing when the object
-//!   exists, and S3 verifies the bytes against the `ChecksumSHA256` sent with them.
+//!   exists, and S3 verifies the bytes against the `ChecksumSHA256` sent with them. An object
+//!   found there is looked at before it is referenced ([`check`]): an event id may be chosen by a
+//!   caller or another client, and a failed transaction leaves an orphan under its event's key,
+//!   so the object found may hold other bytes ([`StoreError::Taken`]).
+//! - The bucket's lifecycle counts an object's age from when it was written. An object found
+//!   older than [`REFRESH_AFTER`] when its event is published, and the object of a pending event
+//!   whose item's `ttl` the poller pushes out, is copied onto itself ([`refresh`]), so its
+//!   lifecycle counts again from then: a payload outlives its event's wait.
 //! - The reference ([`PayloadRef`]) is the object's URI `s3://BUCKET/KEY`, the payload's size in
 //!   bytes, and its SHA-256 (base64, as S3's `ChecksumSHA256` is). In an event it is the
 //!   CloudEvents claim-check extension `dataref` with `datasize` and `datasha256`, in place of
@@ -14,9 +21,10 @@
 //!   when the object is gone (past the bucket's lifecycle).
 
 use std::fmt;
+use std::time::{Duration, SystemTime};
 
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumMode};
+use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumMode, MetadataDirective};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -206,6 +214,45 @@ impl ResolveError {
     }
 }
 
+/// Why a payload was not stored under its event's key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// S3 failed (retryable or not, as `SdkFailure::class` says).
+    #[error(transparent)]
+    Failed(#[from] SdkFailure),
+    /// The key already holds another payload: the event id was given to another payload (a
+    /// caller's or another client's id used twice, or a write whose transaction failed left it).
+    /// A reference to it would name bytes the object does not have. Boxed: the error stays small
+    /// on every path that returns it.
+    #[error(transparent)]
+    Taken(Box<KeyTaken>),
+}
+
+/// A payload's key found holding another payload.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{uri}, the key of event {event_id}'s payload, already holds another payload \
+     ({found_size} bytes with SHA-256 {found_sha256}; this one is {size} bytes with SHA-256 \
+     {sha256}): the event id was given to another payload (used twice, or left by a write whose \
+     transaction failed)"
+)]
+pub struct KeyTaken {
+    pub event_id: String,
+    pub uri: String,
+    pub size: u64,
+    pub sha256: String,
+    pub found_size: u64,
+    pub found_sha256: String,
+}
+
+impl StoreError {
+    /// Whether trying again later may succeed: S3 failed transiently. A key holding another
+    /// payload keeps it.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Failed(failure) if failure.is_retryable())
+    }
+}
+
 /// The payload bucket: stores payloads under their event's key and reads them back checked.
 #[derive(Debug, Clone)]
 pub struct PayloadStore {
@@ -218,7 +265,8 @@ pub struct PayloadStore {
 pub enum Stored {
     /// The object was written.
     Written,
-    /// An object was already under the key (stored before for the same event): nothing written.
+    /// An object holding this payload was already under the key (stored before for the same
+    /// event): nothing written.
     AlreadyThere,
 }
 
@@ -245,22 +293,50 @@ impl PayloadStore {
     }
 
     /// Stores event `event_id`'s `payload` under its key, unless an object is already there: one
-    /// conditional `PutObject` with the payload's `ChecksumSHA256`, which S3 verifies.
+    /// conditional `PutObject` with the payload's `ChecksumSHA256`, which S3 verifies. An object
+    /// already there is checked to hold this payload ([`check`]), and copied onto itself when
+    /// older than [`REFRESH_AFTER`] ([`refresh`]), so it is not referenced with its old age.
     ///
     /// # Errors
-    /// [`SdkFailure`] when S3 failed: nothing may be published with the reference then.
+    /// [`StoreError::Failed`] when S3 failed; [`StoreError::Taken`] when the key holds another
+    /// payload. Nothing may be published with the reference then.
     pub async fn put(
         &self,
         event_id: &str,
         payload: &[u8],
-    ) -> Result<(PayloadRef, Stored), SdkFailure> {
+    ) -> Result<(PayloadRef, Stored), StoreError> {
         match self.write(&object_key(event_id), payload, true).await {
             Ok(reference) => Ok((reference, Stored::Written)),
-            // 412: the object exists (its key is the event's: the same payload, stored before).
+            // 412: an object is under the event's key; it is referenced only once known to hold
+            // this payload.
             Err(failure) if failure.code.as_deref() == Some(PRECONDITION_FAILED) => {
-                Ok((self.reference(event_id, payload), Stored::AlreadyThere))
+                let reference = self.reference(event_id, payload);
+                match keep(&self.client, event_id, &reference, SystemTime::now()).await {
+                    Ok(_) => Ok((reference, Stored::AlreadyThere)),
+                    Err(ResolveError::Mismatch {
+                        event_id,
+                        uri,
+                        size,
+                        sha256,
+                        found_size,
+                        found_sha256,
+                    }) => Err(StoreError::Taken(Box::new(KeyTaken {
+                        event_id,
+                        uri,
+                        size,
+                        sha256,
+                        found_size,
+                        found_sha256,
+                    }))),
+                    Err(ResolveError::Read { source, .. }) => Err(StoreError::Failed(source)),
+                    // Deleted between the two calls: the next attempt writes it.
+                    Err(other) => Err(StoreError::Failed(SdkFailure::incomplete(
+                        "HeadObject",
+                        other.to_string(),
+                    ))),
+                }
             }
-            Err(failure) => Err(failure),
+            Err(failure) => Err(StoreError::Failed(failure)),
         }
     }
 
@@ -347,14 +423,11 @@ pub async fn get(
     {
         Ok(object) => object,
         Err(err) => {
-            let failure = SdkFailure::new("GetObject", err);
-            return Err(match failure.code.as_deref() {
-                Some("NoSuchKey" | "NotFound") => ResolveError::Gone {
-                    event_id: event_id.to_owned(),
-                    uri: reference.uri.clone(),
-                },
-                _ => read_failed(failure),
-            });
+            return Err(read_error(
+                event_id,
+                reference,
+                SdkFailure::new("GetObject", err),
+            ));
         }
     };
     let bytes = object
@@ -381,6 +454,153 @@ pub async fn get(
         });
     }
     Ok(bytes)
+}
+
+/// How old an object may be when its event is published and it is referenced: an older one is
+/// copied onto itself first ([`keep`]), so its consumers get at least `PayloadRetentionDays`
+/// less this to read it.
+pub const REFRESH_AFTER: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// An object found holding the payload its reference names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    /// When S3 last wrote it: the bucket's lifecycle counts its age from then.
+    pub last_modified: Option<SystemTime>,
+}
+
+impl Held {
+    /// Its age at `now` (none known: as old as can be).
+    pub fn age(&self, now: SystemTime) -> Duration {
+        self.last_modified
+            .and_then(|written| now.duration_since(written).ok())
+            .unwrap_or(if self.last_modified.is_some() {
+                Duration::ZERO
+            } else {
+                Duration::MAX
+            })
+    }
+}
+
+/// Whether the object `reference` names holds its payload: one `HeadObject` with
+/// `ChecksumMode::Enabled`, comparing the size and the SHA-256 S3 keeps with the object; an
+/// object stored without a whole-object SHA-256 (by another client) is read and checked
+/// ([`get`]).
+///
+/// # Errors
+/// [`ResolveError`]: a reference that is not an `s3://` URI, an object gone, one that holds
+/// another payload, or an S3 failure.
+pub async fn check(
+    client: &aws_sdk_s3::Client,
+    event_id: &str,
+    reference: &PayloadRef,
+) -> Result<Held, ResolveError> {
+    reference.validate()?;
+    let (bucket, key) = reference.location()?;
+    let head = match client
+        .head_object()
+        .bucket(bucket)
+        .key(key)
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await
+    {
+        Ok(head) => head,
+        Err(err) => {
+            return Err(read_error(
+                event_id,
+                reference,
+                SdkFailure::new("HeadObject", err),
+            ));
+        }
+    };
+    let held = Held {
+        last_modified: head
+            .last_modified()
+            .and_then(|written| SystemTime::try_from(*written).ok()),
+    };
+    let found_size = head.content_length().and_then(|n| u64::try_from(n).ok());
+    match head.checksum_sha256() {
+        // A multipart object's checksum is of its parts (`…-N`), not of the payload.
+        Some(found) if !found.contains('-') => {
+            if found_size != Some(reference.size) || found != reference.sha256 {
+                return Err(ResolveError::Mismatch {
+                    event_id: event_id.to_owned(),
+                    uri: reference.uri.clone(),
+                    size: reference.size,
+                    sha256: reference.sha256.clone(),
+                    found_size: found_size.unwrap_or_default(),
+                    found_sha256: found.to_owned(),
+                });
+            }
+        }
+        _ => {
+            get(client, event_id, reference).await?;
+        }
+    }
+    Ok(held)
+}
+
+/// Copies the object `reference` names onto itself (`CopyObject`, its metadata replaced by the
+/// same content type, its SHA-256 computed again by S3), so the bucket's lifecycle counts its
+/// age from now. In the versioned bucket the old version becomes noncurrent, and the lifecycle
+/// removes it a day later.
+///
+/// # Errors
+/// [`ResolveError`]: a reference that is not an `s3://` URI, an object gone, or an S3 failure.
+pub async fn refresh(
+    client: &aws_sdk_s3::Client,
+    event_id: &str,
+    reference: &PayloadRef,
+) -> Result<(), ResolveError> {
+    let (bucket, key) = reference.location()?;
+    client
+        .copy_object()
+        .bucket(bucket)
+        .key(key)
+        // Keys are key-safe ([`object_key`]): nothing in them to escape.
+        .copy_source(format!("{bucket}/{key}"))
+        .metadata_directive(MetadataDirective::Replace)
+        .content_type("application/json")
+        .checksum_algorithm(ChecksumAlgorithm::Sha256)
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|err| read_error(event_id, reference, SdkFailure::new("CopyObject", err)))
+}
+
+/// Checks that the object `reference` names holds its payload ([`check`]) and, when it is older
+/// than [`REFRESH_AFTER`] at `now`, copies it onto itself ([`refresh`]): whether it was.
+///
+/// # Errors
+/// As [`check`] and [`refresh`].
+pub async fn keep(
+    client: &aws_sdk_s3::Client,
+    event_id: &str,
+    reference: &PayloadRef,
+    now: SystemTime,
+) -> Result<bool, ResolveError> {
+    let held = check(client, event_id, reference).await?;
+    if held.age(now) <= REFRESH_AFTER {
+        return Ok(false);
+    }
+    refresh(client, event_id, reference).await?;
+    Ok(true)
+}
+
+/// The error of a failed call on the object `reference` names: gone when S3 says there is no
+/// such key, else the failure.
+fn read_error(event_id: &str, reference: &PayloadRef, failure: SdkFailure) -> ResolveError {
+    match failure.code.as_deref() {
+        Some("NoSuchKey" | "NotFound") => ResolveError::Gone {
+            event_id: event_id.to_owned(),
+            uri: reference.uri.clone(),
+        },
+        _ => ResolveError::Read {
+            event_id: event_id.to_owned(),
+            uri: reference.uri.clone(),
+            source: failure,
+        },
+    }
 }
 
 #[cfg(test)]

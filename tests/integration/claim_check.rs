@@ -401,6 +401,7 @@ async fn a_5_mib_payload_goes_from_the_writer_through_both_relays_to_the_consume
     assert_eq!(event.data, imported("u-5", "o-drained", 100_000).payload);
 
     // And the relays published the writer's references without reading or writing an object
+    // (each looked at with a HeadObject)
     assert_eq!(s3_calls(&proxy, "PutObject"), 0);
     assert_eq!(s3_calls(&proxy, "GetObject"), 0);
     assert_eq!(env.object_keys(&bucket).await.len(), 2);
@@ -418,4 +419,166 @@ async fn a_5_mib_payload_goes_from_the_writer_through_both_relays_to_the_consume
     assert!(succeeded, "{summary}");
     assert_eq!(summary["published"], 0, "{summary}");
     assert_eq!(env.sink_depth().await, 0);
+}
+
+/// The current version of each object under `payloads/` in `bucket`: `(key, version id)`.
+async fn current_payload_versions(env: &TestEnv, bucket: &str) -> Vec<(String, String)> {
+    let versions = env
+        .s3
+        .list_object_versions()
+        .bucket(bucket)
+        .prefix(outbox_shared::claim_check::KEY_PREFIX)
+        .send()
+        .await
+        .expect("list object versions");
+    versions
+        .versions()
+        .iter()
+        .filter(|v| v.is_latest() == Some(true))
+        .filter_map(|v| Some((v.key()?.to_owned(), v.version_id()?.to_owned())))
+        .collect()
+}
+
+/// What the payload bucket's lifecycle rule (`ExpirePayloads`, template) does to the objects
+/// `stored` names once they are older than `PayloadRetentionDays`: each still as it was then
+/// (the same current version) expires (a delete marker, as S3's expiration in a versioned
+/// bucket); one written again since counts its age from then and stays.
+async fn expire_as_the_lifecycle_would(env: &TestEnv, bucket: &str, stored: &[(String, String)]) {
+    let now = current_payload_versions(env, bucket).await;
+    for (key, version) in stored {
+        if now.contains(&(key.clone(), version.clone())) {
+            env.s3
+                .delete_object()
+                .bucket(bucket)
+                .key(key)
+                .send()
+                .await
+                .expect("expire an object");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_writer_stored_payload_gone_at_publish_is_dead_lettered_naming_its_object() {
+    // Given a large event the writer stored in the bucket, whose object is gone (expired or
+    // deleted) before any relay published it
+    let env = TestEnv::new().await;
+    let bucket = env.create_payload_bucket().await;
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 3).await;
+    let writer = env.writer_with(|c| c.payload_bucket = Some(bucket.clone()));
+    let event_id = import_order(&env, &writer, "u-gone", "o-gone", 10_000)
+        .await
+        .expect("the order is written");
+    let key = object_key(&event_id);
+    env.s3
+        .delete_object()
+        .bucket(&bucket)
+        .key(&key)
+        .send()
+        .await
+        .expect("delete the object");
+
+    // When the poller drains the outbox
+    let (succeeded, summary) = run_relay(&env, &proxy, &bucket, Relay::Drain).await;
+
+    // Then the event is not published: it is dead-lettered, the reason naming the object
+    assert!(succeeded, "{summary}");
+    assert_eq!(summary["published"], 0, "{summary}");
+    assert_eq!(
+        env.sink_depth().await,
+        0,
+        "a reference to nothing was published"
+    );
+    let letters = env.drain_dead_letters().await;
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    let uri = format!("s3://{bucket}/{key}");
+    assert!(letters[0].reason.contains(&uri), "{}", letters[0].reason);
+    assert!(letters[0].reason.contains("gone"), "{}", letters[0].reason);
+    let items = env.outbox_items().await;
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0].status, outbox_shared::OutboxStatus::DeadLettered);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_events_with_one_id_and_different_payloads_never_publish_a_mismatching_reference() {
+    // Given two large events of two clients with one event id and different payloads
+    let env = TestEnv::new().await;
+    let bucket = env.create_payload_bucket().await;
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 4).await;
+    let first = json!({"orderId": "o-first", "lines": "a".repeat(300 * 1000)}).to_string();
+    let second = json!({"orderId": "o-second", "lines": "b".repeat(300 * 1000)}).to_string();
+    put_event(&env, "u-first", "e-twice", "o-first", 1, &first).await;
+    put_event(&env, "u-second", "e-twice", "o-second", 2, &second).await;
+
+    // When the poller drains the outbox
+    let (succeeded, summary) = run_relay(&env, &proxy, &bucket, Relay::Drain).await;
+
+    // Then one is delivered with a reference to its own payload, and the other, whose key holds
+    // the first's payload, is dead-lettered saying so: no consumer meets a mismatch
+    assert!(succeeded, "{summary}");
+    let delivered = env.wait_for_sink(1, Duration::from_secs(30)).await;
+    assert_eq!(delivered.len(), 1, "{summary}");
+    let data = env.payload_of(&delivered[0]).await;
+    let letters = env.drain_dead_letters().await;
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    let (published, dead_lettered) = if data["orderId"] == "o-first" {
+        (&first, "u-second")
+    } else {
+        (&second, "u-first")
+    };
+    assert_eq!(data, serde_json::from_str::<Value>(published).unwrap());
+    let reason = &letters[0].reason;
+    assert!(reason.contains("already holds another payload"), "{reason}");
+    assert!(
+        reason.contains(&format!("s3://{bucket}/{}", object_key("e-twice"))),
+        "{reason}"
+    );
+    assert_eq!(
+        letters[0].key.as_ref().map(|k| k.pk.clone()),
+        Some(schema::user_pk(dead_lettered))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pending_large_event_older_than_the_payload_retention_is_delivered_with_its_payload() {
+    // Given a large event the writer stored in the bucket, pending so long its item's ttl is
+    // within the poller's refresh margin (the poller pushed it out all along; a ttl in the past
+    // DynamoDB Local would act on) and its object as old as the payload retention
+    let env = TestEnv::new().await;
+    let bucket = env.create_payload_bucket().await;
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 5).await;
+    let writer = env.writer_with(|c| c.payload_bucket = Some(bucket.clone()));
+    let event_id = import_order(&env, &writer, "u-old", "o-old", 10_000)
+        .await
+        .expect("the order is written");
+    env.dynamodb
+        .update_item()
+        .table_name(&env.table_name)
+        .key(attr::PK, AttributeValue::S(schema::user_pk("u-old")))
+        .key(attr::SK, AttributeValue::S(schema::outbox_sk(&event_id)))
+        .update_expression("SET #ttl = :soon")
+        .expression_attribute_names("#ttl", attr::TTL)
+        .expression_attribute_values(
+            ":soon",
+            AttributeValue::N((chrono::Utc::now().timestamp() + 3600).to_string()),
+        )
+        .send()
+        .await
+        .expect("age the item");
+    let stored = current_payload_versions(&env, &bucket).await;
+    assert_eq!(stored.len(), 1);
+
+    // When the poller drains the outbox, and the bucket's lifecycle then expires what is past
+    // the retention
+    let (succeeded, summary) = run_relay(&env, &proxy, &bucket, Relay::Drain).await;
+    expire_as_the_lifecycle_would(&env, &bucket, &stored).await;
+
+    // Then the event is delivered, and its consumer reads its payload back, checked
+    assert!(succeeded, "{summary}");
+    let delivered = env.wait_for_sink(1, Duration::from_secs(30)).await;
+    assert_eq!(delivered.len(), 1, "{summary}");
+    assert_eq!(
+        env.payload_of(&delivered[0]).await,
+        imported("u-old", "o-old", 10_000).payload
+    );
 }

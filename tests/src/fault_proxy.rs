@@ -713,6 +713,9 @@ impl State {
                 .trim_end_matches('/'),
             parts.uri.path_and_query().map_or("/", |p| p.as_str())
         );
+        // A HEAD answer's Content-Length is the size of what a GET would answer (an S3 object's),
+        // not of its empty body: it is passed on as it came.
+        let head = parts.method == hyper::Method::HEAD;
         let mut request = Request::builder().method(parts.method.clone()).uri(uri);
         for (name, value) in &parts.headers {
             if name != hyper::header::CONTENT_LENGTH {
@@ -735,14 +738,12 @@ impl State {
                 let headers = response.headers_mut();
                 // The body is whole now: the upstream's framing (DynamoDB Local answers large
                 // bodies chunked) must not reach the client beside a Content-Length.
-                for hop_by_hop in [
-                    hyper::header::TRANSFER_ENCODING,
-                    hyper::header::CONNECTION,
-                    hyper::header::CONTENT_LENGTH,
-                ] {
+                for hop_by_hop in [hyper::header::TRANSFER_ENCODING, hyper::header::CONNECTION] {
                     headers.remove(hop_by_hop);
                 }
-                headers.insert(hyper::header::CONTENT_LENGTH, bytes.len().into());
+                if !head {
+                    headers.insert(hyper::header::CONTENT_LENGTH, bytes.len().into());
+                }
                 response
             }
             Err(e) => text(StatusCode::BAD_GATEWAY, &format!("upstream: {e}")),

@@ -144,8 +144,11 @@ pub enum WriteError {
     #[error("DynamoDB {0}")]
     Dynamo(#[source] SdkFailure),
     /// Storing a payload in the payload bucket ([`WriterConfig::payload_bucket`]) failed (S3's
-    /// `PutObject`), before the transaction: nothing was written to the table. Retryable as the
-    /// failure's class says.
+    /// `PutObject`), or its event's key already holds another payload (the event id was given to
+    /// another payload), before the transaction: nothing was written to the table. Retryable as
+    /// [`StoreError::is_retryable`] says.
+    ///
+    /// [`StoreError::is_retryable`]: outbox_shared::claim_check::StoreError::is_retryable
     ///
     /// [`WriterConfig::payload_bucket`]: crate::WriterConfig::payload_bucket
     #[error(
@@ -154,7 +157,7 @@ pub enum WriteError {
     )]
     PayloadNotStored {
         event_id: String,
-        source: SdkFailure,
+        source: outbox_shared::claim_check::StoreError,
     },
 }
 
@@ -175,10 +178,8 @@ impl WriteError {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::TransactionConflict { .. } | Self::Throttled { .. } => true,
-            Self::Dynamo(failure)
-            | Self::PayloadNotStored {
-                source: failure, ..
-            } => failure.is_retryable(),
+            Self::Dynamo(failure) => failure.is_retryable(),
+            Self::PayloadNotStored { source, .. } => source.is_retryable(),
             _ => false,
         }
     }

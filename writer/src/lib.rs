@@ -31,7 +31,8 @@
 //!   of its `Payload`; the relays publish that reference (`dataref`) without reading the object;
 //! - a smaller payload is written inline, as without a bucket, and costs no S3 call; if its entry
 //!   is too large for the relays' target, they store it in S3 when they publish it;
-//! - S3 failing is [`WriteError::PayloadNotStored`] (retryable as its [`SdkFailure`] says), and
+//! - S3 failing, or the event's key already holding another payload (an event id given to two
+//!   payloads), is [`WriteError::PayloadNotStored`] (retryable as its [`StoreError`](outbox_shared::claim_check::StoreError) says), and
 //!   nothing is written to the table;
 //! - an object whose transaction then failed is an orphan: no item refers to it, so no relay
 //!   publishes it, and the bucket's lifecycle rule on `payloads/` expires it.

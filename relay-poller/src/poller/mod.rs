@@ -176,6 +176,15 @@ impl<W: PollerPorts> Poller<W> {
         self
     }
 
+    /// The poller copying the payload of a pending event whose `ttl` it pushes out onto itself
+    /// with `client` (the payload bucket's), so the bucket's lifecycle does not expire it under
+    /// its event.
+    #[must_use]
+    pub fn with_payloads(mut self, client: aws_sdk_s3::Client) -> Self {
+        self.pages = self.pages.with_payloads(client);
+        self
+    }
+
     pub fn settings(&self) -> &PollerSettings {
         &self.settings
     }

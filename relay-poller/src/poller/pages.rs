@@ -63,6 +63,12 @@ impl<W: PollerPorts> Pages<W> {
         self
     }
 
+    /// The pages with an expiring pending event's payload copied onto itself with `client`.
+    pub(super) fn with_payloads(mut self, client: aws_sdk_s3::Client) -> Self {
+        self.ttl = self.ttl.with_payloads(client);
+        self
+    }
+
     pub(super) fn totals(&self) -> &Totals {
         &self.totals
     }

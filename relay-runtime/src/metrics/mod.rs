@@ -517,10 +517,20 @@ mod tests {
         };
         let there = mock!(aws_sdk_s3::Client::put_object)
             .then_http_response(move || response(412, "PreconditionFailed"));
+        // (the object found holds the payload, written just now)
+        let holds = mock!(aws_sdk_s3::Client::head_object).then_output(|| {
+            aws_sdk_s3::operation::head_object::HeadObjectOutput::builder()
+                .content_length(2)
+                .checksum_sha256(outbox_shared::claim_check::sha256_base64(b"{}"))
+                .last_modified(aws_smithy_types::DateTime::from(
+                    std::time::SystemTime::now(),
+                ))
+                .build()
+        });
         let out = mock!(aws_sdk_s3::Client::put_object)
             .then_http_response(move || response(503, "ServiceUnavailable"));
         let client = aws_sdk_s3::Client::from_conf(
-            crate::mocked_s3(&[&there, &out])
+            crate::mocked_s3(&[&there, &holds, &out])
                 .interceptor(FailedCallCounter)
                 .build(),
         );

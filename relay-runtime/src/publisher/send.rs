@@ -24,7 +24,7 @@ use super::attempt::{Attempt, call_failed, read_results};
 use super::request::{call_dependencies, pack_calls, previous_of_aggregate};
 use super::{PublishOutcome, PublishStats, PublishStatsSnapshot, Publisher};
 use crate::CallTasks;
-use crate::claim_check::ClaimCheck;
+use crate::claim_check::{ClaimCheck, PayloadError};
 use crate::config::{PublisherArgs, PublisherConfig, SettingError};
 use crate::deadline::Deadline;
 use crate::publish_concurrency::{Permit, PublishConcurrency};
@@ -359,7 +359,9 @@ impl Publisher for TargetPublisher {
         let threshold = self.config.payload_threshold();
         for (index, event) in originals.iter().enumerate() {
             let size = (self.spec.entry_size)(event, &self.config.source);
-            if size > threshold && self.claim_check.is_some() {
+            // A payload too large goes to the bucket; one already there (the writer's) is checked.
+            let claim_checked = size > threshold || event.data().is_none();
+            if claim_checked && self.claim_check.is_some() {
                 to_store.push(index);
             } else if size > self.config.max_entry_bytes {
                 outcomes[index] = Some(self.too_large(size));
@@ -385,9 +387,12 @@ impl Publisher for TargetPublisher {
                     }
                 }
                 Err(outcome) => {
-                    let key = originals[index].ordering_key.as_str();
-                    let first = not_stored.entry(key).or_insert(index);
-                    *first = (*first).min(index);
+                    // A poison event (its object gone) does not hold its aggregate back, as in a call.
+                    if !matches!(outcome, PublishOutcome::Rejected { .. }) {
+                        let key = originals[index].ordering_key.as_str();
+                        let first = not_stored.entry(key).or_insert(index);
+                        *first = (*first).min(index);
+                    }
                     outcomes[index] = Some(outcome);
                 }
             }
@@ -543,8 +548,9 @@ impl TargetPublisher {
 
     /// Stores the payloads of the events at `indices` in the payload bucket, at most
     /// `max_concurrency` at once and none once the deadline's publish-by time has passed: each
-    /// event as its reference (`None`: its payload already is one), or the outcome it ends with
-    /// (S3 failed: `Failed`, the event stays pending; the deadline came: `NotSent`).
+    /// event as its reference (`None`: its payload already is one, its object checked), or the
+    /// outcome it ends with (S3 failed: `Failed`, the event stays pending; its object gone or
+    /// holding another payload: `Rejected`, dead-lettered; the deadline came: `NotSent`).
     async fn store_payloads(
         &self,
         events: &[&OutboundEvent],
@@ -569,16 +575,22 @@ impl TargetPublisher {
                         Ok(Some(event))
                     }
                     Ok(None) => Ok(None),
-                    Err(failure) => Err(PublishOutcome::Failed {
+                    Err(PayloadError::Failed(failure)) => Err(PublishOutcome::Failed {
                         code: failure
                             .code
                             .clone()
                             .unwrap_or_else(|| "PayloadNotStored".to_owned()),
                         message: format!(
-                            "its payload could not be stored in {}: {failure}",
+                            "its payload could not be stored or checked in {}: {failure}",
                             claim_check.bucket()
                         ),
                     }),
+                    Err(PayloadError::Unpublishable { code, reason }) => {
+                        Err(PublishOutcome::Rejected {
+                            code: code.to_owned(),
+                            message: reason,
+                        })
+                    }
                 };
                 (index, stored)
             })

@@ -151,6 +151,14 @@ impl OutboundEvent {
             .map(|(_, value)| value.get())
     }
 
+    /// The reference its body carries in place of `data` (`dataref`, `datasize`, `datasha256`:
+    /// the payload stored in S3); `None` when it carries `data`.
+    pub fn data_ref(&self) -> Option<PayloadRef> {
+        serde_json::from_str::<DataRef>(&self.detail)
+            .ok()
+            .map(PayloadRef::from)
+    }
+
     /// The same event with its `data` replaced by `reference` (the payload stored in S3): every
     /// other member kept, in its order. An event without `data` is returned as it is.
     pub fn with_data_ref(&self, reference: &PayloadRef) -> Self {

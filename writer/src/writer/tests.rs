@@ -18,6 +18,7 @@ use aws_sdk_dynamodb::types::error::{
 use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock};
 use outbox_shared::OutboxConfig;
 use outbox_shared::RetryPolicy;
+use outbox_shared::claim_check::StoreError;
 use std::time::Duration;
 
 fn client(rules: &[&Rule]) -> Client {
@@ -346,7 +347,11 @@ async fn an_s3_failure_writes_nothing_and_is_retryable_as_its_class_says() {
 
         // Then the write fails with S3's failure, retryable as its class says, and no
         // transaction was sent
-        let WriteError::PayloadNotStored { source, .. } = &err else {
+        let WriteError::PayloadNotStored {
+            source: StoreError::Failed(source),
+            ..
+        } = &err
+        else {
             panic!("not a payload S3 did not store: {err:?}");
         };
         assert_eq!(source.operation, "PutObject");
