@@ -1325,13 +1325,18 @@ async fn discarded_batches_go_whole_to_a_private_tls_only_bucket_that_keeps_what
     ));
     assert_eq!(recovered["Status"], "Enabled");
 
+    // Every request to it is in the server access logs (Guard's S3_BUCKET_LOGGING_ENABLED)
+    let logging = &properties(&template, DISCARDED_BATCH_BUCKET)["LoggingConfiguration"];
+    assert_eq!(logging["DestinationBucketName"]["!Ref"], "AccessLogBucket");
+    assert_eq!(logging["LogFilePrefix"], "discarded-batches/");
+
     // And its policy refuses every request not over TLS, on the bucket and its objects
     let policy = properties(&template, "DiscardedBatchBucketPolicy");
     assert_eq!(policy["Bucket"]["!Ref"], DISCARDED_BATCH_BUCKET);
     let statements = policy["PolicyDocument"]["Statement"].as_array().unwrap();
     let tls = statements
         .iter()
-        .find(|s| s["Condition"]["Bool"]["aws:SecureTransport"] == "false")
+        .find(|s| s["Condition"]["Bool"]["aws:SecureTransport"] == false)
         .expect("a TLS-only statement");
     assert_eq!(tls["Effect"], "Deny");
     assert_eq!(tls["Principal"], "*");
@@ -1550,13 +1555,20 @@ async fn the_payload_bucket_is_private_encrypted_tls_only_and_expires_what_it_ho
         1
     );
 
+    // Every request to it is in the server access logs (Guard's S3_BUCKET_LOGGING_ENABLED)
+    assert_eq!(
+        bucket["LoggingConfiguration"]["DestinationBucketName"]["!Ref"],
+        "AccessLogBucket"
+    );
+    assert_eq!(bucket["LoggingConfiguration"]["LogFilePrefix"], "payloads/");
+
     // And its policy refuses every request not over TLS, on the bucket and its objects
     let policy = properties(&template, "PayloadBucketPolicy");
     assert_eq!(policy["Bucket"]["!Ref"], PAYLOAD_BUCKET);
     let statements = policy["PolicyDocument"]["Statement"].as_array().unwrap();
     let tls = statements
         .iter()
-        .find(|s| s["Condition"]["Bool"]["aws:SecureTransport"] == "false")
+        .find(|s| s["Condition"]["Bool"]["aws:SecureTransport"] == false)
         .expect("a TLS-only statement");
     assert_eq!(tls["Effect"], "Deny");
     assert_eq!(tls["Principal"], "*");
