@@ -755,22 +755,31 @@ fn granted(template: &Template, holder: &str) -> BTreeSet<Granted> {
             let limited = statement
                 .pointer("/Condition/ForAllValues:StringEquals/dynamodb:Attributes")
                 .map(|attrs| {
+                    // A write (a status update, a re-create) returns no attributes; a read names
+                    // them: the same attributes are a write's target or a read's by that
+                    let writes = statement
+                        .pointer("/Condition/StringEqualsIfExists/dynamodb:ReturnValues")
+                        .is_some();
                     let target = [
                         Target::OutboxStatus,
+                        Target::RecreatedItems,
                         Target::OutboxAttributes,
                         Target::PendingCheck,
                     ]
                     .into_iter()
-                    .find(|t| t.attributes().map(|a| json!(a)).as_ref() == Some(attrs))
+                    .find(|t| {
+                        t.attributes().map(|a| json!(a)).as_ref() == Some(attrs)
+                            && writes == matches!(t, Target::OutboxStatus | Target::RecreatedItems)
+                    })
                     .unwrap_or_else(|| {
                         panic!("{holder}: attributes no target of the code lists: {statement}")
                     });
-                    if target == Target::OutboxStatus {
+                    if writes {
                         assert_eq!(
                             statement
                                 .pointer("/Condition/StringEqualsIfExists/dynamodb:ReturnValues"),
                             Some(&json!(["NONE"])),
-                            "{holder}: a status update returns no attributes: {statement}"
+                            "{holder}: a write returns no attributes: {statement}"
                         );
                     } else {
                         assert_eq!(
@@ -2578,6 +2587,90 @@ fn the_example_consumer_is_an_option_on_the_relays_queue_or_stream_reporting_bat
                 .to_string()
                 .contains("PayloadConsumerPolicy"),
             "{role}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_roles_that_re_create_events_may_put_an_event_item_but_never_an_order() {
+    use outbox_shared::schema::OUTBOX_ATTRIBUTES;
+    let template = Template::embedded().unwrap();
+
+    // Given an order and its event, as the writer stores them
+    let env = TestEnv::new().await;
+    env.create_orders(1, 1).await;
+    let items = env
+        .dynamodb
+        .scan()
+        .table_name(&env.table_name)
+        .send()
+        .await
+        .unwrap()
+        .items
+        .unwrap_or_default();
+    let attributes_of = |entity_type: &str| -> BTreeSet<String> {
+        items
+            .iter()
+            .find(|i| {
+                i.get(attr::ENTITY_TYPE).and_then(|v| v.as_s().ok())
+                    == Some(&entity_type.to_owned())
+            })
+            .unwrap_or_else(|| panic!("the writer's {entity_type} item"))
+            .keys()
+            .cloned()
+            .collect()
+    };
+    let order = attributes_of(entity::ORDER);
+    let event = attributes_of(entity::OUTBOX_EVENT);
+
+    for role in ["PollerTaskRole", "OperatorTaskRole"] {
+        let props = properties(&template, role);
+        let puts: Vec<Value> = props["Policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|p| p["PolicyDocument"]["Statement"].as_array().unwrap().clone())
+            .filter(|s| {
+                s["Action"].to_string().contains("dynamodb:PutItem")
+                    && s["Resource"].to_string().contains("OutboxTable")
+            })
+            .collect();
+        assert_eq!(
+            puts.len(),
+            1,
+            "{role}: its puts on the outbox table: {puts:?}"
+        );
+        let put = &puts[0];
+        // The put is limited to an outbox item's attributes and returns none
+        let allowed: BTreeSet<String> = put
+            .pointer("/Condition/ForAllValues:StringEquals/dynamodb:Attributes")
+            .and_then(Value::as_array)
+            .unwrap_or_else(|| panic!("{role} may put any attribute: {put}"))
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            allowed,
+            OUTBOX_ATTRIBUTES.iter().map(|a| (*a).to_owned()).collect(),
+            "{role}"
+        );
+        assert_eq!(
+            put.pointer("/Condition/StringEqualsIfExists/dynamodb:ReturnValues"),
+            Some(&json!(["NONE"])),
+            "{role}: {put}"
+        );
+
+        // Then a put of the order names attributes the statement does not allow (IAM refuses a
+        // request naming any attribute outside a ForAllValues list), and a put of the event none
+        let refused: Vec<&String> = order.difference(&allowed).collect();
+        assert!(
+            !refused.is_empty(),
+            "{role} may put the order's item: {order:?}"
+        );
+        assert!(
+            event.is_subset(&allowed),
+            "{role} may not re-create the event: {:?}",
+            event.difference(&allowed).collect::<Vec<_>>()
         );
     }
 }
