@@ -80,6 +80,20 @@ pub enum DecodeError {
         #[source]
         source: RefError,
     },
+    /// `dataref` names an object outside the consumer's own payloads (another bucket than its
+    /// [`crate::PayloadResolver`]'s, or a key outside `payloads/`): refused without reading it,
+    /// so whoever can publish an event cannot make a consumer read (or measure) another object
+    /// its role may read.
+    #[error(
+        "event {event_id}: dataref {uri} is not a payload of bucket {bucket} (s3://{bucket}/{prefix}…): \
+         refused, not read"
+    )]
+    ForeignDataRef {
+        event_id: String,
+        uri: String,
+        bucket: String,
+        prefix: &'static str,
+    },
     /// The referenced payload could not be read: gone (past the payload bucket's lifecycle), not
     /// the payload the event names, or S3 failed.
     /// (Boxed: it is the largest variant, and every other keeps the error small.)

@@ -365,7 +365,7 @@ async fn a_5_mib_payload_goes_from_the_writer_through_both_relays_to_the_consume
     let bucket = env.create_payload_bucket().await;
     let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 5).await;
     let writer = env.writer_with(|c| c.payload_bucket = Some(bucket.clone()));
-    let resolver = outbox_consumer::PayloadResolver::new(env.s3.clone());
+    let resolver = outbox_consumer::PayloadResolver::new(env.s3.clone(), &bucket);
     let streamed = import_order(&env, &writer, "u-5", "o-streamed", 100_000)
         .await
         .expect("the 5 MiB order is written");

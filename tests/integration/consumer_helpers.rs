@@ -661,7 +661,7 @@ async fn a_5_mib_payload_in_s3_decodes_as_the_same_event_inline_in_either_format
     let (item, stored) = inline_and_claim_checked(&env, &payloads, payload.clone()).await;
     let reference = stored.payload_ref.clone().unwrap();
     assert!(reference.size >= 5 * 1024 * 1024, "{}", reference.size);
-    let resolver = PayloadResolver::new(env.s3.clone());
+    let resolver = PayloadResolver::new(env.s3.clone(), payloads.bucket());
 
     for encoding in [Encoding::envelope(), Encoding::cloudevents(TEST_SOURCE)] {
         // When its event with the reference is decoded by the resolver, as a value and as a
@@ -696,7 +696,7 @@ async fn a_payload_in_s3_that_is_not_the_one_named_or_is_gone_is_refused_naming_
     let reference = stored.payload_ref.clone().unwrap();
     let (bucket, key) = reference.location().unwrap();
     let event = body(&stored, &Encoding::envelope());
-    let resolver = PayloadResolver::new(env.s3.clone());
+    let resolver = PayloadResolver::new(env.s3.clone(), payloads.bucket());
 
     // When its object is overwritten with another payload, and the event decoded
     env.s3
@@ -761,7 +761,7 @@ async fn a_payload_in_s3_that_is_not_the_data_expected_is_malformed_naming_its_r
     let event = body(&stored, &Encoding::envelope());
 
     // When it is decoded as an order
-    let err = PayloadResolver::new(env.s3.clone())
+    let err = PayloadResolver::new(env.s3.clone(), payloads.bucket())
         .decode::<Order>(&event)
         .await
         .unwrap_err();

@@ -2554,6 +2554,14 @@ fn the_example_consumer_is_an_option_on_the_relays_queue_or_stream_reporting_bat
                 && variables.contains("ExampleStockTable"),
             "{variables}"
         );
+        // and reads payloads from the stack's payload bucket only (PAYLOAD_BUCKET)
+        assert!(
+            is_ref_to(
+                &function["Environment"]["Variables"]["PAYLOAD_BUCKET"],
+                "PayloadBucket"
+            ),
+            "{variables}"
+        );
 
         // And its role grants exactly what the consumer calls (IDEMPOTENCY_TABLE_ACTIONS and
         // STOCK_TABLE_ACTIONS, which role_calls checks against its calls), the payload reads

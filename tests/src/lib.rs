@@ -36,6 +36,10 @@ use relay_runtime::{PublisherConfig, TargetKind};
 /// The EventBridge `Source` the test environment publishes with.
 pub const TEST_SOURCE: &str = "test.orders";
 
+/// The payload bucket of a consumer whose events all carry their data: its resolver reads none,
+/// and would refuse a reference to any bucket that exists.
+pub const NO_PAYLOAD_BUCKET: &str = "no-payloads-read";
+
 const HOW_TO_RUN: &str = "run the tests with `make test` (it installs the pinned emulators into \
      .venv and .dynamodb-local and starts them), or start them with `scripts/emulator.sh start && eval \"$(scripts/emulator.sh env)\"` \
      and then run cargo test";
