@@ -5,8 +5,7 @@
 # script, so `make test` and `cargo test` do it on a fresh clone). No AWS account: the transform
 # runs offline, and nothing in the template needs its managed-policy lookup.
 #
-#   scripts/sam-transform.sh                     prints the path of the transformed template
-#   scripts/sam-transform.sh TEMPLATE OUT.json   transforms TEMPLATE (a variant of it) into OUT.json
+#   scripts/sam-transform.sh            prints the path of the transformed template
 #
 # The translator lives in the linters' virtualenv (.venv-lint, tools/requirements-lint.txt).
 set -euo pipefail
@@ -14,9 +13,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV="$ROOT/.venv-lint"
 REQUIREMENTS="$ROOT/tools/requirements-lint.txt"
-TEMPLATE=${1:-$ROOT/infra/template.yaml}
-OUT=${2:-${CARGO_TARGET_DIR:-$ROOT/target}/sam/template.json}
-OUT_DIR=$(dirname "$OUT")
+OUT_DIR="${CARGO_TARGET_DIR:-$ROOT/target}/sam"
+OUT="$OUT_DIR/template.json"
 
 # shellcheck source=scripts/pinned-venv.sh
 source "$ROOT/scripts/pinned-venv.sh"
@@ -25,7 +23,7 @@ install_pinned_venv sam-transform.sh "$VENV" "$REQUIREMENTS" checkov >&2
 mkdir -p "$OUT_DIR"
 # The transform names the partition from the region; any commercial region gives `aws`.
 AWS_DEFAULT_REGION=${AWS_DEFAULT_REGION:-us-east-1} \
-  "$VENV/bin/python" - "$TEMPLATE" "$OUT.tmp" <<'PY'
+  "$VENV/bin/python" - "$ROOT/infra/template.yaml" "$OUT.tmp" <<'PY'
 import json, sys
 from cfnlint.decode import decode
 from samtranslator.translator.transform import transform

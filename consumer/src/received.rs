@@ -400,7 +400,8 @@ mod tests {
                     "{err:?}"
                 );
                 let message = err.to_string();
-                assert!(message.contains("s3://b/payloads/e1"), "{message}");
+                let uri = format!("s3://{}/payloads/e1", crate::test_support::PAYLOAD_BUCKET);
+                assert!(message.contains(&uri), "{message}");
                 assert!(message.contains("PayloadResolver"), "{message}");
                 assert!(!err.is_retryable());
             }

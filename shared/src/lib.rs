@@ -7,6 +7,8 @@
 //! crate.
 //!
 //! - [`arn`]: the ARNs the code builds (S3 buckets and their objects), in the region's partition.
+//! - [`bucket_owner`]: `ExpectedBucketOwner` on every S3 call, so a bucket of another account is
+//!   refused.
 //! - [`schema`]: attribute names, entity types and key formats of the single-table design.
 //! - [`shard`]: the stable shard function that spreads pending events over the `GSI1` shards.
 //! - [`item`]: [`OutboxItem`], the one serde struct for an outbox event item, both directions.
@@ -28,6 +30,7 @@
 //!   validated as the specification says.
 
 pub mod arn;
+pub mod bucket_owner;
 pub mod claim_check;
 pub mod config;
 pub mod entry_field;

@@ -496,8 +496,8 @@ fn the_poller_service_runs_on_leases_and_scales_on_its_backlog() {
         is_ref_to(&lease_table["Value"], "LeaseTable"),
         "{lease_table}"
     );
-    let role = properties(&template, "PollerTaskRole");
-    let statements: Vec<&Value> = role["Policies"][0]["PolicyDocument"]["Statement"]
+    let documents = own_documents(&template, "PollerTaskRole");
+    let statements: Vec<&Value> = documents[0]["Statement"]
         .as_array()
         .unwrap()
         .iter()
@@ -610,12 +610,35 @@ fn both_relays_take_the_publish_rate_ceiling_from_the_template_only_when_one_is_
     );
 }
 
+/// The documents of `role`'s own policies: its managed policy (`{role}Policy`, attached to it by
+/// its `Roles`; Guard's IAM_NO_INLINE_POLICY_CHECK refuses inline ones), and any inline one.
+fn own_documents(template: &Template, role: &str) -> Vec<Value> {
+    let props = properties(template, role);
+    let mut documents: Vec<Value> = props
+        .get("Policies")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|p| p["PolicyDocument"].clone())
+        .collect();
+    let managed = format!("{role}Policy");
+    if template.resources.contains_key(&managed) {
+        let policy = properties(template, &managed);
+        assert!(
+            policy["Roles"].to_string().contains(&format!("\"{role}\"")),
+            "{managed} is not attached to {role}: {policy}"
+        );
+        documents.push(policy["PolicyDocument"].clone());
+    }
+    assert!(!documents.is_empty(), "{role} has no policy of its own");
+    documents
+}
+
 /// The actions of `role`'s statements, each with its statement's resources as JSON text.
 fn role_actions(template: &Template, role: &str) -> Vec<(String, String)> {
-    let role = properties(template, role);
     let mut found = Vec::new();
-    for policy in role["Policies"].as_array().unwrap() {
-        for statement in policy["PolicyDocument"]["Statement"].as_array().unwrap() {
+    for document in own_documents(template, role) {
+        for statement in document["Statement"].as_array().unwrap() {
             let actions = match &statement["Action"] {
                 Value::Array(actions) => actions.clone(),
                 one => vec![one.clone()],
@@ -728,14 +751,9 @@ enum Granted {
 fn granted(template: &Template, holder: &str) -> BTreeSet<Granted> {
     use relay_runtime::permissions::Target;
     let props = properties(template, holder);
-    let mut documents: Vec<Value> = match props.get("Policies") {
-        Some(policies) => policies
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["PolicyDocument"].clone())
-            .collect(),
-        None => vec![props["PolicyDocument"].clone()],
+    let mut documents: Vec<Value> = match props.get("PolicyDocument") {
+        Some(document) => vec![document.clone()],
+        None => own_documents(template, holder),
     };
     documents.extend(attached_policies(template, holder));
     let mut found = BTreeSet::new();
@@ -2421,13 +2439,12 @@ fn with_example_consumer(kind: TargetKind) -> Template {
         .unwrap()
 }
 
-/// Each action `role`'s inline statements grant, with the logical id or parameter of what they
+/// Each action `role`'s own statements grant, with the logical id or parameter of what they
 /// grant it on (`*` for a wildcard).
-fn inline_grants(template: &Template, role: &str) -> BTreeSet<(String, String)> {
-    let props = properties(template, role);
+fn own_grants(template: &Template, role: &str) -> BTreeSet<(String, String)> {
     let mut found = BTreeSet::new();
-    for policy in props["Policies"].as_array().unwrap() {
-        for statement in policy["PolicyDocument"]["Statement"].as_array().unwrap() {
+    for document in own_documents(template, role) {
+        for statement in document["Statement"].as_array().unwrap() {
             assert_eq!(statement["Effect"], "Allow", "{statement}");
             let text = statement["Resource"].to_string();
             let on = [
@@ -2585,7 +2602,7 @@ fn the_example_consumer_is_an_option_on_the_relays_queue_or_stream_reporting_bat
         );
         grant(&["xray:PutTraceSegments", "xray:PutTelemetryRecords"], "*");
         assert_eq!(
-            inline_grants(&template, "ExampleConsumerRole"),
+            own_grants(&template, "ExampleConsumerRole"),
             expected,
             "{kind}"
         );
@@ -2632,12 +2649,9 @@ async fn the_roles_that_re_create_events_may_put_an_event_item_but_never_an_orde
     let event = attributes_of(entity::OUTBOX_EVENT);
 
     for role in ["PollerTaskRole", "OperatorTaskRole"] {
-        let props = properties(&template, role);
-        let puts: Vec<Value> = props["Policies"]
-            .as_array()
-            .unwrap()
+        let puts: Vec<Value> = own_documents(&template, role)
             .iter()
-            .flat_map(|p| p["PolicyDocument"]["Statement"].as_array().unwrap().clone())
+            .flat_map(|d| d["Statement"].as_array().unwrap().clone())
             .filter(|s| {
                 s["Action"].to_string().contains("dynamodb:PutItem")
                     && s["Resource"].to_string().contains("OutboxTable")

@@ -945,6 +945,15 @@ impl TestEnv {
         )
     }
 
+    /// An S3 client of this environment whose calls go through `proxy`.
+    pub fn s3_through(&self, proxy: &fault_proxy::FaultProxy) -> aws_sdk_s3::Client {
+        aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::config::Builder::from(&self.sdk_config)
+                .endpoint_url(proxy.url())
+                .build(),
+        )
+    }
+
     /// Writes `count` orders through the writer (one `OrderCreated` each, users `user-0` to
     /// `user-16` in turn), `concurrency` at a time; the event ids in order. With `concurrency` 1
     /// each order's two stream records are adjacent, as a busy table's would be within a shard.

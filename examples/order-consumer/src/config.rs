@@ -72,10 +72,13 @@ mod tests {
             "idem",
             "--stock-table",
             "stock",
+            "--payload-bucket",
+            "payloads",
             "--lock-expiry",
             "30s",
         ])
         .unwrap();
+        assert_eq!(args.payload_bucket, "payloads");
         let (idempotency, occ) = args.configs().unwrap();
         assert_eq!(idempotency.lock_expiry, Duration::from_secs(30));
         assert_eq!(occ.version_attribute, stock::attr::VERSION);
@@ -85,6 +88,8 @@ mod tests {
             "idem",
             "--stock-table",
             "stock",
+            "--payload-bucket",
+            "payloads",
             "--lock-expiry",
             "soon",
         ])
