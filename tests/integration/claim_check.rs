@@ -448,25 +448,45 @@ async fn a_payload_bucket_of_another_account_is_refused_not_written_to() {
 
     // When the poller publishes it, the stack's account its expected bucket owner
     let owner = [("EXPECTED_BUCKET_OWNER", STACK_ACCOUNT)];
-    let (_, summary) = run_relay_with(&env, &proxy, &bucket, Relay::Drain, &owner).await;
+    let output = env
+        .relay_command("relay-poller")
+        .args(["drain", "--shard-count", "1", "--max-stalled-passes", "1"])
+        .env("PAYLOAD_BUCKET", &bucket)
+        .envs(owner)
+        .envs(proxy.endpoint_env())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .await
+        .expect("relay-poller runs");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
 
-    // Then the bucket was refused: nothing written to it, the event not published
+    // Then the bucket was refused (its probe at start, or the payload's PutObject): nothing
+    // written to it, the event not published
+    let refused = proxy.counts_for("AmazonS3.ListObjectsV2").failed_calls
+        + proxy.counts_for("AmazonS3.PutObject").failed_calls;
+    assert!(refused >= 1, "{said}");
+    assert_eq!(
+        proxy.counts_for("AmazonS3.PutObject").passed_calls,
+        0,
+        "{said}"
+    );
     assert_eq!(
         env.object_keys(&bucket).await,
         Vec::<String>::new(),
-        "{summary}"
+        "{said}"
     );
-    assert!(
-        proxy.counts_for("AmazonS3.PutObject").failed_calls >= 1,
-        "{summary}"
-    );
-    assert_eq!(proxy.counts_for("AmazonS3.PutObject").passed_calls, 0);
     let item = &env.outbox_items().await[0];
     assert_ne!(
         item.status,
         outbox_shared::OutboxStatus::Published,
-        "{summary}"
+        "{said}"
     );
+    assert!(said.contains("AccessDenied"), "{said}");
 
     // And every S3 call named the owner
     assert_eq!(proxy.s3_calls_without_owner(), Vec::<String>::new());
