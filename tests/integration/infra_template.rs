@@ -1301,11 +1301,26 @@ async fn discarded_batches_go_whole_to_a_private_tls_only_bucket_that_keeps_what
 
     // The bucket is encrypted, private, owned by its account, versioned, and kept with the stack
     let bucket = properties(&template, DISCARDED_BATCH_BUCKET);
-    assert_eq!(
-        bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]
-            ["SSEAlgorithm"],
-        "AES256"
-    );
+    // (SSE-S3 at the parameters' defaults; the stack's KMS key with Hardened)
+    for (hardened, algorithm) in [("false", "AES256"), ("true", "aws:kms")] {
+        let decided = Template::embedded()
+            .unwrap()
+            .with_parameters(&[("Hardened", hardened)])
+            .unwrap();
+        let encryption = &properties(&decided, DISCARDED_BATCH_BUCKET)["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+            [0];
+        assert_eq!(
+            encryption["ServerSideEncryptionByDefault"]["SSEAlgorithm"],
+            algorithm
+        );
+        assert_eq!(
+            encryption["ServerSideEncryptionByDefault"]
+                .get("KMSMasterKeyID")
+                .is_some(),
+            hardened == "true",
+            "{encryption}"
+        );
+    }
     for setting in [
         "BlockPublicAcls",
         "BlockPublicPolicy",
@@ -1507,11 +1522,26 @@ async fn the_payload_bucket_is_private_encrypted_tls_only_and_expires_what_it_ho
         template.resource(PAYLOAD_BUCKET).unwrap().resource_type,
         "AWS::S3::Bucket"
     );
-    assert_eq!(
-        bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]
-            ["SSEAlgorithm"],
-        "AES256"
-    );
+    // (SSE-S3 at the parameters' defaults; the stack's KMS key with Hardened)
+    for (hardened, algorithm) in [("false", "AES256"), ("true", "aws:kms")] {
+        let decided = Template::embedded()
+            .unwrap()
+            .with_parameters(&[("Hardened", hardened)])
+            .unwrap();
+        let encryption = &properties(&decided, PAYLOAD_BUCKET)["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+            [0];
+        assert_eq!(
+            encryption["ServerSideEncryptionByDefault"]["SSEAlgorithm"],
+            algorithm
+        );
+        assert_eq!(
+            encryption["ServerSideEncryptionByDefault"]
+                .get("KMSMasterKeyID")
+                .is_some(),
+            hardened == "true",
+            "{encryption}"
+        );
+    }
     for setting in [
         "BlockPublicAcls",
         "BlockPublicPolicy",
