@@ -6,7 +6,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 # or DEMO_ARGS="--target custom" (the whole job on the local Custom Event Bus, into a FIFO queue)
 DEMO_ARGS ?=
 
-.PHONY: demo test test-custom-bus-double config-reference check fmt clippy lint-infra setup emulator-start emulator-stop ci lambda-zip poller-image
+.PHONY: demo test test-custom-bus-double config-reference check fmt clippy lint-infra guard setup emulator-start emulator-stop ci lambda-zip poller-image
 
 ## The main job end to end on a private local emulator (installs the pinned tools on first run):
 ## orders through the stream relay, a simulated stream outage, a backfill by the poller, a summary.
@@ -29,7 +29,7 @@ config-reference:
 	UPDATE_CONFIG_REFERENCE=1 $(CARGO) test -p outbox-tests --test integration config_reference
 
 ## Formatting and lints, as CI runs them.
-check: fmt clippy lint-infra
+check: fmt clippy lint-infra guard
 
 fmt:
 	$(CARGO) fmt --all -- --check
@@ -40,6 +40,11 @@ clippy:
 ## cfn-lint and checkov on infra/ (pinned, in .venv-lint; installed on first use).
 lint-infra:
 	scripts/lint-infra.sh
+
+## AWS's Guard rules (the Well-Architected security pillar's, vendored in infra/guard/) on the
+## SAM-transformed template, both bus variants, with a pinned prebuilt cfn-guard (.venv-guard).
+guard:
+	scripts/guard.sh
 
 ## Install the pinned tools into .venv (the test and demo targets do this themselves).
 setup:

@@ -80,6 +80,20 @@ pub enum DecodeError {
         #[source]
         source: RefError,
     },
+    /// `dataref` names an object outside the consumer's own payloads (another bucket than its
+    /// [`crate::PayloadResolver`]'s, or a key outside `payloads/`): refused without reading it,
+    /// so whoever can publish an event cannot make a consumer read (or measure) another object
+    /// its role may read.
+    #[error(
+        "event {event_id}: dataref {uri} is not a payload of bucket {bucket} (s3://{bucket}/{prefix}…): \
+         refused, not read"
+    )]
+    ForeignDataRef {
+        event_id: String,
+        uri: String,
+        bucket: String,
+        prefix: &'static str,
+    },
     /// The referenced payload could not be read: gone (past the payload bucket's lifecycle), not
     /// the payload the event names, or S3 failed.
     /// (Boxed: it is the largest variant, and every other keeps the error small.)
@@ -386,7 +400,8 @@ mod tests {
                     "{err:?}"
                 );
                 let message = err.to_string();
-                assert!(message.contains("s3://b/payloads/e1"), "{message}");
+                let uri = format!("s3://{}/payloads/e1", crate::test_support::PAYLOAD_BUCKET);
+                assert!(message.contains(&uri), "{message}");
                 assert!(message.contains("PayloadResolver"), "{message}");
                 assert!(!err.is_retryable());
             }

@@ -63,6 +63,9 @@ pub(crate) fn s3_error(status: u16, code: &str) -> aws_smithy_runtime_api::http:
 /// One `OrderCreated` event with `payload` as `encoding` writes it twice: with its data inline,
 /// and with its data referenced as stored in bucket `b` (the item's `PayloadRef`, as the writer
 /// stores a payload too large for an item); and the reference.
+/// The payload bucket of [`inline_and_claim_checked`]'s references.
+pub(crate) const PAYLOAD_BUCKET: &str = "order-payloads";
+
 pub(crate) fn inline_and_claim_checked(
     payload: &serde_json::Value,
     encoding: &outbox_shared::envelope::Encoding,
@@ -88,7 +91,7 @@ pub(crate) fn inline_and_claim_checked(
         "e1".into(),
     )
     .expect("a valid item");
-    let reference = PayloadStore::new(mock_s3_client(&[]), "b")
+    let reference = PayloadStore::new(mock_s3_client(&[]), PAYLOAD_BUCKET)
         .reference(&item.event_id, item.payload.as_bytes());
     let mut stored = item.clone();
     stored.payload = String::new();

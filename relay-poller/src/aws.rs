@@ -165,13 +165,10 @@ pub fn aws_discarded_batches(
     )
 }
 
-/// An S3 client of `sdk` that counts its failed calls as the others do.
+/// An S3 client of `sdk` that counts its failed calls as the others do, every call carrying the
+/// buckets' owner when one is set (`relay_runtime::expected_bucket_owner`).
 pub fn s3_client(sdk: &SdkConfig) -> aws_sdk_s3::Client {
-    aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(sdk)
-            .interceptor(relay_runtime::metrics::FailedCallCounter)
-            .build(),
-    )
+    relay_runtime::clients::s3(sdk)
 }
 
 /// The poller's leases on AWS.

@@ -22,8 +22,8 @@ use relay_runtime::status_store::ttl_after;
 
 use crate::table::Attributes;
 
-/// The call of [`DynamoGoneItems`]: the conditional put of a whole item.
-pub const CALLS: &[Call] = &[Call::new("dynamodb:PutItem", Target::OutboxTable)];
+/// The call of [`DynamoGoneItems`]: the conditional put of a whole outbox item, returning nothing.
+pub const CALLS: &[Call] = &[Call::new("dynamodb:PutItem", Target::RecreatedItems)];
 
 /// What a re-create did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

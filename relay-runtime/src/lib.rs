@@ -238,13 +238,28 @@ pub mod clients {
         )
     }
 
+    /// Every call carries the buckets' owner ([`crate::expected_bucket_owner`]) when one is
+    /// set, so S3 refuses a bucket of another account.
     pub fn s3(sdk: &aws_config::SdkConfig) -> aws_sdk_s3::Client {
-        aws_sdk_s3::Client::from_conf(
-            aws_sdk_s3::config::Builder::from(sdk)
-                .interceptor(FailedCallCounter)
-                .build(),
-        )
+        let mut config = aws_sdk_s3::config::Builder::from(sdk).interceptor(FailedCallCounter);
+        if let Ok(Some(owner)) = crate::expected_bucket_owner() {
+            config = config.interceptor(owner);
+        }
+        aws_sdk_s3::Client::from_conf(config.build())
     }
+}
+
+/// The account that owns the stack's buckets (`EXPECTED_BUCKET_OWNER`, the template's
+/// `AWS::AccountId`): every S3 call of the relays, `redrive` and the example consumer carries it
+/// (S3's `ExpectedBucketOwner`), so a bucket deleted and re-created under the same name by another
+/// account is refused, not written to. Unset or empty: no owner (a local emulator's buckets).
+///
+/// # Errors
+/// [`SettingError`] naming the variable when it is not an account id.
+pub fn expected_bucket_owner()
+-> Result<Option<outbox_shared::bucket_owner::ExpectedBucketOwner>, SettingError> {
+    use outbox_shared::bucket_owner::{ExpectedBucketOwner, VARIABLE};
+    ExpectedBucketOwner::from_env().map_err(|reason| SettingError::env_only(VARIABLE, reason))
 }
 
 /// Loads the AWS SDK configuration from the standard sources (environment, profile, IMDS), with
@@ -256,6 +271,9 @@ pub mod clients {
 /// # Errors
 /// [`SettingError`] when a timeout variable is invalid.
 pub async fn load_aws_config() -> Result<aws_config::SdkConfig, SettingError> {
+    // Checked here, at start, so a bad value stops the process with one line; the S3 clients
+    // (clients::s3) read it again.
+    expected_bucket_owner()?;
     Ok(aws_config::defaults(aws_config::BehaviorVersion::latest())
         .timeout_config(sdk_timeouts()?)
         .load()

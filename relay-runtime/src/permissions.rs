@@ -24,6 +24,11 @@ pub enum Target {
     /// ([`outbox_shared::schema::OUTBOX_ATTRIBUTES`]), never an order's own: the operator
     /// commands' reads, each with a projection on them (or a count).
     OutboxAttributes,
+    /// The outbox table, putting only an outbox item's attributes
+    /// ([`outbox_shared::schema::OUTBOX_ATTRIBUTES`], a `dynamodb:Attributes` condition) and
+    /// returning none (`dynamodb:ReturnValues` `NONE`): the re-create of an event whose item is
+    /// gone, never an order's item (its own attributes are not among them).
+    RecreatedItems,
     /// The outbox table, reading only whether an item is pending ([`PENDING_CHECK_ATTRIBUTES`]):
     /// the poller's read of the events recorded on a hold, projected on those.
     PendingCheck,
@@ -96,7 +101,9 @@ impl Target {
     pub fn attributes(self) -> Option<&'static [&'static str]> {
         match self {
             Self::OutboxStatus => Some(STATUS_ATTRIBUTES),
-            Self::OutboxAttributes => Some(outbox_shared::schema::OUTBOX_ATTRIBUTES),
+            Self::OutboxAttributes | Self::RecreatedItems => {
+                Some(outbox_shared::schema::OUTBOX_ATTRIBUTES)
+            }
             Self::PendingCheck => Some(PENDING_CHECK_ATTRIBUTES),
             Self::OutboxTable
             | Self::HoldItems
@@ -120,6 +127,7 @@ impl Target {
             Self::PendingCheck => &[SELECT_SPECIFIC],
             Self::OutboxTable
             | Self::OutboxStatus
+            | Self::RecreatedItems
             | Self::HoldItems
             | Self::OutboxIndex
             | Self::LeaseTable

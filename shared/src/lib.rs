@@ -6,6 +6,9 @@
 //! relays' runtime (publisher, status store, dead-letter sink, telemetry) is the `relay-runtime`
 //! crate.
 //!
+//! - [`arn`]: the ARNs the code builds (S3 buckets and their objects), in the region's partition.
+//! - [`bucket_owner`]: `ExpectedBucketOwner` on every S3 call, so a bucket of another account is
+//!   refused.
 //! - [`schema`]: attribute names, entity types and key formats of the single-table design.
 //! - [`shard`]: the stable shard function that spreads pending events over the `GSI1` shards.
 //! - [`item`]: [`OutboxItem`], the one serde struct for an outbox event item, both directions.
@@ -26,6 +29,8 @@
 //! - [`trace_context`]: the W3C trace context (`traceparent`, `tracestate`) an item carries,
 //!   validated as the specification says.
 
+pub mod arn;
+pub mod bucket_owner;
 pub mod claim_check;
 pub mod config;
 pub mod entry_field;

@@ -230,12 +230,13 @@ impl Bench {
         config.payload_bucket = Some(bucket.clone());
         let writer = OutboxWriter::with_s3(env.dynamodb.clone(), s3.clone(), config)
             .expect("valid writer configuration");
+        let resolver = PayloadResolver::new(s3, &bucket);
         Self {
             env,
             bucket,
             proxy,
             writer,
-            resolver: PayloadResolver::new(s3),
+            resolver,
             binaries,
         }
     }

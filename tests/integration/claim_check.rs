@@ -45,6 +45,17 @@ async fn put_event(
 /// Runs a relay binary (`relay-poller drain` or `relay-stream-local`) with `PAYLOAD_BUCKET`, its
 /// AWS calls through `proxy`; whether it succeeded, and its JSON summary.
 async fn run_relay(env: &TestEnv, proxy: &FaultProxy, bucket: &str, relay: Relay) -> (bool, Value) {
+    run_relay_with(env, proxy, bucket, relay, &[]).await
+}
+
+/// [`run_relay`], with the environment variables `vars` set too.
+async fn run_relay_with(
+    env: &TestEnv,
+    proxy: &FaultProxy,
+    bucket: &str,
+    relay: Relay,
+    vars: &[(&str, &str)],
+) -> (bool, Value) {
     let (bin, args): (&str, &[&str]) = match relay {
         Relay::Drain => (
             "relay-poller",
@@ -59,6 +70,7 @@ async fn run_relay(env: &TestEnv, proxy: &FaultProxy, bucket: &str, relay: Relay
         .relay_command(bin)
         .args(args)
         .env("PAYLOAD_BUCKET", bucket)
+        .envs(vars.iter().copied())
         .envs(proxy.endpoint_env())
         .env("RUST_LOG", "error")
         .stdout(Stdio::piped())
@@ -365,7 +377,7 @@ async fn a_5_mib_payload_goes_from_the_writer_through_both_relays_to_the_consume
     let bucket = env.create_payload_bucket().await;
     let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 5).await;
     let writer = env.writer_with(|c| c.payload_bucket = Some(bucket.clone()));
-    let resolver = outbox_consumer::PayloadResolver::new(env.s3.clone());
+    let resolver = outbox_consumer::PayloadResolver::new(env.s3.clone(), &bucket);
     let streamed = import_order(&env, &writer, "u-5", "o-streamed", 100_000)
         .await
         .expect("the 5 MiB order is written");
@@ -581,4 +593,123 @@ async fn a_pending_large_event_older_than_the_payload_retention_is_delivered_wit
         env.payload_of(&delivered[0]).await,
         imported("u-old", "o-old", 10_000).payload
     );
+}
+
+/// The stack's account, as the template gives it to every job (`EXPECTED_BUCKET_OWNER`).
+const STACK_ACCOUNT: &str = "123456789012";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_payload_bucket_of_another_account_is_refused_not_written_to() {
+    // Given a 300 KB event, and its payload bucket now another account's (deleted and re-created
+    // under its name: S3 answers a call naming another owner 403)
+    let env = TestEnv::new().await;
+    let bucket = env.create_payload_bucket().await;
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 7).await;
+    proxy.buckets_owned_by("999999999999");
+    let payload = order_payload(300 * 1000);
+    put_event(&env, "u-owner", "e-owner-1", "o-owner", 1, &payload).await;
+
+    // When the poller publishes it, the stack's account its expected bucket owner
+    let owner = [("EXPECTED_BUCKET_OWNER", STACK_ACCOUNT)];
+    let output = env
+        .relay_command("relay-poller")
+        .args(["drain", "--shard-count", "1", "--max-stalled-passes", "1"])
+        .env("PAYLOAD_BUCKET", &bucket)
+        .envs(owner)
+        .envs(proxy.endpoint_env())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .await
+        .expect("relay-poller runs");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    // Then the bucket was refused (its probe at start, or the payload's PutObject): nothing
+    // written to it, the event not published
+    let refused = proxy.counts_for("AmazonS3.ListObjectsV2").failed_calls
+        + proxy.counts_for("AmazonS3.PutObject").failed_calls;
+    assert!(refused >= 1, "{said}");
+    assert_eq!(
+        proxy.counts_for("AmazonS3.PutObject").passed_calls,
+        0,
+        "{said}"
+    );
+    assert_eq!(
+        env.object_keys(&bucket).await,
+        Vec::<String>::new(),
+        "{said}"
+    );
+    let item = &env.outbox_items().await[0];
+    assert_ne!(
+        item.status,
+        outbox_shared::OutboxStatus::Published,
+        "{said}"
+    );
+    assert!(said.contains("AccessDenied"), "{said}");
+
+    // And every S3 call named the owner
+    assert_eq!(proxy.s3_calls_without_owner(), Vec::<String>::new());
+
+    // When the bucket is the stack's account's again, and the poller runs again
+    proxy.buckets_owned_by(STACK_ACCOUNT);
+    env.put_raw_item({
+        let created_at = "2026-11-27T00:00:02.000Z";
+        let mut item = minimal_outbox_item(
+            "u-owner",
+            "e-owner-2",
+            "OrderCreated",
+            &payload,
+            created_at,
+            0,
+        );
+        item.insert(
+            attr::AGGREGATE_ID.to_owned(),
+            AttributeValue::S("o-owner-2".to_owned()),
+        );
+        item
+    })
+    .await;
+    let (succeeded, summary) = run_relay_with(&env, &proxy, &bucket, Relay::Drain, &owner).await;
+
+    // Then its payload is stored, the call naming the owner
+    assert!(succeeded, "{summary}");
+    assert!(
+        env.object_keys(&bucket)
+            .await
+            .contains(&object_key("e-owner-2")),
+        "{summary}"
+    );
+    assert_eq!(proxy.s3_calls_without_owner(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn the_writer_refuses_a_payload_bucket_of_another_account() {
+    use outbox_writer::{OutboxWriter, WriterConfig};
+    // Given a writer storing large payloads, the stack's account its expected bucket owner, its
+    // S3 calls through a proxy where the bucket is now another account's
+    let env = TestEnv::new().await;
+    let bucket = env.create_payload_bucket().await;
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 8).await;
+    proxy.buckets_owned_by("999999999999");
+    let mut config = WriterConfig::new(env.outbox_config(), outbox_tests::TEST_SOURCE);
+    config.payload_bucket = Some(bucket.clone());
+    config.expected_bucket_owner =
+        Some(outbox_shared::bucket_owner::ExpectedBucketOwner::new(STACK_ACCOUNT).unwrap());
+    let writer = OutboxWriter::with_s3(env.dynamodb.clone(), env.s3_through(&proxy), config)
+        .expect("a valid writer");
+
+    // When it writes an order whose payload is larger than an item
+    let err = import_order(&env, &writer, "u-owner", "o-owner", 100_000)
+        .await
+        .expect_err("the bucket is another account's");
+
+    // Then it is refused, naming S3's refusal; nothing is stored, every call named the owner
+    assert!(err.to_string().contains("AccessDenied"), "{err}");
+    assert_eq!(env.object_keys(&bucket).await, Vec::<String>::new());
+    assert_eq!(proxy.s3_calls_without_owner(), Vec::<String>::new());
+    assert!(env.outbox_items().await.is_empty());
 }

@@ -118,6 +118,7 @@ async fn started_consumer(
     let consumer = function(&bootstrap, env, port)
         .env("IDEMPOTENCY_TABLE_NAME", idempotency)
         .env("STOCK_TABLE_NAME", stock_table)
+        .env("PAYLOAD_BUCKET", outbox_tests::NO_PAYLOAD_BUCKET)
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()

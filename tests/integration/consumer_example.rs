@@ -159,9 +159,9 @@ async fn consumer(
     (store, Arc::new(DynamoInventory::new(occ)))
 }
 
-/// The example consumer's payload resolver, on the emulator's S3.
-fn resolver(env: &TestEnv) -> PayloadResolver {
-    PayloadResolver::new(env.s3.clone())
+/// The example consumer's payload resolver, on the emulator's S3, reading from `bucket`.
+fn resolver(env: &TestEnv, bucket: &str) -> PayloadResolver {
+    PayloadResolver::new(env.s3.clone(), bucket)
 }
 
 async fn available(inventory: &DynamoInventory, sku: &str) -> u64 {
@@ -196,9 +196,15 @@ async fn the_example_consumer_reserves_stock_once_when_the_event_is_delivered_th
     let mut handled = Vec::new();
     for _ in 0..3 {
         handled.push(
-            handle_event(&event, None, &resolver(&env), &store, inventory.as_ref())
-                .await
-                .unwrap(),
+            handle_event(
+                &event,
+                None,
+                &resolver(&env, outbox_tests::NO_PAYLOAD_BUCKET),
+                &store,
+                inventory.as_ref(),
+            )
+            .await
+            .unwrap(),
         );
     }
 
@@ -237,7 +243,7 @@ async fn three_concurrent_deliveries_reserve_stock_once() {
     let (store, inventory) = consumer(&env, &stocked).await;
 
     // When it is delivered three times at once, and the refused deliveries are retried
-    let payloads = resolver(&env);
+    let payloads = resolver(&env, outbox_tests::NO_PAYLOAD_BUCKET);
     let results =
         join_all((0..3).map(|_| handle_event(&event, None, &payloads, &store, inventory.as_ref())))
             .await;
@@ -248,9 +254,15 @@ async fn three_concurrent_deliveries_reserve_stock_once() {
             other => panic!("unexpected: {other:?}"),
         }
     }
-    let retried = handle_event(&event, None, &resolver(&env), &store, inventory.as_ref())
-        .await
-        .unwrap();
+    let retried = handle_event(
+        &event,
+        None,
+        &resolver(&env, outbox_tests::NO_PAYLOAD_BUCKET),
+        &store,
+        inventory.as_ref(),
+    )
+    .await
+    .unwrap();
 
     // Then stock is reserved once
     assert!(
@@ -286,12 +298,24 @@ async fn an_order_that_cannot_be_met_is_rejected_once_and_gives_back_what_it_too
     let (store, inventory) = consumer(&env, &BTreeMap::from([(plenty, 10), (none, 0)])).await;
 
     // When it is delivered twice
-    let first = handle_event(&event, None, &resolver(&env), &store, inventory.as_ref())
-        .await
-        .unwrap();
-    let second = handle_event(&event, None, &resolver(&env), &store, inventory.as_ref())
-        .await
-        .unwrap();
+    let first = handle_event(
+        &event,
+        None,
+        &resolver(&env, outbox_tests::NO_PAYLOAD_BUCKET),
+        &store,
+        inventory.as_ref(),
+    )
+    .await
+    .unwrap();
+    let second = handle_event(
+        &event,
+        None,
+        &resolver(&env, outbox_tests::NO_PAYLOAD_BUCKET),
+        &store,
+        inventory.as_ref(),
+    )
+    .await
+    .unwrap();
 
     // Then it is rejected, nothing stays reserved, and the duplicate gets the stored rejection
     let Handled::Processed {
@@ -322,9 +346,15 @@ async fn other_events_are_ignored() {
     let (store, inventory) = consumer(&env, &BTreeMap::new()).await;
 
     // When it is delivered
-    let handled = handle_event(&event, None, &resolver(&env), &store, inventory.as_ref())
-        .await
-        .unwrap();
+    let handled = handle_event(
+        &event,
+        None,
+        &resolver(&env, outbox_tests::NO_PAYLOAD_BUCKET),
+        &store,
+        inventory.as_ref(),
+    )
+    .await
+    .unwrap();
 
     // Then nothing is done
     assert_eq!(
@@ -476,7 +506,7 @@ async fn an_order_created_with_its_payload_in_s3_is_handled_as_the_same_event_in
     let from_s3 = handle_event(
         &referenced,
         None,
-        &resolver(&env),
+        &resolver(&env, bucket.bucket()),
         &store,
         inventory.as_ref(),
     )
@@ -485,7 +515,7 @@ async fn an_order_created_with_its_payload_in_s3_is_handled_as_the_same_event_in
     let from_event = handle_event(
         &inline,
         None,
-        &resolver(&env),
+        &resolver(&env, bucket.bucket()),
         &other_store,
         other_inventory.as_ref(),
     )
@@ -503,9 +533,15 @@ async fn an_order_created_with_its_payload_in_s3_is_handled_as_the_same_event_in
 
     // And the inline delivery of the same event to the first consumer is a duplicate answered
     // from its store (the same key and payload hash), not a key reused with another payload
-    let duplicate = handle_event(&inline, None, &resolver(&env), &store, inventory.as_ref())
-        .await
-        .unwrap();
+    let duplicate = handle_event(
+        &inline,
+        None,
+        &resolver(&env, bucket.bucket()),
+        &store,
+        inventory.as_ref(),
+    )
+    .await
+    .unwrap();
     let Handled::Processed { reservation, .. } = from_s3 else {
         unreachable!()
     };
@@ -546,7 +582,7 @@ async fn an_order_created_whose_payload_is_gone_is_refused_clearly_and_not_marke
     let err = handle_event(
         &referenced,
         None,
-        &resolver(&env),
+        &resolver(&env, bucket.bucket()),
         &store,
         inventory.as_ref(),
     )
@@ -575,7 +611,7 @@ async fn an_order_created_whose_payload_is_gone_is_refused_clearly_and_not_marke
     let handled = handle_event(
         &referenced,
         None,
-        &resolver(&env),
+        &resolver(&env, bucket.bucket()),
         &store,
         inventory.as_ref(),
     )
@@ -689,7 +725,10 @@ async fn on_the_fifo_queue_the_consumer_stops_at_a_failure_and_leaves_the_rest_f
     };
 
     // When the batch is handled
-    let processor = order_consumer::processor(resolver(&env), store.clone());
+    let processor = order_consumer::processor(
+        resolver(&env, outbox_tests::NO_PAYLOAD_BUCKET),
+        store.clone(),
+    );
     let invocation = outbox_consumer::Invocation::default();
     let mut event = order_consumer::SqsEvent::default();
     event.records.clone_from(&batch);

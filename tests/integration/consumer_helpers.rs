@@ -26,7 +26,8 @@ use outbox_shared::claim_check::PayloadStore;
 use outbox_shared::envelope::Encoding;
 use outbox_shared::schema::user_pk;
 use outbox_shared::{NewOutboxEvent, OutboundEvent, OutboxItem};
-use outbox_tests::{TEST_SOURCE, TestEnv, unique_name};
+use outbox_tests::fault_proxy::{FaultProxy, FaultRates};
+use outbox_tests::{TEST_SOURCE, TestEnv, emulator_endpoints, unique_name};
 use serde_json::{Value, json};
 
 /// A fresh idempotency table in `env`.
@@ -661,7 +662,7 @@ async fn a_5_mib_payload_in_s3_decodes_as_the_same_event_inline_in_either_format
     let (item, stored) = inline_and_claim_checked(&env, &payloads, payload.clone()).await;
     let reference = stored.payload_ref.clone().unwrap();
     assert!(reference.size >= 5 * 1024 * 1024, "{}", reference.size);
-    let resolver = PayloadResolver::new(env.s3.clone());
+    let resolver = PayloadResolver::new(env.s3.clone(), payloads.bucket());
 
     for encoding in [Encoding::envelope(), Encoding::cloudevents(TEST_SOURCE)] {
         // When its event with the reference is decoded by the resolver, as a value and as a
@@ -696,7 +697,7 @@ async fn a_payload_in_s3_that_is_not_the_one_named_or_is_gone_is_refused_naming_
     let reference = stored.payload_ref.clone().unwrap();
     let (bucket, key) = reference.location().unwrap();
     let event = body(&stored, &Encoding::envelope());
-    let resolver = PayloadResolver::new(env.s3.clone());
+    let resolver = PayloadResolver::new(env.s3.clone(), payloads.bucket());
 
     // When its object is overwritten with another payload, and the event decoded
     env.s3
@@ -761,7 +762,7 @@ async fn a_payload_in_s3_that_is_not_the_data_expected_is_malformed_naming_its_r
     let event = body(&stored, &Encoding::envelope());
 
     // When it is decoded as an order
-    let err = PayloadResolver::new(env.s3.clone())
+    let err = PayloadResolver::new(env.s3.clone(), payloads.bucket())
         .decode::<Order>(&event)
         .await
         .unwrap_err();
@@ -773,4 +774,62 @@ async fn a_payload_in_s3_that_is_not_the_data_expected_is_malformed_naming_its_r
         "{err:?}"
     );
     assert!(!err.is_retryable());
+}
+
+#[tokio::test]
+async fn a_claim_checked_event_naming_another_bucket_or_key_is_refused_and_not_read() {
+    // Given a consumer's payload bucket, and another bucket its role could read, each holding a
+    // payload, the other one's named by an event as anyone who can publish could name it
+    let env = TestEnv::new().await;
+    let own = payload_store(&env).await;
+    let other = payload_store(&env).await;
+    let (_, stored) = inline_and_claim_checked(&env, &other, json!({"orderId": "secret"})).await;
+    let reference = stored.payload_ref.clone().unwrap();
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 9).await;
+    let resolver = PayloadResolver::new(env.s3_through(&proxy), own.bucket());
+    let (_, key) = reference.location().unwrap();
+    let dead_letter_record = format!("s3://{}/dead-letters/{key}", own.bucket());
+
+    for uri in [reference.uri.clone(), dead_letter_record] {
+        let mut event = body(&stored, &Encoding::envelope());
+        event["dataref"] = json!(uri);
+
+        // When the consumer decodes it
+        let err = resolver.decode::<Value>(&event).await.unwrap_err();
+
+        // Then it is refused by name, not retryable, and S3 was not called
+        assert!(
+            matches!(&err, DecodeError::ForeignDataRef { .. }),
+            "{uri}: {err:?}"
+        );
+        assert!(!err.is_retryable());
+        let message = err.to_string();
+        for named in [uri.as_str(), own.bucket(), "payloads/"] {
+            assert!(message.contains(named), "{named}: {message}");
+        }
+    }
+    assert!(proxy.targets().is_empty(), "{:?}", proxy.targets());
+}
+
+#[tokio::test]
+async fn a_consumer_refuses_its_payload_bucket_once_another_accounts() {
+    // Given an event whose payload is in the consumer's bucket, and the bucket now another
+    // account's (S3 answers a call naming another owner 403)
+    let env = TestEnv::new().await;
+    let payloads = payload_store(&env).await;
+    let (_, stored) = inline_and_claim_checked(&env, &payloads, json!({"orderId": "o1"})).await;
+    let event = body(&stored, &Encoding::envelope());
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 10).await;
+    proxy.buckets_owned_by("999999999999");
+
+    // When a consumer expecting the stack's account decodes it
+    let owner = outbox_shared::bucket_owner::ExpectedBucketOwner::new("123456789012").unwrap();
+    let resolver = PayloadResolver::new(owner.client(&env.s3_through(&proxy)), payloads.bucket());
+    let err = resolver.decode::<Value>(&event).await.unwrap_err();
+
+    // Then S3's refusal is the error, final, and the call named the owner
+    assert!(err.to_string().contains("AccessDenied"), "{err}");
+    assert!(!err.is_retryable(), "{err}");
+    assert_eq!(proxy.s3_calls_without_owner(), Vec::<String>::new());
+    assert_eq!(proxy.counts_for("AmazonS3.GetObject").failed_calls, 1);
 }

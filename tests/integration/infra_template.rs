@@ -496,8 +496,8 @@ fn the_poller_service_runs_on_leases_and_scales_on_its_backlog() {
         is_ref_to(&lease_table["Value"], "LeaseTable"),
         "{lease_table}"
     );
-    let role = properties(&template, "PollerTaskRole");
-    let statements: Vec<&Value> = role["Policies"][0]["PolicyDocument"]["Statement"]
+    let documents = own_documents(&template, "PollerTaskRole");
+    let statements: Vec<&Value> = documents[0]["Statement"]
         .as_array()
         .unwrap()
         .iter()
@@ -610,12 +610,35 @@ fn both_relays_take_the_publish_rate_ceiling_from_the_template_only_when_one_is_
     );
 }
 
+/// The documents of `role`'s own policies: its managed policy (`{role}Policy`, attached to it by
+/// its `Roles`; Guard's IAM_NO_INLINE_POLICY_CHECK refuses inline ones), and any inline one.
+fn own_documents(template: &Template, role: &str) -> Vec<Value> {
+    let props = properties(template, role);
+    let mut documents: Vec<Value> = props
+        .get("Policies")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|p| p["PolicyDocument"].clone())
+        .collect();
+    let managed = format!("{role}Policy");
+    if template.resources.contains_key(&managed) {
+        let policy = properties(template, &managed);
+        assert!(
+            policy["Roles"].to_string().contains(&format!("\"{role}\"")),
+            "{managed} is not attached to {role}: {policy}"
+        );
+        documents.push(policy["PolicyDocument"].clone());
+    }
+    assert!(!documents.is_empty(), "{role} has no policy of its own");
+    documents
+}
+
 /// The actions of `role`'s statements, each with its statement's resources as JSON text.
 fn role_actions(template: &Template, role: &str) -> Vec<(String, String)> {
-    let role = properties(template, role);
     let mut found = Vec::new();
-    for policy in role["Policies"].as_array().unwrap() {
-        for statement in policy["PolicyDocument"]["Statement"].as_array().unwrap() {
+    for document in own_documents(template, role) {
+        for statement in document["Statement"].as_array().unwrap() {
             let actions = match &statement["Action"] {
                 Value::Array(actions) => actions.clone(),
                 one => vec![one.clone()],
@@ -728,14 +751,9 @@ enum Granted {
 fn granted(template: &Template, holder: &str) -> BTreeSet<Granted> {
     use relay_runtime::permissions::Target;
     let props = properties(template, holder);
-    let mut documents: Vec<Value> = match props.get("Policies") {
-        Some(policies) => policies
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["PolicyDocument"].clone())
-            .collect(),
-        None => vec![props["PolicyDocument"].clone()],
+    let mut documents: Vec<Value> = match props.get("PolicyDocument") {
+        Some(document) => vec![document.clone()],
+        None => own_documents(template, holder),
     };
     documents.extend(attached_policies(template, holder));
     let mut found = BTreeSet::new();
@@ -755,22 +773,31 @@ fn granted(template: &Template, holder: &str) -> BTreeSet<Granted> {
             let limited = statement
                 .pointer("/Condition/ForAllValues:StringEquals/dynamodb:Attributes")
                 .map(|attrs| {
+                    // A write (a status update, a re-create) returns no attributes; a read names
+                    // them: the same attributes are a write's target or a read's by that
+                    let writes = statement
+                        .pointer("/Condition/StringEqualsIfExists/dynamodb:ReturnValues")
+                        .is_some();
                     let target = [
                         Target::OutboxStatus,
+                        Target::RecreatedItems,
                         Target::OutboxAttributes,
                         Target::PendingCheck,
                     ]
                     .into_iter()
-                    .find(|t| t.attributes().map(|a| json!(a)).as_ref() == Some(attrs))
+                    .find(|t| {
+                        t.attributes().map(|a| json!(a)).as_ref() == Some(attrs)
+                            && writes == matches!(t, Target::OutboxStatus | Target::RecreatedItems)
+                    })
                     .unwrap_or_else(|| {
                         panic!("{holder}: attributes no target of the code lists: {statement}")
                     });
-                    if target == Target::OutboxStatus {
+                    if writes {
                         assert_eq!(
                             statement
                                 .pointer("/Condition/StringEqualsIfExists/dynamodb:ReturnValues"),
                             Some(&json!(["NONE"])),
-                            "{holder}: a status update returns no attributes: {statement}"
+                            "{holder}: a write returns no attributes: {statement}"
                         );
                     } else {
                         assert_eq!(
@@ -1276,11 +1303,26 @@ async fn discarded_batches_go_whole_to_a_private_tls_only_bucket_that_keeps_what
     // its public access is blocked and it is versioned is checkov's to check in `make check`:
     // CKV_AWS_53 to CKV_AWS_56, CKV_AWS_21)
     let bucket = properties(&template, DISCARDED_BATCH_BUCKET);
-    assert_eq!(
-        bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]
-            ["SSEAlgorithm"],
-        "AES256"
-    );
+    // (SSE-S3 at the parameters' defaults; the stack's KMS key with Hardened)
+    for (hardened, algorithm) in [("false", "AES256"), ("true", "aws:kms")] {
+        let decided = Template::embedded()
+            .unwrap()
+            .with_parameters(&[("Hardened", hardened)])
+            .unwrap();
+        let encryption = &properties(&decided, DISCARDED_BATCH_BUCKET)["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+            [0];
+        assert_eq!(
+            encryption["ServerSideEncryptionByDefault"]["SSEAlgorithm"],
+            algorithm
+        );
+        assert_eq!(
+            encryption["ServerSideEncryptionByDefault"]
+                .get("KMSMasterKeyID")
+                .is_some(),
+            hardened == "true",
+            "{encryption}"
+        );
+    }
     assert_eq!(
         bucket["OwnershipControls"]["Rules"][0]["ObjectOwnership"],
         "BucketOwnerEnforced"
@@ -1315,13 +1357,18 @@ async fn discarded_batches_go_whole_to_a_private_tls_only_bucket_that_keeps_what
     ));
     assert_eq!(recovered["Status"], "Enabled");
 
+    // Every request to it is in the server access logs (Guard's S3_BUCKET_LOGGING_ENABLED)
+    let logging = &properties(&template, DISCARDED_BATCH_BUCKET)["LoggingConfiguration"];
+    assert_eq!(logging["DestinationBucketName"]["!Ref"], "AccessLogBucket");
+    assert_eq!(logging["LogFilePrefix"], "discarded-batches/");
+
     // And its policy refuses every request not over TLS, on the bucket and its objects
     let policy = properties(&template, "DiscardedBatchBucketPolicy");
     assert_eq!(policy["Bucket"]["!Ref"], DISCARDED_BATCH_BUCKET);
     let statements = policy["PolicyDocument"]["Statement"].as_array().unwrap();
     let tls = statements
         .iter()
-        .find(|s| s["Condition"]["Bool"]["aws:SecureTransport"] == "false")
+        .find(|s| s["Condition"]["Bool"]["aws:SecureTransport"] == false)
         .expect("a TLS-only statement");
     assert_eq!(tls["Effect"], "Deny");
     assert_eq!(tls["Principal"], "*");
@@ -1467,11 +1514,26 @@ async fn the_payload_bucket_is_private_encrypted_tls_only_and_expires_what_it_ho
         template.resource(PAYLOAD_BUCKET).unwrap().resource_type,
         "AWS::S3::Bucket"
     );
-    assert_eq!(
-        bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]
-            ["SSEAlgorithm"],
-        "AES256"
-    );
+    // (SSE-S3 at the parameters' defaults; the stack's KMS key with Hardened)
+    for (hardened, algorithm) in [("false", "AES256"), ("true", "aws:kms")] {
+        let decided = Template::embedded()
+            .unwrap()
+            .with_parameters(&[("Hardened", hardened)])
+            .unwrap();
+        let encryption = &properties(&decided, PAYLOAD_BUCKET)["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+            [0];
+        assert_eq!(
+            encryption["ServerSideEncryptionByDefault"]["SSEAlgorithm"],
+            algorithm
+        );
+        assert_eq!(
+            encryption["ServerSideEncryptionByDefault"]
+                .get("KMSMasterKeyID")
+                .is_some(),
+            hardened == "true",
+            "{encryption}"
+        );
+    }
     assert_eq!(
         bucket["OwnershipControls"]["Rules"][0]["ObjectOwnership"],
         "BucketOwnerEnforced"
@@ -1530,13 +1592,20 @@ async fn the_payload_bucket_is_private_encrypted_tls_only_and_expires_what_it_ho
         1
     );
 
+    // Every request to it is in the server access logs (Guard's S3_BUCKET_LOGGING_ENABLED)
+    assert_eq!(
+        bucket["LoggingConfiguration"]["DestinationBucketName"]["!Ref"],
+        "AccessLogBucket"
+    );
+    assert_eq!(bucket["LoggingConfiguration"]["LogFilePrefix"], "payloads/");
+
     // And its policy refuses every request not over TLS, on the bucket and its objects
     let policy = properties(&template, "PayloadBucketPolicy");
     assert_eq!(policy["Bucket"]["!Ref"], PAYLOAD_BUCKET);
     let statements = policy["PolicyDocument"]["Statement"].as_array().unwrap();
     let tls = statements
         .iter()
-        .find(|s| s["Condition"]["Bool"]["aws:SecureTransport"] == "false")
+        .find(|s| s["Condition"]["Bool"]["aws:SecureTransport"] == false)
         .expect("a TLS-only statement");
     assert_eq!(tls["Effect"], "Deny");
     assert_eq!(tls["Principal"], "*");
@@ -2380,13 +2449,12 @@ fn with_example_consumer(kind: TargetKind) -> Template {
         .unwrap()
 }
 
-/// Each action `role`'s inline statements grant, with the logical id or parameter of what they
+/// Each action `role`'s own statements grant, with the logical id or parameter of what they
 /// grant it on (`*` for a wildcard).
-fn inline_grants(template: &Template, role: &str) -> BTreeSet<(String, String)> {
-    let props = properties(template, role);
+fn own_grants(template: &Template, role: &str) -> BTreeSet<(String, String)> {
     let mut found = BTreeSet::new();
-    for policy in props["Policies"].as_array().unwrap() {
-        for statement in policy["PolicyDocument"]["Statement"].as_array().unwrap() {
+    for document in own_documents(template, role) {
+        for statement in document["Statement"].as_array().unwrap() {
             assert_eq!(statement["Effect"], "Allow", "{statement}");
             let text = statement["Resource"].to_string();
             let on = [
@@ -2513,6 +2581,14 @@ fn the_example_consumer_is_an_option_on_the_relays_queue_or_stream_reporting_bat
                 && variables.contains("ExampleStockTable"),
             "{variables}"
         );
+        // and reads payloads from the stack's payload bucket only (PAYLOAD_BUCKET)
+        assert!(
+            is_ref_to(
+                &function["Environment"]["Variables"]["PAYLOAD_BUCKET"],
+                "PayloadBucket"
+            ),
+            "{variables}"
+        );
 
         // And its role grants exactly what the consumer calls (IDEMPOTENCY_TABLE_ACTIONS and
         // STOCK_TABLE_ACTIONS, which role_calls checks against its calls), the payload reads
@@ -2536,7 +2612,7 @@ fn the_example_consumer_is_an_option_on_the_relays_queue_or_stream_reporting_bat
         );
         grant(&["xray:PutTraceSegments", "xray:PutTelemetryRecords"], "*");
         assert_eq!(
-            inline_grants(&template, "ExampleConsumerRole"),
+            own_grants(&template, "ExampleConsumerRole"),
             expected,
             "{kind}"
         );
@@ -2546,6 +2622,87 @@ fn the_example_consumer_is_an_option_on_the_relays_queue_or_stream_reporting_bat
                 .to_string()
                 .contains("PayloadConsumerPolicy"),
             "{role}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_roles_that_re_create_events_may_put_an_event_item_but_never_an_order() {
+    use outbox_shared::schema::OUTBOX_ATTRIBUTES;
+    let template = Template::embedded().unwrap();
+
+    // Given an order and its event, as the writer stores them
+    let env = TestEnv::new().await;
+    env.create_orders(1, 1).await;
+    let items = env
+        .dynamodb
+        .scan()
+        .table_name(&env.table_name)
+        .send()
+        .await
+        .unwrap()
+        .items
+        .unwrap_or_default();
+    let attributes_of = |entity_type: &str| -> BTreeSet<String> {
+        items
+            .iter()
+            .find(|i| {
+                i.get(attr::ENTITY_TYPE).and_then(|v| v.as_s().ok())
+                    == Some(&entity_type.to_owned())
+            })
+            .unwrap_or_else(|| panic!("the writer's {entity_type} item"))
+            .keys()
+            .cloned()
+            .collect()
+    };
+    let order = attributes_of(entity::ORDER);
+    let event = attributes_of(entity::OUTBOX_EVENT);
+
+    for role in ["PollerTaskRole", "OperatorTaskRole"] {
+        let puts: Vec<Value> = own_documents(&template, role)
+            .iter()
+            .flat_map(|d| d["Statement"].as_array().unwrap().clone())
+            .filter(|s| {
+                s["Action"].to_string().contains("dynamodb:PutItem")
+                    && s["Resource"].to_string().contains("OutboxTable")
+            })
+            .collect();
+        assert_eq!(
+            puts.len(),
+            1,
+            "{role}: its puts on the outbox table: {puts:?}"
+        );
+        let put = &puts[0];
+        // The put is limited to an outbox item's attributes and returns none
+        let allowed: BTreeSet<String> = put
+            .pointer("/Condition/ForAllValues:StringEquals/dynamodb:Attributes")
+            .and_then(Value::as_array)
+            .unwrap_or_else(|| panic!("{role} may put any attribute: {put}"))
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            allowed,
+            OUTBOX_ATTRIBUTES.iter().map(|a| (*a).to_owned()).collect(),
+            "{role}"
+        );
+        assert_eq!(
+            put.pointer("/Condition/StringEqualsIfExists/dynamodb:ReturnValues"),
+            Some(&json!(["NONE"])),
+            "{role}: {put}"
+        );
+
+        // Then a put of the order names attributes the statement does not allow (IAM refuses a
+        // request naming any attribute outside a ForAllValues list), and a put of the event none
+        let refused: Vec<&String> = order.difference(&allowed).collect();
+        assert!(
+            !refused.is_empty(),
+            "{role} may put the order's item: {order:?}"
+        );
+        assert!(
+            event.is_subset(&allowed),
+            "{role} may not re-create the event: {:?}",
+            event.difference(&allowed).collect::<Vec<_>>()
         );
     }
 }

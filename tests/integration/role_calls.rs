@@ -587,8 +587,10 @@ async fn the_example_consumer_calls_only_what_its_role_grants() {
         )
         .unwrap(),
     );
-    let processor =
-        order_consumer::processor(outbox_consumer::PayloadResolver::new(env.s3.clone()), store);
+    let processor = order_consumer::processor(
+        outbox_consumer::PayloadResolver::new(env.s3.clone(), outbox_tests::NO_PAYLOAD_BUCKET),
+        store,
+    );
 
     // When it handles the batch
     let report =

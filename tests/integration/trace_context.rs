@@ -255,8 +255,10 @@ async fn one_trace_runs_from_the_order_through_the_relays_to_the_example_consume
     let messages = sink_messages(&env, 1).await;
     assert_eq!(messages.len(), 1, "{messages:?}");
     let (store, inventory) = example_consumer(&env, &sku).await;
-    let processor =
-        order_consumer::processor(outbox_consumer::PayloadResolver::new(env.s3.clone()), store);
+    let processor = order_consumer::processor(
+        outbox_consumer::PayloadResolver::new(env.s3.clone(), outbox_tests::NO_PAYLOAD_BUCKET),
+        store,
+    );
     let mut event = order_consumer::SqsEvent::default();
     event.records = messages;
     let batch = order_consumer::handle_sqs_batch(

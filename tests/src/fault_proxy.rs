@@ -163,6 +163,10 @@ struct State {
     denied: Mutex<HashSet<String>>,
     /// Whether S3 is out (see [`FaultProxy::s3_outage`]).
     s3_out: std::sync::atomic::AtomicBool,
+    /// The account every bucket belongs to, when one is set (see [`FaultProxy::buckets_owned_by`]).
+    bucket_owner: Mutex<Option<String>>,
+    /// The S3 calls sent without an expected bucket owner, by operation.
+    s3_calls_without_owner: Mutex<Vec<String>>,
     /// How many of the next `BatchGetItem` calls answer every key unprocessed (see
     /// [`FaultProxy::leave_keys_unprocessed`]).
     unprocessed_batch_gets: Mutex<u32>,
@@ -207,6 +211,8 @@ impl FaultProxy {
             message_size_limits: Mutex::default(),
             denied: Mutex::default(),
             s3_out: std::sync::atomic::AtomicBool::new(false),
+            bucket_owner: Mutex::default(),
+            s3_calls_without_owner: Mutex::default(),
             unprocessed_batch_gets: Mutex::default(),
             failing_first_events: Mutex::default(),
             reads: Mutex::default(),
@@ -276,6 +282,23 @@ impl FaultProxy {
         self.state
             .s3_out
             .store(out, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// From now on every bucket belongs to `account`: an S3 call whose `ExpectedBucketOwner`
+    /// (`x-amz-expected-bucket-owner`) names another account is answered HTTP 403 `AccessDenied`
+    /// and not sent on, as S3 answers it (moto ignores the header); a call without one passes,
+    /// as on S3. What a bucket deleted and re-created under its name by another account looks like.
+    pub fn buckets_owned_by(&self, account: &str) {
+        *self.state.bucket_owner.lock().expect("bucket owner") = Some(account.to_owned());
+    }
+
+    /// The S3 calls sent without an expected bucket owner (operations, e.g. `AmazonS3.PutObject`).
+    pub fn s3_calls_without_owner(&self) -> Vec<String> {
+        self.state
+            .s3_calls_without_owner
+            .lock()
+            .expect("calls without owner")
+            .clone()
     }
 
     /// The next `calls` `BatchGetItem` calls read nothing and answer every key they asked for as
@@ -565,8 +588,29 @@ impl State {
         parts: &hyper::http::request::Parts,
         body: &Bytes,
     ) -> Option<Response<Full<Bytes>>> {
+        let sent_owner = parts
+            .headers
+            .get(outbox_shared::bucket_owner::HEADER)
+            .and_then(|v| v.to_str().ok());
+        if sent_owner.is_none() {
+            self.s3_calls_without_owner
+                .lock()
+                .expect("calls without owner")
+                .push(target.to_owned());
+        }
+        let owner = self.bucket_owner.lock().expect("bucket owner").clone();
         let mut counts = self.counts.lock().expect("counts");
         let counts = counts.entry(target.to_owned()).or_default();
+        if let (Some(owner), Some(sent)) = (owner, sent_owner)
+            && owner != sent
+        {
+            counts.failed_calls += 1;
+            return Some(s3_error(
+                StatusCode::FORBIDDEN,
+                "AccessDenied",
+                "Access Denied (injected: the bucket is another account's)",
+            ));
+        }
         let probe = matches!(target, "AmazonS3.ListObjectsV2" | "AmazonS3.HeadBucket");
         if self.s3_out.load(std::sync::atomic::Ordering::SeqCst) && !probe {
             counts.failed_calls += 1;

@@ -36,6 +36,10 @@ use relay_runtime::{PublisherConfig, TargetKind};
 /// The EventBridge `Source` the test environment publishes with.
 pub const TEST_SOURCE: &str = "test.orders";
 
+/// The payload bucket of a consumer whose events all carry their data: its resolver reads none,
+/// and would refuse a reference to any bucket that exists.
+pub const NO_PAYLOAD_BUCKET: &str = "no-payloads-read";
+
 const HOW_TO_RUN: &str = "run the tests with `make test` (it installs the pinned emulators into \
      .venv and .dynamodb-local and starts them), or start them with `scripts/emulator.sh start && eval \"$(scripts/emulator.sh env)\"` \
      and then run cargo test";
@@ -936,6 +940,15 @@ impl TestEnv {
     pub fn dynamodb_through(&self, proxy: &fault_proxy::FaultProxy) -> aws_sdk_dynamodb::Client {
         aws_sdk_dynamodb::Client::from_conf(
             aws_sdk_dynamodb::config::Builder::from(&self.sdk_config)
+                .endpoint_url(proxy.url())
+                .build(),
+        )
+    }
+
+    /// An S3 client of this environment whose calls go through `proxy`.
+    pub fn s3_through(&self, proxy: &fault_proxy::FaultProxy) -> aws_sdk_s3::Client {
+        aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::config::Builder::from(&self.sdk_config)
                 .endpoint_url(proxy.url())
                 .build(),
         )

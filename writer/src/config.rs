@@ -37,6 +37,10 @@ pub struct WriterConfig {
     /// retries) is an orphan: no item refers to it, so no relay publishes it, and the bucket's
     /// lifecycle rule on `payloads/` expires it.
     pub payload_bucket: Option<String>,
+    /// The account that owns the payload bucket (the stack's account): every S3 call of the
+    /// writer carries it (S3's `ExpectedBucketOwner`), so a bucket deleted and re-created under
+    /// the same name by another account is refused, not written to. `None`: no owner is sent.
+    pub expected_bucket_owner: Option<outbox_shared::bucket_owner::ExpectedBucketOwner>,
     /// Largest payload (its JSON text, in bytes) the writer accepts, inline or stored in S3; a
     /// larger one is refused before any call ([`crate::LimitError::PayloadTooLarge`]). Default
     /// [`DEFAULT_MAX_PAYLOAD_BYTES`].
@@ -57,6 +61,7 @@ impl WriterConfig {
             event_source: event_source.into(),
             max_event_entry_bytes: PUT_EVENTS_DEFAULT_MAX_BYTES,
             payload_bucket: None,
+            expected_bucket_owner: None,
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
             update_retry: RetryPolicy::default(),
             transaction_retry: RetryPolicy::default(),

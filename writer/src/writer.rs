@@ -10,6 +10,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, Update};
 use backon::Retryable as _;
 use chrono::{DateTime, Utc};
+use outbox_shared::bucket_owner;
 use outbox_shared::claim_check::{PayloadStore, Stored};
 use outbox_shared::item::validate_id;
 use outbox_shared::limits::CLIENT_REQUEST_TOKEN_MAX_LEN;
@@ -97,11 +98,10 @@ impl OutboxWriter {
         config: WriterConfig,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
-        let payloads = config
-            .payload_bucket
-            .as_ref()
-            .zip(s3)
-            .map(|(bucket, s3)| PayloadStore::new(s3, bucket.clone()));
+        let payloads = config.payload_bucket.as_ref().zip(s3).map(|(bucket, s3)| {
+            let s3 = bucket_owner::client(s3, config.expected_bucket_owner.as_ref());
+            PayloadStore::new(s3, bucket.clone())
+        });
         Ok(Self {
             client,
             payloads,

@@ -108,9 +108,11 @@ impl Consumer {
             .with_context(|| format!("creating the consumer's table {table}"))?;
         let store = IdempotencyStore::new(env.dynamodb.clone(), IdempotencyConfig::new(&table))
             .context("the consumer's idempotency store")?;
-        let processor = BatchProcessor::new()
-            .with_payloads(PayloadResolver::new(env.s3.clone()))
-            .with_idempotency(store);
+        let mut processor = BatchProcessor::new();
+        if let Some(bucket) = &env.payload_bucket {
+            processor = processor.with_payloads(PayloadResolver::new(env.s3.clone(), bucket));
+        }
+        let processor = processor.with_idempotency(store);
         let restores_order = restores_order(env.target);
         let processor = if restores_order {
             let config = SequencingConfig {

@@ -312,7 +312,10 @@ async fn run(args: &Args) -> Result<Summary> {
         ));
     }
     let payloads = check_payloads(
-        &PayloadResolver::new(env.s3.clone()),
+        &PayloadResolver::new(
+            env.s3.clone(),
+            env.payload_bucket.clone().unwrap_or_default(),
+        ),
         &written.large,
         &deliveries,
     )

@@ -20,6 +20,10 @@ pub struct ExampleArgs {
     /// The stock table.
     #[arg(long, env = "STOCK_TABLE_NAME")]
     pub stock_table: String,
+    /// The payload bucket (the stack's `PayloadBucketName`): the only bucket an event's `dataref`
+    /// may name (under `payloads/`); a reference to another object is refused, not read.
+    #[arg(long, env = "PAYLOAD_BUCKET")]
+    pub payload_bucket: String,
     /// How long a claim keeps duplicate deliveries out (further bounded by the invocation deadline).
     #[arg(long, env = "IDEMPOTENCY_LOCK_EXPIRY", default_value = "60s", value_parser = humantime::parse_duration)]
     pub lock_expiry: Duration,
@@ -68,10 +72,13 @@ mod tests {
             "idem",
             "--stock-table",
             "stock",
+            "--payload-bucket",
+            "payloads",
             "--lock-expiry",
             "30s",
         ])
         .unwrap();
+        assert_eq!(args.payload_bucket, "payloads");
         let (idempotency, occ) = args.configs().unwrap();
         assert_eq!(idempotency.lock_expiry, Duration::from_secs(30));
         assert_eq!(occ.version_attribute, stock::attr::VERSION);
@@ -81,6 +88,8 @@ mod tests {
             "idem",
             "--stock-table",
             "stock",
+            "--payload-bucket",
+            "payloads",
             "--lock-expiry",
             "soon",
         ])

@@ -23,7 +23,12 @@ async fn main() -> anyhow::Result<()> {
     let sdk_config = relay_runtime::load_aws_config().await?;
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk_config);
     // Events too large to travel with their payload reference it in S3 (the payload bucket).
-    let payloads = PayloadResolver::new(aws_sdk_s3::Client::new(&sdk_config));
+    // Every read carries the bucket's owner (EXPECTED_BUCKET_OWNER, checked by load_aws_config).
+    let s3 = outbox_shared::bucket_owner::client(
+        aws_sdk_s3::Client::new(&sdk_config),
+        relay_runtime::expected_bucket_owner()?.as_ref(),
+    );
+    let payloads = PayloadResolver::new(s3, args.payload_bucket.clone());
     let store = IdempotencyStore::new(dynamodb.clone(), idempotency)?;
     let inventory = DynamoInventory::new(OccTable::new(dynamodb, occ)?);
     let processor = order_consumer::processor(payloads.clone(), store.clone());

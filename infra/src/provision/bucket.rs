@@ -43,7 +43,8 @@ async fn create_bucket_as(
         ServerSideEncryptionByDefault, ServerSideEncryptionConfiguration, ServerSideEncryptionRule,
         VersioningConfiguration,
     };
-    let template = Template::embedded()?;
+    // As CloudFormation creates it at the parameters' defaults (`Hardened` off: SSE-S3).
+    let template = Template::embedded()?.with_parameters(&[])?;
     let resource = |what: &str| format!("bucket {bucket_name} ({what})");
     let missing = |path: &str| ProvisionError {
         resource: format!("template resource {id}"),

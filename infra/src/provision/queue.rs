@@ -42,7 +42,9 @@ pub async fn create_dead_letter_queue(
     client: &aws_sdk_sqs::Client,
     queue_name: &str,
 ) -> Result<ProvisionedQueue, ProvisionError> {
-    let attributes = queue_attributes(&Template::embedded()?, logical_id::DEAD_LETTER_QUEUE)?;
+    // As CloudFormation creates it at the parameters' defaults (`Hardened` off: SSE-SQS).
+    let template = Template::embedded()?.with_parameters(&[])?;
+    let attributes = queue_attributes(&template, logical_id::DEAD_LETTER_QUEUE)?;
     create_queue(client, queue_name, attributes).await
 }
 

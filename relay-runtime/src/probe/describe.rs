@@ -375,11 +375,11 @@ pub async fn queue(
 /// [`Unusable`] when it does not exist, may not be listed, or cannot be reached.
 pub async fn bucket(sdk: &SdkConfig, resource: &Resource) -> Result<Probed<()>, Unusable> {
     let seen = SeenEndpoint::default();
-    let client = aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(sdk)
-            .interceptor(seen.clone())
-            .build(),
-    );
+    let mut config = aws_sdk_s3::config::Builder::from(sdk).interceptor(seen.clone());
+    if let Ok(Some(owner)) = crate::expected_bucket_owner() {
+        config = config.interceptor(owner);
+    }
+    let client = aws_sdk_s3::Client::from_conf(config.build());
     let result = client
         .list_objects_v2()
         .bucket(&resource.name)

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use aws_config::SdkConfig;
-use outbox_shared::SdkFailure;
+use outbox_shared::{SdkFailure, arn};
 
 use super::item::Item;
 
@@ -20,40 +20,43 @@ pub(super) struct Arns {
 }
 
 impl Arns {
-    /// The ARN IAM evaluates a call on `target` against, if it is known.
-    fn of(&self, target: relay_runtime::permissions::Target, index: &str) -> Option<String> {
+    /// The ARN IAM evaluates a call on `target` against, if it is known; the buckets' in
+    /// `partition` (the region's: their ARNs carry no region to take it from).
+    pub(super) fn of(
+        &self,
+        target: relay_runtime::permissions::Target,
+        index: &str,
+        partition: &str,
+    ) -> Option<String> {
         use relay_runtime::permissions::Target as T;
         match target {
             T::OutboxTable
             | T::OutboxStatus
             | T::HoldItems
             | T::OutboxAttributes
+            | T::RecreatedItems
             | T::PendingCheck => self.table.clone(),
             T::OutboxIndex => self.table.as_ref().map(|t| format!("{t}/index/{index}")),
             T::LeaseTable => self.lease_table.clone(),
             T::EventTarget => self.target.clone(),
             T::DeadLetterQueue => self.queue.clone(),
-            T::DiscardedBatchBucket => self.bucket.as_ref().map(|b| format!("arn:aws:s3:::{b}")),
+            T::DiscardedBatchBucket => self.bucket.as_ref().map(|b| arn::bucket(partition, b)),
             T::DiscardedBatchObjects => self
                 .bucket
                 .as_ref()
-                .map(|b| format!("arn:aws:s3:::{b}/aws/lambda/*")),
+                .map(|b| arn::objects(partition, b, relay_runtime::discarded_batch::KEY_PREFIX)),
             T::PayloadBucket => self
                 .payload_bucket
                 .as_ref()
-                .map(|b| format!("arn:aws:s3:::{b}")),
-            T::PayloadObjects => self.payload_bucket.as_ref().map(|b| {
-                format!(
-                    "arn:aws:s3:::{b}/{}*",
-                    outbox_shared::claim_check::KEY_PREFIX
-                )
-            }),
-            T::DeadLetterRecords => self.payload_bucket.as_ref().map(|b| {
-                format!(
-                    "arn:aws:s3:::{b}/{}*",
-                    relay_runtime::dead_letter::RECORD_PREFIX
-                )
-            }),
+                .map(|b| arn::bucket(partition, b)),
+            T::PayloadObjects => self
+                .payload_bucket
+                .as_ref()
+                .map(|b| arn::objects(partition, b, outbox_shared::claim_check::KEY_PREFIX)),
+            T::DeadLetterRecords => self
+                .payload_bucket
+                .as_ref()
+                .map(|b| arn::objects(partition, b, relay_runtime::dead_letter::RECORD_PREFIX)),
         }
     }
 }
@@ -88,10 +91,11 @@ pub(super) async fn permissions(
             }
         },
     };
+    let partition = arn::partition(sdk.region().map_or("", |r| r.as_ref()));
     let mut by_resource: BTreeMap<String, Vec<&'static str>> = BTreeMap::new();
     let mut unknown = Vec::new();
     for call in crate::permissions::service(target_kind) {
-        match arns.of(call.on, index_name) {
+        match arns.of(call.on, index_name, partition) {
             Some(arn) => by_resource.entry(arn).or_default().push(call.action),
             None => unknown.push(call.action),
         }

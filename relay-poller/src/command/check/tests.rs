@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::types::{
 use outbox_shared::ShardCount;
 use outbox_shared::schema::{self, attr};
 
-use super::simulation::role_of;
+use super::simulation::{Arns, role_of};
 use super::*;
 
 fn key(name: &str, key_type: KeyType) -> KeySchemaElement {
@@ -149,6 +149,35 @@ fn sixteen_shards_take_about_8000_events_a_second() {
     assert_eq!(quiet.verdict, Verdict::Ok);
     assert_eq!(hot.verdict, Verdict::Fail);
     assert!(hot.fix.as_deref().unwrap().contains("--shard-count"));
+}
+
+#[test]
+fn the_buckets_are_simulated_in_the_regions_partition() {
+    use relay_runtime::permissions::Target;
+    let arns = Arns {
+        bucket: Some("discarded".to_owned()),
+        payload_bucket: Some("payloads".to_owned()),
+        ..Arns::default()
+    };
+    let partition = outbox_shared::arn::partition("cn-north-1");
+    for (target, want) in [
+        (Target::DiscardedBatchBucket, "arn:aws-cn:s3:::discarded"),
+        (
+            Target::DiscardedBatchObjects,
+            "arn:aws-cn:s3:::discarded/aws/lambda/*",
+        ),
+        (Target::PayloadBucket, "arn:aws-cn:s3:::payloads"),
+        (
+            Target::PayloadObjects,
+            "arn:aws-cn:s3:::payloads/payloads/*",
+        ),
+        (
+            Target::DeadLetterRecords,
+            "arn:aws-cn:s3:::payloads/dead-letters/*",
+        ),
+    ] {
+        assert_eq!(arns.of(target, "GSI1", partition).as_deref(), Some(want));
+    }
 }
 
 #[test]
