@@ -2,8 +2,8 @@
 #
 # AWS publishes DynamoDB Local as a Java archive; the npm package amplify-dynamodb-simulator ships
 # it whole (DynamoDBLocal.jar and its native SQLite libraries). The tarball is fetched from the
-# npm registry with Python's standard library (npm itself is not needed), checked against the
-# registry's sha512 integrity pinned here, and the jar against its own sha256 pinned here. (The
+# npm registry by scripts/npm_fetch.py (Python's standard library; npm itself is not needed),
+# checked against the registry's sha512 integrity pinned here, and the jar against its own sha256 pinned here. (The
 # `sha256` file inside the package is the checksum of AWS's download archive, not of the jar.)
 
 DDB_LOCAL_NPM_PACKAGE=amplify-dynamodb-simulator
@@ -47,34 +47,12 @@ install_dynamodb_local() {
   echo "$name: installing DynamoDB Local from npm package $DDB_LOCAL_NPM_PACKAGE@$DDB_LOCAL_NPM_VERSION into $dir (first run only)" >&2
   rm -rf "$dir"
   mkdir -p "$dir"
-  if ! "$python" - "$dir" <<PY
-import base64, hashlib, io, os, sys, tarfile, urllib.request
+  if ! "$python" "$(dirname "${BASH_SOURCE[0]}")/npm_fetch.py" "$DDB_LOCAL_NPM_PACKAGE" \
+    "$DDB_LOCAL_NPM_VERSION" "$DDB_LOCAL_NPM_INTEGRITY" package/emulator/ "$dir" \
+    || ! "$python" - "$dir" <<PY
+import hashlib, os, sys
 
-dest = sys.argv[1]
-registry = os.environ.get("NPM_CONFIG_REGISTRY", "https://registry.npmjs.org").rstrip("/")
-url = f"{registry}/$DDB_LOCAL_NPM_PACKAGE/-/$DDB_LOCAL_NPM_PACKAGE-$DDB_LOCAL_NPM_VERSION.tgz"
-try:
-    with urllib.request.urlopen(url, timeout=120) as response:
-        data = response.read()
-except Exception as err:
-    sys.exit(f"cannot download {url}: {err}")
-algorithm, expected = "$DDB_LOCAL_NPM_INTEGRITY".split("-", 1)
-actual = base64.b64encode(hashlib.new(algorithm, data).digest()).decode()
-if actual != expected:
-    sys.exit(f"{url}: integrity {algorithm}-{actual} is not the pinned {algorithm}-{expected}")
-prefix = "package/emulator/"
-with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
-    for member in archive.getmembers():
-        if not member.name.startswith(prefix) or not (member.isfile() or member.isdir()):
-            continue
-        member.name = member.name[len(prefix):]
-        if not member.name or member.name.startswith("/") or ".." in member.name.split("/"):
-            continue
-        try:
-            archive.extract(member, dest, filter="data")
-        except TypeError:  # Python before 3.11.4 has no extraction filters; names are checked above
-            archive.extract(member, dest)
-jar = os.path.join(dest, "DynamoDBLocal.jar")
+jar = os.path.join(sys.argv[1], "DynamoDBLocal.jar")
 with open(jar, "rb") as f:
     digest = hashlib.sha256(f.read()).hexdigest()
 if digest != "$DDB_LOCAL_JAR_SHA256":

@@ -16,14 +16,16 @@
 # hardened option every rule passes.
 #
 # cfn-guard is the prebuilt binary the npm package @cdklabs/cdk-validator-cfnguard ships (building
-# the cfn-guard crate takes minutes on two cores); fetched once per machine with npm, its tarball
+# the cfn-guard crate takes minutes on two cores); fetched once per machine from the npm registry
+# by scripts/npm_fetch.py (Python's standard library; npm itself is not needed), its tarball
 # checked against the integrity pinned here, and unpacked into .venv-guard/bin.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 GUARD_DIR="$ROOT/.venv-guard"
 GUARD="$GUARD_DIR/bin/cfn-guard"
-GUARD_PACKAGE=@cdklabs/cdk-validator-cfnguard@0.0.62
+GUARD_PACKAGE=@cdklabs/cdk-validator-cfnguard
+GUARD_PACKAGE_VERSION=0.0.62
 GUARD_VERSION="cfn-guard 3.1.1"
 GUARD_INTEGRITY=sha512-Sg2k8067B0AIJ82QFSLhHTUIqxOYTKABvVrTHiyc6j0rE2NHli2diIYqf+w+DkuDKCYYgMIOga3OrYMOHUw0mQ==
 RULES="$ROOT/infra/guard/wa-security-pillar"
@@ -39,29 +41,14 @@ install_cfn_guard() {
     aarch64 | arm64) arch=aarch64 ;;
     *) echo "guard.sh: no prebuilt cfn-guard for $(uname -m) in $GUARD_PACKAGE" >&2; exit 1 ;;
   esac
-  if ! command -v npm >/dev/null; then
-    echo "guard.sh: needs npm to fetch $GUARD_PACKAGE (Debian: apt-get install npm)" >&2
+  echo "guard.sh: installing $GUARD_VERSION from $GUARD_PACKAGE@$GUARD_PACKAGE_VERSION into $GUARD_DIR (first run only)" >&2
+  rm -rf "$GUARD_DIR"
+  if ! python3 "$ROOT/scripts/npm_fetch.py" "$GUARD_PACKAGE" "$GUARD_PACKAGE_VERSION" \
+    "$GUARD_INTEGRITY" "package/bin/ubuntu/$arch/" "$GUARD_DIR/bin"; then
+    echo "guard.sh: could not install cfn-guard (message above)" >&2
     exit 1
   fi
-  echo "guard.sh: installing $GUARD_VERSION from $GUARD_PACKAGE into $GUARD_DIR (first run only)" >&2
-  local work
-  work=$(mktemp -d)
-  # shellcheck disable=SC2064 # the path is fixed now
-  trap "rm -rf '$work'" RETURN
-  if ! (cd "$work" && npm pack --silent "$GUARD_PACKAGE" >/dev/null); then
-    echo "guard.sh: npm could not fetch $GUARD_PACKAGE" >&2
-    exit 1
-  fi
-  local tarball integrity
-  tarball=$(echo "$work"/*.tgz)
-  integrity="sha512-$(openssl dgst -sha512 -binary "$tarball" | base64 -w0)"
-  if [[ "$integrity" != "$GUARD_INTEGRITY" ]]; then
-    echo "guard.sh: $GUARD_PACKAGE's tarball is not the pinned one ($integrity)" >&2
-    exit 1
-  fi
-  tar -xzf "$tarball" -C "$work" "package/bin/ubuntu/$arch/cfn-guard"
-  mkdir -p "$GUARD_DIR/bin"
-  install -m 0755 "$work/package/bin/ubuntu/$arch/cfn-guard" "$GUARD"
+  chmod 0755 "$GUARD"
   if [[ "$("$GUARD" --version)" != "$GUARD_VERSION" ]]; then
     echo "guard.sh: $GUARD is not $GUARD_VERSION" >&2
     exit 1
