@@ -130,14 +130,18 @@ pub(crate) fn call_failed(spec: &TargetSpec, pending: &[usize], failure: &SdkFai
 }
 
 /// The outcome of an entry refused with the non-retryable `code`: poison when the event itself
-/// can never be accepted ([`TargetSpec::is_poison`]), a failure (it stays pending) otherwise.
+/// can never be accepted ([`TargetSpec::is_poison`]), its message naming what refused it (the
+/// bus, topic, queue or data stream); a failure (it stays pending) otherwise.
 pub(crate) fn permanent_outcome(
     spec: &TargetSpec,
     code: String,
     message: String,
 ) -> PublishOutcome {
     if spec.is_poison(&code) {
-        PublishOutcome::Rejected { code, message }
+        PublishOutcome::Rejected {
+            message: format!("the {} refused it: {message}", spec.resource),
+            code,
+        }
     } else {
         PublishOutcome::Failed { code, message }
     }

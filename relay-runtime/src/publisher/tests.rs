@@ -851,3 +851,34 @@ async fn an_event_whose_payload_s3_did_not_store_stays_pending_and_holds_back_it
     assert!(body.get("data").is_none());
     assert_eq!(publisher.stats().payloads_stored, 1);
 }
+
+#[test]
+fn a_poison_refusal_names_what_refused_it() {
+    // Given an SNS topic refusing an entry for good, and a bus refusing one
+    let sns = permanent_outcome(
+        crate::target::TargetKind::Sns.spec(),
+        "ParameterValueInvalid".into(),
+        "bad attribute".into(),
+    );
+    let bus = permanent_outcome(
+        crate::target::TargetKind::Classic.spec(),
+        "MalformedDetail".into(),
+        "bad detail".into(),
+    );
+
+    // Then each is poison, its message naming the resource that refused it
+    assert_eq!(
+        sns,
+        PublishOutcome::Rejected {
+            code: "ParameterValueInvalid".into(),
+            message: "the topic refused it: bad attribute".into(),
+        }
+    );
+    assert_eq!(
+        bus,
+        PublishOutcome::Rejected {
+            code: "MalformedDetail".into(),
+            message: "the bus refused it: bad detail".into(),
+        }
+    );
+}

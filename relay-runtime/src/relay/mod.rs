@@ -144,8 +144,10 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
             let aggregate = || event.aggregate.clone().unwrap_or_default();
             let state = match outcome {
                 PublishOutcome::Published => State::Published,
+                // The message says what refused it: the target, the relay's own entry budget,
+                // or the payload bucket.
                 PublishOutcome::Rejected { code, message } => State::Poison {
-                    reason: format!("EventBridge rejected the entry: {code}: {message}"),
+                    reason: format!("{code}: {message}"),
                 },
                 PublishOutcome::Failed { code, message } => {
                     tracing::warn!(event_id = %event.id(), code = %code, "event not published; it stays pending");

@@ -112,6 +112,8 @@ async fn published_are_marked_rejected_and_poison_dead_lettered_then_marked() {
     assert_eq!(rejected.origin, "test");
     assert_eq!(rejected.record["n"], 1);
     assert!(rejected.reason.contains("MalformedDetail"));
+    // The reason is the publisher's code and message, naming no service the target may not be
+    assert_eq!(rejected.reason, "MalformedDetail: bad");
     assert!(
         events
             .iter()
