@@ -170,6 +170,10 @@ pub fn action_of_target(target: &str) -> Option<String> {
         "SendMessageBatch" => "sqs:SendMessage".to_owned(),
         "PublishBatch" => "sns:Publish".to_owned(),
         "ListObjectsV2" | "HeadBucket" if prefix == "s3" => "s3:ListBucket".to_owned(),
+        // S3 authorizes HeadObject as s3:GetObject (and CopyObject as s3:GetObject on the source
+        // with s3:PutObject on the copy: the copy onto itself, here).
+        "HeadObject" if prefix == "s3" => "s3:GetObject".to_owned(),
+        "CopyObject" if prefix == "s3" => "s3:PutObject".to_owned(),
         operation => format!("{prefix}:{operation}"),
     })
 }
@@ -206,6 +210,10 @@ mod tests {
         );
         assert_eq!(
             action_of_target("AmazonS3.GetObject").as_deref(),
+            Some("s3:GetObject")
+        );
+        assert_eq!(
+            action_of_target("AmazonS3.HeadObject").as_deref(),
             Some("s3:GetObject")
         );
         assert_eq!(

@@ -1107,8 +1107,9 @@ fn the_order_services_policy_grants_what_the_writer_calls_on_the_table_and_is_ex
     let template = Template::embedded().unwrap();
 
     // The managed policy grants the writer's actions on the outbox table and on the payload
-    // bucket's payloads/ (the conditional PutObject of a payload larger than an item, the same
-    // call relay_runtime::claim_check lists for the relays), nothing more
+    // bucket's payloads/ (the conditional PutObject of a payload larger than an item, and the
+    // HeadObject of an object already under its key, the calls relay_runtime::claim_check lists
+    // for the relays), nothing more
     let mut expected: BTreeSet<Granted> = outbox_writer::TABLE_ACTIONS
         .iter()
         .map(|action| Granted::Job((*action).to_owned(), Target::OutboxTable))

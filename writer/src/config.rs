@@ -31,7 +31,8 @@ pub struct WriterConfig {
     /// With a bucket, an outbox item that would exceed DynamoDB's 400 KB item limit has its
     /// payload stored first, under `payloads/{event_id}`, with one `PutObject`; the transaction
     /// then writes the item with a `PayloadRef` in place of its `Payload`. Smaller payloads cost
-    /// nothing more. The writer needs `s3:PutObject` on `payloads/*` in the bucket.
+    /// nothing more. The writer needs `s3:PutObject` and `s3:GetObject` on `payloads/*` in the
+    /// bucket (an object already under the key is checked before it is referenced).
     ///
     /// An object whose transaction then failed (the order existed, a conflict outlasted the
     /// retries) is an orphan: no item refers to it, so no relay publishes it, and the bucket's

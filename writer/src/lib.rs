@@ -37,7 +37,7 @@
 //! - an object whose transaction then failed is an orphan: no item refers to it, so no relay
 //!   publishes it, and the bucket's lifecycle rule on `payloads/` expires it.
 //!
-//! The writer then needs [`PAYLOAD_OBJECT_ACTIONS`] (`s3:PutObject`) on `payloads/*` in the bucket
+//! The writer then needs [`PAYLOAD_OBJECT_ACTIONS`] (`s3:PutObject`, `s3:GetObject`) on `payloads/*` in the bucket
 //! besides [`TABLE_ACTIONS`].
 //!
 //! Everything a caller needs is exported here, at the crate root; this crate and the AWS SDK for
@@ -130,9 +130,11 @@ pub const TABLE_ACTIONS: &[&str] = &[
 
 /// The IAM actions the writer's own calls need on the payload bucket's objects under `payloads/`
 /// (relay-runtime's `Target::PayloadObjects`), with a payload bucket only: the conditional
-/// `PutObject` of a payload too large for its outbox item. The template's
-/// `OrderServiceWriterPolicy` grants them with [`TABLE_ACTIONS`].
-pub const PAYLOAD_OBJECT_ACTIONS: &[&str] = &["s3:PutObject"];
+/// `PutObject` of a payload too large for its outbox item, and, when an object is already under
+/// its key (a retry of a put whose reply was lost), the `HeadObject` that checks it holds this
+/// payload (`s3:GetObject`) and the copy onto itself of an old one (`CopyObject`: both). The
+/// template's `OrderServiceWriterPolicy` grants them with [`TABLE_ACTIONS`].
+pub const PAYLOAD_OBJECT_ACTIONS: &[&str] = &["s3:GetObject", "s3:PutObject"];
 
 // The contract types that appear in this crate's API, so a caller needs no other project crate.
 pub use outbox_shared::limits;
