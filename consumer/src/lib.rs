@@ -55,6 +55,10 @@ pub use idempotency::{
     Outcome,
 };
 pub use occ::{Committed, OccConfig, OccError, OccTable, Versioned};
+/// The account that owns the payload bucket: `owner.client(&s3)` is `s3` with every call
+/// carrying S3's `ExpectedBucketOwner`, for [`PayloadResolver::new`] (the template's
+/// `EXPECTED_BUCKET_OWNER`, the stack's account; `ExpectedBucketOwner::from_env` reads it).
+pub use outbox_shared::bucket_owner::ExpectedBucketOwner;
 pub use outbox_shared::{
     Envelope, EventMetadata, PayloadRef, ResolveError, RetryPolicy, TraceContext,
 };

@@ -823,7 +823,7 @@ async fn a_consumer_refuses_its_payload_bucket_once_another_accounts() {
     proxy.buckets_owned_by("999999999999");
 
     // When a consumer expecting the stack's account decodes it
-    let owner = outbox_shared::bucket_owner::ExpectedBucketOwner::new("123456789012").unwrap();
+    let owner = outbox_consumer::ExpectedBucketOwner::new("123456789012").unwrap();
     let resolver = PayloadResolver::new(owner.client(&env.s3_through(&proxy)), payloads.bucket());
     let err = resolver.decode::<Value>(&event).await.unwrap_err();
 
