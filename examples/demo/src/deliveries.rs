@@ -89,32 +89,15 @@ pub(crate) async fn count_deliveries(
     let stream = env.stack.bus_name.clone();
     let mut iterators = Vec::new();
     if env.target == relay_runtime::TargetKind::Kinesis {
-        let shards = env
-            .kinesis
-            .list_shards()
-            .stream_arn(&stream)
-            .send()
-            .await
-            .context("listing the stream's shards")?;
-        for shard in shards.shards() {
-            iterators.push(shard_iterator(&env, &stream, shard.shard_id(), None).await?);
-        }
+        iterators = shard_iterators(&env, &stream).await?;
     }
     while !*stop.borrow() {
         if env.target == relay_runtime::TargetKind::Kinesis {
-            for iterator in iterators.iter_mut() {
+            for (_, iterator) in iterators.iter_mut() {
                 let Some(current) = iterator.clone() else {
                     continue;
                 };
-                let answer = env
-                    .kinesis
-                    .get_records()
-                    .stream_arn(&stream)
-                    .shard_iterator(current)
-                    .limit(1000)
-                    .send()
-                    .await
-                    .context("reading the stream")?;
+                let answer = get_records(&env, &stream, current).await?;
                 delivered.fetch_add(answer.records().len() as u64, Ordering::Relaxed);
                 *iterator = answer.next_shard_iterator().map(str::to_owned);
             }
@@ -299,18 +282,7 @@ async fn read_stream(
 ) -> Result<Vec<Delivery>> {
     let stream = env.stack.bus_name.clone();
     let region = region(&env);
-    let shards = env
-        .kinesis
-        .list_shards()
-        .stream_arn(&stream)
-        .send()
-        .await
-        .context("listing the stream's shards")?;
-    let mut iterators = Vec::new();
-    for shard in shards.shards() {
-        let iterator = shard_iterator(&env, &stream, shard.shard_id(), None).await?;
-        iterators.push((shard.shard_id().to_owned(), iterator));
-    }
+    let mut iterators = shard_iterators(&env, &stream).await?;
     let mut seen: HashSet<String> = HashSet::new();
     let mut deliveries = Vec::new();
     loop {
@@ -320,15 +292,7 @@ async fn read_stream(
             let Some(current) = iterator.clone() else {
                 continue;
             };
-            let answer = env
-                .kinesis
-                .get_records()
-                .stream_arn(&stream)
-                .shard_iterator(current)
-                .limit(1000)
-                .send()
-                .await
-                .context("reading the stream")?;
+            let answer = get_records(&env, &stream, current).await?;
             let records = answer.records();
             for record in records {
                 // A sequence number is unique within its shard only.
@@ -369,6 +333,39 @@ async fn read_stream(
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// Each shard of `stream` with an iterator from its start.
+async fn shard_iterators(env: &Env, stream: &str) -> Result<Vec<(String, Option<String>)>> {
+    let shards = env
+        .kinesis
+        .list_shards()
+        .stream_arn(stream)
+        .send()
+        .await
+        .context("listing the stream's shards")?;
+    let mut iterators = Vec::new();
+    for shard in shards.shards() {
+        let iterator = shard_iterator(env, stream, shard.shard_id(), None).await?;
+        iterators.push((shard.shard_id().to_owned(), iterator));
+    }
+    Ok(iterators)
+}
+
+/// Up to 1,000 records of `stream` from `iterator`, and the iterator after them.
+async fn get_records(
+    env: &Env,
+    stream: &str,
+    iterator: String,
+) -> Result<aws_sdk_kinesis::operation::get_records::GetRecordsOutput> {
+    env.kinesis
+        .get_records()
+        .stream_arn(stream)
+        .shard_iterator(iterator)
+        .limit(1000)
+        .send()
+        .await
+        .context("reading the stream")
 }
 
 /// An iterator of `shard_id` from its start, or at `sequence`.

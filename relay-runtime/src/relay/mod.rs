@@ -296,8 +296,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
             .collect()
     }
 
-    /// Sends one poison event to the dead-letter queue with `reason`, then marks it: its state
-    /// after both. If the queue refuses it, it is never marked.
+    /// [`Self::send_dead_letter`], with its span when spans are exported.
     async fn dead_letter<R>(
         &self,
         event: &Event<R>,
