@@ -2506,13 +2506,7 @@ fn the_example_consumer_is_an_option_on_the_relays_queue_or_stream_reporting_bat
         serde_json::to_value(&parameter.default).unwrap(),
         json!("false")
     );
-    for kind in [
-        TargetKind::Classic,
-        TargetKind::Custom,
-        TargetKind::Sns,
-        TargetKind::Sqs,
-        TargetKind::Kinesis,
-    ] {
+    for &kind in TargetKind::all() {
         let template = for_target_kind(kind, false);
         for id in CONSUMER {
             assert!(!template.resources.contains_key(id), "{kind}: {id}");

@@ -187,13 +187,7 @@ async fn every_code_the_classification_names_is_one_the_sdk_can_produce() {
 
     // Then each target kind's codes are its SDK's (or recorded from its service's emulator)
     let mut unknown = Vec::new();
-    for kind in [
-        TargetKind::Classic,
-        TargetKind::Custom,
-        TargetKind::Sns,
-        TargetKind::Sqs,
-        TargetKind::Kinesis,
-    ] {
+    for &kind in TargetKind::all() {
         let sdk = sources(&dirs, &[sdk_of(kind)]);
         for code in kind.spec().named_codes() {
             let recorded_here = kind == TargetKind::Sqs && code == recorded;

@@ -91,12 +91,14 @@ impl TargetKind {
         }
     }
 
+    /// Every kind, in the order `--target-kind` lists them.
+    pub fn all() -> &'static [Self] {
+        <Self as clap::ValueEnum>::value_variants()
+    }
+
     /// The accepted values, as written.
     pub fn names() -> Vec<String> {
-        <Self as clap::ValueEnum>::value_variants()
-            .iter()
-            .map(ToString::to_string)
-            .collect()
+        Self::all().iter().map(ToString::to_string).collect()
     }
 
     /// Whether this kind is one of the two EventBridge buses (what `EVENT_BUS_KIND` and
