@@ -23,6 +23,8 @@
 //! - [`config`]: where outbox items live (table, index, shard count, retention), shared by the writer
 //!   and the relays.
 //! - [`limits`]: the AWS limits the design works within, named.
+//! - [`region`]: global tables: the region that wrote an event (`OriginRegion`) and the regions a
+//!   table spans.
 //! - [`error`]: the one place where SDK errors are classified as retryable or not.
 //! - [`retry`]: bounded exponential backoff with full jitter, for contention.
 //! - [`time`]: the fixed-width timestamp format of `CreatedAt` and `GSI1SK`.
@@ -40,6 +42,7 @@ pub mod event_group;
 pub mod image;
 pub mod item;
 pub mod limits;
+pub mod region;
 pub mod retry;
 pub mod schema;
 pub mod shard;
@@ -52,6 +55,7 @@ pub use entry_field::EntryFieldError;
 pub use envelope::{CloudEvent, DataRef, Envelope, EnvelopeError, EventMetadata, OutboundEvent};
 pub use error::{ErrorClass, Misconfiguration, SdkFailure, classify_sdk_error};
 pub use item::{ItemError, ItemKey, NewOutboxEvent, OutboxItem, OutboxStatus};
+pub use region::{GlobalTable, GlobalTableError, InvalidRegion, Region};
 pub use retry::RetryPolicy;
 pub use shard::{ShardCount, shard_for};
 pub use trace_context::{TraceContext, TraceContextError};

@@ -3,6 +3,8 @@
 //! Every crate refers to these constants; no attribute name is spelled as a string literal
 //! anywhere else. See docs/schema.md, "Item schema", for the full table.
 
+use crate::region::Region;
+
 /// Attribute names.
 pub mod attr {
     /// Partition key of the table (`USER#{user_id}`).
@@ -49,6 +51,9 @@ pub mod attr {
     pub const GSI1SK: &str = "GSI1SK";
     /// Epoch seconds after which DynamoDB TTL deletes the item (cleanup only, never correctness).
     pub const TTL: &str = "ttl";
+    /// Global tables: the region whose writer wrote the event ([`crate::region`]). Its pending
+    /// partition is then [`super::regional_pending_shard_pk`]. Absent on a single-region table.
+    pub const ORIGIN_REGION: &str = "OriginRegion";
 
     /// Aggregate hold: the aggregate (`AggregateId`, or `PK` without one) the stream relay left
     /// to the poller.
@@ -157,9 +162,51 @@ pub fn pending_shard_pk(shard: u16) -> String {
     format!("{PENDING_PREFIX}{shard}")
 }
 
-/// Reads the shard number back from a `GSI1PK`, if it has the pending-shard format.
+/// Reads the shard number back from a `GSI1PK`, if it has the (single-region) pending-shard
+/// format. A regional partition ([`regional_pending_shard_pk`]) is not one: see
+/// [`parse_pending_partition`].
 pub fn parse_pending_shard_pk(gsi1pk: &str) -> Option<u16> {
     gsi1pk.strip_prefix(PENDING_PREFIX)?.parse().ok()
+}
+
+/// `GSI1PK` of a pending event of a global table written in `origin`, on `shard`:
+/// `OUTBOX#PENDING#{origin}#{shard}`. Each region's partitions are apart, so a region's pollers
+/// query their own and another region's pollers can adopt them whole.
+pub fn regional_pending_shard_pk(origin: &Region, shard: u16) -> String {
+    format!("{PENDING_PREFIX}{origin}#{shard}")
+}
+
+/// `GSI1PK` of a pending event on `shard`, regional when the event has an `origin`
+/// ([`regional_pending_shard_pk`]), else [`pending_shard_pk`].
+pub fn pending_partition(origin: Option<&Region>, shard: u16) -> String {
+    match origin {
+        Some(origin) => regional_pending_shard_pk(origin, shard),
+        None => pending_shard_pk(shard),
+    }
+}
+
+/// A pending-event partition read back from its `GSI1PK`: the region that wrote its events, if
+/// regional, and its shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingPartition {
+    pub origin: Option<Region>,
+    pub shard: u16,
+}
+
+/// Reads a `GSI1PK` of either pending format back ([`pending_shard_pk`],
+/// [`regional_pending_shard_pk`]); `None` for anything else (holds, another client's scheme).
+pub fn parse_pending_partition(gsi1pk: &str) -> Option<PendingPartition> {
+    let rest = gsi1pk.strip_prefix(PENDING_PREFIX)?;
+    match rest.split_once('#') {
+        None => Some(PendingPartition {
+            origin: None,
+            shard: rest.parse().ok()?,
+        }),
+        Some((region, shard)) => Some(PendingPartition {
+            origin: Some(Region::new(region).ok()?),
+            shard: shard.parse().ok()?,
+        }),
+    }
 }
 
 /// `GSI1SK` of a pending event: `EVENT#{created_at}#{event_id}`, oldest first.
@@ -192,6 +239,7 @@ pub const OUTBOX_ATTRIBUTES: &[&str] = &[
     attr::GSI1PK,
     attr::GSI1SK,
     attr::TTL,
+    attr::ORIGIN_REGION,
     attr::PUBLISHED_AT,
     attr::DEAD_LETTERED_AT,
     attr::DEAD_LETTER_REASON,
@@ -225,6 +273,37 @@ mod tests {
         assert_eq!(parse_pending_shard_pk(&pending_shard_pk(15)), Some(15));
         assert_eq!(parse_pending_shard_pk("OUTBOX#PENDING#x"), None);
         assert_eq!(parse_pending_shard_pk("USER#1"), None);
+    }
+
+    #[test]
+    fn a_regional_partition_names_its_region_and_is_no_single_region_shard() {
+        let region = Region::new("eu-west-1").unwrap();
+        let pk = regional_pending_shard_pk(&region, 3);
+        assert_eq!(pk, "OUTBOX#PENDING#eu-west-1#3");
+        assert_eq!(pending_partition(Some(&region), 3), pk);
+        assert_eq!(pending_partition(None, 3), "OUTBOX#PENDING#3");
+        assert_eq!(parse_pending_shard_pk(&pk), None);
+        assert_eq!(
+            parse_pending_partition(&pk),
+            Some(PendingPartition {
+                origin: Some(region),
+                shard: 3
+            })
+        );
+        assert_eq!(
+            parse_pending_partition("OUTBOX#PENDING#3"),
+            Some(PendingPartition {
+                origin: None,
+                shard: 3
+            })
+        );
+        for other in [
+            "OUTBOX#PENDING#EU#3",
+            "OUTBOX#PENDING#eu-west-1#x",
+            "OUTBOX#HOLD#OUTBOX#PENDING#3",
+        ] {
+            assert_eq!(parse_pending_partition(other), None, "{other}");
+        }
     }
 
     #[test]
