@@ -5,55 +5,22 @@
 //! re-create of the same event, or one of an item that came back meanwhile (re-created and since
 //! published included), writes nothing.
 //!
-//! The one path for both who re-create: `redrive`, for a dead letter whose item is gone, and the
-//! poller, for a TTL deletion in a stream batch the mapping discarded ([`crate::discarded`]).
+//! The one path for both who re-create pending: `redrive`, for a dead letter whose item is gone,
+//! and the poller, for a TTL deletion in a stream batch the mapping discarded
+//! ([`crate::discarded`]). The conditional put itself ([`GoneItems`], [`DynamoGoneItems`]) is
+//! `relay_runtime::recreate`'s, which the stream relay also puts a TTL deletion's poison event back
+//! `DEAD_LETTERED` with.
 
-use std::future::Future;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use outbox_shared::schema::{self, attr};
-use outbox_shared::{OutboxStatus, SdkFailure, ShardCount, shard_for};
-use relay_runtime::permissions::{Call, Target};
+use outbox_shared::{OutboxStatus, ShardCount, shard_for};
+pub use relay_runtime::recreate::{CALLS, DynamoGoneItems, GoneItems, Recreated};
 use relay_runtime::status_store::ttl_after;
 
 use crate::table::Attributes;
-
-/// The call of [`DynamoGoneItems`]: the conditional put of a whole outbox item, returning nothing.
-pub const CALLS: &[Call] = &[Call::new("dynamodb:PutItem", Target::RecreatedItems)];
-
-/// What a re-create did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Recreated {
-    /// The item is back, pending.
-    Recreated,
-    /// An item with its key is there (re-created before, pending or published since): nothing
-    /// was written.
-    AlreadyThere,
-}
-
-/// Port: puts an item back only where none is.
-pub trait GoneItems: Send + Sync {
-    /// Puts `item` (a whole item, [`pending_image`]'s) with the condition that no item has its key;
-    /// an error only when the call fails (a failed condition is [`Recreated::AlreadyThere`]).
-    fn recreate(
-        &self,
-        item: Attributes,
-    ) -> impl Future<Output = Result<Recreated, SdkFailure>> + Send;
-}
-
-/// A borrowed store is one (a test keeps its fake to inspect it).
-impl<T: GoneItems> GoneItems for &T {
-    fn recreate(
-        &self,
-        item: Attributes,
-    ) -> impl Future<Output = Result<Recreated, SdkFailure>> + Send {
-        (**self).recreate(item)
-    }
-}
 
 /// The index keys of an outbox item: its aggregate's shard (`AggregateId`, or `PK` without one,
 /// as the writer shards), and its `CreatedAt` and `EventId`; `None` when it lacks them.
@@ -96,45 +63,6 @@ pub fn pending_image(
         AttributeValue::N(ttl_after(now, retention).to_string()),
     );
     Some(image)
-}
-
-/// [`GoneItems`] on the outbox table.
-#[derive(Debug, Clone)]
-pub struct DynamoGoneItems {
-    dynamodb: aws_sdk_dynamodb::Client,
-    table_name: String,
-}
-
-impl DynamoGoneItems {
-    pub fn new(dynamodb: aws_sdk_dynamodb::Client, table_name: impl Into<String>) -> Self {
-        Self {
-            dynamodb,
-            table_name: table_name.into(),
-        }
-    }
-}
-
-impl GoneItems for DynamoGoneItems {
-    async fn recreate(&self, item: Attributes) -> Result<Recreated, SdkFailure> {
-        let result = self
-            .dynamodb
-            .put_item()
-            .table_name(&self.table_name)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(#pk)")
-            .expression_attribute_names("#pk", attr::PK)
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(Recreated::Recreated),
-            Err(SdkError::ServiceError(ctx))
-                if matches!(ctx.err(), PutItemError::ConditionalCheckFailedException(_)) =>
-            {
-                Ok(Recreated::AlreadyThere)
-            }
-            Err(e) => Err(SdkFailure::new("PutItem", e)),
-        }
-    }
 }
 
 #[cfg(test)]

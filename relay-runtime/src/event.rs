@@ -30,6 +30,7 @@ use outbox_shared::envelope::Encoding;
 use outbox_shared::{ItemKey, OutboundEvent, OutboxItem, OutboxStatus, TraceContext};
 
 use crate::dead_letter::DeadLetterError;
+use crate::recreate::Attributes;
 use crate::status_store::{MarkOutcome, StatusError};
 
 /// Why a stream record was not for the relay.
@@ -107,6 +108,12 @@ pub struct Event<R> {
     /// The W3C trace context it was written in (its creation context), when the item has a
     /// valid one: the relay's spans link to it.
     pub trace: Option<TraceContext>,
+    /// The item's last image, when the item itself is gone: DynamoDB's TTL deleted it while
+    /// pending, and the event was read from the stream's `REMOVE` record, its only copy left. A
+    /// dead letter puts the item back `DEAD_LETTERED` from it before the letter goes
+    /// ([`crate::StatusStore::recreate_dead_lettered`]): a letter never names an item that is not
+    /// there.
+    pub gone_item: Option<Attributes>,
     pub state: State,
 }
 
@@ -119,6 +126,7 @@ impl<R> Event<R> {
             event_id: None,
             aggregate: None,
             trace: None,
+            gone_item: None,
             state: State::Ignored(reason),
         }
     }
@@ -136,6 +144,7 @@ impl<R> Event<R> {
             event_id,
             aggregate: None,
             trace: None,
+            gone_item: None,
             state: State::Poison {
                 reason: format!(
                     "undecodable outbox item: it does not decode as the item schema: {error}"
@@ -190,8 +199,16 @@ impl<R> Event<R> {
             event_id: Some(item.event_id),
             aggregate: Some(aggregate),
             trace,
+            gone_item: None,
             state,
         }
+    }
+
+    /// The event with `image` as the last image of its item, which is gone ([`Self::gone_item`]).
+    #[must_use]
+    pub fn with_gone_item(mut self, image: Attributes) -> Self {
+        self.gone_item = Some(image);
+        self
     }
 
     /// The entry to publish, while it is ready.

@@ -56,6 +56,7 @@ pub mod publish_concurrency;
 pub mod publish_rate;
 pub mod publisher;
 pub mod recent;
+pub mod recreate;
 pub mod relay;
 pub mod status_store;
 pub mod stream_record;

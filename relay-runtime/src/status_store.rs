@@ -11,6 +11,11 @@
 //! batch of 100 events is marked in 4 calls instead of 100: the relays' CPU goes mostly to building
 //! and signing requests. A dead-letter mark is a batch of one.
 //!
+//! An event whose item is gone (DynamoDB's TTL deleted it while pending, and the stream relay
+//! decoded it from the `REMOVE` record's old image) has no item to update: its dead-letter mark puts
+//! the item back instead, `DEAD_LETTERED` ([`dead_lettered_image`]), by the conditional `PutItem` of
+//! [`crate::recreate`] (only where no item has its key), so the item holds the event a letter names.
+//!
 //! TTL: the writer's `ttl` only bounds how long a *published* item stays. The mark sets it from the
 //! time of the mark ([`TtlPolicy`]): a published item stays the retention after it was published, a
 //! dead-lettered one at least as long as the dead-letter queue keeps its message (so a redrive
@@ -30,6 +35,8 @@ use outbox_shared::retry::RetryPolicy;
 use outbox_shared::schema::attr;
 use outbox_shared::time::format_timestamp;
 use outbox_shared::{ItemKey, OutboxStatus};
+
+use crate::recreate::{Attributes, DynamoGoneItems, GoneItems, Recreated};
 
 /// What a conditional mark did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -120,6 +127,18 @@ pub trait StatusStore: Send + Sync {
         key: &ItemKey,
         reason: &str,
     ) -> impl Future<Output = Result<MarkOutcome, StatusError>> + Send;
+
+    /// Puts the item at `key`, which is gone (DynamoDB's TTL deleted it while pending), back
+    /// `DEAD_LETTERED` with `reason` from `image`, its last image ([`dead_lettered_image`]): the
+    /// dead-letter mark of an event with no item left to update. Only where no item has its key:
+    /// one there (put back by an earlier attempt, or re-created since) is
+    /// [`MarkOutcome::AlreadyMarked`].
+    fn recreate_dead_lettered(
+        &self,
+        key: &ItemKey,
+        image: &Attributes,
+        reason: &str,
+    ) -> impl Future<Output = Result<MarkOutcome, StatusError>> + Send;
 }
 
 /// A borrowed status store is a status store (a test keeps its fake to inspect it).
@@ -138,14 +157,27 @@ impl<S: StatusStore> StatusStore for &S {
     ) -> impl Future<Output = Result<MarkOutcome, StatusError>> + Send {
         (**self).mark_dead_lettered(key, reason)
     }
+
+    fn recreate_dead_lettered(
+        &self,
+        key: &ItemKey,
+        image: &Attributes,
+        reason: &str,
+    ) -> impl Future<Output = Result<MarkOutcome, StatusError>> + Send {
+        (**self).recreate_dead_lettered(key, image, reason)
+    }
 }
 
 /// The calls of [`DynamoStatusStore`]: PartiQL `UPDATE`s in a `BatchExecuteStatement`, each naming
-/// only [`crate::permissions::STATUS_ATTRIBUTES`].
-pub const CALLS: &[crate::permissions::Call] = &[crate::permissions::Call::new(
-    "dynamodb:PartiQLUpdate",
-    crate::permissions::Target::OutboxStatus,
-)];
+/// only [`crate::permissions::STATUS_ATTRIBUTES`]; and the put of a gone item back
+/// `DEAD_LETTERED` ([`crate::recreate::CALLS`]: an outbox item's attributes only).
+pub const CALLS: &[crate::permissions::Call] = &[
+    crate::permissions::Call::new(
+        "dynamodb:PartiQLUpdate",
+        crate::permissions::Target::OutboxStatus,
+    ),
+    crate::recreate::CALLS[0],
+];
 
 /// Statements one `BatchExecuteStatement` takes: the most marks one call makes.
 pub const MARK_BATCH_MAX: usize = 25;
@@ -187,10 +219,47 @@ pub fn mark_statement(table: &str, status: OutboxStatus) -> String {
     )
 }
 
+/// `image` (the last image of an outbox item that is gone) as the item to put back
+/// `DEAD_LETTERED` with `reason` (truncated as a mark stores it), as a dead-letter mark would have
+/// left it: out of the pending index (no `GSI1PK`, `GSI1SK`), `DeadLetteredAt` `now`, and its `ttl`
+/// `retention` after `now` (the dead-lettered retention, [`TtlPolicy::dead_lettered`], so a
+/// redrive finds it). Every other attribute stays as it was: the item holds the whole event.
+pub fn dead_lettered_image(
+    image: &Attributes,
+    reason: &str,
+    now: chrono::DateTime<Utc>,
+    retention: Duration,
+) -> Attributes {
+    let mut item = image.clone();
+    for gone in [attr::GSI1PK, attr::GSI1SK, attr::PUBLISHED_AT] {
+        item.remove(gone);
+    }
+    let mut set = |name: &str, value: AttributeValue| item.insert(name.to_owned(), value);
+    set(
+        attr::STATUS,
+        AttributeValue::S(OutboxStatus::DeadLettered.as_str().to_owned()),
+    );
+    set(
+        attr::DEAD_LETTERED_AT,
+        AttributeValue::S(format_timestamp(now)),
+    );
+    set(
+        attr::DEAD_LETTER_REASON,
+        AttributeValue::S(truncate(reason, MAX_STORED_REASON_BYTES).to_owned()),
+    );
+    set(
+        attr::TTL,
+        AttributeValue::N(ttl_after(now, retention).to_string()),
+    );
+    item
+}
+
 /// The DynamoDB adapter.
 #[derive(Debug, Clone)]
 pub struct DynamoStatusStore {
     client: Client,
+    /// Puts a gone item back `DEAD_LETTERED` ([`StatusStore::recreate_dead_lettered`]).
+    gone_items: DynamoGoneItems,
     /// The mark statements ([`mark_statement`]), built once: published, dead-lettered.
     published_statement: String,
     dead_lettered_statement: String,
@@ -203,6 +272,7 @@ impl DynamoStatusStore {
     pub fn new(client: Client, table_name: impl Into<String>, ttl: TtlPolicy) -> Self {
         let table_name = table_name.into();
         Self {
+            gone_items: DynamoGoneItems::new(client.clone(), &table_name),
             client,
             published_statement: mark_statement(&table_name, OutboxStatus::Published),
             dead_lettered_statement: mark_statement(&table_name, OutboxStatus::DeadLettered),
@@ -409,6 +479,31 @@ impl StatusStore for DynamoStatusStore {
             )
             .await;
         results.remove(0)
+    }
+
+    async fn recreate_dead_lettered(
+        &self,
+        key: &ItemKey,
+        image: &Attributes,
+        reason: &str,
+    ) -> Result<MarkOutcome, StatusError> {
+        let item = dead_lettered_image(
+            image,
+            reason,
+            Utc::now(),
+            self.ttl.retention(OutboxStatus::DeadLettered),
+        );
+        let gone_items = self.gone_items.clone();
+        let put = async move { gone_items.recreate(item).await };
+        match self.call_tasks.run(put).await {
+            Ok(Recreated::Recreated) => Ok(MarkOutcome::Marked),
+            Ok(Recreated::AlreadyThere) => Ok(MarkOutcome::AlreadyMarked),
+            Err(failure) => Err(StatusError {
+                key: key.clone(),
+                status: OutboxStatus::DeadLettered,
+                failure: Box::new(failure),
+            }),
+        }
     }
 }
 

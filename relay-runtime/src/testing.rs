@@ -170,11 +170,13 @@ impl Publisher for FakePublisher {
     }
 }
 
-/// Records marks; fails every mark when built with [`FakeStatusStore::failing`].
+/// Records marks, and the gone items put back `DEAD_LETTERED`; fails every mark when built with
+/// [`FakeStatusStore::failing`].
 #[derive(Debug, Default)]
 pub struct FakeStatusStore {
     fail: bool,
     marks: Mutex<Vec<(ItemKey, OutboxStatus)>>,
+    recreated: Mutex<Vec<crate::recreate::Attributes>>,
 }
 
 impl FakeStatusStore {
@@ -188,6 +190,12 @@ impl FakeStatusStore {
 
     pub fn marks(&self) -> Vec<(ItemKey, OutboxStatus)> {
         self.marks.lock().expect("not poisoned").clone()
+    }
+
+    /// The items put back `DEAD_LETTERED` ([`StatusStore::recreate_dead_lettered`]), as the
+    /// adapter would put them ([`crate::status_store::dead_lettered_image`]).
+    pub fn recreated(&self) -> Vec<crate::recreate::Attributes> {
+        self.recreated.lock().expect("not poisoned").clone()
     }
 
     fn mark(&self, key: &ItemKey, status: OutboxStatus) -> Result<MarkOutcome, StatusError> {
@@ -219,6 +227,29 @@ impl StatusStore for FakeStatusStore {
         _reason: &str,
     ) -> Result<MarkOutcome, StatusError> {
         self.mark(key, OutboxStatus::DeadLettered)
+    }
+
+    async fn recreate_dead_lettered(
+        &self,
+        key: &ItemKey,
+        image: &crate::recreate::Attributes,
+        reason: &str,
+    ) -> Result<MarkOutcome, StatusError> {
+        if self.fail {
+            return Err(StatusError {
+                key: key.clone(),
+                status: OutboxStatus::DeadLettered,
+                failure: Box::new(throttled_update()),
+            });
+        }
+        let item = crate::status_store::dead_lettered_image(
+            image,
+            reason,
+            chrono::Utc::now(),
+            crate::TtlPolicy::default().dead_lettered,
+        );
+        self.recreated.lock().expect("not poisoned").push(item);
+        Ok(MarkOutcome::Marked)
     }
 }
 

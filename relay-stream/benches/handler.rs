@@ -48,6 +48,15 @@ impl StatusStore for NoopStatus {
     ) -> Result<MarkOutcome, StatusError> {
         Ok(MarkOutcome::Marked)
     }
+
+    async fn recreate_dead_lettered(
+        &self,
+        _key: &ItemKey,
+        _image: &relay_runtime::recreate::Attributes,
+        _reason: &str,
+    ) -> Result<MarkOutcome, StatusError> {
+        Ok(MarkOutcome::Marked)
+    }
 }
 
 struct NoDeadLetters;

@@ -4,7 +4,10 @@
 //! relays then send the letter without the record (the item in the table, `DEAD_LETTERED`, holds
 //! it), mark the item, and `redrive` puts it back from the table. With a payload bucket the record
 //! is kept there (`dead-letters/`, on moto's S3) and the letter names it, so `redrive` restores
-//! the event from the letter even once the item is gone.
+//! the event from the letter even once the item is gone. An event whose item DynamoDB Local's TTL
+//! deleted (the stream relay reads it from the `REMOVE` record) has no item to hold it: the relay
+//! puts the item back `DEAD_LETTERED` before the letter without its record goes, and `redrive`
+//! restores it from there.
 //!
 //! The queue's limit is AWS's as the fault proxy enforces it: moto checks `MaximumMessageSize` by
 //! the body's characters and no message attributes, so the payload here is multi-byte (300,000
@@ -531,4 +534,170 @@ async fn with_a_payload_bucket_a_dead_letter_too_large_for_its_queue_keeps_its_r
         .unwrap_or_else(|| panic!("no line about large-lapsed:\n{}", redrive.stderr));
     assert!(why.contains(&lapsed_key), "{why}");
     assert!(why.contains("is gone"), "{why}");
+}
+
+/// Puts a small pending event `event_id` (it fits any entry and any letter).
+async fn put_small_event(env: &TestEnv, event_id: &str) {
+    let created_at = format_timestamp(Utc::now());
+    let shard = outbox_shared::shard_for(event_id, ShardCount::default());
+    env.put_raw_item(minimal_outbox_item(
+        "canaries",
+        event_id,
+        "CanarySent",
+        "{}",
+        &created_at,
+        shard,
+    ))
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ttl_deleted_events_dead_letter_too_large_for_its_queue_leaves_its_item_re_created_and_redrive_restores_it()
+ {
+    // Given a pending event of 300 KB (too large for an EventBridge entry) whose INSERT the
+    // stream relay never sees (it reads from LATEST, as after the stream's 24 h), a dead-letter
+    // queue of 256 KiB behind AWS's count of message sizes, and no payload bucket
+    let env = TestEnv::new().await;
+    let queue = small_queue(&env).await;
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 4).await;
+    put_large_event(&env, "large-ttl-deleted").await;
+    let relay = env
+        .relay_command("relay-stream-local")
+        .envs(proxy.endpoint_env())
+        .args(["--from", "latest", "--max-retries", "0"])
+        .env("DEAD_LETTER_QUEUE_URL", &queue)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("relay-stream-local starts");
+    // It reads past LATEST once an event written now arrives on the bus
+    let mut canaries = 0;
+    while env.sink_depth().await == 0 {
+        assert!(canaries < 10, "relay-stream-local published no new event");
+        put_small_event(&env, &format!("canary-{canaries}")).await;
+        canaries += 1;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    env.drain_sink().await;
+
+    // When DynamoDB's TTL deletes the pending item for real (its ttl set in the past), and the
+    // relay has handled its REMOVE
+    crate::discarded_batches::expire(&env, "large-ttl-deleted").await;
+    let started = std::time::Instant::now();
+    while env.queue_depth(&queue).await == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no dead letter for the REMOVE"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let pid = relay.id().expect("running").to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let output = tokio::time::timeout(Duration::from_secs(60), relay.wait_with_output())
+        .await
+        .expect("relay-stream-local stops on SIGTERM")
+        .expect("relay-stream-local exits");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("summary {stdout:?}: {e}\n{stderr}"));
+
+    // Then the relay dead-lettered the event, without its record (the letter fit), and failed
+    // none
+    assert!(output.status.success(), "{summary}\n{stderr}");
+    assert_eq!(summary["dead_lettered"], 1, "{summary}\n{stderr}");
+    assert_eq!(summary["failed"], 0, "{summary}\n{stderr}");
+    assert_eq!(proxy.counts().oversized_messages, 0, "the letter fit");
+    let letters = letters_on(&env, &queue).await;
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_without_record(&letters[0], "large-ttl-deleted", "relay-stream");
+    // And it called only what its role grants, the put of the item back among them
+    let granted = relay_stream::permissions::calls(relay_runtime::TargetKind::Classic);
+    assert_eq!(
+        crate::role_calls::called_without_permission(
+            &proxy,
+            &granted,
+            crate::role_calls::STREAM_READER
+        ),
+        Vec::<String>::new()
+    );
+    assert!(
+        proxy.targets().contains("DynamoDB_20120810.PutItem"),
+        "{:?}",
+        proxy.targets()
+    );
+
+    // And the letter's word holds: the item it names is back in the table, re-created from the
+    // REMOVE's old image as DEAD_LETTERED (its payload whole), out of the index, kept past the
+    // queue's retention
+    let items: Vec<_> = env
+        .outbox_items()
+        .await
+        .into_iter()
+        .filter(|item| item.event_id == "large-ttl-deleted")
+        .collect();
+    assert_eq!(
+        items.len(),
+        1,
+        "the TTL-deleted item is not back in the table: the letter names an item that is not \
+         there, so nothing holds the event"
+    );
+    let item = &items[0];
+    assert_eq!(item.status, OutboxStatus::DeadLettered);
+    assert_eq!(
+        (item.pk.as_str(), item.sk.as_str()),
+        (
+            letters[0]["key"]["pk"].as_str().unwrap(),
+            letters[0]["key"]["sk"].as_str().unwrap()
+        )
+    );
+    assert_eq!(item.payload.chars().count(), PAYLOAD_CHARS + 11);
+    let days = (item.ttl.expect("a ttl") - Utc::now().timestamp()) as f64 / 86_400.0;
+    assert!((14.9..=15.0).contains(&days), "{days}");
+    // (a canary written before the relay took its iterator may still be pending: not this one)
+    assert_eq!(item.gsi1pk, None, "out of the pending index");
+    assert_eq!(item.gsi1sk, None, "out of the pending index");
+
+    // When the redrive runs once the bus takes 1 MiB entries
+    let redrive = run(
+        &env,
+        None,
+        &queue,
+        "relay-poller",
+        &[
+            "redrive",
+            "--max-entry-bytes",
+            "1048576",
+            "--max-request-bytes",
+            "1048576",
+        ],
+    )
+    .await;
+
+    // Then the event is put back from the table and published whole, and its letter is done
+    let summary = redrive.summary();
+    assert_eq!(redrive.code, Some(0), "{summary}\n{}", redrive.stderr);
+    assert_eq!(summary["redriven"], 1, "{summary}");
+    assert_eq!(summary["recreated"], 0, "{summary}");
+    assert_eq!(summary["left_in_queue"], 0, "{summary}");
+    assert_eq!(summary["published"], 1, "{summary}");
+    assert_eq!(
+        status_of(&env, "large-ttl-deleted").await,
+        Some(OutboxStatus::Published)
+    );
+    let delivered = env.wait_for_sink(1, Duration::from_secs(30)).await;
+    assert_eq!(delivered.len(), 1);
+    assert_eq!(delivered[0].event_id(), "large-ttl-deleted");
+    let note = delivered[0].envelope.data["note"]
+        .as_str()
+        .expect("the payload");
+    assert_eq!(note, "€".repeat(PAYLOAD_CHARS));
+    assert_eq!(env.queue_depth(&queue).await, 0);
 }

@@ -79,7 +79,7 @@ pub(crate) async fn discarded_batch(env: &TestEnv) -> Discarded {
 
 /// Sets the `ttl` of `event_id`'s pending item in the past and waits until DynamoDB's TTL has
 /// deleted it.
-async fn expire(env: &TestEnv, event_id: &str) {
+pub(crate) async fn expire(env: &TestEnv, event_id: &str) {
     let item = env
         .outbox_items()
         .await

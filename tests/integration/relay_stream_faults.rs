@@ -809,6 +809,16 @@ mod hold_release {
         ) -> Result<MarkOutcome, StatusError> {
             Ok(self.mark(key))
         }
+
+        /// The world keeps pending items only: one put back dead-lettered is not among them.
+        async fn recreate_dead_lettered(
+            &self,
+            _key: &ItemKey,
+            _image: &relay_runtime::recreate::Attributes,
+            _reason: &str,
+        ) -> Result<MarkOutcome, StatusError> {
+            Ok(MarkOutcome::Marked)
+        }
     }
 
     impl PendingTtl for &World {

@@ -39,6 +39,7 @@ pub(crate) fn decode(raw: RawItem, partition: &str, encoding: &Encoding) -> Even
             event_id,
             aggregate: None,
             trace: None,
+            gone_item: None,
             state: State::Failed {
                 code: "NoItemKey".to_owned(),
                 message: "item in the pending index has no string PK/SK".to_owned(),
@@ -60,6 +61,7 @@ pub(crate) fn decode(raw: RawItem, partition: &str, encoding: &Encoding) -> Even
             event_id: Some(item.event_id),
             aggregate: None,
             trace: None,
+            gone_item: None,
             state: State::Poison {
                 reason: format!(
                     "item in the pending index is not an outbox event: its {} is not {}",

@@ -11,6 +11,13 @@
 //! marked `DEAD_LETTERED` in the table with a `ttl` past the queue's retention, holds it, and
 //! `redrive` puts it back from there.
 //!
+//! A letter without its record never names an item that is not there. An event whose item
+//! DynamoDB's TTL deleted while pending (the stream relay publishes it from the `REMOVE` record's
+//! old image, its only copy) has no item to mark: the relay puts the item back `DEAD_LETTERED`
+//! from that image before the letter goes (`crate::relay`,
+//! [`crate::StatusStore::recreate_dead_lettered`]), and when it cannot, sends no letter
+//! ([`DeadLetterError::Recreate`]): the record is re-delivered and tried again.
+//!
 //! When the record cannot be stored (S3 fails), the letter is not sent: [`DeadLetterError::Record`],
 //! and the event stays pending to be dead-lettered again, as when the queue itself fails. Sending
 //! it without its record instead would leave the event to the item alone, which expires, or, for
@@ -196,6 +203,19 @@ pub enum DeadLetterError {
     Record {
         event_id: Option<String>,
         uri: String,
+        /// Boxed: the error stays small on every path that returns it.
+        #[source]
+        failure: Box<SdkFailure>,
+    },
+    /// The event's item is gone (DynamoDB's TTL deleted it while pending) and could not be put
+    /// back `DEAD_LETTERED`: the letter was not sent (it would name an item that is not there).
+    #[error(
+        "could not put the item of event {} back as DEAD_LETTERED (DynamoDB's TTL deleted it); \
+         the letter was not sent",
+        event_id.as_deref().unwrap_or("(no id)")
+    )]
+    Recreate {
+        event_id: Option<String>,
         /// Boxed: the error stays small on every path that returns it.
         #[source]
         failure: Box<SdkFailure>,

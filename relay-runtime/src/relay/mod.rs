@@ -12,6 +12,9 @@
 //! - an event is marked published only after the bus accepted it;
 //! - a poison event is marked dead-lettered only after the dead-letter queue took it; if the queue
 //!   refuses it, it stays pending (the poller) or is re-delivered (the stream);
+//! - except a poison event whose item is gone (DynamoDB's TTL deleted it): its item is put back
+//!   `DEAD_LETTERED` from its last image first, and the letter is sent only once it is there, so
+//!   no letter names an item that is not (if the put fails, the stream re-delivers the record);
 //! - a failed mark never turns a published event into a failure: the item stays pending and is
 //!   published again later with the same `eventId`;
 //! - an event not published holds its aggregate's later events back, and says why
@@ -315,7 +318,9 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
     }
 
     /// Sends one poison event to the dead-letter queue with `reason`, then marks it: its state
-    /// after both. If the queue refuses it, it is never marked.
+    /// after both. If the queue refuses it, it is never marked. An event whose item is gone
+    /// ([`Event::gone_item`]) is marked first, by putting its item back `DEAD_LETTERED`, and
+    /// sent only once that is done.
     async fn send_dead_letter<R>(
         &self,
         event: &Event<R>,
@@ -329,6 +334,41 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
                 reason,
                 error: None,
             };
+        };
+        // An event whose item is gone (a TTL deletion) has no item to mark: the item is put back
+        // `DEAD_LETTERED` from its last image before the letter goes, so a letter without its
+        // record (too large for the queue) still names where the event is. If that fails, no
+        // letter goes: the event stays failed (the stream re-delivers it) rather than be sent
+        // with a word that is not true.
+        let recreated = match (&event.gone_item, &event.key) {
+            (Some(image), Some(key)) => {
+                let put = deadline
+                    .finish(
+                        crate::recreate::PUT_ITEM,
+                        self.status.recreate_dead_lettered(key, image, &reason),
+                        |failure| StatusError {
+                            key: key.clone(),
+                            status: outbox_shared::OutboxStatus::DeadLettered,
+                            failure: Box::new(failure),
+                        },
+                    )
+                    .await;
+                match put {
+                    Ok(outcome) => Some(outcome),
+                    Err(err) => {
+                        let err = DeadLetterError::Recreate {
+                            event_id: event.event_id.clone(),
+                            failure: err.failure,
+                        };
+                        tracing::error!(event_id = %event.id(), error = %outbox_shared::error::describe(&err), "poison event whose item TTL deleted could not be put back; it is not dead-lettered");
+                        return State::NotDeadLettered {
+                            reason,
+                            error: Some(err),
+                        };
+                    }
+                }
+            }
+            _ => None,
         };
         let letter = DeadLetter {
             reason: reason.clone(),
@@ -355,8 +395,10 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
                 error: Some(err),
             };
         }
-        let mark = match &event.key {
-            Some(key) => Some(
+        let mark = match (recreated, &event.key) {
+            // Put back `DEAD_LETTERED` already: that was its mark.
+            (Some(outcome), _) => Some(Ok(outcome)),
+            (None, Some(key)) => Some(
                 deadline
                     .finish(
                         BATCH_EXECUTE_STATEMENT,
@@ -369,7 +411,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink> EventRelay<P, S, D> {
                     )
                     .await,
             ),
-            None => None,
+            (None, None) => None,
         };
         match &mark {
             Some(Err(err)) => {

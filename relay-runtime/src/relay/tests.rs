@@ -19,6 +19,15 @@ impl StatusStore for AnswersOne {
     ) -> Result<MarkOutcome, StatusError> {
         self.0.mark_dead_lettered(key, reason).await
     }
+
+    async fn recreate_dead_lettered(
+        &self,
+        key: &ItemKey,
+        image: &crate::recreate::Attributes,
+        reason: &str,
+    ) -> Result<MarkOutcome, StatusError> {
+        self.0.recreate_dead_lettered(key, image, reason).await
+    }
 }
 
 #[tokio::test]
@@ -183,4 +192,102 @@ async fn a_held_back_event_says_whether_it_waits_behind_a_failure_or_an_event_no
     assert_eq!(events[2].blocks(), Some(Behind::Failure));
     assert_eq!(events[3].blocks(), Some(Behind::NotSent));
     assert!(publisher.published().is_empty());
+}
+
+/// The event of a pending item DynamoDB's TTL deleted, whose payload is not JSON (poison), with its
+/// last image.
+fn gone_poison() -> Event<()> {
+    let s = |v: &str| aws_sdk_dynamodb::types::AttributeValue::S(v.to_owned());
+    let item = item("gone", "not json");
+    let image = [
+        ("PK", s(&item.pk)),
+        ("SK", s(&item.sk)),
+        ("EventId", s("gone")),
+        ("Payload", s("not json")),
+        ("Status", s("PENDING")),
+        ("GSI1PK", s("OUTBOX#PENDING#1")),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    Event::of_item((), item, &Encoding::envelope()).with_gone_item(image)
+}
+
+#[tokio::test]
+async fn a_poison_event_whose_item_is_gone_is_put_back_dead_lettered_and_then_sent() {
+    // Given a poison event whose item TTL deleted
+    let (publisher, status, letters) = (
+        FakePublisher::default(),
+        FakeStatusStore::default(),
+        FakeDeadLetters::default(),
+    );
+    let relay = EventRelay::new(&publisher, &status, Some(&letters), "test", 1);
+    let mut events = vec![gone_poison()];
+
+    // When it is settled
+    relay
+        .settle(&mut events, Deadline::NONE, |()| serde_json::Value::Null)
+        .await;
+
+    // Then its item is back from its last image, DEAD_LETTERED with the reason, out of the index:
+    // that is its mark (no update of an item that is not there)
+    let recreated = status.recreated();
+    assert_eq!(recreated.len(), 1);
+    let text = |name: &str| recreated[0][name].as_s().unwrap().clone();
+    assert_eq!(text("SK"), "OUTBOX#gone");
+    assert_eq!(text("Payload"), "not json");
+    assert_eq!(text("Status"), "DEAD_LETTERED");
+    assert!(
+        text("DeadLetterReason").contains("not valid JSON"),
+        "{recreated:?}"
+    );
+    assert!(!recreated[0].contains_key("GSI1PK"));
+    assert!(status.marks().is_empty());
+    // And the letter went, naming the item
+    let letters = letters.letters();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].key.as_ref().unwrap().sk, "OUTBOX#gone");
+    assert!(
+        matches!(
+            &events[0].state,
+            State::DeadLettered {
+                mark: Some(Ok(MarkOutcome::Marked)),
+                ..
+            }
+        ),
+        "{:?}",
+        events[0].state
+    );
+}
+
+#[tokio::test]
+async fn a_poison_event_whose_item_cannot_be_put_back_is_not_dead_lettered() {
+    // Given a poison event whose item TTL deleted, and a table that takes no write
+    let (publisher, status, letters) = (
+        FakePublisher::default(),
+        FakeStatusStore::failing(),
+        FakeDeadLetters::default(),
+    );
+    let relay = EventRelay::new(&publisher, &status, Some(&letters), "test", 1);
+    let mut events = vec![gone_poison()];
+
+    // When it is settled
+    relay
+        .settle(&mut events, Deadline::NONE, |()| serde_json::Value::Null)
+        .await;
+
+    // Then no letter went (it would name an item that is not there): the event is not
+    // dead-lettered, and says why (the stream re-delivers its record)
+    assert!(letters.letters().is_empty());
+    match &events[0].state {
+        State::NotDeadLettered {
+            error: Some(DeadLetterError::Recreate { event_id, failure }),
+            ..
+        } => {
+            assert_eq!(event_id.as_deref(), Some("gone"));
+            assert!(failure.class.is_retryable(), "{failure:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(events[0].is_failing());
 }

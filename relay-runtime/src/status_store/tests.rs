@@ -225,3 +225,60 @@ fn truncate_respects_char_boundaries() {
     assert_eq!(truncate("héllo", 3), "hé");
     assert_eq!(truncate("abc", 10), "abc");
 }
+
+#[test]
+fn a_gone_items_image_goes_back_dead_lettered_out_of_the_index_kept_for_a_redrive() {
+    // Given the last image of a pending item that TTL deleted
+    let s = |v: &str| AttributeValue::S(v.to_owned());
+    let image: crate::recreate::Attributes = [
+        (attr::PK, s("USER#u1")),
+        (attr::SK, s("OUTBOX#e1")),
+        (attr::EVENT_ID, s("e1")),
+        (attr::PAYLOAD, s(r#"{"n":1}"#)),
+        (attr::STATUS, s("PENDING")),
+        (attr::CREATED_AT, s("2026-11-14T08:00:00.000Z")),
+        (attr::GSI1PK, s("OUTBOX#PENDING#3")),
+        (attr::GSI1SK, s("EVENT#2026-11-14T08:00:00.000Z#e1")),
+        (attr::TTL, AttributeValue::N("1763107200".into())),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let now = chrono::TimeZone::with_ymd_and_hms(&Utc, 2026, 11, 22, 10, 0, 0).unwrap();
+    let retention = TtlPolicy::default().dead_lettered;
+
+    // When it is made the item to put back dead-lettered
+    let reason = "é".repeat(MAX_STORED_REASON_BYTES);
+    let item = dead_lettered_image(&image, &reason, now, retention);
+
+    // Then it is DEAD_LETTERED, out of the pending index, with when and why (the reason cut as a
+    // mark stores it), its ttl past the dead-letter queue's retention, and the event whole
+    let text = |name: &str| item[name].as_s().unwrap().as_str();
+    assert_eq!(text(attr::STATUS), "DEAD_LETTERED");
+    assert!(!item.contains_key(attr::GSI1PK) && !item.contains_key(attr::GSI1SK));
+    assert_eq!(text(attr::DEAD_LETTERED_AT), "2026-11-22T10:00:00.000Z");
+    assert_eq!(
+        text(attr::DEAD_LETTER_REASON).len(),
+        MAX_STORED_REASON_BYTES
+    );
+    assert_eq!(
+        item[attr::TTL].as_n().unwrap(),
+        &ttl_after(now, retention).to_string()
+    );
+    for name in [
+        attr::PK,
+        attr::SK,
+        attr::EVENT_ID,
+        attr::PAYLOAD,
+        attr::CREATED_AT,
+    ] {
+        assert_eq!(item[name], image[name], "{name}");
+    }
+    // And it names only what the role's put of a re-created item may
+    let allowed = crate::permissions::Target::RecreatedItems
+        .attributes()
+        .unwrap();
+    for name in item.keys() {
+        assert!(allowed.contains(&name.as_str()), "{name}");
+    }
+}

@@ -81,7 +81,8 @@ pub(super) fn left_event(event: &Event<&EventRecord>) -> Option<LeftEvent> {
 /// The event of `record`: an outbox `INSERT` (its new image), or a TTL deletion of a pending
 /// outbox item (its old image: the event was never published, and this record is the last place
 /// it exists), ready to publish (its body written as `encoding` says) or poison; any other
-/// record is ignored.
+/// record is ignored. A TTL deletion's event carries the old image as its gone item's
+/// ([`Event::gone_item`]): should it be dead-lettered, the item is put back from it first.
 pub(super) fn decode<'r>(record: &'r EventRecord, encoding: &Encoding) -> Event<&'r EventRecord> {
     let image = if record.event_name == INSERT {
         &record.change.new_image
@@ -95,9 +96,9 @@ pub(super) fn decode<'r>(record: &'r EventRecord, encoding: &Encoding) -> Event<
     }
     // Decoded through a reference: the record stays whole for the dead-letter queue and the
     // response, and nothing is cloned but the item's own fields.
-    match outbox_shared::image::from_image::<OutboxItem>(image) {
+    let event = match outbox_shared::image::from_image::<OutboxItem>(image) {
         Ok(item) if item.status != OutboxStatus::Pending => {
-            Event::ignored(record, IgnoreReason::NotPending(item.status))
+            return Event::ignored(record, IgnoreReason::NotPending(item.status));
         }
         Ok(item) => Event::of_item(record, item, encoding),
         Err(err) => Event::undecodable(
@@ -106,5 +107,10 @@ pub(super) fn decode<'r>(record: &'r EventRecord, encoding: &Encoding) -> Event<
             string_attr(image, attr::EVENT_ID).map(str::to_owned),
             err,
         ),
+    };
+    if record.event_name == INSERT {
+        return event;
     }
+    // A TTL deletion: the item is gone, and a dead letter puts it back from this image.
+    event.with_gone_item(image.clone().into())
 }

@@ -345,6 +345,35 @@ async fn a_ttl_deletion_of_a_poison_event_is_dead_lettered_with_its_record() {
         letters[0].record["dynamodb"]["OldImage"]["Payload"]["S"],
         "not json {"
     );
+    // And its item, which the TTL deleted, is put back from the old image, DEAD_LETTERED (so a
+    // letter too large for its queue to carry the record still names a copy): no update of an
+    // item that is not there
+    let recreated = ports.status.recreated();
+    assert_eq!(recreated.len(), 1, "the item put back");
+    let old_image: relay_runtime::recreate::Attributes = records[0].change.old_image.clone().into();
+    assert_eq!(recreated[0]["SK"], old_image["SK"]);
+    assert_eq!(recreated[0]["Payload"], old_image["Payload"]);
+    assert_eq!(recreated[0]["Status"].as_s().unwrap(), "DEAD_LETTERED");
+    assert!(ports.status.marks().is_empty());
+}
+
+#[tokio::test]
+async fn only_a_ttl_deletions_event_carries_its_gone_items_image() {
+    // Given a TTL deletion of a pending event and an INSERT of one
+    let deletion = ttl_deletion_of_a_pending_event();
+    let insert = outbox_insert(1, "e1", "{}");
+
+    // When they are decoded
+    let encoding = outbox_shared::envelope::Encoding::envelope();
+    let (gone, new) = (
+        decode::decode(&deletion, &encoding),
+        decode::decode(&insert, &encoding),
+    );
+
+    // Then the deletion's event carries the old image (its item is gone), the insert's nothing
+    let expected: relay_runtime::recreate::Attributes = deletion.change.old_image.clone().into();
+    assert_eq!(gone.gone_item, Some(expected));
+    assert_eq!(new.gone_item, None);
 }
 
 #[tokio::test]
@@ -924,6 +953,16 @@ impl relay_runtime::StatusStore for SlowStatus {
     ) -> Result<relay_runtime::MarkOutcome, relay_runtime::StatusError> {
         tokio::time::sleep(self.delay).await;
         self.inner.mark_dead_lettered(key, reason).await
+    }
+
+    async fn recreate_dead_lettered(
+        &self,
+        key: &ItemKey,
+        image: &relay_runtime::recreate::Attributes,
+        reason: &str,
+    ) -> Result<relay_runtime::MarkOutcome, relay_runtime::StatusError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.recreate_dead_lettered(key, image, reason).await
     }
 }
 

@@ -291,6 +291,22 @@ impl StatusStore for Table {
     ) -> Result<MarkOutcome, StatusError> {
         self.mark(key, "DEAD_LETTERED")
     }
+
+    /// As the adapter's conditional put: the gone item comes back dead-lettered, unless an item
+    /// has its key.
+    async fn recreate_dead_lettered(
+        &self,
+        key: &ItemKey,
+        _image: &relay_runtime::recreate::Attributes,
+        _reason: &str,
+    ) -> Result<MarkOutcome, StatusError> {
+        let mut statuses = self.statuses.lock().unwrap();
+        if statuses.contains_key(key) {
+            return Ok(MarkOutcome::AlreadyMarked);
+        }
+        statuses.insert(key.clone(), "DEAD_LETTERED".into());
+        Ok(MarkOutcome::Marked)
+    }
 }
 
 impl PendingTtl for Table {
