@@ -36,26 +36,35 @@ start, so items written since each table was created are replicated); MRSC table
 A table without a stream gets one (NEW_AND_OLD_IMAGES, as making a table global does); a table whose
 stream has no new image (KEYS_ONLY, OLD_IMAGE) cannot be replicated and is reported in the stats.
 
-Control interface, HTTP with JSON bodies on a loopback port (`-p PORT`):
+Control interface, HTTP with JSON bodies on a loopback port (`-p PORT`). A link is a direction
+(SRC -> DST) for one table: a body naming "table" (or "tables": [...]) acts on those tables' links
+only, so that concurrent tests, each on tables of its own, do not hold back each other's writes;
+without, on the whole direction.
 
   GET  /                  200 "ok" (the readiness probe)
-  GET  /stats             {"regions": {REGION: {records_read, local_writes, own_writes_read,
-                          repairs}}, "directions": {"SRC>DST": {from, to, cut, lag_ms, queued,
-                          held_back, applied, dropped_as_older, failed}}, "tables": [names replicated],
-                          "not_replicated": {table: reason}}. `held_back` counts the writes queued
-                          while the direction is cut; `queued` every write not yet applied.
-  POST /cut               {"from": SRC, "to": DST}: holds back the writes SRC -> DST ("to" left out:
-                          every direction from SRC). 200 with the stats.
-  POST /restore           the same body: releases what was held, in order, and replicates again.
-  POST /lag               {"from": SRC, "to": DST, "lag_ms": N}: each write SRC -> DST is applied no
-                          sooner than N ms after it was read ("to" left out: every direction from SRC).
-  POST /release           {"from": SRC, "to": DST, "count": N}: applies the oldest N held writes of
-                          a cut direction, which stays cut.
-  POST /wait-caught-up    {"timeout_ms": N} (default 30000): answers once every write made in any
-                          region before the call has been read, and every direction that is not cut
-                          has applied (or dropped as older) all it had read, its lag included: 200
-                          {"caught_up": true, "stats": ...}, or 504 {"caught_up": false, ...} after
-                          the timeout. Writes held by a cut direction stay held (see held_back).
+  GET  /stats             {"regions": {REGION: {endpoint, records_read, local_writes,
+                          own_writes_read, repairs}}, "directions": {"SRC>DST": {from, to, cut,
+                          lag_ms, queued, held_back, applied, dropped_as_older, failed, "tables":
+                          {TABLE: {cut, lag_ms, queued, held_back, applied, dropped_as_older,
+                          failed}}}}, "tables": [names replicated], "not_replicated": {table: why}}.
+                          `held_back` counts the writes queued while cut; `queued` every write read
+                          and not applied yet; `failed` writes whose destination table was gone.
+  POST /cut               {"from": SRC, "to": DST, "table": T}: holds back the writes SRC -> DST
+                          ("to" left out: every direction from SRC). 200 with the stats.
+  POST /restore           the same body: releases what was held, in order, and replicates again
+                          (without "table": every table of the direction, those cut alone too).
+  POST /lag               {"from": SRC, "to": DST, "table": T, "lag_ms": N}: each write applied no
+                          sooner than N ms after it was read (without "table": the direction's lag,
+                          replacing any table's own).
+  POST /release           {"from": SRC, "to": DST, "table": T, "count": N}: applies T's oldest N
+                          held writes, the link staying cut.
+  POST /wait-caught-up    {"timeout_ms": N, "tables": [...]} (timeout 30000 by default; every table
+                          without "table(s)"): answers once every write made in any region before
+                          the call has been read, and every link that is not cut has applied (or
+                          dropped as older) all it had read, its lag included: 200 {"caught_up":
+                          true, "stats": ...}, or 504 {"caught_up": false, ...} after the timeout.
+                          Writes a cut holds stay held (see held_back).
+Errors are 400 {"error": why}, naming what is wrong.
 
 Usage: python global_table_replicator.py --region us-east-1=http://127.0.0.1:8001
            --region eu-west-1=http://127.0.0.1:8002 -H 127.0.0.1 -p PORT [--poll-interval-ms 50]
@@ -137,34 +146,76 @@ class Echo:
     signature: str
 
 
+class TableLink:
+    """One table's replication in one direction: its queue of writes, in the order read, and its
+    counts. Tables are apart so that one test's cut or lag holds back no other test's table."""
+
+    def __init__(self):
+        self.queue = collections.deque()
+        self.applied = 0
+        self.dropped_as_older = 0
+        self.failed = 0
+        self.release_budget = 0  # held writes to apply although cut (POST /release)
+
+
 class Direction:
-    """Replication from one region to another: a queue of writes, applied in the order read."""
+    """Replication from one region to another, per table: writes applied in the order read, none
+    while the direction (or the table in it) is cut, none sooner than its lag after it was read."""
 
     def __init__(self, source, destination):
         self.source = source
         self.destination = destination
-        self.queue = collections.deque()
-        self.cut = False
-        self.lag_s = 0.0
-        self.release_budget = 0  # held writes to apply although cut (POST /release)
-        self.in_flight = False
-        self.applied = 0
-        self.dropped_as_older = 0
-        self.failed = 0
+        self.links = collections.defaultdict(TableLink)  # table -> TableLink
+        self.cut = False  # every table
+        self.cut_tables = set()
+        self.lag_s = 0.0  # every table without a lag of its own
+        self.lag_tables = {}  # table -> seconds
+        self.in_flight = None  # the table of the write being applied
 
     @property
     def name(self):
         return f"{self.source.name}>{self.destination.name}"
 
-    def drained(self):
-        """Nothing left to apply, or everything left is held by a cut."""
-        return not self.in_flight and (not self.queue or (self.cut and self.release_budget == 0))
+    def is_cut(self, table):
+        return self.cut or table in self.cut_tables
+
+    def lag_of(self, table):
+        return self.lag_tables.get(table, self.lag_s)
+
+    def next_write(self, now):
+        """(table, seconds to wait) of the write to apply next: the oldest due head of a table not
+        cut (or released); (None, seconds until one is due, or None when none can be)."""
+        best, wait = None, None
+        for table, link in self.links.items():
+            if not link.queue or (self.is_cut(table) and link.release_budget == 0):
+                continue
+            due = link.queue[0].read_at + (0 if self.is_cut(table) else self.lag_of(table))
+            if due <= now:
+                if best is None or link.queue[0].read_at < self.links[best].queue[0].read_at:
+                    best = table
+            elif wait is None or due - now < wait:
+                wait = due - now
+        return (best, 0) if best is not None else (None, wait)
+
+    def drained(self, tables=None):
+        """Nothing left to apply for `tables` (every table: None), or only what a cut holds."""
+        if self.in_flight is not None and (tables is None or self.in_flight in tables):
+            return False
+        return all(not link.queue or (self.is_cut(table) and link.release_budget == 0)
+                   for table, link in self.links.items() if tables is None or table in tables)
 
     def stats(self):
+        tables = {}
+        for table, link in self.links.items():
+            cut = self.is_cut(table)
+            tables[table] = {"cut": cut, "lag_ms": round(self.lag_of(table) * 1000),
+                             "queued": len(link.queue), "held_back": len(link.queue) if cut else 0,
+                             "applied": link.applied, "dropped_as_older": link.dropped_as_older,
+                             "failed": link.failed}
+        total = {k: sum(t[k] for t in tables.values())
+                 for k in ("queued", "held_back", "applied", "dropped_as_older", "failed")}
         return {"from": self.source.name, "to": self.destination.name, "cut": self.cut,
-                "lag_ms": round(self.lag_s * 1000), "queued": len(self.queue),
-                "held_back": len(self.queue) if self.cut else 0, "applied": self.applied,
-                "dropped_as_older": self.dropped_as_older, "failed": self.failed}
+                "lag_ms": round(self.lag_s * 1000), **total, "tables": tables}
 
 
 @dataclasses.dataclass
@@ -221,8 +272,9 @@ class Replicator:
         self.echoes = collections.defaultdict(collections.deque)  # (region, table, item) -> Echo…
         self.replicated = set()  # tables present in every region, read and replicated
         self.not_replicated = {}  # table -> why it cannot be
-        self.progress = 0  # writes applied, dropped or repaired: a wait watches it settle
-        self.discover_now = False
+        # table -> writes applied, dropped or repaired: a wait watches it settle
+        self.progress = collections.Counter()
+        self.discover_now = 0  # waits under way: while any, every pass lists tables and shards afresh
         self._last_ts = 0.0
 
     # --- time
@@ -270,6 +322,9 @@ class Replicator:
             self.replicated = {t for t in everywhere if t not in self.not_replicated}
             for gone in set(self.not_replicated) - everywhere:
                 del self.not_replicated[gone]
+            for direction in self.directions.values():
+                for gone in [t for t, link in direction.links.items() if t not in everywhere and not link.queue]:
+                    del direction.links[gone]
 
     def _stream_of(self, region, table):
         """The table's stream state in `region`, (re)described when due; None if it cannot be read."""
@@ -382,53 +437,50 @@ class Replicator:
                 read_at = time.monotonic()
                 for (source, _), direction in self.directions.items():
                     if source == region.name:
-                        direction.queue.append(Write(table, item, version, read_at))
+                        direction.links[table].queue.append(Write(table, item, version, read_at))
                 self.lock.notify_all()
         if repair is not None:
             region.repairs += 1
             self._write(region, table, item, repair)
             with self.lock:
-                self.progress += 1
+                self.progress[table] += 1
                 self.lock.notify_all()
 
     # --- applying the writes
 
     def run_direction(self, direction):
-        """Applies a direction's writes for ever, in order: none while cut (unless released), none
-        sooner than its lag after it was read."""
+        """Applies a direction's writes for ever, each table's in order: none while cut (unless
+        released), none sooner than its lag after it was read."""
         while True:
             with self.lock:
                 while True:
-                    if direction.queue and (not direction.cut or direction.release_budget > 0):
-                        due = direction.queue[0].read_at + direction.lag_s
-                        wait = due - time.monotonic()
-                        if wait <= 0:
-                            break
-                        self.lock.wait(wait)
-                    else:
-                        self.lock.wait()
-                write = direction.queue[0]
-                direction.in_flight = True
+                    table, wait = direction.next_write(time.monotonic())
+                    if table is not None:
+                        break
+                    self.lock.wait(wait)
+                link = direction.links[table]
+                write = link.queue[0]
+                direction.in_flight = table
             try:
                 outcome = self._apply(direction, write)
             except Exception:  # noqa: BLE001 - kept at the head, in order, and tried again
-                LOG.exception("applying a write %s of %s failed; trying again", direction.name, write.table)
+                LOG.exception("applying a write %s of %s failed; trying again", direction.name, table)
                 outcome = "retry"
             with self.lock:
-                direction.in_flight = False
+                direction.in_flight = None
                 if outcome == "retry":
                     self.lock.wait(RETRY_AFTER_S)
                     continue
-                direction.queue.popleft()
-                if direction.cut and direction.release_budget > 0:
-                    direction.release_budget -= 1
+                link.queue.popleft()
+                if direction.is_cut(table) and link.release_budget > 0:
+                    link.release_budget -= 1
                 if outcome == "applied":
-                    direction.applied += 1
+                    link.applied += 1
                 elif outcome == "older":
-                    direction.dropped_as_older += 1
+                    link.dropped_as_older += 1
                 else:
-                    direction.failed += 1
-                self.progress += 1
+                    link.failed += 1
+                self.progress[table] += 1
                 self.lock.notify_all()
 
     def _apply(self, direction, write):
@@ -496,56 +548,92 @@ class Replicator:
             raise ValueError(f"'to' must be another of the regions {sorted(self.regions)}, not {target!r}")
         return [self.directions[(source, target)]]
 
+    @staticmethod
+    def tables_named(body):
+        """The tables a control request names ("table" or "tables"); None: every table."""
+        if "table" in body:
+            tables = [body["table"]]
+        elif "tables" in body:
+            tables = body["tables"]
+        else:
+            return None
+        if not isinstance(tables, list) or not all(isinstance(t, str) and t for t in tables):
+            raise ValueError(f"'table' must be a table name, 'tables' a list of them, not {tables!r}")
+        return set(tables)
+
     def set_cut(self, body, cut):
+        tables = self.tables_named(body)
         with self.lock:
             for direction in self.directions_named(body):
-                direction.cut = cut
-                if not cut:
-                    direction.release_budget = 0
+                if tables is None:
+                    direction.cut = cut
+                    if not cut:
+                        direction.cut_tables.clear()
+                elif cut:
+                    direction.cut_tables |= tables
+                else:
+                    direction.cut_tables -= tables
+                for table, link in direction.links.items():
+                    if not direction.is_cut(table):
+                        link.release_budget = 0
             self.lock.notify_all()
 
     def set_lag(self, body):
         lag_ms = body.get("lag_ms")
-        if not isinstance(lag_ms, (int, float)) or lag_ms < 0:
+        if not isinstance(lag_ms, (int, float)) or isinstance(lag_ms, bool) or lag_ms < 0:
             raise ValueError(f"'lag_ms' must be a number of milliseconds >= 0, not {lag_ms!r}")
+        tables = self.tables_named(body)
         with self.lock:
             for direction in self.directions_named(body):
-                direction.lag_s = lag_ms / 1000
+                if tables is None:
+                    direction.lag_s = lag_ms / 1000
+                    direction.lag_tables.clear()
+                else:
+                    direction.lag_tables.update({t: lag_ms / 1000 for t in tables})
             self.lock.notify_all()
 
     def release(self, body):
         count = body.get("count")
-        if not isinstance(count, int) or count < 1:
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise ValueError(f"'count' must be a whole number >= 1, not {count!r}")
+        tables = self.tables_named(body)
+        if tables is None or len(tables) != 1:
+            raise ValueError("'table' must name the one table whose held writes to release")
+        (table,) = tables
         with self.lock:
             for direction in self.directions_named(body):
-                if not direction.cut:
-                    raise ValueError(f"{direction.name} is not cut: nothing is held to release")
-                direction.release_budget += count
+                if not direction.is_cut(table):
+                    raise ValueError(f"{direction.name} is not cut for {table}: nothing is held to release")
+                direction.links[table].release_budget += count
             self.lock.notify_all()
 
-    def wait_caught_up(self, timeout_s):
-        """True once every write made before the call is read and applied by every direction that is
-        not cut (see POST /wait-caught-up); False after `timeout_s`."""
+    def wait_caught_up(self, timeout_s, tables=None):
+        """True once every write made before the call (to `tables`, or any table) is read and
+        applied by every direction that is not cut (see POST /wait-caught-up); False after
+        `timeout_s`."""
         deadline = time.monotonic() + timeout_s
+
+        def progress():
+            return sum(n for t, n in self.progress.items() if tables is None or t in tables)
+
         with self.lock:
-            self.discover_now = True
+            self.discover_now += 1
             try:
                 while True:
-                    progress = self.progress
+                    before = progress()
                     # Two passes of every reader: the second began after the call, with a fresh
                     # listing of the tables and of their shards.
                     cycles = {name: r.cycles for name, r in self.regions.items()}
                     if not self._wait_until(lambda: all(r.cycles >= cycles[n] + 2
                                                         for n, r in self.regions.items()), deadline):
                         return False
-                    if not self._wait_until(lambda: all(d.drained() for d in self.directions.values()),
+                    if not self._wait_until(lambda: all(d.drained(tables) for d in self.directions.values()),
                                             deadline):
                         return False
-                    if self.progress == progress:
+                    if progress() == before:
                         return True  # a whole round read nothing new to apply: caught up
             finally:
-                self.discover_now = False
+                self.discover_now -= 1
 
     def _wait_until(self, condition, deadline):
         while not condition():
@@ -612,7 +700,7 @@ def handler_for(replicator):
                     timeout_ms = body.get("timeout_ms", 30000)
                     if not isinstance(timeout_ms, (int, float)) or timeout_ms <= 0:
                         raise ValueError(f"'timeout_ms' must be a positive number, not {timeout_ms!r}")
-                    caught_up = replicator.wait_caught_up(timeout_ms / 1000)
+                    caught_up = replicator.wait_caught_up(timeout_ms / 1000, replicator.tables_named(body))
                     self.reply(200 if caught_up else 504, {"caught_up": caught_up, "stats": replicator.stats()})
                     return
                 else:

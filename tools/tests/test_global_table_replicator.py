@@ -58,8 +58,12 @@ class World:
         assert status == 200 and body["caught_up"], body
         return body["stats"]
 
-    def direction(self, source, destination):
-        return self.control("/stats")[1]["directions"][f"{source}>{destination}"]
+    def link(self, source, destination, table, **body):
+        """A control body naming the link source -> destination of `table`."""
+        return {"from": source, "to": destination, "table": table, **body}
+
+    def link_stats(self, source, destination, table):
+        return self.control("/stats")[1]["directions"][f"{source}>{destination}"]["tables"][table]
 
     def create_table(self, region, name):
         self.ddb[region].create_table(
@@ -104,6 +108,7 @@ def table(world):
     for source, destination in ((world.a, world.b), (world.b, world.a)):
         world.control("/restore", {"from": source, "to": destination})
         world.control("/lag", {"from": source, "to": destination, "lag_ms": 0})
+    assert world.control("/stats")[1]["directions"][f"{world.a}>{world.b}"]["held_back"] == 0
     world.wait_caught_up()
     for region in (world.a, world.b):
         world.ddb[region].delete_table(TableName=name)
@@ -143,19 +148,19 @@ def test_writes_in_either_region_reach_the_other_and_every_stream_holds_every_wr
 
 def test_a_transaction_is_replicated_item_by_item_and_may_be_seen_in_part(world, table):
     # Given the link from A to B cut
-    world.control("/cut", {"from": world.a, "to": world.b})
+    world.control("/cut", world.link(world.a, world.b, table))
     # When a transaction writes three items in A, and B is let through one write only
     world.ddb[world.a].transact_write_items(TransactItems=[
         {"Put": {"TableName": table, "Item": item(f"t{i}", v=str(i))}} for i in range(3)])
     world.wait_caught_up()
-    status, _ = world.control("/release", {"from": world.a, "to": world.b, "count": 1})
+    status, _ = world.control("/release", world.link(world.a, world.b, table, count=1))
     assert status == 200
     world.wait_caught_up()
     # Then B holds one item of the transaction (atomic only in the region that ran it)
     assert len(world.items(world.b, table)) == 1
-    assert world.direction(world.a, world.b)["held_back"] == 2
+    assert world.link_stats(world.a, world.b, table)["held_back"] == 2
     # And once restored, each item arrives as a write of its own in B's stream
-    world.control("/restore", {"from": world.a, "to": world.b})
+    world.control("/restore", world.link(world.a, world.b, table))
     world.wait_caught_up()
     assert world.items(world.b, table) == world.items(world.a, table)
     assert sorted(summary(world.records(world.b, table))) == [("INSERT", f"t{i}", str(i)) for i in range(3)]
@@ -164,8 +169,8 @@ def test_a_transaction_is_replicated_item_by_item_and_may_be_seen_in_part(world,
 @pytest.mark.parametrize("later", ["a", "b"])
 def test_the_last_writer_wins_a_conflicting_write_in_both_regions(world, table, later):
     # Given both links cut, so each region writes the item without seeing the other's write
-    world.control("/cut", {"from": world.a, "to": world.b})
-    world.control("/cut", {"from": world.b, "to": world.a})
+    world.control("/cut", world.link(world.a, world.b, table))
+    world.control("/cut", world.link(world.b, world.a, table))
     first, second = (world.b, world.a) if later == "a" else (world.a, world.b)
     # When the item is written in one region, then (later) in the other
     world.ddb[first].put_item(TableName=table, Item=item("k", v=f"from {first}"))
@@ -174,18 +179,18 @@ def test_the_last_writer_wins_a_conflicting_write_in_both_regions(world, table, 
     world.ddb[second].put_item(TableName=table, Item=item("k", v=f"from {second}"))
     world.wait_caught_up()
     # And the links are restored
-    world.control("/restore", {"from": world.a, "to": world.b})
-    world.control("/restore", {"from": world.b, "to": world.a})
+    world.control("/restore", world.link(world.a, world.b, table))
+    world.control("/restore", world.link(world.b, world.a, table))
     world.wait_caught_up()
     # Then both regions hold the later write, and the older one was dropped where it arrived late
     assert world.items(world.a, table) == world.items(world.b, table) == {"k": item("k", v=f"from {second}")}
-    assert world.direction(first, second)["dropped_as_older"] >= 1
+    assert world.link_stats(first, second, table)["dropped_as_older"] >= 1
     assert summary(world.records(second, table)) == [("INSERT", "k", f"from {second}")]
 
 
 def test_a_cut_link_holds_writes_back_and_releases_them_in_order_when_restored(world, table):
     # Given the link from A to B cut
-    world.control("/cut", {"from": world.a, "to": world.b})
+    world.control("/cut", world.link(world.a, world.b, table))
     # When A writes 20 items and updates one five times
     for i in range(20):
         world.ddb[world.a].put_item(TableName=table, Item=item(f"k{i:02}", v="0"))
@@ -194,9 +199,9 @@ def test_a_cut_link_holds_writes_back_and_releases_them_in_order_when_restored(w
     world.wait_caught_up()
     # Then B has none of them, held back, not lost
     assert world.items(world.b, table) == {}
-    assert world.direction(world.a, world.b)["held_back"] == 25
+    assert world.link_stats(world.a, world.b, table)["held_back"] == 25
     # And once restored B holds all, each item's writes in A's order
-    world.control("/restore", {"from": world.a, "to": world.b})
+    world.control("/restore", world.link(world.a, world.b, table))
     world.wait_caught_up()
     assert world.items(world.b, table) == world.items(world.a, table)
     assert len(world.items(world.b, table)) == 20
@@ -206,7 +211,7 @@ def test_a_cut_link_holds_writes_back_and_releases_them_in_order_when_restored(w
 
 def test_a_lag_delays_each_write_at_least_that_long(world, table):
     # Given a lag of 800 ms from A to B
-    world.control("/lag", {"from": world.a, "to": world.b, "lag_ms": 800})
+    world.control("/lag", world.link(world.a, world.b, table, lag_ms=800))
     # When A writes an item
     written = time.monotonic()
     world.ddb[world.a].put_item(TableName=table, Item=item("k", v="1"))
@@ -215,7 +220,7 @@ def test_a_lag_delays_each_write_at_least_that_long(world, table):
         assert time.monotonic() - written < 10, "the write never arrived"
         time.sleep(0.02)
     assert time.monotonic() - written >= 0.8
-    assert world.direction(world.a, world.b)["lag_ms"] == 800
+    assert world.link_stats(world.a, world.b, table)["lag_ms"] == 800
 
 
 def test_a_ttl_deletion_is_replicated_as_a_plain_delete_without_ttls_identity(world, table):
@@ -268,5 +273,27 @@ def test_the_control_refuses_what_it_does_not_know_with_a_reason(world):
     assert status == 400 and "mars-north-1" in body["error"]
     status, body = world.control("/lag", {"from": world.a, "to": world.b, "lag_ms": -1})
     assert status == 400 and "lag_ms" in body["error"]
-    status, body = world.control("/release", {"from": world.a, "to": world.b, "count": 1})
+    status, body = world.control("/release", world.link(world.a, world.b, "orders", count=1))
     assert status == 400 and "not cut" in body["error"]
+    status, body = world.control("/release", {"from": world.a, "to": world.b, "count": 1})
+    assert status == 400 and "'table'" in body["error"]
+
+
+def test_a_cut_for_one_table_holds_back_no_other_table(world, table):
+    # Given another table, and the link from A to B cut for the first one only
+    other = unique("other")
+    for region in (world.a, world.b):
+        world.create_table(region, other)
+    try:
+        world.control("/cut", world.link(world.a, world.b, table))
+        # When A writes to both
+        world.ddb[world.a].put_item(TableName=table, Item=item("k", v="1"))
+        world.ddb[world.a].put_item(TableName=other, Item=item("k", v="1"))
+        world.wait_caught_up()
+        # Then the other table's write reached B, the first one's is held
+        assert world.items(world.b, other) == {"k": item("k", v="1")}
+        assert world.items(world.b, table) == {}
+        assert world.link_stats(world.a, world.b, table)["held_back"] == 1
+    finally:
+        for region in (world.a, world.b):
+            world.ddb[region].delete_table(TableName=other)
