@@ -18,6 +18,9 @@ to (the facts and their sources are in the project's reference notes on global t
   - Last writer wins, per item, by the time the write happened in its source region (here: when the
     replicator read it from that region's stream, which it reads continuously, cut or not;
     DynamoDB Local's ApproximateCreationDateTime is rounded to the minute, too coarse to order by).
+    Writes to one item in two regions less than a poll apart (50 ms; up to IDLE_POLL_MAX_S for a
+    table idle a while) are ordered by when they were read: the winner is arbitrary but the same in
+    every region, as with AWS's internal timestamps of nearly simultaneous writes.
     A replicated write older than the version its destination holds is dropped. A destination write
     that overtakes a replicated one in flight (the condition AWS checks is atomic, ours is not) is
     repaired: when the older replicated image is read back after a newer write to the same item, the
@@ -86,9 +89,15 @@ import botocore.exceptions
 
 LOG = logging.getLogger("global_table_replicator")
 
-# How often a region's tables are listed again, and each table's stream described again (new
-# shards), when nothing else asks for it sooner (a shard that ended, a wait for catching up).
+# How often a region's tables are listed again (new tables), and each table's stream described
+# again (new shards), when nothing asks for it sooner (a shard that ended, a wait for catching up).
 DISCOVERY_INTERVAL_S = 1.0
+STREAM_DESCRIBE_INTERVAL_S = 10.0
+# A table whose stream had nothing new for a few passes is read again after the poll interval
+# doubled per idle pass, up to this: the suite leaves many tables behind, and reading each every
+# 50 ms would load the machine for nothing. A wait for catching up reads every table on every pass
+# regardless. It bounds how late a write is stamped (see "Last writer wins" above).
+IDLE_POLL_MAX_S = 0.5
 # A write that failed for a reason that may pass (the destination restarting) is tried again after this.
 RETRY_AFTER_S = 0.2
 
@@ -227,6 +236,9 @@ class StreamState:
     parents: dict = dataclasses.field(default_factory=dict)
     finished: set = dataclasses.field(default_factory=set)
     described_at: float = 0.0
+    # A table idle for a while is read less often (see IDLE_POLL_MAX_S); any record resets it.
+    idle_passes: int = 0
+    next_read_at: float = 0.0
 
 
 class Region:
@@ -330,7 +342,7 @@ class Replicator:
         """The table's stream state in `region`, (re)described when due; None if it cannot be read."""
         state = region.streams_by_table.get(table)
         now = time.monotonic()
-        if state is not None and now - state.described_at < DISCOVERY_INTERVAL_S and not self.discover_now:
+        if state is not None and now - state.described_at < STREAM_DESCRIBE_INTERVAL_S and not self.discover_now:
             return state
         description = region.dynamodb.describe_table(TableName=table)["Table"]
         spec = description.get("StreamSpecification") or {}
@@ -368,14 +380,22 @@ class Replicator:
 
     def _read_table(self, region, table):
         try:
+            state = region.streams_by_table.get(table)
+            now = time.monotonic()
+            if state is not None and not self.discover_now and now < state.next_read_at:
+                return
             state = self._stream_of(region, table)
             if state is None:
                 return
+            read = 0
             for shard_id in list(state.open_shards):
                 parent = state.parents.get(shard_id)
                 if parent is not None and parent in state.open_shards:
                     continue  # a child after its parent: records are in order per item
-                self._read_shard(region, table, state, shard_id)
+                read += self._read_shard(region, table, state, shard_id)
+            state.idle_passes = 0 if read else state.idle_passes + 1
+            backoff = self.poll_interval_s * 2 ** min(state.idle_passes, 8) if state.idle_passes > 2 else 0
+            state.next_read_at = now + min(backoff, IDLE_POLL_MAX_S)
         except botocore.exceptions.ClientError as error:
             if error.response["Error"]["Code"] == "ResourceNotFoundException":
                 region.streams_by_table.pop(table, None)  # deleted meanwhile; the next listing says
@@ -383,6 +403,8 @@ class Replicator:
             raise
 
     def _read_shard(self, region, table, state, shard_id):
+        """Reads a shard up to its end or its latest record; how many records it read."""
+        read = 0
         iterator = state.open_shards[shard_id]
         if iterator is None:
             # From the shard's start: a table found now is replicated from its creation.
@@ -393,6 +415,7 @@ class Replicator:
             records = page.get("Records", [])
             for record in records:
                 self._on_record(region, table, record)
+            read += len(records)
             iterator = page.get("NextShardIterator")
             if not records:
                 break
@@ -402,6 +425,7 @@ class Replicator:
             state.described_at = 0.0  # a shard ended: its children are to be found
         else:
             state.open_shards[shard_id] = iterator
+        return read
 
     def _on_record(self, region, table, record):
         """A record of `region`'s stream: the read-back of a write of ours, or a write made in the

@@ -202,3 +202,26 @@ async fn two_regions_marking_one_event_while_cut_off_end_with_the_later_mark_in_
     assert_eq!(from_a.dropped_as_older, 1, "{from_a:?}");
     assert_eq!(from_a.held_back, 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_global_environment_deletes_its_tables_from_every_region_when_dropped() {
+    // Given an environment with its outbox table and a lease table in both regions
+    let global = GlobalTestEnv::new().await;
+    let leases = outbox_tests::unique_name("leases");
+    global.create_lease_table(&leases).await;
+    let tables = [global.env.table_name.clone(), leases];
+    let clients = global
+        .regions
+        .iter()
+        .map(|r| r.dynamodb.clone())
+        .collect::<Vec<_>>();
+    // When it is dropped
+    drop(global);
+    // Then no region holds them (the replicator would read them for the rest of the run)
+    for client in clients {
+        let listed = client.list_tables().send().await.expect("list tables");
+        for table in &tables {
+            assert!(!listed.table_names().contains(table), "{table} left behind");
+        }
+    }
+}

@@ -147,6 +147,8 @@ pub struct GlobalTestEnv {
     /// Every region, in the order the emulator lists them; the outbox table in each.
     pub regions: Vec<RegionEnv>,
     pub replicator: Replicator,
+    /// Deletes the environment's tables from every region once the last clone is dropped.
+    _tables: Arc<RegionTables>,
 }
 
 impl GlobalTestEnv {
@@ -176,10 +178,15 @@ impl GlobalTestEnv {
         for region in &mut regions {
             region.stream_arn = create_global_table(region, &env.table_name, &spec).await;
         }
+        let tables = Arc::new(RegionTables {
+            names: replicator.tables.clone(),
+            clients: regions.iter().map(|r| r.dynamodb.clone()).collect(),
+        });
         Self {
             env,
             regions,
             replicator,
+            _tables: tables,
         }
     }
 
@@ -221,6 +228,38 @@ impl GlobalTestEnv {
             .and_then(|t| t.lease_table())
             .unwrap_or_else(|e| panic!("the template's lease table: {e}"));
         self.create_table_in_every_region(table, &spec).await;
+    }
+}
+
+/// The tables of one [`GlobalTestEnv`] in every region, deleted when it is dropped: the replicator
+/// reads every table the regions hold, so tables left behind by the suite's tests would cost it a
+/// read each (and the machine its CPU) for the rest of the run.
+#[derive(Debug)]
+struct RegionTables {
+    names: Arc<Mutex<Vec<String>>>,
+    clients: Vec<aws_sdk_dynamodb::Client>,
+}
+
+impl Drop for RegionTables {
+    fn drop(&mut self) {
+        // Only on a multi-threaded runtime can a drop wait for the calls; elsewhere the tables stay.
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+            return;
+        }
+        let names = self.names.lock().map(|n| n.clone()).unwrap_or_default();
+        tokio::task::block_in_place(|| {
+            handle.block_on(async {
+                for client in &self.clients {
+                    for table in &names {
+                        // Best effort: a table a test deleted itself is already gone.
+                        let _ = client.delete_table().table_name(table).send().await;
+                    }
+                }
+            });
+        });
     }
 }
 
