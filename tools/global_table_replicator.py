@@ -61,6 +61,10 @@ without, on the whole direction.
                           replacing any table's own).
   POST /release           {"from": SRC, "to": DST, "table": T, "count": N}: applies T's oldest N
                           held writes, the link staying cut.
+  POST /pause-reading    {"region": R, "table": T}: the reader leaves T's stream in R unread until
+                          POST /resume-reading (same body): a write made there meanwhile is not
+                          known to the replicator yet, as a write in flight is not (the replicator's
+                          own test of its repair uses it; a wait does not wait for a paused table).
   POST /wait-caught-up    {"timeout_ms": N, "tables": [...]} (timeout 30000 by default; every table
                           without "table(s)"): answers once every write made in any region before
                           the call has been read, and every link that is not cut has applied (or
@@ -257,6 +261,7 @@ class Region:
         self.tables = set()  # every table in the region, as last listed
         self.listed_at = 0.0
         self.streams_by_table = {}  # table -> StreamState
+        self.paused_tables = set()  # tables whose stream the reader leaves unread (POST /pause-reading)
         self.cycles = 0  # full passes of the reader over the region's replicated tables
         self.write_lock = threading.Lock()  # the replicator's writes into this region, one at a time
         self.records_read = 0
@@ -380,6 +385,8 @@ class Replicator:
 
     def _read_table(self, region, table):
         try:
+            if table in region.paused_tables:
+                return
             state = region.streams_by_table.get(table)
             now = time.monotonic()
             if state is not None and not self.discover_now and now < state.next_read_at:
@@ -631,6 +638,20 @@ class Replicator:
                 direction.links[table].release_budget += count
             self.lock.notify_all()
 
+    def set_reading(self, body, paused):
+        region = self.regions.get(body.get("region"))
+        if region is None:
+            raise ValueError(f"'region' must be one of the regions {sorted(self.regions)}, not {body.get('region')!r}")
+        tables = self.tables_named(body)
+        if tables is None:
+            raise ValueError("'table' must name the table whose stream to leave unread (or read again)")
+        with self.lock:
+            if paused:
+                region.paused_tables |= tables
+            else:
+                region.paused_tables -= tables
+            self.lock.notify_all()
+
     def wait_caught_up(self, timeout_s, tables=None):
         """True once every write made before the call (to `tables`, or any table) is read and
         applied by every direction that is not cut (see POST /wait-caught-up); False after
@@ -720,6 +741,10 @@ def handler_for(replicator):
                     replicator.set_lag(body)
                 elif self.path == "/release":
                     replicator.release(body)
+                elif self.path == "/pause-reading":
+                    replicator.set_reading(body, True)
+                elif self.path == "/resume-reading":
+                    replicator.set_reading(body, False)
                 elif self.path == "/wait-caught-up":
                     timeout_ms = body.get("timeout_ms", 30000)
                     if not isinstance(timeout_ms, (int, float)) or timeout_ms <= 0:
