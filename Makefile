@@ -57,7 +57,7 @@ setup:
 	$(EMULATOR) install
 
 emulator-start:
-	$(EMULATOR) start
+	EMULATOR_REGIONS=$(TEST_REGIONS) $(EMULATOR) start
 
 emulator-stop:
 	$(EMULATOR) stop
