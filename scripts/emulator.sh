@@ -250,6 +250,9 @@ case "${1:-}" in
     start_in "$state"
     # shellcheck disable=SC1091
     source "$state/env"
+    # The command sees the regions as OUTBOX_EMULATOR_*; an emulator it starts itself (the demo's
+    # test of Ctrl-C) starts no second global table unless asked.
+    unset EMULATOR_REGIONS
     set +e
     "$@"
     status=$?
