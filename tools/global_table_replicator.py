@@ -237,6 +237,8 @@ class StreamState:
     stream_arn: str
     # shard id -> its next iterator (None: not opened yet); removed once the shard has ended.
     open_shards: dict = dataclasses.field(default_factory=dict)
+    # shard id -> the sequence number of the last record read (to resume after an expired iterator)
+    last_read: dict = dataclasses.field(default_factory=dict)
     parents: dict = dataclasses.field(default_factory=dict)
     finished: set = dataclasses.field(default_factory=set)
     described_at: float = 0.0
@@ -307,17 +309,26 @@ class Replicator:
     def run_reader(self, region):
         """Reads `region`'s streams for ever: lists its tables, follows each replicated table's shards."""
         while True:
+            complete = True
             try:
                 self._discover(region)
-                for table in sorted(self.replicated):
-                    self._read_table(region, table)
             except Exception:  # noqa: BLE001 - a reader never dies; the next pass tries again
-                LOG.exception("reading region %s failed; trying again", region.name)
+                LOG.exception("listing the tables of %s failed; trying again", region.name)
+                complete = False
+            for table in sorted(self.replicated):
+                try:
+                    self._read_table(region, table)
+                except Exception:  # noqa: BLE001 - one table's failure holds back no other
+                    LOG.exception("reading %s in %s failed; trying again", table, region.name)
+                    complete = False
+            if complete:
+                # A pass counts only whole: a wait for catching up relies on it.
+                with self.lock:
+                    region.cycles += 1
+                    self.lock.notify_all()
+                time.sleep(self.poll_interval_s)
+            else:
                 time.sleep(RETRY_AFTER_S)
-            with self.lock:
-                region.cycles += 1
-                self.lock.notify_all()
-            time.sleep(self.poll_interval_s)
 
     def _discover(self, region):
         now = time.monotonic()
@@ -414,14 +425,27 @@ class Replicator:
         read = 0
         iterator = state.open_shards[shard_id]
         if iterator is None:
-            # From the shard's start: a table found now is replicated from its creation.
-            iterator = region.streams.get_shard_iterator(
-                StreamArn=state.stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+            iterator = self._iterator(region, state, shard_id)
+        renewed = False
         while iterator is not None:
-            page = region.streams.get_records(ShardIterator=iterator, Limit=1000)
+            try:
+                page = region.streams.get_records(ShardIterator=iterator, Limit=1000)
+            except botocore.exceptions.ClientError as error:
+                code = error.response["Error"]["Code"]
+                if renewed or code not in ("ExpiredIteratorException", "TrimmedDataAccessException"):
+                    raise
+                # Resume after the last record read (or from the start) with a new iterator:
+                # iterators last 15 minutes (a table whose reading was paused), and DynamoDB Local
+                # answers TrimmedDataAccessException to an iterator taken on a shard still empty
+                # once another table's writes moved its sequence numbers on.
+                iterator = self._iterator(region, state, shard_id)
+                renewed = True
+                continue
+            renewed = False
             records = page.get("Records", [])
             for record in records:
                 self._on_record(region, table, record)
+                state.last_read[shard_id] = record["dynamodb"]["SequenceNumber"]
             read += len(records)
             iterator = page.get("NextShardIterator")
             if not records:
@@ -433,6 +457,16 @@ class Replicator:
         else:
             state.open_shards[shard_id] = iterator
         return read
+
+    @staticmethod
+    def _iterator(region, state, shard_id):
+        """An iterator after the last record read from the shard, or from its start: a table found
+        now is replicated from its creation."""
+        last = state.last_read.get(shard_id)
+        position = ({"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": last} if last
+                    else {"ShardIteratorType": "TRIM_HORIZON"})
+        return region.streams.get_shard_iterator(StreamArn=state.stream_arn, ShardId=shard_id,
+                                                 **position)["ShardIterator"]
 
     def _on_record(self, region, table, record):
         """A record of `region`'s stream: the read-back of a write of ours, or a write made in the

@@ -320,3 +320,25 @@ def test_a_local_write_overtaken_by_an_older_replicated_one_is_written_again(wor
     # its own older write back after it
     assert world.items(world.a, table) == world.items(world.b, table) == {"k": item("k", v="later, from B")}
     assert world.control("/stats")[1]["regions"][world.b]["repairs"] >= 1
+
+
+def test_a_table_still_empty_when_first_read_is_replicated_after_other_tables_were_written(world, table):
+    # Given the replicator reading the table while its stream is empty in both regions
+    world.wait_caught_up()
+    # And writes to another table in both regions meanwhile (DynamoDB Local's sequence numbers are
+    # the process's, so the empty shard's first record is then numbered past where it was read)
+    other = unique("other")
+    for region in (world.a, world.b):
+        world.create_table(region, other)
+    try:
+        for region in (world.a, world.b):
+            world.ddb[region].put_item(TableName=other, Item=item(f"from {region}", v="1"))
+        # When the table is written in A
+        world.ddb[world.a].put_item(TableName=table, Item=item("k", v="1"))
+        world.wait_caught_up()
+        # Then the write reaches B, and B's stream holds it once
+        assert world.items(world.b, table) == {"k": item("k", v="1")}
+        assert summary(world.records(world.b, table)) == [("INSERT", "k", "1")]
+    finally:
+        for region in (world.a, world.b):
+            world.ddb[region].delete_table(TableName=other)
