@@ -312,6 +312,10 @@ class Replicator:
             complete = True
             try:
                 self._discover(region)
+            except botocore.exceptions.EndpointConnectionError as error:
+                # The region's DynamoDB Local starting (or stopped): one line, not a traceback.
+                LOG.warning("%s: %s; trying again", region.name, error)
+                complete = False
             except Exception:  # noqa: BLE001 - a reader never dies; the next pass tries again
                 LOG.exception("listing the tables of %s failed; trying again", region.name)
                 complete = False
