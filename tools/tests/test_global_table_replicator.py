@@ -6,6 +6,7 @@ tools/tests (make test and make test-custom-bus-double do)."""
 
 import json
 import os
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -342,3 +343,27 @@ def test_a_table_still_empty_when_first_read_is_replicated_after_other_tables_we
     finally:
         for region in (world.a, world.b):
             world.ddb[region].delete_table(TableName=other)
+
+
+def test_both_regions_converge_under_concurrent_conflicting_writes_to_the_same_items(world, table):
+    # Given a lag both ways, so that each region's writes cross the other's in flight
+    world.control("/lag", world.link(world.a, world.b, table, lag_ms=150))
+    world.control("/lag", world.link(world.b, world.a, table, lag_ms=150))
+
+    # When both regions write the same 20 items at the same time, five rounds each
+    def write(region):
+        for n in range(5):
+            for i in range(20):
+                world.ddb[region].put_item(TableName=table, Item=item(f"k{i:02}", v=f"{region} {n}"))
+
+    threads = [threading.Thread(target=write, args=(region,)) for region in (world.a, world.b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    world.wait_caught_up()
+    # Then both regions hold the same item for every key, each a region's last round
+    in_a, in_b = world.items(world.a, table), world.items(world.b, table)
+    assert in_a == in_b
+    assert sorted(in_a) == [f"k{i:02}" for i in range(20)]
+    assert {v["v"]["S"].split()[1] for v in in_a.values()} == {"4"}
