@@ -27,10 +27,13 @@ to (the facts and their sources are in the project's reference notes on global t
     newer image is written again, so every region converges on the last writer.
   - A REMOVE is replicated as a delete, a TTL deletion too: a plain DeleteItem, so in the other
     region it carries no `userIdentity` (as AWS's TTL documentation says of replicated TTL deletes).
-  - A cut link holds writes back per direction (source -> destination) and releases them in order
-    when restored, nothing lost; a lag per direction delays each write by at least that long after it
-    was read. A direction can also release its oldest N held writes while staying cut (to show a
+  - A cut link holds writes back (per direction, source -> destination, and table) and releases
+    them in order when restored, nothing lost; a lag delays each write by at least that long after
+    it was read. A cut link can also release its oldest N held writes while staying cut (to show a
     transaction half replicated).
+  - DynamoDB Local's own quirk is absorbed: an iterator taken on a shard still empty fails with
+    TrimmedDataAccessException once another table's writes moved the process's sequence numbers
+    on; the reader takes a new one and loses nothing.
 
 Not modelled: DynamoDB may coalesce several changes to an item into one replicated write (this
 replicates every change); a table must exist in every region (no CreateTable with replicas, no
