@@ -3,25 +3,13 @@
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
-use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_dynamodb::error::ErrorMetadata;
-use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http_client};
+use aws_smithy_mocks::{Rule, RuleMode, mock_client};
 
 /// A client whose calls are answered by `rules` (SDK retries off, so each rule answers once).
 pub(crate) fn mock_client(rules: &[&Rule]) -> Client {
-    let interceptor = rules.iter().fold(
-        MockResponseInterceptor::new().rule_mode(RuleMode::MatchAny),
-        |i, rule| i.with_rule(rule),
-    );
-    let config = aws_sdk_dynamodb::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("test", "test", None, None, "test"))
-        .http_client(create_mock_http_client())
-        .interceptor(interceptor)
-        .retry_config(RetryConfig::disabled())
-        .build();
-    Client::from_conf(config)
+    mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, rules, |c| c
+        .retry_config(RetryConfig::disabled()))
 }
 
 /// The error metadata DynamoDB sends when a table's throughput is exceeded.
@@ -34,19 +22,8 @@ pub(crate) fn throttled() -> ErrorMetadata {
 
 /// An S3 client whose calls are answered by `rules` (SDK retries off, so each rule answers once).
 pub(crate) fn mock_s3_client(rules: &[&Rule]) -> aws_sdk_s3::Client {
-    let interceptor = rules.iter().fold(
-        MockResponseInterceptor::new().rule_mode(RuleMode::MatchAny),
-        |i, rule| i.with_rule(rule),
-    );
-    let config = aws_sdk_s3::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("test", "test", None, None, "test"))
-        .http_client(create_mock_http_client())
-        .interceptor(interceptor)
-        .retry_config(RetryConfig::disabled())
-        .build();
-    aws_sdk_s3::Client::from_conf(config)
+    mock_client!(aws_sdk_s3, RuleMode::MatchAny, rules, |c| c
+        .retry_config(RetryConfig::disabled()))
 }
 
 /// S3's answer to a refused or failed call: `status`, and the REST-XML error with `code`.

@@ -83,20 +83,14 @@ pub use mimalloc::MiMalloc as Allocator;
 /// for this crate's unit tests.
 #[cfg(test)]
 pub(crate) fn mocked_s3(rules: &[&aws_smithy_mocks::Rule]) -> aws_sdk_s3::config::Builder {
-    let mut mocks = aws_smithy_mocks::MockResponseInterceptor::new()
-        .rule_mode(aws_smithy_mocks::RuleMode::Sequential);
-    for rule in rules {
-        mocks = mocks.with_rule(rule);
-    }
-    aws_sdk_s3::Config::builder()
-        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-        .region(aws_sdk_s3::config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_s3::config::Credentials::new(
-            "t", "t", None, None, "t",
-        ))
-        .http_client(aws_smithy_mocks::create_mock_http_client())
-        .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
-        .interceptor(mocks)
+    aws_smithy_mocks::mock_client!(
+        aws_sdk_s3,
+        aws_smithy_mocks::RuleMode::Sequential,
+        rules,
+        |c| c.retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
+    )
+    .config()
+    .to_builder()
 }
 
 /// A DynamoDB client configuration whose calls `rules` answer in order (no network, no SDK
@@ -105,20 +99,14 @@ pub(crate) fn mocked_s3(rules: &[&aws_smithy_mocks::Rule]) -> aws_sdk_s3::config
 pub(crate) fn mocked_dynamodb(
     rules: &[&aws_smithy_mocks::Rule],
 ) -> aws_sdk_dynamodb::config::Builder {
-    let mut mocks = aws_smithy_mocks::MockResponseInterceptor::new()
-        .rule_mode(aws_smithy_mocks::RuleMode::Sequential);
-    for rule in rules {
-        mocks = mocks.with_rule(rule);
-    }
-    aws_sdk_dynamodb::Config::builder()
-        .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
-        .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
-            "t", "t", None, None, "t",
-        ))
-        .http_client(aws_smithy_mocks::create_mock_http_client())
-        .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
-        .interceptor(mocks)
+    aws_smithy_mocks::mock_client!(
+        aws_sdk_dynamodb,
+        aws_smithy_mocks::RuleMode::Sequential,
+        rules,
+        |c| c.retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
+    )
+    .config()
+    .to_builder()
 }
 
 pub use config::{PublisherArgs, PublisherConfig, RetentionArgs, SettingError, TargetKind};

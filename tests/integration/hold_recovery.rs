@@ -12,8 +12,13 @@ use outbox_tests::{TestEnv, emulator_endpoints, unique_name};
 use outbox_writer::{NewOrder, OrderLine, OrderStatus};
 use tokio::io::AsyncReadExt;
 
-/// Aggregates held by the outage, two events each.
-const AGGREGATES: usize = 2_000;
+/// Aggregates held by the outage, two events each: 25 a shard, over 16 shards.
+const AGGREGATES: usize = 400;
+/// The pollers' page: each shard's 50 events and 25 holds take several pages, as 2,000
+/// aggregates' do at the default page of 100 (a hold released on a later page than its events).
+const PAGE_SIZE: &str = "20";
+/// The stream relay's batch: 8 batches' worth of held records, as 2,000 aggregates' at 500.
+const BATCH_SIZE: &str = "100";
 /// Bound for the fleet to publish everything and release every hold; only reached when something
 /// is broken.
 const RECOVERY_TIMEOUT: Duration = Duration::from_secs(240);
@@ -37,7 +42,7 @@ fn metric_sum(lines: &str, name: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn aggregates_held_through_an_outage_are_released_by_a_fleet_with_nothing_missing_or_out_of_order()
  {
-    // Given 2,000 orders, each created and then confirmed, while the bus fails every entry: the
+    // Given 400 orders, each created and then confirmed, while the bus fails every entry: the
     // stream relay (hold mode) holds every order and leaves its two events to the poller
     let env = TestEnv::new().await;
     let writer = env.writer();
@@ -71,7 +76,7 @@ async fn aggregates_held_through_an_outage_are_released_by_a_fleet_with_nothing_
     let output = env
         .relay_command("relay-stream-local")
         .args(["--from", "trim-horizon", "--exit-when-idle", "2s"])
-        .args(["--batch-size", "500"])
+        .args(["--batch-size", BATCH_SIZE])
         .env("HOLD_FAILED_AGGREGATES", "true")
         .env("PUBLISH_MAX_ATTEMPTS", "2")
         .envs(outage.endpoint_env())
@@ -102,6 +107,7 @@ async fn aggregates_held_through_an_outage_are_released_by_a_fleet_with_nothing_
                 .args(["--lease-duration", "10s", "--lease-renew-interval", "2s"])
                 .args(["--grace-period", "0s", "--idle-backoff-max", "1s"])
                 .args(["--shard-concurrency", "4", "--mark-concurrency", "8"])
+                .args(["--page-size", PAGE_SIZE])
                 .args(["--shutdown-timeout", "5s"])
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::null())
@@ -158,7 +164,7 @@ async fn aggregates_held_through_an_outage_are_released_by_a_fleet_with_nothing_
         .collect();
     assert!(out_of_order.is_empty(), "out of order: {out_of_order:?}");
 
-    // And both pollers released holds, those of the shards each owned, 2,000 in all
+    // And both pollers released holds, those of the shards each owned, one per aggregate
     let released: Vec<u64> = outputs
         .iter()
         .map(|out| metric_sum(out, relay_runtime::metrics::HOLDS_RELEASED))

@@ -7,10 +7,9 @@ use crate::target::classic::{self, entry_results};
 use crate::target::{ClassicBus, ENTRY_TOO_LARGE};
 use aws_sdk_eventbridge::Client;
 use aws_sdk_eventbridge::config::retry::RetryConfig;
-use aws_sdk_eventbridge::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_eventbridge::operation::put_events::PutEventsOutput;
 use aws_sdk_eventbridge::types::PutEventsResultEntry;
-use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock};
+use aws_smithy_mocks::{Rule, RuleMode, create_mock_http_client, mock, mock_client};
 use outbox_shared::RetryPolicy;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,37 +25,15 @@ fn publisher_on(client: Client, config: PublisherConfig) -> Result<TargetPublish
 
 /// An EventBridge client answered by `rules` (SDK retries off: the publisher's own count).
 fn mock_eventbridge(rules: &[&Rule]) -> Client {
-    let interceptor = rules.iter().fold(
-        MockResponseInterceptor::new().rule_mode(RuleMode::Sequential),
-        |i, rule| i.with_rule(rule),
-    );
-    let config = aws_sdk_eventbridge::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("test", "test", None, None, "test"))
-        .http_client(create_mock_http_client())
-        .interceptor(interceptor)
-        .retry_config(RetryConfig::disabled())
-        .build();
-    Client::from_conf(config)
+    mock_client!(aws_sdk_eventbridge, RuleMode::Sequential, rules, |c| c
+        .retry_config(RetryConfig::disabled()))
 }
 
 /// An EventBridge client answered by the first of `rules` that matches each call, as often as
 /// it is called.
 fn eventbridge_answering_any(rules: &[&Rule]) -> Client {
-    let interceptor = rules.iter().fold(
-        MockResponseInterceptor::new().rule_mode(RuleMode::MatchAny),
-        |i, rule| i.with_rule(rule),
-    );
-    let config = aws_sdk_eventbridge::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("test", "test", None, None, "test"))
-        .http_client(create_mock_http_client())
-        .interceptor(interceptor)
-        .retry_config(RetryConfig::disabled())
-        .build();
-    Client::from_conf(config)
+    mock_client!(aws_sdk_eventbridge, RuleMode::MatchAny, rules, |c| c
+        .retry_config(RetryConfig::disabled()))
 }
 
 /// EventBridge's answer to a call it refuses as a whole: HTTP 400 with the error's `code`.
@@ -616,24 +593,20 @@ fn eventbridge_over(connection: &SlowConnection, retry: RetryConfig) -> Client {
         )
         .repeatedly()
         .build();
-    let config = aws_sdk_eventbridge::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("test", "test", None, None, "test"))
-        .http_client(connection.clone())
-        .interceptor(
-            MockResponseInterceptor::new()
-                .rule_mode(RuleMode::MatchAny)
-                .with_rule(&one_accepted),
-        )
-        .retry_config(retry)
-        .timeout_config(
-            aws_sdk_eventbridge::config::timeout::TimeoutConfig::builder()
-                .operation_attempt_timeout(ATTEMPT_TIMEOUT)
-                .build(),
-        )
-        .build();
-    Client::from_conf(config)
+    let connection = connection.clone();
+    mock_client!(
+        aws_sdk_eventbridge,
+        RuleMode::MatchAny,
+        [&one_accepted],
+        move |c| c
+            .http_client(connection.clone())
+            .retry_config(retry.clone())
+            .timeout_config(
+                aws_sdk_eventbridge::config::timeout::TimeoutConfig::builder()
+                    .operation_attempt_timeout(ATTEMPT_TIMEOUT)
+                    .build(),
+            )
+    )
 }
 
 #[tokio::test(start_paused = true)]

@@ -5,7 +5,6 @@ use crate::error::LimitError;
 use crate::order::OrderLine;
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
-use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
 use aws_sdk_dynamodb::operation::transact_write_items::{
@@ -15,26 +14,15 @@ use aws_sdk_dynamodb::types::CancellationReason;
 use aws_sdk_dynamodb::types::error::{
     IdempotentParameterMismatchException, ResourceNotFoundException, TransactionCanceledException,
 };
-use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock};
+use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
 use outbox_shared::OutboxConfig;
 use outbox_shared::RetryPolicy;
 use outbox_shared::claim_check::StoreError;
 use std::time::Duration;
 
 fn client(rules: &[&Rule]) -> Client {
-    let interceptor = rules.iter().fold(
-        MockResponseInterceptor::new().rule_mode(RuleMode::MatchAny),
-        |i, rule| i.with_rule(rule),
-    );
-    let config = aws_sdk_dynamodb::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("test", "test", None, None, "test"))
-        .http_client(create_mock_http_client())
-        .interceptor(interceptor)
-        .retry_config(RetryConfig::disabled())
-        .build();
-    Client::from_conf(config)
+    mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, rules, |c| c
+        .retry_config(RetryConfig::disabled()))
 }
 
 fn writer(rules: &[&Rule], retry: RetryPolicy) -> OutboxWriter {
@@ -276,22 +264,8 @@ fn the_writer_is_shareable_across_tasks() {
 const BUCKET: &str = "orders-payloads";
 
 fn s3(rules: &[&Rule]) -> aws_sdk_s3::Client {
-    let interceptor = rules.iter().fold(
-        MockResponseInterceptor::new().rule_mode(RuleMode::MatchAny),
-        |i, rule| i.with_rule(rule),
-    );
-    aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::Config::builder()
-            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-            .region(aws_sdk_s3::config::Region::new("us-east-1"))
-            .credentials_provider(aws_sdk_s3::config::Credentials::new(
-                "test", "test", None, None, "test",
-            ))
-            .http_client(create_mock_http_client())
-            .interceptor(interceptor)
-            .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
-            .build(),
-    )
+    mock_client!(aws_sdk_s3, RuleMode::MatchAny, rules, |c| c
+        .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled()))
 }
 
 /// A writer with a payload bucket, its DynamoDB calls answered by `dynamodb`, its S3 calls by

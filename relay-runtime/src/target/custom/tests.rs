@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use aws_sdk_eventbridgev2::Client;
 use aws_sdk_eventbridgev2::config::retry::RetryConfig;
-use aws_sdk_eventbridgev2::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_eventbridgev2::error::ErrorMetadata;
 use aws_sdk_eventbridgev2::operation::put_events::{PutEventsError, PutEventsOutput};
 use aws_sdk_eventbridgev2::types::error::{
@@ -17,7 +16,7 @@ use aws_sdk_eventbridgev2::types::error::{
     ResourceNotFoundException, ThrottlingException,
 };
 use aws_sdk_eventbridgev2::types::{PutEventsResultEntry, SuccessCode};
-use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock};
+use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use outbox_shared::{OutboundEvent, RetryPolicy};
 
@@ -37,20 +36,8 @@ fn publisher_on(client: Client, config: PublisherConfig) -> Result<TargetPublish
 /// A Custom Event Bus client answered by the first of `rules` that matches each call (SDK
 /// retries off: the publisher's own count).
 fn custom_bus(mode: RuleMode, rules: &[&Rule]) -> Client {
-    let interceptor = rules
-        .iter()
-        .fold(MockResponseInterceptor::new().rule_mode(mode), |i, rule| {
-            i.with_rule(rule)
-        });
-    let config = aws_sdk_eventbridgev2::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("test", "test", None, None, "test"))
-        .http_client(create_mock_http_client())
-        .interceptor(interceptor)
-        .retry_config(RetryConfig::disabled())
-        .build();
-    Client::from_conf(config)
+    mock_client!(aws_sdk_eventbridgev2, mode, rules, |c| c
+        .retry_config(RetryConfig::disabled()))
 }
 
 fn quick_config() -> PublisherConfig {

@@ -6,10 +6,9 @@ use std::time::Duration;
 
 use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::config::retry::RetryConfig;
-use aws_sdk_kinesis::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_kinesis::operation::put_records::PutRecordsOutput;
 use aws_sdk_kinesis::types::PutRecordsResultEntry;
-use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock};
+use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
 use outbox_shared::RetryPolicy;
 
 use super::KinesisStream;
@@ -21,21 +20,8 @@ use crate::testing::outbound;
 const STREAM: &str = "arn:aws:kinesis:us-east-1:123456789012:stream/orders";
 
 fn publisher(mode: RuleMode, rules: &[&Rule]) -> TargetPublisher {
-    let interceptor = rules
-        .iter()
-        .fold(MockResponseInterceptor::new().rule_mode(mode), |i, rule| {
-            i.with_rule(rule)
-        });
-    let client = Client::from_conf(
-        aws_sdk_kinesis::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("test", "test", None, None, "test"))
-            .http_client(create_mock_http_client())
-            .interceptor(interceptor)
-            .retry_config(RetryConfig::disabled())
-            .build(),
-    );
+    let client = mock_client!(aws_sdk_kinesis, mode, rules, |c| c
+        .retry_config(RetryConfig::disabled()));
     let config = PublisherConfig {
         retry: RetryPolicy {
             max_retries: 3,

@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use aws_sdk_sns::Client;
 use aws_sdk_sns::config::retry::RetryConfig;
-use aws_sdk_sns::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_sns::error::ErrorMetadata;
 use aws_sdk_sns::operation::publish_batch::{PublishBatchError, PublishBatchOutput};
 use aws_sdk_sns::types::{BatchResultErrorEntry, PublishBatchResultEntry};
-use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock};
+use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
 use outbox_shared::RetryPolicy;
 
 use super::SnsTopic;
@@ -24,20 +23,8 @@ const TOPIC: &str = "arn:aws:sns:us-east-1:123456789012:orders";
 const FIFO_TOPIC: &str = "arn:aws:sns:us-east-1:123456789012:orders.fifo";
 
 fn publisher(topic: &str, rules: &[&Rule]) -> TargetPublisher {
-    let interceptor = rules.iter().fold(
-        MockResponseInterceptor::new().rule_mode(RuleMode::Sequential),
-        |i, rule| i.with_rule(rule),
-    );
-    let client = Client::from_conf(
-        aws_sdk_sns::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("test", "test", None, None, "test"))
-            .http_client(create_mock_http_client())
-            .interceptor(interceptor)
-            .retry_config(RetryConfig::disabled())
-            .build(),
-    );
+    let client = mock_client!(aws_sdk_sns, RuleMode::Sequential, rules, |c| c
+        .retry_config(RetryConfig::disabled()));
     let config = PublisherConfig {
         retry: RetryPolicy {
             max_retries: 2,
@@ -209,20 +196,8 @@ async fn a_call_throttled_as_a_whole_is_retried_and_lowers_the_publish_rate() {
 /// The publisher of `TOPIC` on a client answered by the first of `rules` that matches each
 /// call, as often as it is called.
 fn publisher_answering_any(rules: &[&Rule]) -> TargetPublisher {
-    let interceptor = rules.iter().fold(
-        MockResponseInterceptor::new().rule_mode(RuleMode::MatchAny),
-        |i, rule| i.with_rule(rule),
-    );
-    let client = Client::from_conf(
-        aws_sdk_sns::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("test", "test", None, None, "test"))
-            .http_client(create_mock_http_client())
-            .interceptor(interceptor)
-            .retry_config(RetryConfig::disabled())
-            .build(),
-    );
+    let client = mock_client!(aws_sdk_sns, RuleMode::MatchAny, rules, |c| c
+        .retry_config(RetryConfig::disabled()));
     let config = PublisherConfig {
         retry: RetryPolicy {
             max_retries: 2,

@@ -7,10 +7,9 @@ use std::time::Duration;
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::config::retry::RetryConfig;
-use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_sqs::operation::send_message_batch::SendMessageBatchOutput;
 use aws_sdk_sqs::types::{BatchResultErrorEntry, SendMessageBatchResultEntry};
-use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock};
+use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
 use outbox_shared::{OutboundEvent, RetryPolicy};
 
 use super::SqsQueue;
@@ -23,20 +22,8 @@ const QUEUE: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/orders";
 const FIFO_QUEUE: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/orders.fifo";
 
 fn sqs(rules: &[&Rule]) -> Client {
-    let interceptor = rules.iter().fold(
-        MockResponseInterceptor::new().rule_mode(RuleMode::Sequential),
-        |i, rule| i.with_rule(rule),
-    );
-    Client::from_conf(
-        aws_sdk_sqs::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("test", "test", None, None, "test"))
-            .http_client(create_mock_http_client())
-            .interceptor(interceptor)
-            .retry_config(RetryConfig::disabled())
-            .build(),
-    )
+    mock_client!(aws_sdk_sqs, RuleMode::Sequential, rules, |c| c
+        .retry_config(RetryConfig::disabled()))
 }
 
 fn publisher(queue: &str, rules: &[&Rule]) -> TargetPublisher {
@@ -216,20 +203,8 @@ async fn a_sender_fault_that_is_not_the_messages_leaves_the_event_pending() {
 /// The publisher of `QUEUE` on a client answered by the first of `rules` that matches each call,
 /// as often as it is called.
 fn publisher_answering_any(rules: &[&Rule]) -> TargetPublisher {
-    let interceptor = rules.iter().fold(
-        MockResponseInterceptor::new().rule_mode(RuleMode::MatchAny),
-        |i, rule| i.with_rule(rule),
-    );
-    let client = Client::from_conf(
-        aws_sdk_sqs::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("test", "test", None, None, "test"))
-            .http_client(create_mock_http_client())
-            .interceptor(interceptor)
-            .retry_config(RetryConfig::disabled())
-            .build(),
-    );
+    let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, rules, |c| c
+        .retry_config(RetryConfig::disabled()));
     let config = PublisherConfig {
         retry: RetryPolicy {
             max_retries: 2,
