@@ -17,6 +17,7 @@ use outbox_shared::{OutboxConfig, ShardCount};
 use relay_runtime::{PublisherArgs, PublisherConfig, RetentionArgs, SettingError, TtlPolicy};
 
 use crate::assignment::{LeaseSettings, MIN_RENEWALS_PER_DURATION};
+use crate::failover::FailoverSettings;
 
 /// `Query` returns at most 1 MB per page whatever the limit; beyond this many items a page of
 /// typical outbox events would hit that cap anyway.
@@ -69,6 +70,15 @@ pub enum Command {
     /// permissions, the shard count's write ceiling. One line per item, OK or what is wrong and
     /// how to fix it (`--json` for pipelines); exit 0 only when every item holds, 2 otherwise.
     Check(CheckArgs),
+    /// On a global table: publish another region's partitions from this process's region
+    /// (`AWS_REGION`), as an operator's adoption the pollers keep until `hand-back-region` (an
+    /// evacuation); the region's own pollers stop publishing them at their next round once the
+    /// adoption has replicated. One line (`--json`: one JSON object).
+    AdoptRegion(RegionCommandArgs),
+    /// On a global table: let a region publish its own partitions again (its adopter stops at its
+    /// next round; the region starts one round after it reads the hand-back). One line (`--json`:
+    /// one JSON object).
+    HandBackRegion(RegionCommandArgs),
 }
 
 /// `relay-poller check`.
@@ -134,6 +144,13 @@ pub struct LeaseArgs {
     /// before its lease expires, so it is also the clock skew between pollers the leases tolerate.
     #[arg(long, env = "OUTBOX_LEASE_RENEW_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
     pub lease_renew_interval: Duration,
+    /// On a global table: how long a region's heartbeat (written by its pollers every
+    /// `--lease-renew-interval`) may go unrenewed before another region's pollers adopt its
+    /// partitions and publish its pending events; an adopted region is handed back once its
+    /// heartbeat has been fresh this long again (docs/global-tables.md, "Failover and hand-back").
+    /// At least three renew intervals.
+    #[arg(long, env = "OUTBOX_REGION_FAILOVER_AFTER", default_value = default_region_failover_after(), value_parser = humantime::parse_duration)]
+    pub region_failover_after: Duration,
     /// Create the lease table (on-demand billing) when it does not exist: for local runs (the
     /// template creates it on AWS).
     #[arg(
@@ -249,6 +266,36 @@ impl DiscardedBatchArgs {
             ));
         }
         Ok(Some((bucket, self.discarded_batch_interval)))
+    }
+}
+
+/// `relay-poller adopt-region` and `hand-back-region`.
+#[derive(Debug, Clone, Args)]
+pub struct RegionCommandArgs {
+    /// The region whose partitions change hands (one of the global table's `--regions`).
+    #[arg(value_name = "REGION")]
+    pub region: outbox_shared::Region,
+    /// The lease table the pollers of every region share (global, like the outbox table): the
+    /// adoption is written in this process's region (`AWS_REGION`) and replicates to the others.
+    #[command(flatten)]
+    pub lease_table: LeaseTableArgs,
+    /// Print the one-line JSON summary even on a terminal (it is the default elsewhere).
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl RegionCommandArgs {
+    /// The lease table.
+    ///
+    /// # Errors
+    /// [`SettingError`] when none is set: the adoptions are kept there.
+    pub fn lease_table(&self) -> Result<&str, SettingError> {
+        self.lease_table.name().ok_or_else(|| {
+            SettingError::of::<LeaseTableArgs>(
+                "lease_table",
+                "is needed: the regions' adoptions are kept in the lease table",
+            )
+        })
     }
 }
 
@@ -402,6 +449,13 @@ fn default_discarded_batch_interval() -> &'static str {
     duration_text(&TEXT, crate::discarded::DEFAULT_INTERVAL)
 }
 
+/// `--region-failover-after`'s default as `--help` shows it and clap parses it back (`1m`): the
+/// value is written once, as [`crate::failover::DEFAULT_FAILOVER_AFTER`].
+fn default_region_failover_after() -> &'static str {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    duration_text(&TEXT, crate::failover::DEFAULT_FAILOVER_AFTER)
+}
+
 /// `--index-lag`'s default as `--help` shows it and clap parses it back (`5s`): the value is
 /// written once, as [`crate::poller::DEFAULT_INDEX_LAG`].
 fn default_index_lag() -> &'static str {
@@ -550,6 +604,33 @@ impl LeaseArgs {
             renew_interval: self.lease_renew_interval,
             create_table: self.create_lease_table,
         }))
+    }
+}
+
+impl LeaseArgs {
+    /// How regions fail over on a global table: a region round every renew interval, failover
+    /// and hand-back after `--region-failover-after`.
+    ///
+    /// # Errors
+    /// [`SettingError`] when `--region-failover-after` is shorter than three renew intervals (one
+    /// lost heartbeat write would fail a region over).
+    pub fn failover(&self) -> Result<FailoverSettings, SettingError> {
+        if self.lease_renew_interval * MIN_RENEWALS_PER_DURATION > self.region_failover_after {
+            return Err(SettingError::of::<Self>(
+                "region_failover_after",
+                format!(
+                    "must be at least {MIN_RENEWALS_PER_DURATION} times {} ({}): each region \
+                     heartbeat is written once a renew interval, and one lost write must not fail \
+                     a region over",
+                    SettingError::of::<Self>("lease_renew_interval", "").flag,
+                    humantime::format_duration(self.lease_renew_interval)
+                ),
+            ));
+        }
+        Ok(FailoverSettings::new(
+            self.region_failover_after,
+            self.lease_renew_interval,
+        ))
     }
 }
 

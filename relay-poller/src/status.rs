@@ -12,7 +12,12 @@ use serde::Serialize;
 use outbox_shared::ShardCount;
 use outbox_shared::schema;
 
+use std::collections::BTreeSet;
+
+use outbox_shared::Region;
+
 use crate::assignment::{LeaseView, Millis, plan};
+use crate::failover::RegionView;
 use crate::index::{IndexError, PendingCounts, ShardBacklog};
 use crate::metrics::oldest_age;
 
@@ -47,6 +52,55 @@ pub struct StatusReport {
     pub dead_letter_queue_depth: Option<u64>,
     /// The shard leases and live pollers; `None` without a lease table.
     pub leases: Option<LeaseReport>,
+    /// On a global table, each region's heartbeat and the region publishing its partitions;
+    /// `None` without a lease table or before any region wrote a heartbeat.
+    pub regions: Option<Vec<RegionStatus>>,
+}
+
+/// One region of a global table, as this region's replica of the lease table holds it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RegionStatus {
+    pub region: String,
+    /// Seconds since one of its pollers last wrote its heartbeat; `None` without one.
+    pub heartbeat_age_seconds: Option<f64>,
+    /// The region publishing its partitions: itself, or the region that adopted them.
+    pub publisher: String,
+    /// The adoption's epoch (bumped by each change); `None` when it was never adopted.
+    pub adoption_epoch: Option<u64>,
+    /// Adopted by an operator (`adopt-region`): handed back only by `hand-back-region`.
+    pub adopted_by_operator: bool,
+}
+
+impl RegionStatus {
+    /// Every region `view` names, at `now`; `None` when it names none (a single-region table).
+    pub fn from_view(view: &RegionView, now: Millis) -> Option<Vec<Self>> {
+        let regions: BTreeSet<&Region> = view
+            .heartbeats
+            .keys()
+            .chain(view.adoptions.keys())
+            .collect();
+        if regions.is_empty() {
+            return None;
+        }
+        Some(
+            regions
+                .into_iter()
+                .map(|region| {
+                    let adoption = view.adoptions.get(region);
+                    Self {
+                        region: region.to_string(),
+                        heartbeat_age_seconds: view
+                            .heartbeats
+                            .get(region)
+                            .map(|b| age_seconds(now, b.heartbeat_at)),
+                        publisher: view.publisher_of(region).to_string(),
+                        adoption_epoch: adoption.map(|a| a.epoch),
+                        adopted_by_operator: adoption.is_some_and(|a| a.by_operator),
+                    }
+                })
+                .collect(),
+        )
+    }
 }
 
 /// Who polls which shard (`relay-poller status --lease-table`).
@@ -194,6 +248,7 @@ pub async fn collect(
         .collect();
     Ok(StatusReport {
         leases: None,
+        regions: None,
         expiring_pending: None,
         dead_lettered_items: None,
         dead_letter_queue_depth: None,
@@ -294,6 +349,26 @@ impl StatusReport {
                     out,
                     "  {}  {} shards, heartbeat {heartbeat}",
                     p.owner, p.shards_owned
+                );
+            }
+        }
+        if let Some(regions) = &self.regions {
+            out.push_str("\nregions (heartbeat, publisher):\n");
+            for r in regions {
+                let heartbeat = r
+                    .heartbeat_age_seconds
+                    .map_or_else(|| "none".to_owned(), |a| format!("{a:.1} s ago"));
+                let by = if r.region == r.publisher {
+                    "itself".to_owned()
+                } else if r.adopted_by_operator {
+                    format!("{} (adopted by an operator)", r.publisher)
+                } else {
+                    format!("{} (adopted)", r.publisher)
+                };
+                let _ = writeln!(
+                    out,
+                    "  {}  heartbeat {heartbeat}, published by {by}",
+                    r.region
                 );
             }
         }
@@ -562,6 +637,7 @@ mod tests {
             dead_lettered_items: None,
             dead_letter_queue_depth: None,
             leases: Some(leases),
+            regions: None,
         };
         let table = report.to_table();
         assert!(table.contains("2.0 s  a"), "{table}");
@@ -573,5 +649,72 @@ mod tests {
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["leases"]["shards"][0]["owner"], "a");
         assert_eq!(json["leases"]["live_pollers"][0]["shards_owned"], 1);
+    }
+
+    #[test]
+    fn regions_show_their_heartbeat_age_and_who_publishes_them() {
+        use crate::failover::{Adoption, RegionHeartbeat};
+        let region = |n: &str| Region::new(n).unwrap();
+        let mut view = RegionView::default();
+        assert_eq!(RegionStatus::from_view(&view, 10_000), None);
+        for (name, at) in [("us-east-1", 9_000), ("eu-west-1", 1_000)] {
+            view.heartbeats.insert(
+                region(name),
+                RegionHeartbeat {
+                    region: region(name),
+                    heartbeat_at: at,
+                    owner: "p".into(),
+                },
+            );
+        }
+        view.adoptions.insert(
+            region("eu-west-1"),
+            Adoption {
+                region: region("eu-west-1"),
+                adopter: Some(region("us-east-1")),
+                epoch: 2,
+                changed_at: 5_000,
+                by_operator: false,
+            },
+        );
+
+        let regions = RegionStatus::from_view(&view, 10_000).unwrap();
+
+        assert_eq!(
+            regions[0],
+            RegionStatus {
+                region: "eu-west-1".into(),
+                heartbeat_age_seconds: Some(9.0),
+                publisher: "us-east-1".into(),
+                adoption_epoch: Some(2),
+                adopted_by_operator: false,
+            }
+        );
+        assert_eq!(regions[1].publisher, "us-east-1");
+        assert_eq!(regions[1].adoption_epoch, None);
+        let report = StatusReport {
+            shards: Vec::new(),
+            total_pending: 0,
+            oldest_created_at: None,
+            oldest_pending_age_seconds: 0.0,
+            partitions: Vec::new(),
+            stray_pending: 0,
+            holds: 0,
+            oldest_hold_age_seconds: 0.0,
+            expiring_pending: None,
+            dead_lettered_items: None,
+            dead_letter_queue_depth: None,
+            leases: None,
+            regions: Some(regions),
+        };
+        let table = report.to_table();
+        assert!(
+            table.contains("eu-west-1  heartbeat 9.0 s ago, published by us-east-1 (adopted)"),
+            "{table}"
+        );
+        assert!(
+            table.contains("us-east-1  heartbeat 1.0 s ago, published by itself"),
+            "{table}"
+        );
     }
 }

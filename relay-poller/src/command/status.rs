@@ -11,6 +11,7 @@ use relay_runtime::probe::{Kind, Probe, Resource};
 use crate::assignment::{DynamoLeaseStore, LeaseStore};
 use crate::aws::AwsClients;
 use crate::config::StatusArgs;
+use crate::failover::{DynamoRegionStore, RegionStore};
 use crate::index::DynamoPendingIndex;
 use crate::probes::{lease_table_probe, load_and_probe, table_probe};
 use crate::process::{print, say};
@@ -53,6 +54,10 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
             &index_config.shards,
             now.timestamp_millis(),
         ));
+        let regions = DynamoRegionStore::new(clients.dynamodb.clone(), table)
+            .read()
+            .await?;
+        report.regions = status::RegionStatus::from_view(&regions, now.timestamp_millis());
     }
     let expiring_at = relay_runtime::status_store::ttl_after(now, args.ttl_refresh_margin);
     report.expiring_pending = Some(
