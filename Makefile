@@ -14,14 +14,20 @@ demo:
 	$(CARGO) build --locked --workspace --bins
 	$(EMULATOR) run -- $(TARGET_DIR)/debug/outbox-demo $(DEMO_ARGS)
 
-## The whole test suite (unit, integration and end-to-end) against a private local emulator.
+# The regions of the local global table the tests run on (scripts/emulator.sh: a DynamoDB Local per
+# region and the replicator between them; tests/src/regions.rs and tools/tests use them).
+TEST_REGIONS := us-east-1,eu-west-1
+
+## The whole test suite (unit, integration and end-to-end) against a private local emulator, with a
+## local global table of two regions.
 test:
-	$(EMULATOR) run -- $(CARGO) test --workspace --locked
+	EMULATOR_REGIONS=$(TEST_REGIONS) $(EMULATOR) run -- $(CARGO) test --workspace --locked
 	$(MAKE) test-custom-bus-double
 
-## The Custom Event Bus double's own tests, with boto3's eventbridgev2 client (tools/tests).
+## The tools' own tests (tools/tests), with boto3: the Custom Event Bus double (its eventbridgev2
+## client), the OTLP receiver, and the global table's replicator against global tables' behaviour.
 test-custom-bus-double:
-	$(EMULATOR) run -- .venv/bin/python -m pytest -q tools/tests
+	EMULATOR_REGIONS=$(TEST_REGIONS) $(EMULATOR) run -- .venv/bin/python -m pytest -q tools/tests
 
 ## Regenerate docs/configuration.md's reference of every setting from the clap definitions (a test
 ## of the integration binary, config_reference, fails while it is stale; it needs no emulator).

@@ -13,7 +13,9 @@ pub mod fault_proxy;
 pub mod fixtures;
 pub mod lambda_events;
 pub mod latency_model;
+pub mod local_http;
 pub mod otlp;
+pub mod regions;
 
 use std::collections::HashMap;
 use std::net::{TcpStream, ToSocketAddrs};
@@ -1230,64 +1232,12 @@ impl TestEnv {
         &self,
         stream_arn: &str,
     ) -> Vec<aws_sdk_dynamodbstreams::types::Record> {
-        let description = self
-            .streams
-            .describe_stream()
-            .stream_arn(stream_arn)
-            .send()
-            .await
-            .expect("describe stream")
-            .stream_description
-            .expect("stream description");
-        let mut records = Vec::new();
-        for shard in description.shards() {
-            let mut iterator = self
-                .streams
-                .get_shard_iterator()
-                .stream_arn(stream_arn)
-                .shard_id(shard.shard_id().expect("shard id"))
-                .shard_iterator_type(aws_sdk_dynamodbstreams::types::ShardIteratorType::TrimHorizon)
-                .send()
-                .await
-                .expect("get shard iterator")
-                .shard_iterator;
-            while let Some(current) = iterator {
-                let page = self
-                    .streams
-                    .get_records()
-                    .shard_iterator(current)
-                    .send()
-                    .await
-                    .expect("get records");
-                if page.records().is_empty() {
-                    break;
-                }
-                records.extend(page.records().iter().cloned());
-                iterator = page.next_shard_iterator;
-            }
-        }
-        records
+        read_stream(&self.streams, stream_arn).await
     }
 
     /// Every item in the table (a full scan).
     pub async fn scan_items(&self) -> Vec<HashMap<String, AttributeValue>> {
-        let mut items = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .dynamodb
-                .scan()
-                .table_name(&self.table_name)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .expect("scan");
-            items.extend(page.items().iter().cloned());
-            start = page.last_evaluated_key().cloned();
-            if start.is_none() {
-                return items;
-            }
-        }
+        scan_table(&self.dynamodb, &self.table_name).await
     }
 
     /// Every outbox event item in the table, decoded through the shared struct.
@@ -1323,6 +1273,76 @@ impl TestEnv {
             if start.is_none() {
                 return count;
             }
+        }
+    }
+}
+
+/// Every record of the stream `stream_arn`, every shard from its start, oldest first per shard.
+///
+/// # Panics
+/// When the stream can't be read.
+pub async fn read_stream(
+    streams: &aws_sdk_dynamodbstreams::Client,
+    stream_arn: &str,
+) -> Vec<aws_sdk_dynamodbstreams::types::Record> {
+    let description = streams
+        .describe_stream()
+        .stream_arn(stream_arn)
+        .send()
+        .await
+        .expect("describe stream")
+        .stream_description
+        .expect("stream description");
+    let mut records = Vec::new();
+    for shard in description.shards() {
+        let mut iterator = streams
+            .get_shard_iterator()
+            .stream_arn(stream_arn)
+            .shard_id(shard.shard_id().expect("shard id"))
+            .shard_iterator_type(aws_sdk_dynamodbstreams::types::ShardIteratorType::TrimHorizon)
+            .send()
+            .await
+            .expect("get shard iterator")
+            .shard_iterator;
+        while let Some(current) = iterator {
+            let page = streams
+                .get_records()
+                .shard_iterator(current)
+                .send()
+                .await
+                .expect("get records");
+            if page.records().is_empty() {
+                break;
+            }
+            records.extend(page.records().iter().cloned());
+            iterator = page.next_shard_iterator;
+        }
+    }
+    records
+}
+
+/// Every item in `table` (a full scan).
+///
+/// # Panics
+/// When the table can't be scanned.
+pub async fn scan_table(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Vec<HashMap<String, AttributeValue>> {
+    let mut items = Vec::new();
+    let mut start = None;
+    loop {
+        let page = dynamodb
+            .scan()
+            .table_name(table)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .expect("scan");
+        items.extend(page.items().iter().cloned());
+        start = page.last_evaluated_key().cloned();
+        if start.is_none() {
+            return items;
         }
     }
 }

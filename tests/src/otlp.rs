@@ -10,7 +10,6 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig as _;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tracing_subscriber::layer::SubscriberExt as _;
 
 /// The receiver's address (`OTLP_RECEIVER_ENDPOINT`).
@@ -90,28 +89,9 @@ impl Drop for AppTracing {
 }
 
 async fn get(path: &str) -> Value {
-    let endpoint = receiver_endpoint();
-    let host = endpoint
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_owned();
-    let mut stream = tokio::net::TcpStream::connect(&host)
-        .await
-        .expect("the OTLP receiver answers");
-    let request = format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n");
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .expect("send request");
-    let mut reply = Vec::new();
-    stream.read_to_end(&mut reply).await.expect("read reply");
-    let reply = String::from_utf8(reply).expect("UTF-8 reply");
-    let (head, body) = reply.split_once("\r\n\r\n").expect("an HTTP reply");
-    assert!(
-        head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
-        "{head}"
-    );
-    serde_json::from_str(body).expect("JSON spans")
+    let (status, body) = crate::local_http::request(&receiver_endpoint(), "GET", path, None).await;
+    assert_eq!(status, 200, "GET {path} from the OTLP receiver: {body}");
+    body
 }
 
 /// The spans of trace `trace_id` the receiver has.
