@@ -38,6 +38,7 @@ pub mod index;
 pub mod inspect;
 pub mod legacy_holds;
 pub mod metrics;
+pub mod partitions;
 pub mod permissions;
 pub mod poller;
 pub mod probes;

@@ -34,6 +34,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
     }));
     probes.extend(args.lease_table.name().map(lease_table_probe));
     let sdk = load_and_probe(&probes).await?;
+    let partitions = index_config.partitions(sdk.region().map(|r| r.as_ref()))?;
     let clients = AwsClients::new(&sdk);
     let outbox = &index_config.outbox;
     let index = DynamoPendingIndex::new(
@@ -42,7 +43,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
         &outbox.index_name,
     );
     let now = Utc::now();
-    let mut report = status::collect(&index, &index_config.shards, outbox.shard_count, now).await?;
+    let mut report = status::collect(&index, &partitions, now).await?;
     if let Some(table) = args.lease_table.name() {
         let view = DynamoLeaseStore::new(clients.dynamodb.clone(), table)
             .read()
@@ -50,7 +51,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
         report.leases = Some(status::LeaseReport::from_view(
             table,
             &view,
-            &index_config.shards,
+            &partitions.of_every_region(),
             now.timestamp_millis(),
         ));
     }
