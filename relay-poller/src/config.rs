@@ -14,10 +14,13 @@ use clap::{Args, Parser, Subcommand};
 use outbox_shared::schema::DEFAULT_INDEX_NAME;
 use outbox_shared::shard::DEFAULT_SHARD_COUNT;
 use outbox_shared::{OutboxConfig, ShardCount};
-use relay_runtime::{PublisherArgs, PublisherConfig, RetentionArgs, SettingError, TtlPolicy};
+use relay_runtime::{
+    PublisherArgs, PublisherConfig, RegionArgs, RetentionArgs, SettingError, TtlPolicy,
+};
 
 use crate::assignment::{LeaseSettings, MIN_RENEWALS_PER_DURATION};
 use crate::failover::FailoverSettings;
+use crate::partitions::Partitions;
 
 /// `Query` returns at most 1 MB per page whatever the limit; beyond this many items a page of
 /// typical outbox events would hit that cap anyway.
@@ -117,6 +120,9 @@ pub struct TableArgs {
     /// can split the work by hand (`run` with a lease table shares them by itself).
     #[arg(long, env = "OUTBOX_SHARDS")]
     pub shards: Option<ShardSelection>,
+    /// The global table's regions: the same flag in every relay.
+    #[command(flatten)]
+    pub regions: RegionArgs,
 }
 
 /// The lease table a poller fleet shares.
@@ -526,8 +532,27 @@ impl fmt::Display for ShardSelection {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexConfig {
     pub outbox: OutboxConfig,
-    /// The shards this process polls, ascending.
+    /// The shards this process polls, ascending (in each region it serves, on a global table).
     pub shards: Vec<u16>,
+    /// `--regions`: the global table's, checked against the relay's own region once its SDK
+    /// config is loaded ([`Self::partitions`]).
+    pub regions: RegionArgs,
+}
+
+impl IndexConfig {
+    /// The partitions a poller in region `own` (its SDK config's) serves: its region's on a
+    /// global table, else the table's.
+    ///
+    /// # Errors
+    /// [`SettingError`] naming `--regions` when they do not describe a global table `own` is part
+    /// of.
+    pub fn partitions(&self, own: Option<&str>) -> Result<Partitions, SettingError> {
+        Ok(Partitions::new(
+            self.regions.global_table(own)?,
+            self.outbox.shard_count,
+            self.shards.clone(),
+        ))
+    }
 }
 
 /// Validated settings of `run` and `drain`.
@@ -546,13 +571,6 @@ pub struct RelayConfig {
     pub ttl_refresh_margin: Duration,
     pub sweep_interval: Duration,
     pub index_lag: Duration,
-}
-
-impl RelayConfig {
-    /// The shards of `--shards` (or all), as the assignment of a poller without leases.
-    pub fn fixed_shards(&self) -> crate::assignment::StaticShards {
-        crate::assignment::StaticShards(self.index.shards.clone())
-    }
 }
 
 impl LeaseTableArgs {
@@ -683,6 +701,7 @@ impl TableArgs {
         Ok(IndexConfig {
             outbox,
             shards: selection.shards(),
+            regions: self.regions.clone(),
         })
     }
 }

@@ -42,6 +42,7 @@ pub mod index;
 pub mod inspect;
 pub mod legacy_holds;
 pub mod metrics;
+pub mod partitions;
 pub mod permissions;
 pub mod poller;
 pub mod probes;

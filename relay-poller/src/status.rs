@@ -9,8 +9,9 @@ use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
 use serde::Serialize;
 
-use outbox_shared::ShardCount;
-use outbox_shared::schema;
+use std::collections::BTreeMap;
+
+use outbox_shared::schema::PendingPartition;
 
 use std::collections::BTreeSet;
 
@@ -20,6 +21,7 @@ use crate::assignment::{LeaseView, Millis, plan};
 use crate::failover::RegionView;
 use crate::index::{IndexError, PendingCounts, ShardBacklog};
 use crate::metrics::oldest_age;
+use crate::partitions::Partitions;
 
 /// Shards counted at once.
 const STATUS_CONCURRENCY: usize = 16;
@@ -27,8 +29,13 @@ const STATUS_CONCURRENCY: usize = 16;
 /// The backlog of the configured shards.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StatusReport {
+    /// Each shard's backlog; on a global table each region's shards, by region.
     pub shards: Vec<ShardBacklog>,
     pub total_pending: u64,
+    /// On a global table, the events pending in each region's shards (written there), by region;
+    /// empty (and left out) on a single-region table.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub pending_per_region: BTreeMap<String, u64>,
     /// `CreatedAt` of the oldest pending event over all shards.
     pub oldest_created_at: Option<String>,
     /// Seconds since then (0 when nothing is pending).
@@ -116,6 +123,9 @@ pub struct LeaseReport {
 /// One shard's lease.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ShardLease {
+    /// The region of the shard's events, on a global table.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
     pub shard: u16,
     /// The poller holding the lease; `None` when it is free, expired or was never taken.
     pub owner: Option<String>,
@@ -134,6 +144,9 @@ pub struct ShardLease {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LivePoller {
     pub owner: String,
+    /// The region whose partitions it leases, on a global table (from its heartbeat).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
     /// Leases it holds (unexpired).
     pub shards_owned: usize,
     /// Seconds since its last heartbeat; `None` when it has none (it holds leases only).
@@ -146,17 +159,24 @@ fn age_seconds(now: Millis, at: Millis) -> f64 {
 }
 
 impl LeaseReport {
-    /// The leases of `shards` and the live pollers in `view`, at `now` (epoch milliseconds).
-    pub fn from_view(lease_table: &str, view: &LeaseView, shards: &[u16], now: Millis) -> Self {
+    /// The leases of `partitions` and the live pollers in `view`, at `now` (epoch
+    /// milliseconds).
+    pub fn from_view(
+        lease_table: &str,
+        view: &LeaseView,
+        partitions: &[PendingPartition],
+        now: Millis,
+    ) -> Self {
         let live = plan::live_at(view, now);
-        let owned = plan::holdings(view, shards, now);
-        let shards = shards
+        let owned = plan::holdings(view, partitions, now);
+        let shards = partitions
             .iter()
-            .map(|&shard| {
-                let lease = view.leases.get(&shard);
+            .map(|partition| {
+                let lease = view.leases.get(partition);
                 let owner = lease.and_then(|l| l.holder_at(now)).map(str::to_owned);
                 ShardLease {
-                    shard,
+                    region: partition.origin.as_ref().map(ToString::to_string),
+                    shard: partition.shard,
                     expired_owner: lease
                         .filter(|l| l.holder_at(now).is_none())
                         .and_then(|l| l.owner.clone()),
@@ -174,6 +194,11 @@ impl LeaseReport {
         let live_pollers = live
             .into_iter()
             .map(|owner| LivePoller {
+                region: view
+                    .heartbeats
+                    .get(&owner)
+                    .and_then(|h| h.region.as_ref())
+                    .map(ToString::to_string),
                 shards_owned: owned.get(&owner).copied().unwrap_or_default(),
                 heartbeat_age_seconds: view
                     .heartbeats
@@ -195,7 +220,8 @@ impl LeaseReport {
 pub struct PartitionBacklog {
     pub partition: String,
     pub pending: u64,
-    /// Outside the shard count: no shard query reads it, only the sweep.
+    /// Outside every region's shards ([`Partitions::is_indexed`]): no shard query reads it, only
+    /// the sweep.
     pub stray: bool,
 }
 
@@ -213,22 +239,28 @@ pub const CALLS: &[relay_runtime::permissions::Call] = &[
     ),
 ];
 
-/// Counts every shard in `shards`.
+/// Counts every shard of `partitions` in every region ([`Partitions::of_every_region`]).
 ///
 /// # Errors
 /// The first [`IndexError`] of a shard query.
 pub async fn collect(
     index: &impl PendingCounts,
-    shards: &[u16],
-    shard_count: ShardCount,
+    partitions: &Partitions,
     now: DateTime<Utc>,
 ) -> Result<StatusReport, IndexError> {
-    let mut per_shard: Vec<ShardBacklog> = stream::iter(shards.iter().copied())
+    let shards = partitions.of_every_region();
+    let mut per_shard: Vec<ShardBacklog> = stream::iter(shards.iter())
         .map(|shard| index.backlog(shard))
         .buffer_unordered(STATUS_CONCURRENCY)
         .try_collect()
         .await?;
-    per_shard.sort_by_key(|s| s.shard);
+    per_shard.sort_by(|a, b| (&a.region, a.shard).cmp(&(&b.region, b.shard)));
+    let mut pending_per_region = BTreeMap::new();
+    for backlog in &per_shard {
+        if let Some(region) = &backlog.region {
+            *pending_per_region.entry(region.clone()).or_insert(0) += backlog.pending;
+        }
+    }
     let oldest_created_at = per_shard
         .iter()
         .filter_map(|s| s.oldest_created_at.clone())
@@ -240,8 +272,7 @@ pub async fn collect(
         .pending
         .into_iter()
         .map(|(partition, pending)| PartitionBacklog {
-            stray: schema::parse_pending_shard_pk(&partition)
-                .is_none_or(|shard| shard >= shard_count.get()),
+            stray: !partitions.is_indexed(&partition),
             partition,
             pending,
         })
@@ -261,6 +292,7 @@ pub async fn collect(
         holds,
         oldest_hold_age_seconds,
         total_pending: per_shard.iter().map(|s| s.pending).sum(),
+        pending_per_region,
         oldest_pending_age_seconds: oldest_age(oldest_created_at.as_deref(), now),
         oldest_created_at,
         shards: per_shard,
@@ -276,17 +308,20 @@ impl StatusReport {
         }
         out = out.trim_end().to_owned() + "\n";
         for s in &self.shards {
+            let shard = match &s.region {
+                Some(region) => format!("{region}#{}", s.shard),
+                None => s.shard.to_string(),
+            };
             let mut line = format!(
-                "{:>5}  {:>7}  {:<24}",
-                s.shard,
+                "{shard:>5}  {:>7}  {:<24}",
                 s.pending,
                 s.oldest_created_at.as_deref().unwrap_or("-")
             );
-            if let Some(lease) = self
-                .leases
-                .as_ref()
-                .and_then(|l| l.shards.iter().find(|l| l.shard == s.shard))
-            {
+            if let Some(lease) = self.leases.as_ref().and_then(|l| {
+                l.shards
+                    .iter()
+                    .find(|l| l.shard == s.shard && l.region == s.region)
+            }) {
                 let age = lease
                     .lease_age_seconds
                     .map_or_else(|| "-".to_owned(), |a| format!("{a:.1} s"));
@@ -308,6 +343,9 @@ impl StatusReport {
             "total  {:>7}  oldest age {:.1} s",
             self.total_pending, self.oldest_pending_age_seconds
         );
+        for (region, pending) in &self.pending_per_region {
+            let _ = writeln!(out, "pending written in {region}: {pending}");
+        }
         let count = |n: Option<u64>| n.map_or_else(|| "-".to_owned(), |n| n.to_string());
         let _ = writeln!(
             out,
@@ -500,6 +538,8 @@ mod tests {
 
     use super::*;
     use crate::index::{IndexCounts, PartitionCounts};
+    use outbox_shared::ShardCount;
+    use outbox_shared::schema;
 
     /// An index with a fixed backlog per shard and fixed partition counts.
     struct Fixed {
@@ -507,12 +547,14 @@ mod tests {
     }
 
     impl PendingCounts for Fixed {
-        async fn backlog(&self, shard: u16) -> Result<ShardBacklog, IndexError> {
-            let partition = schema::pending_shard_pk(shard);
+        async fn backlog(&self, shard: &PendingPartition) -> Result<ShardBacklog, IndexError> {
+            let partition = shard.gsi1pk();
             Ok(ShardBacklog {
-                shard,
+                region: shard.origin.as_ref().map(ToString::to_string),
+                shard: shard.shard,
                 pending: self.partitions.get(&partition).copied().unwrap_or_default(),
-                oldest_created_at: (shard == 1).then(|| "2026-11-22T10:00:00.000Z".to_owned()),
+                oldest_created_at: (shard.shard == 1)
+                    .then(|| "2026-11-22T10:00:00.000Z".to_owned()),
             })
         }
 
@@ -537,9 +579,8 @@ mod tests {
         let now = Utc.with_ymd_and_hms(2026, 11, 22, 10, 1, 0).unwrap();
 
         // When the status of a 4-shard poller is collected
-        let report = collect(&index, &[0, 1, 2, 3], ShardCount::new(4).unwrap(), now)
-            .await
-            .unwrap();
+        let partitions = Partitions::single_region(ShardCount::new(4).unwrap());
+        let report = collect(&index, &partitions, now).await.unwrap();
 
         // Then the shards hold 7, the strays 8, and each partition is marked
         assert_eq!(report.total_pending, 7);
@@ -575,8 +616,8 @@ mod tests {
         use crate::assignment::{Heartbeat, Lease};
         // Given shard 0 owned by a (renewed 2 s ago), shard 1 expired under b, shard 2 never taken
         let now: Millis = 1_800_000_000_000;
-        let lease = |shard, owner: &str, renewed_at, expires_at| Lease {
-            shard,
+        let lease = |shard: u16, owner: &str, renewed_at, expires_at| Lease {
+            partition: shard.into(),
             owner: Some(owner.to_owned()),
             expires_at,
             renewed_at,
@@ -587,9 +628,9 @@ mod tests {
         };
         let mut view = LeaseView::default();
         view.leases
-            .insert(0, lease(0, "a", now - 2_000, now + 28_000));
+            .insert(0.into(), lease(0, "a", now - 2_000, now + 28_000));
         view.leases
-            .insert(1, lease(1, "b", now - 40_000, now - 10_000));
+            .insert(1.into(), lease(1, "b", now - 40_000, now - 10_000));
         view.heartbeats.insert(
             "a".into(),
             Heartbeat {
@@ -597,11 +638,17 @@ mod tests {
                 heartbeat_at: now - 1_000,
                 expires_at: now + 29_000,
                 started_at: now - 60_000,
+                region: None,
             },
         );
 
         // When the report is built
-        let leases = LeaseReport::from_view("leases-t", &view, &[0, 1, 2], now);
+        let leases = LeaseReport::from_view(
+            "leases-t",
+            &view,
+            &[0, 1, 2].map(PendingPartition::from),
+            now,
+        );
 
         // Then each shard says who holds it and since when, and a alone is live
         assert_eq!(leases.shards[0].owner.as_deref(), Some("a"));
@@ -614,6 +661,7 @@ mod tests {
             leases.live_pollers,
             [LivePoller {
                 owner: "a".into(),
+                region: None,
                 shards_owned: 1,
                 heartbeat_age_seconds: Some(1.0)
             }]
@@ -621,12 +669,14 @@ mod tests {
         let report = StatusReport {
             shards: (0..3)
                 .map(|shard| ShardBacklog {
+                    region: None,
                     shard,
                     pending: 0,
                     oldest_created_at: None,
                 })
                 .collect(),
             total_pending: 0,
+            pending_per_region: BTreeMap::new(),
             oldest_created_at: None,
             oldest_pending_age_seconds: 0.0,
             partitions: Vec::new(),

@@ -120,7 +120,9 @@ pub(crate) fn mocked_dynamodb(
         .interceptor(mocks)
 }
 
-pub use config::{PublisherArgs, PublisherConfig, RetentionArgs, SettingError, TargetKind};
+pub use config::{
+    PublisherArgs, PublisherConfig, RegionArgs, RegionList, RetentionArgs, SettingError, TargetKind,
+};
 pub use dead_letter::{
     DeadLetter, DeadLetterError, DeadLetterSink, RecordLeftOut, RecordRef, SqsDeadLetterSink,
 };
