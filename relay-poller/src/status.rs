@@ -756,6 +756,7 @@ mod tests {
             dead_letter_queue_depth: None,
             leases: None,
             regions: Some(regions),
+            pending_per_region: BTreeMap::new(),
         };
         let table = report.to_table();
         assert!(
