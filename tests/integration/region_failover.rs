@@ -95,8 +95,11 @@ async fn a_regions_stopped_pollers_are_replaced_by_the_other_regions_and_it_gets
     );
     assert_eq!(ma.served().regions(), set(&[&a, &b]));
 
-    // When b's pollers start again: b waits for the hand-back, a hands back after b's heartbeat
-    // was fresh for the hysteresis, and b then publishes its own
+    // When b's pollers start again, once a's adoption has reached b's replica (a restart before
+    // that is the window docs/global-tables.md bounds: replication, then one round; the cut-link
+    // test covers it): b waits for the hand-back, a hands back after b's heartbeat was fresh for
+    // the hysteresis, and b then publishes its own
+    env.replicator.wait_caught_up().await;
     let mb = manager(&env, env.b(), &lease_table, "poller-b-2");
     let mut both = 0;
     rounds_until(
