@@ -19,5 +19,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Inspect(args) => command::inspect::run(args).await,
         Command::RecoverDiscarded(args) => command::recover_discarded::run(args).await,
         Command::Check(args) => command::check::run(args).await,
+        Command::AdoptRegion(args) => command::adopt_region::run(args).await,
+        Command::HandBackRegion(args) => command::hand_back_region::run(args).await,
     }
 }

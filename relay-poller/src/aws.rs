@@ -20,6 +20,7 @@ use crate::config::RelayConfig;
 use crate::discarded::{DiscardedBatches, S3DiscardedBatches};
 use crate::index::DynamoPendingIndex;
 use crate::legacy_holds::LegacyHolds;
+use crate::partitions::Partitions;
 use crate::poller::ttl::DynamoPendingTtl;
 use crate::poller::{Poller, PollerSettings, Ports};
 use crate::probes::{load_and_probe_found, relay_probes};
@@ -61,18 +62,22 @@ impl AwsClients {
 /// Builds the poller and its clients from `sdk`.
 ///
 /// # Errors
-/// When the publisher configuration is out of range.
+/// When the publisher configuration is out of range, or `--regions` leaves out the SDK config's
+/// region.
 pub fn aws_poller(sdk: &SdkConfig, config: &RelayConfig) -> Result<AwsPoller, SettingError> {
     let publisher = TargetPublisher::new(sdk, config.publisher.clone())?;
-    Ok(aws_poller_with(AwsClients::new(sdk), publisher, config))
+    aws_poller_with(AwsClients::new(sdk), publisher, config)
 }
 
 /// Builds the poller on caller-built clients and publisher (tests inject faults through them).
+///
+/// # Errors
+/// When `--regions` does not describe a global table the clients' region is part of.
 pub fn aws_poller_with(
     clients: AwsClients,
     publisher: TargetPublisher,
     config: &RelayConfig,
-) -> AwsPoller {
+) -> Result<AwsPoller, SettingError> {
     // A letter too large for its queue keeps its record in the payload bucket, when there is one.
     let dead_letters = SqsDeadLetterSink::new(clients.sqs, &config.dead_letter_queue_url);
     let dead_letters = match publisher.payload_store() {
@@ -83,13 +88,20 @@ pub fn aws_poller_with(
 }
 
 /// Builds the poller on a caller-built DynamoDB client, publisher and dead-letter sink (a sink
-/// that keeps records in a payload bucket, or sends through a test's proxy).
+/// that keeps records in a payload bucket, or sends through a test's proxy). It serves the
+/// partitions of the DynamoDB client's region ([`crate::config::IndexConfig::partitions`]).
+///
+/// # Errors
+/// When `--regions` does not describe a global table the client's region is part of.
 pub fn aws_poller_with_dead_letters(
     dynamodb: aws_sdk_dynamodb::Client,
     publisher: TargetPublisher,
     dead_letters: SqsDeadLetterSink,
     config: &RelayConfig,
-) -> AwsPoller {
+) -> Result<AwsPoller, SettingError> {
+    let partitions = config
+        .index
+        .partitions(dynamodb.config().region().map(|r| r.as_ref()))?;
     let outbox = &config.index.outbox;
     let index = DynamoPendingIndex::new(dynamodb.clone(), &outbox.table_name, &outbox.index_name);
     // The poller's shards run in one task: its calls run on their own tasks to use every core.
@@ -99,7 +111,7 @@ pub fn aws_poller_with_dead_letters(
     let store = DynamoStatusStore::new(dynamodb, &outbox.table_name, config.ttl)
         .with_call_tasks(CallTasks::Spawned);
     let settings = PollerSettings {
-        shard_count: outbox.shard_count,
+        partitions,
         page_size: config.page_size,
         shard_concurrency: config.shard_concurrency,
         mark_concurrency: config.mark_concurrency,
@@ -121,10 +133,10 @@ pub fn aws_poller_with_dead_letters(
         holds,
     };
     let poller = Poller::new(ports, settings).with_outbound(outbound);
-    match payloads {
+    Ok(match payloads {
         Some(client) => poller.with_payloads(client),
         None => poller,
-    }
+    })
 }
 
 /// The hold items of the outbox table, read through its pending index.
@@ -174,14 +186,14 @@ pub fn s3_client(sdk: &SdkConfig) -> aws_sdk_s3::Client {
 /// The poller's leases on AWS.
 pub type AwsLeaseManager = LeaseManager<DynamoLeaseStore, SystemClock>;
 
-/// This process's lease manager over every shard of the shard count, after creating the lease
-/// table when asked to.
+/// This process's lease manager over every shard of the shard count in the regions `partitions`
+/// serves, after creating the lease table when asked to.
 ///
 /// # Errors
 /// When the table cannot be created.
 pub async fn lease_manager(
     dynamodb: &aws_sdk_dynamodb::Client,
-    config: &RelayConfig,
+    partitions: &Partitions,
     settings: &LeaseSettings,
 ) -> Result<AwsLeaseManager, LeaseError> {
     if settings.create_table {
@@ -189,12 +201,11 @@ pub async fn lease_manager(
     }
     let store = DynamoLeaseStore::new(dynamodb.clone(), &settings.table_name);
     let owner = discover_owner().await;
-    let shards = config.index.outbox.shard_count.shards().collect();
     Ok(LeaseManager::new(
         store,
         SystemClock,
         owner,
-        shards,
+        partitions.every_shard(),
         settings.clone(),
     ))
 }
@@ -234,7 +245,7 @@ pub async fn start_relay(config: &RelayConfig, more: Vec<Probe>) -> anyhow::Resu
             .clone()
             .within_target_limit(found.target_entry_limit()),
     )?;
-    let poller = Arc::new(aws_poller_with(clients.clone(), publisher, config));
+    let poller = Arc::new(aws_poller_with(clients.clone(), publisher, config)?);
     Ok(Relay {
         poller,
         metrics,

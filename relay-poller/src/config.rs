@@ -14,9 +14,13 @@ use clap::{Args, Parser, Subcommand};
 use outbox_shared::schema::DEFAULT_INDEX_NAME;
 use outbox_shared::shard::DEFAULT_SHARD_COUNT;
 use outbox_shared::{OutboxConfig, ShardCount};
-use relay_runtime::{PublisherArgs, PublisherConfig, RetentionArgs, SettingError, TtlPolicy};
+use relay_runtime::{
+    PublisherArgs, PublisherConfig, RegionArgs, RetentionArgs, SettingError, TtlPolicy,
+};
 
 use crate::assignment::{LeaseSettings, MIN_RENEWALS_PER_DURATION};
+use crate::failover::FailoverSettings;
+use crate::partitions::Partitions;
 
 /// `Query` returns at most 1 MB per page whatever the limit; beyond this many items a page of
 /// typical outbox events would hit that cap anyway.
@@ -69,6 +73,15 @@ pub enum Command {
     /// permissions, the shard count's write ceiling. One line per item, OK or what is wrong and
     /// how to fix it (`--json` for pipelines); exit 0 only when every item holds, 2 otherwise.
     Check(CheckArgs),
+    /// On a global table: publish another region's partitions from this process's region
+    /// (`AWS_REGION`), as an operator's adoption the pollers keep until `hand-back-region` (an
+    /// evacuation); the region's own pollers stop publishing them at their next round once the
+    /// adoption has replicated. One line (`--json`: one JSON object).
+    AdoptRegion(RegionCommandArgs),
+    /// On a global table: let a region publish its own partitions again (its adopter stops at its
+    /// next round; the region starts one round after it reads the hand-back). One line (`--json`:
+    /// one JSON object).
+    HandBackRegion(RegionCommandArgs),
 }
 
 /// `relay-poller check`.
@@ -107,6 +120,9 @@ pub struct TableArgs {
     /// can split the work by hand (`run` with a lease table shares them by itself).
     #[arg(long, env = "OUTBOX_SHARDS")]
     pub shards: Option<ShardSelection>,
+    /// The global table's regions: the same flag in every relay.
+    #[command(flatten)]
+    pub regions: RegionArgs,
 }
 
 /// The lease table a poller fleet shares.
@@ -134,6 +150,13 @@ pub struct LeaseArgs {
     /// before its lease expires, so it is also the clock skew between pollers the leases tolerate.
     #[arg(long, env = "OUTBOX_LEASE_RENEW_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
     pub lease_renew_interval: Duration,
+    /// On a global table: how long a region's heartbeat (written by its pollers every
+    /// `--lease-renew-interval`) may go unrenewed before another region's pollers adopt its
+    /// partitions and publish its pending events; an adopted region is handed back once its
+    /// heartbeat has been fresh this long again (docs/global-tables.md, "Failover and hand-back").
+    /// At least three renew intervals.
+    #[arg(long, env = "OUTBOX_REGION_FAILOVER_AFTER", default_value = default_region_failover_after(), value_parser = humantime::parse_duration)]
+    pub region_failover_after: Duration,
     /// Create the lease table (on-demand billing) when it does not exist: for local runs (the
     /// template creates it on AWS).
     #[arg(
@@ -249,6 +272,36 @@ impl DiscardedBatchArgs {
             ));
         }
         Ok(Some((bucket, self.discarded_batch_interval)))
+    }
+}
+
+/// `relay-poller adopt-region` and `hand-back-region`.
+#[derive(Debug, Clone, Args)]
+pub struct RegionCommandArgs {
+    /// The region whose partitions change hands (one of the global table's `--regions`).
+    #[arg(value_name = "REGION")]
+    pub region: outbox_shared::Region,
+    /// The lease table the pollers of every region share (global, like the outbox table): the
+    /// adoption is written in this process's region (`AWS_REGION`) and replicates to the others.
+    #[command(flatten)]
+    pub lease_table: LeaseTableArgs,
+    /// Print the one-line JSON summary even on a terminal (it is the default elsewhere).
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl RegionCommandArgs {
+    /// The lease table.
+    ///
+    /// # Errors
+    /// [`SettingError`] when none is set: the adoptions are kept there.
+    pub fn lease_table(&self) -> Result<&str, SettingError> {
+        self.lease_table.name().ok_or_else(|| {
+            SettingError::of::<LeaseTableArgs>(
+                "lease_table",
+                "is needed: the regions' adoptions are kept in the lease table",
+            )
+        })
     }
 }
 
@@ -402,6 +455,13 @@ fn default_discarded_batch_interval() -> &'static str {
     duration_text(&TEXT, crate::discarded::DEFAULT_INTERVAL)
 }
 
+/// `--region-failover-after`'s default as `--help` shows it and clap parses it back (`1m`): the
+/// value is written once, as [`crate::failover::DEFAULT_FAILOVER_AFTER`].
+fn default_region_failover_after() -> &'static str {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    duration_text(&TEXT, crate::failover::DEFAULT_FAILOVER_AFTER)
+}
+
 /// `--index-lag`'s default as `--help` shows it and clap parses it back (`5s`): the value is
 /// written once, as [`crate::poller::DEFAULT_INDEX_LAG`].
 fn default_index_lag() -> &'static str {
@@ -472,8 +532,27 @@ impl fmt::Display for ShardSelection {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexConfig {
     pub outbox: OutboxConfig,
-    /// The shards this process polls, ascending.
+    /// The shards this process polls, ascending (in each region it serves, on a global table).
     pub shards: Vec<u16>,
+    /// `--regions`: the global table's, checked against the relay's own region once its SDK
+    /// config is loaded ([`Self::partitions`]).
+    pub regions: RegionArgs,
+}
+
+impl IndexConfig {
+    /// The partitions a poller in region `own` (its SDK config's) serves: its region's on a
+    /// global table, else the table's.
+    ///
+    /// # Errors
+    /// [`SettingError`] naming `--regions` when they do not describe a global table `own` is part
+    /// of.
+    pub fn partitions(&self, own: Option<&str>) -> Result<Partitions, SettingError> {
+        Ok(Partitions::new(
+            self.regions.global_table(own)?,
+            self.outbox.shard_count,
+            self.shards.clone(),
+        ))
+    }
 }
 
 /// Validated settings of `run` and `drain`.
@@ -492,13 +571,6 @@ pub struct RelayConfig {
     pub ttl_refresh_margin: Duration,
     pub sweep_interval: Duration,
     pub index_lag: Duration,
-}
-
-impl RelayConfig {
-    /// The shards of `--shards` (or all), as the assignment of a poller without leases.
-    pub fn fixed_shards(&self) -> crate::assignment::StaticShards {
-        crate::assignment::StaticShards(self.index.shards.clone())
-    }
 }
 
 impl LeaseTableArgs {
@@ -553,6 +625,33 @@ impl LeaseArgs {
     }
 }
 
+impl LeaseArgs {
+    /// How regions fail over on a global table: a region round every renew interval, failover
+    /// and hand-back after `--region-failover-after`.
+    ///
+    /// # Errors
+    /// [`SettingError`] when `--region-failover-after` is shorter than three renew intervals (one
+    /// lost heartbeat write would fail a region over).
+    pub fn failover(&self) -> Result<FailoverSettings, SettingError> {
+        if self.lease_renew_interval * MIN_RENEWALS_PER_DURATION > self.region_failover_after {
+            return Err(SettingError::of::<Self>(
+                "region_failover_after",
+                format!(
+                    "must be at least {MIN_RENEWALS_PER_DURATION} times {} ({}): each region \
+                     heartbeat is written once a renew interval, and one lost write must not fail \
+                     a region over",
+                    SettingError::of::<Self>("lease_renew_interval", "").flag,
+                    humantime::format_duration(self.lease_renew_interval)
+                ),
+            ));
+        }
+        Ok(FailoverSettings::new(
+            self.region_failover_after,
+            self.lease_renew_interval,
+        ))
+    }
+}
+
 impl DrainArgs {
     /// The lease table a drain leaves owned shards to, `None` without `--respect-leases`.
     ///
@@ -602,6 +701,7 @@ impl TableArgs {
         Ok(IndexConfig {
             outbox,
             shards: selection.shards(),
+            regions: self.regions.clone(),
         })
     }
 }

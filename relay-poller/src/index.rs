@@ -4,6 +4,7 @@
 //! the whole index, so events under a `GSI1PK` outside the configured shard count (a reshard,
 //! another writer) are found (the sweep, `status`, a drain's remainder).
 
+use outbox_shared::schema::PendingPartition;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 
@@ -29,9 +30,12 @@ pub struct PendingPage {
     pub next: Option<Cursor>,
 }
 
-/// How many events wait in one shard, and since when.
+/// How many events wait in one shard (of a region, on a global table), and since when.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ShardBacklog {
+    /// The region whose events the shard holds, on a global table.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
     pub shard: u16,
     pub pending: u64,
     /// `CreatedAt` of the oldest pending event, if any.
@@ -78,8 +82,11 @@ pub trait PendingPages: Send + Sync {
 
 /// Port: how many events are pending, and where.
 pub trait PendingCounts: Send + Sync {
-    /// Counts the pending events of `shard` and finds the oldest.
-    fn backlog(&self, shard: u16) -> impl Future<Output = Result<ShardBacklog, IndexError>> + Send;
+    /// Counts the pending events of `partition` and finds the oldest.
+    fn backlog(
+        &self,
+        partition: &PendingPartition,
+    ) -> impl Future<Output = Result<ShardBacklog, IndexError>> + Send;
 
     /// Counts the pending events of every partition the index holds, and the aggregate holds (a
     /// paginated `Scan`; the index is sparse, so it holds only pending events and holds, and is
@@ -165,8 +172,8 @@ impl PendingPages for DynamoPendingIndex {
 }
 
 impl PendingCounts for DynamoPendingIndex {
-    async fn backlog(&self, shard: u16) -> Result<ShardBacklog, IndexError> {
-        let partition = schema::pending_shard_pk(shard);
+    async fn backlog(&self, shard: &PendingPartition) -> Result<ShardBacklog, IndexError> {
+        let partition = shard.gsi1pk();
         let oldest = self
             .partition_query(&partition)
             .key_condition_expression("#pk = :pk")
@@ -198,7 +205,8 @@ impl PendingCounts for DynamoPendingIndex {
             }
         }
         Ok(ShardBacklog {
-            shard,
+            region: shard.origin.as_ref().map(ToString::to_string),
+            shard: shard.shard,
             pending,
             oldest_created_at,
         })

@@ -18,6 +18,9 @@
 //! - [`assignment`]: which shards a pass polls: a fixed list, or shard leases in a lease table of
 //!   their own, so a fleet of pollers shares the shards (fair share, takeover on expiry, graceful
 //!   hand-over).
+//! - [`failover`]: on a global table, which regions' partitions a region's pollers publish: region
+//!   heartbeats and adoptions in the lease table, a dead region adopted by another, handed back
+//!   when it returns.
 //! - [`status`]: backlog per shard and partition, the oldest pending event, expiring and
 //!   dead-lettered items, the dead-letter queue's depth.
 //! - [`redrive`]: dead-lettered events back to pending, then published (its `letters` reads the
@@ -34,10 +37,12 @@ pub mod aws;
 pub mod command;
 pub mod config;
 pub mod discarded;
+pub mod failover;
 pub mod index;
 pub mod inspect;
 pub mod legacy_holds;
 pub mod metrics;
+pub mod partitions;
 pub mod permissions;
 pub mod poller;
 pub mod probes;

@@ -18,7 +18,7 @@ use outbox_shared::time::parse_timestamp;
 use relay_runtime::metrics::{
     BACKLOG, DISCARDED_BATCHES_LEFT, DISCARDED_BATCHES_RECOVERED, DISCARDED_EVENTS_RECREATED,
     HOLDS, HOLDS_RELEASED, LEASE_TAKEOVERS, LEASES_OWNED, OLDEST_HOLD_AGE, OLDEST_PENDING_AGE,
-    STRAY_PENDING, TTL_EXTENDED, count, observe,
+    REGIONS_ADOPTED, STRAY_PENDING, TTL_EXTENDED, count, observe,
 };
 
 /// What a sweep of the discarded stream batches did: batches recovered and deleted, events
@@ -37,6 +37,11 @@ pub(crate) fn ttl_extended(n: u64) {
 pub(crate) fn leases_owned(n: usize) {
     #[allow(clippy::cast_precision_loss)] // at most the shard count
     observe(LEASES_OWNED, n as f64);
+}
+
+pub(crate) fn regions_adopted(n: usize) {
+    #[allow(clippy::cast_precision_loss)] // at most the regions of a global table
+    observe(REGIONS_ADOPTED, n as f64);
 }
 
 pub(crate) fn lease_takeovers(n: u64) {

@@ -28,10 +28,12 @@ pub fn service(target: TargetKind) -> Vec<Call> {
         relay_runtime::claim_check::CALLS,
         relay_runtime::probe::PAYLOAD_BUCKET_CALLS,
         crate::assignment::store::CALLS,
+        crate::failover::store::CALLS,
     ])
 }
 
-/// `redrive`, `recover-discarded`, `inspect` and `status` (the operator's task definition). A
+/// `redrive`, `recover-discarded`, `inspect`, `status`, `adopt-region` and `hand-back-region` (the
+/// operator's task definition). A
 /// redrive publishes what it put back with the poller's publish path: publishes, marks and dead
 /// letters, with their calls; it and `recover-discarded` re-create gone items. Each first
 /// describes what it relies on (`relay_runtime::probe`).
@@ -53,5 +55,6 @@ pub fn operator(target: TargetKind) -> Vec<Call> {
         crate::status::CALLS,
         crate::index::CALLS,
         crate::assignment::store::VIEW_CALLS,
+        crate::failover::store::OPERATOR_CALLS,
     ])
 }

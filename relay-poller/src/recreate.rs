@@ -23,14 +23,19 @@ use relay_runtime::status_store::ttl_after;
 use crate::table::Attributes;
 
 /// The index keys of an outbox item: its aggregate's shard (`AggregateId`, or `PK` without one,
-/// as the writer shards), and its `CreatedAt` and `EventId`; `None` when it lacks them.
+/// as the writer shards) in its region's partitions when it has an `OriginRegion` (a global
+/// table's), and its `CreatedAt` and `EventId`; `None` when it lacks them.
 pub fn index_keys(item: &Attributes, shard_count: ShardCount) -> Option<(String, String)> {
     let string = |name: &str| item.get(name).and_then(|v| v.as_s().ok());
     let created_at = string(attr::CREATED_AT)?;
     let event_id = string(attr::EVENT_ID)?;
     let ordering_key = string(attr::AGGREGATE_ID).or_else(|| string(attr::PK))?;
+    let origin = match string(attr::ORIGIN_REGION) {
+        Some(origin) => Some(outbox_shared::region::Region::new(origin.as_str()).ok()?),
+        None => None,
+    };
     Some((
-        schema::pending_shard_pk(shard_for(ordering_key, shard_count)),
+        schema::pending_partition(origin.as_ref(), shard_for(ordering_key, shard_count)),
         schema::pending_sort_key(created_at, event_id),
     ))
 }

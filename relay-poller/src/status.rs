@@ -9,12 +9,19 @@ use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
 use serde::Serialize;
 
-use outbox_shared::ShardCount;
-use outbox_shared::schema;
+use std::collections::BTreeMap;
+
+use outbox_shared::schema::PendingPartition;
+
+use std::collections::BTreeSet;
+
+use outbox_shared::Region;
 
 use crate::assignment::{LeaseView, Millis, plan};
+use crate::failover::RegionView;
 use crate::index::{IndexError, PendingCounts, ShardBacklog};
 use crate::metrics::oldest_age;
+use crate::partitions::Partitions;
 
 /// Shards counted at once.
 const STATUS_CONCURRENCY: usize = 16;
@@ -22,8 +29,13 @@ const STATUS_CONCURRENCY: usize = 16;
 /// The backlog of the configured shards.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StatusReport {
+    /// Each shard's backlog; on a global table each region's shards, by region.
     pub shards: Vec<ShardBacklog>,
     pub total_pending: u64,
+    /// On a global table, the events pending in each region's shards (written there), by region;
+    /// empty (and left out) on a single-region table.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub pending_per_region: BTreeMap<String, u64>,
     /// `CreatedAt` of the oldest pending event over all shards.
     pub oldest_created_at: Option<String>,
     /// Seconds since then (0 when nothing is pending).
@@ -47,6 +59,55 @@ pub struct StatusReport {
     pub dead_letter_queue_depth: Option<u64>,
     /// The shard leases and live pollers; `None` without a lease table.
     pub leases: Option<LeaseReport>,
+    /// On a global table, each region's heartbeat and the region publishing its partitions;
+    /// `None` without a lease table or before any region wrote a heartbeat.
+    pub regions: Option<Vec<RegionStatus>>,
+}
+
+/// One region of a global table, as this region's replica of the lease table holds it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RegionStatus {
+    pub region: String,
+    /// Seconds since one of its pollers last wrote its heartbeat; `None` without one.
+    pub heartbeat_age_seconds: Option<f64>,
+    /// The region publishing its partitions: itself, or the region that adopted them.
+    pub publisher: String,
+    /// The adoption's epoch (bumped by each change); `None` when it was never adopted.
+    pub adoption_epoch: Option<u64>,
+    /// Adopted by an operator (`adopt-region`): handed back only by `hand-back-region`.
+    pub adopted_by_operator: bool,
+}
+
+impl RegionStatus {
+    /// Every region `view` names, at `now`; `None` when it names none (a single-region table).
+    pub fn from_view(view: &RegionView, now: Millis) -> Option<Vec<Self>> {
+        let regions: BTreeSet<&Region> = view
+            .heartbeats
+            .keys()
+            .chain(view.adoptions.keys())
+            .collect();
+        if regions.is_empty() {
+            return None;
+        }
+        Some(
+            regions
+                .into_iter()
+                .map(|region| {
+                    let adoption = view.adoptions.get(region);
+                    Self {
+                        region: region.to_string(),
+                        heartbeat_age_seconds: view
+                            .heartbeats
+                            .get(region)
+                            .map(|b| age_seconds(now, b.heartbeat_at)),
+                        publisher: view.publisher_of(region).to_string(),
+                        adoption_epoch: adoption.map(|a| a.epoch),
+                        adopted_by_operator: adoption.is_some_and(|a| a.by_operator),
+                    }
+                })
+                .collect(),
+        )
+    }
 }
 
 /// Who polls which shard (`relay-poller status --lease-table`).
@@ -62,6 +123,9 @@ pub struct LeaseReport {
 /// One shard's lease.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ShardLease {
+    /// The region of the shard's events, on a global table.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
     pub shard: u16,
     /// The poller holding the lease; `None` when it is free, expired or was never taken.
     pub owner: Option<String>,
@@ -80,6 +144,9 @@ pub struct ShardLease {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LivePoller {
     pub owner: String,
+    /// The region whose partitions it leases, on a global table (from its heartbeat).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
     /// Leases it holds (unexpired).
     pub shards_owned: usize,
     /// Seconds since its last heartbeat; `None` when it has none (it holds leases only).
@@ -92,17 +159,24 @@ fn age_seconds(now: Millis, at: Millis) -> f64 {
 }
 
 impl LeaseReport {
-    /// The leases of `shards` and the live pollers in `view`, at `now` (epoch milliseconds).
-    pub fn from_view(lease_table: &str, view: &LeaseView, shards: &[u16], now: Millis) -> Self {
+    /// The leases of `partitions` and the live pollers in `view`, at `now` (epoch
+    /// milliseconds).
+    pub fn from_view(
+        lease_table: &str,
+        view: &LeaseView,
+        partitions: &[PendingPartition],
+        now: Millis,
+    ) -> Self {
         let live = plan::live_at(view, now);
-        let owned = plan::holdings(view, shards, now);
-        let shards = shards
+        let owned = plan::holdings(view, partitions, now);
+        let shards = partitions
             .iter()
-            .map(|&shard| {
-                let lease = view.leases.get(&shard);
+            .map(|partition| {
+                let lease = view.leases.get(partition);
                 let owner = lease.and_then(|l| l.holder_at(now)).map(str::to_owned);
                 ShardLease {
-                    shard,
+                    region: partition.origin.as_ref().map(ToString::to_string),
+                    shard: partition.shard,
                     expired_owner: lease
                         .filter(|l| l.holder_at(now).is_none())
                         .and_then(|l| l.owner.clone()),
@@ -120,6 +194,11 @@ impl LeaseReport {
         let live_pollers = live
             .into_iter()
             .map(|owner| LivePoller {
+                region: view
+                    .heartbeats
+                    .get(&owner)
+                    .and_then(|h| h.region.as_ref())
+                    .map(ToString::to_string),
                 shards_owned: owned.get(&owner).copied().unwrap_or_default(),
                 heartbeat_age_seconds: view
                     .heartbeats
@@ -141,7 +220,8 @@ impl LeaseReport {
 pub struct PartitionBacklog {
     pub partition: String,
     pub pending: u64,
-    /// Outside the shard count: no shard query reads it, only the sweep.
+    /// Outside every region's shards ([`Partitions::is_indexed`]): no shard query reads it, only
+    /// the sweep.
     pub stray: bool,
 }
 
@@ -159,22 +239,28 @@ pub const CALLS: &[relay_runtime::permissions::Call] = &[
     ),
 ];
 
-/// Counts every shard in `shards`.
+/// Counts every shard of `partitions` in every region ([`Partitions::of_every_region`]).
 ///
 /// # Errors
 /// The first [`IndexError`] of a shard query.
 pub async fn collect(
     index: &impl PendingCounts,
-    shards: &[u16],
-    shard_count: ShardCount,
+    partitions: &Partitions,
     now: DateTime<Utc>,
 ) -> Result<StatusReport, IndexError> {
-    let mut per_shard: Vec<ShardBacklog> = stream::iter(shards.iter().copied())
+    let shards = partitions.of_every_region();
+    let mut per_shard: Vec<ShardBacklog> = stream::iter(shards.iter())
         .map(|shard| index.backlog(shard))
         .buffer_unordered(STATUS_CONCURRENCY)
         .try_collect()
         .await?;
-    per_shard.sort_by_key(|s| s.shard);
+    per_shard.sort_by(|a, b| (&a.region, a.shard).cmp(&(&b.region, b.shard)));
+    let mut pending_per_region = BTreeMap::new();
+    for backlog in &per_shard {
+        if let Some(region) = &backlog.region {
+            *pending_per_region.entry(region.clone()).or_insert(0) += backlog.pending;
+        }
+    }
     let oldest_created_at = per_shard
         .iter()
         .filter_map(|s| s.oldest_created_at.clone())
@@ -186,14 +272,14 @@ pub async fn collect(
         .pending
         .into_iter()
         .map(|(partition, pending)| PartitionBacklog {
-            stray: schema::parse_pending_shard_pk(&partition)
-                .is_none_or(|shard| shard >= shard_count.get()),
+            stray: !partitions.is_indexed(&partition),
             partition,
             pending,
         })
         .collect();
     Ok(StatusReport {
         leases: None,
+        regions: None,
         expiring_pending: None,
         dead_lettered_items: None,
         dead_letter_queue_depth: None,
@@ -206,6 +292,7 @@ pub async fn collect(
         holds,
         oldest_hold_age_seconds,
         total_pending: per_shard.iter().map(|s| s.pending).sum(),
+        pending_per_region,
         oldest_pending_age_seconds: oldest_age(oldest_created_at.as_deref(), now),
         oldest_created_at,
         shards: per_shard,
@@ -221,17 +308,20 @@ impl StatusReport {
         }
         out = out.trim_end().to_owned() + "\n";
         for s in &self.shards {
+            let shard = match &s.region {
+                Some(region) => format!("{region}#{}", s.shard),
+                None => s.shard.to_string(),
+            };
             let mut line = format!(
-                "{:>5}  {:>7}  {:<24}",
-                s.shard,
+                "{shard:>5}  {:>7}  {:<24}",
                 s.pending,
                 s.oldest_created_at.as_deref().unwrap_or("-")
             );
-            if let Some(lease) = self
-                .leases
-                .as_ref()
-                .and_then(|l| l.shards.iter().find(|l| l.shard == s.shard))
-            {
+            if let Some(lease) = self.leases.as_ref().and_then(|l| {
+                l.shards
+                    .iter()
+                    .find(|l| l.shard == s.shard && l.region == s.region)
+            }) {
                 let age = lease
                     .lease_age_seconds
                     .map_or_else(|| "-".to_owned(), |a| format!("{a:.1} s"));
@@ -253,6 +343,9 @@ impl StatusReport {
             "total  {:>7}  oldest age {:.1} s",
             self.total_pending, self.oldest_pending_age_seconds
         );
+        for (region, pending) in &self.pending_per_region {
+            let _ = writeln!(out, "pending written in {region}: {pending}");
+        }
         let count = |n: Option<u64>| n.map_or_else(|| "-".to_owned(), |n| n.to_string());
         let _ = writeln!(
             out,
@@ -294,6 +387,26 @@ impl StatusReport {
                     out,
                     "  {}  {} shards, heartbeat {heartbeat}",
                     p.owner, p.shards_owned
+                );
+            }
+        }
+        if let Some(regions) = &self.regions {
+            out.push_str("\nregions (heartbeat, publisher):\n");
+            for r in regions {
+                let heartbeat = r
+                    .heartbeat_age_seconds
+                    .map_or_else(|| "none".to_owned(), |a| format!("{a:.1} s ago"));
+                let by = if r.region == r.publisher {
+                    "itself".to_owned()
+                } else if r.adopted_by_operator {
+                    format!("{} (adopted by an operator)", r.publisher)
+                } else {
+                    format!("{} (adopted)", r.publisher)
+                };
+                let _ = writeln!(
+                    out,
+                    "  {}  heartbeat {heartbeat}, published by {by}",
+                    r.region
                 );
             }
         }
@@ -425,6 +538,8 @@ mod tests {
 
     use super::*;
     use crate::index::{IndexCounts, PartitionCounts};
+    use outbox_shared::ShardCount;
+    use outbox_shared::schema;
 
     /// An index with a fixed backlog per shard and fixed partition counts.
     struct Fixed {
@@ -432,12 +547,14 @@ mod tests {
     }
 
     impl PendingCounts for Fixed {
-        async fn backlog(&self, shard: u16) -> Result<ShardBacklog, IndexError> {
-            let partition = schema::pending_shard_pk(shard);
+        async fn backlog(&self, shard: &PendingPartition) -> Result<ShardBacklog, IndexError> {
+            let partition = shard.gsi1pk();
             Ok(ShardBacklog {
-                shard,
+                region: shard.origin.as_ref().map(ToString::to_string),
+                shard: shard.shard,
                 pending: self.partitions.get(&partition).copied().unwrap_or_default(),
-                oldest_created_at: (shard == 1).then(|| "2026-11-22T10:00:00.000Z".to_owned()),
+                oldest_created_at: (shard.shard == 1)
+                    .then(|| "2026-11-22T10:00:00.000Z".to_owned()),
             })
         }
 
@@ -462,9 +579,8 @@ mod tests {
         let now = Utc.with_ymd_and_hms(2026, 11, 22, 10, 1, 0).unwrap();
 
         // When the status of a 4-shard poller is collected
-        let report = collect(&index, &[0, 1, 2, 3], ShardCount::new(4).unwrap(), now)
-            .await
-            .unwrap();
+        let partitions = Partitions::single_region(ShardCount::new(4).unwrap());
+        let report = collect(&index, &partitions, now).await.unwrap();
 
         // Then the shards hold 7, the strays 8, and each partition is marked
         assert_eq!(report.total_pending, 7);
@@ -500,8 +616,8 @@ mod tests {
         use crate::assignment::{Heartbeat, Lease};
         // Given shard 0 owned by a (renewed 2 s ago), shard 1 expired under b, shard 2 never taken
         let now: Millis = 1_800_000_000_000;
-        let lease = |shard, owner: &str, renewed_at, expires_at| Lease {
-            shard,
+        let lease = |shard: u16, owner: &str, renewed_at, expires_at| Lease {
+            partition: shard.into(),
             owner: Some(owner.to_owned()),
             expires_at,
             renewed_at,
@@ -512,9 +628,9 @@ mod tests {
         };
         let mut view = LeaseView::default();
         view.leases
-            .insert(0, lease(0, "a", now - 2_000, now + 28_000));
+            .insert(0.into(), lease(0, "a", now - 2_000, now + 28_000));
         view.leases
-            .insert(1, lease(1, "b", now - 40_000, now - 10_000));
+            .insert(1.into(), lease(1, "b", now - 40_000, now - 10_000));
         view.heartbeats.insert(
             "a".into(),
             Heartbeat {
@@ -522,11 +638,17 @@ mod tests {
                 heartbeat_at: now - 1_000,
                 expires_at: now + 29_000,
                 started_at: now - 60_000,
+                region: None,
             },
         );
 
         // When the report is built
-        let leases = LeaseReport::from_view("leases-t", &view, &[0, 1, 2], now);
+        let leases = LeaseReport::from_view(
+            "leases-t",
+            &view,
+            &[0, 1, 2].map(PendingPartition::from),
+            now,
+        );
 
         // Then each shard says who holds it and since when, and a alone is live
         assert_eq!(leases.shards[0].owner.as_deref(), Some("a"));
@@ -539,6 +661,7 @@ mod tests {
             leases.live_pollers,
             [LivePoller {
                 owner: "a".into(),
+                region: None,
                 shards_owned: 1,
                 heartbeat_age_seconds: Some(1.0)
             }]
@@ -546,12 +669,14 @@ mod tests {
         let report = StatusReport {
             shards: (0..3)
                 .map(|shard| ShardBacklog {
+                    region: None,
                     shard,
                     pending: 0,
                     oldest_created_at: None,
                 })
                 .collect(),
             total_pending: 0,
+            pending_per_region: BTreeMap::new(),
             oldest_created_at: None,
             oldest_pending_age_seconds: 0.0,
             partitions: Vec::new(),
@@ -562,6 +687,7 @@ mod tests {
             dead_lettered_items: None,
             dead_letter_queue_depth: None,
             leases: Some(leases),
+            regions: None,
         };
         let table = report.to_table();
         assert!(table.contains("2.0 s  a"), "{table}");
@@ -573,5 +699,73 @@ mod tests {
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["leases"]["shards"][0]["owner"], "a");
         assert_eq!(json["leases"]["live_pollers"][0]["shards_owned"], 1);
+    }
+
+    #[test]
+    fn regions_show_their_heartbeat_age_and_who_publishes_them() {
+        use crate::failover::{Adoption, RegionHeartbeat};
+        let region = |n: &str| Region::new(n).unwrap();
+        let mut view = RegionView::default();
+        assert_eq!(RegionStatus::from_view(&view, 10_000), None);
+        for (name, at) in [("us-east-1", 9_000), ("eu-west-1", 1_000)] {
+            view.heartbeats.insert(
+                region(name),
+                RegionHeartbeat {
+                    region: region(name),
+                    heartbeat_at: at,
+                    owner: "p".into(),
+                },
+            );
+        }
+        view.adoptions.insert(
+            region("eu-west-1"),
+            Adoption {
+                region: region("eu-west-1"),
+                adopter: Some(region("us-east-1")),
+                epoch: 2,
+                changed_at: 5_000,
+                by_operator: false,
+            },
+        );
+
+        let regions = RegionStatus::from_view(&view, 10_000).unwrap();
+
+        assert_eq!(
+            regions[0],
+            RegionStatus {
+                region: "eu-west-1".into(),
+                heartbeat_age_seconds: Some(9.0),
+                publisher: "us-east-1".into(),
+                adoption_epoch: Some(2),
+                adopted_by_operator: false,
+            }
+        );
+        assert_eq!(regions[1].publisher, "us-east-1");
+        assert_eq!(regions[1].adoption_epoch, None);
+        let report = StatusReport {
+            shards: Vec::new(),
+            total_pending: 0,
+            oldest_created_at: None,
+            oldest_pending_age_seconds: 0.0,
+            partitions: Vec::new(),
+            stray_pending: 0,
+            holds: 0,
+            oldest_hold_age_seconds: 0.0,
+            expiring_pending: None,
+            dead_lettered_items: None,
+            dead_letter_queue_depth: None,
+            leases: None,
+            regions: Some(regions),
+            pending_per_region: BTreeMap::new(),
+        };
+        let table = report.to_table();
+        assert!(
+            table.contains("eu-west-1  heartbeat 9.0 s ago, published by us-east-1 (adopted)"),
+            "{table}"
+        );
+        assert!(
+            table.contains("us-east-1  heartbeat 1.0 s ago, published by itself"),
+            "{table}"
+        );
     }
 }

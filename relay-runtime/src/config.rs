@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use outbox_shared::RetryPolicy;
 use outbox_shared::envelope::{Encoding, EventFormat};
+use outbox_shared::region::{GlobalTable, InvalidRegion, Region};
 
 pub use crate::target::TargetKind;
 
@@ -648,6 +649,71 @@ impl RetentionArgs {
         }
         Ok(crate::status_store::TtlPolicy::new(self.ttl_retention))
     }
+}
+
+/// The regions of a global table (`--regions`), the same flag in every relay. Unset: a
+/// single-region table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct RegionArgs {
+    /// The regions of the outbox table when it is a DynamoDB global table, comma-separated
+    /// (`us-east-1,eu-west-1`), this relay's own among them (its SDK config's region,
+    /// `AWS_REGION`). Each region's relays then publish only the events written in their region
+    /// (`OriginRegion`), so each event is published once; events no writer stamped with a region
+    /// are published by the first region listed (docs/global-tables.md). Unset or empty: a
+    /// single-region table.
+    #[arg(long, env = "OUTBOX_REGIONS", value_name = "REGIONS", value_parser = parse_regions)]
+    pub regions: Option<RegionList>,
+}
+
+/// Regions as `--regions` lists them: comma-separated, in order; empty for none (CloudFormation
+/// passes an unset parameter as an empty variable).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegionList(pub Vec<Region>);
+
+impl RegionArgs {
+    /// `--regions` set to `regions`.
+    pub fn of(regions: &[&str]) -> Result<Self, InvalidRegion> {
+        let regions = regions
+            .iter()
+            .map(|r| Region::new(*r))
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            regions: Some(RegionList(regions)),
+        })
+    }
+
+    /// The global table this relay, in region `own` (its SDK config's), is part of; `None`
+    /// without `--regions`.
+    ///
+    /// # Errors
+    /// [`SettingError`] naming `--regions` when the relay has no region, or the regions are too
+    /// few, repeat one, or leave out the relay's own.
+    pub fn global_table(&self, own: Option<&str>) -> Result<Option<GlobalTable>, SettingError> {
+        let regions = self.regions.as_ref().map_or(&[][..], |r| r.0.as_slice());
+        if regions.is_empty() {
+            return Ok(None);
+        }
+        let of = |message: String| SettingError::of::<Self>("regions", message);
+        let own = own.ok_or_else(|| {
+            of("is set but this relay has no region of its own: set AWS_REGION".to_owned())
+        })?;
+        let own = Region::new(own).map_err(|e| of(format!("this relay's own region: {e}")))?;
+        GlobalTable::new(own, regions.to_vec())
+            .map(Some)
+            .map_err(|e| of(e.to_string()))
+    }
+}
+
+/// `--regions`' parser: region names separated by commas, or nothing (clap names the flag and
+/// the variable).
+fn parse_regions(value: &str) -> Result<RegionList, String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .map(|r| Region::new(r).map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()
+        .map(RegionList)
 }
 
 #[cfg(test)]

@@ -42,6 +42,9 @@ pub enum IgnoreReason {
     NotOutboxEvent,
     /// An outbox item inserted in a status other than `PENDING` (a restore or a copy).
     NotPending(OutboxStatus),
+    /// On a global table, an event another region's relays publish (written there:
+    /// `OriginRegion`), [`crate::stream_record::published_in_this_region`].
+    OtherRegion(Option<String>),
 }
 
 /// What an aggregate's later events wait behind.

@@ -109,7 +109,9 @@ pub(crate) fn mocked_dynamodb(
     .to_builder()
 }
 
-pub use config::{PublisherArgs, PublisherConfig, RetentionArgs, SettingError, TargetKind};
+pub use config::{
+    PublisherArgs, PublisherConfig, RegionArgs, RegionList, RetentionArgs, SettingError, TargetKind,
+};
 pub use dead_letter::{
     DeadLetter, DeadLetterError, DeadLetterSink, RecordLeftOut, RecordRef, SqsDeadLetterSink,
 };

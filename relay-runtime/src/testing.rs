@@ -44,6 +44,7 @@ pub fn pending_item(id: &str, payload: &str) -> OutboxItem {
         trace_header: None,
         trace_parent: None,
         trace_state: None,
+        origin_region: None,
     }
 }
 

@@ -5,7 +5,7 @@
 use clap::builder::BoolishValueParser;
 use relay_runtime::config::dead_letter_queue_url;
 use relay_runtime::metrics::MetricsArgs;
-use relay_runtime::{PublisherArgs, PublisherConfig, RetentionArgs, SettingError};
+use relay_runtime::{PublisherArgs, PublisherConfig, RegionArgs, RetentionArgs, SettingError};
 
 use crate::handler::HandlerOptions;
 
@@ -42,6 +42,9 @@ pub struct RelayArgs {
     /// How long marked items stay: the same flag in every relay.
     #[command(flatten)]
     pub retention: RetentionArgs,
+    /// The global table's regions: the same flag in every relay.
+    #[command(flatten)]
+    pub regions: RegionArgs,
     /// SQS queue for poison records: each goes there with its record and a reason, then is marked
     /// `DEAD_LETTERED`. A letter larger than the queue's `MaximumMessageSize` (read with
     /// `sqs:GetQueueAttributes`) goes without its record, which the item keeps. Without a queue,
@@ -101,7 +104,8 @@ impl RelayArgs {
         self.publisher.config()
     }
 
-    /// The handler options.
+    /// The handler options, for a single-region table: [`Self::handler_options_in`] adds the
+    /// relay's region.
     ///
     /// # Errors
     /// [`SettingError`] when the table name is empty or the mark concurrency is out of range.
@@ -120,6 +124,22 @@ impl RelayArgs {
             mark_concurrency: self.mark_concurrency,
             deadline_margin: self.deadline_margin,
             hold_failed_aggregates: self.hold_failed_aggregates,
+            global_table: None,
+        })
+    }
+}
+
+impl RelayArgs {
+    /// The handler options of a relay in region `own` (its SDK config's): with `--regions`, it
+    /// publishes only that region's events.
+    ///
+    /// # Errors
+    /// [`SettingError`] as [`Self::handler_options`], or naming `--regions` when they do not
+    /// describe a global table `own` is part of.
+    pub fn handler_options_in(&self, own: Option<&str>) -> Result<HandlerOptions, SettingError> {
+        Ok(HandlerOptions {
+            global_table: self.regions.global_table(own)?,
+            ..self.handler_options()?
         })
     }
 }

@@ -104,7 +104,7 @@ pub fn build_relay_with(
     dynamodb: aws_sdk_dynamodb::Client,
     sqs: aws_sdk_sqs::Client,
 ) -> Result<AwsStreamRelay, SettingError> {
-    let options = args.handler_options()?;
+    let options = args.handler_options_in(dynamodb.config().region().map(|r| r.as_ref()))?;
     let ttl = args.retention.ttl_policy()?;
     let status = DynamoStatusStore::new(dynamodb.clone(), &args.table_name, ttl);
     // A hold no poller ever released (none ran) lapses with the published retention.

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::region::Region;
 use crate::schema::DEFAULT_INDEX_NAME;
 use crate::shard::ShardCount;
 
@@ -17,6 +18,12 @@ pub struct OutboxConfig {
     pub shard_count: ShardCount,
     /// How long an item lives after it is written before TTL cleans it up.
     pub ttl_retention: Duration,
+    /// On a global table, the region the writer writes in: each new item is stamped with it
+    /// (`OriginRegion`) and indexed under that region's partitions
+    /// (`OUTBOX#PENDING#{region}#{shard}`), so only that region's relays publish it. `None` (the
+    /// default): a single-region table, unregioned partitions. The writer sets it from its
+    /// client's region when configured for a global table (`WriterConfig::global_table`).
+    pub origin_region: Option<Region>,
 }
 
 impl OutboxConfig {
@@ -27,6 +34,7 @@ impl OutboxConfig {
             index_name: DEFAULT_INDEX_NAME.to_owned(),
             shard_count: ShardCount::default(),
             ttl_retention: DEFAULT_TTL_RETENTION,
+            origin_region: None,
         }
     }
 

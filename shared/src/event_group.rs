@@ -106,6 +106,7 @@ mod tests {
             trace_header: None,
             trace_parent: None,
             trace_state: None,
+            origin_region: None,
         }
     }
 

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::claim_check::PayloadRef;
 use crate::config::OutboxConfig;
 use crate::entry_field::{EntryFieldError, check_detail_type, check_trace_header};
+use crate::region::Region;
 use crate::schema::{self, entity};
 use crate::shard::shard_for;
 use crate::time::format_timestamp;
@@ -121,6 +122,16 @@ pub struct OutboxItem {
         skip_serializing_if = "Option::is_none"
     )]
     pub trace_state: Option<String>,
+    /// On a global table, the region whose writer wrote the event
+    /// ([`OutboxConfig::origin_region`]): its relays publish it, and it is pending under that
+    /// region's partitions. Absent on a single-region table, and on items another client wrote
+    /// without it (the first region of the relays' `--regions` publishes those).
+    #[serde(
+        rename = "OriginRegion",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub origin_region: Option<Region>,
 }
 
 /// The primary key of an item.
@@ -256,7 +267,10 @@ impl OutboxItem {
             pk: event.partition_key,
             sk: schema::outbox_sk(&event_id),
             entity_type: entity::OUTBOX_EVENT.to_owned(),
-            gsi1pk: Some(schema::pending_shard_pk(shard)),
+            gsi1pk: Some(schema::pending_partition(
+                config.origin_region.as_ref(),
+                shard,
+            )),
             gsi1sk: Some(schema::pending_sort_key(&created_at, &event_id)),
             event_id,
             event_type: event.event_type,
@@ -277,6 +291,7 @@ impl OutboxItem {
                 .trace_context
                 .as_ref()
                 .and_then(|c| c.tracestate().map(str::to_owned)),
+            origin_region: config.origin_region.clone(),
         })
     }
 
@@ -386,9 +401,33 @@ mod tests {
     }
 
     #[test]
+    fn a_global_tables_item_is_stamped_and_pending_under_its_regions_partition() {
+        let region = Region::new("eu-west-1").unwrap();
+        let config = OutboxConfig {
+            origin_region: Some(region.clone()),
+            ..config()
+        };
+        let item = OutboxItem::pending(new_event(), &config, Utc::now()).unwrap();
+        let shard = shard_for("o1", config.shard_count);
+        assert_eq!(item.origin_region, Some(region));
+        assert_eq!(
+            item.gsi1pk,
+            Some(format!("OUTBOX#PENDING#eu-west-1#{shard}"))
+        );
+        let av = item.to_item().unwrap();
+        assert_eq!(av["OriginRegion"], Av::S("eu-west-1".into()));
+        let back: OutboxItem = serde_dynamo::from_item(av).unwrap();
+        assert_eq!(back, item);
+        // A single-region item has none
+        let plain = OutboxItem::pending(new_event(), &self::config(), Utc::now()).unwrap();
+        assert!(!plain.to_item().unwrap().contains_key("OriginRegion"));
+    }
+
+    #[test]
     fn every_attribute_of_an_outbox_item_is_an_outbox_attribute_and_none_is_an_orders_own() {
         // An item with every optional attribute set
         let item = OutboxItem {
+            origin_region: Some(Region::new("us-east-1").unwrap()),
             trace_header: Some("Root=1-5759e988-bd862e3fe1be46a994272793".into()),
             trace_parent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
             trace_state: Some("k=v".into()),

@@ -14,8 +14,25 @@ use std::str::FromStr;
 /// lowercase ASCII letters, digits and hyphens, starting with a letter and not ending with a
 /// hyphen, at most 32 characters. It is part of an index key (`OUTBOX#PENDING#{region}#{shard}`),
 /// so `#` and anything else a key could not round-trip is refused.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(try_from = "String", into = "String")]
 pub struct Region(String);
+
+impl TryFrom<String> for Region {
+    type Error = InvalidRegion;
+
+    fn try_from(name: String) -> Result<Self, Self::Error> {
+        Self::new(name)
+    }
+}
+
+impl From<Region> for String {
+    fn from(region: Region) -> Self {
+        region.0
+    }
+}
 
 /// A region name that is not one ([`Region`] says what one is).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

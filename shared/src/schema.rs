@@ -186,11 +186,62 @@ pub fn pending_partition(origin: Option<&Region>, shard: u16) -> String {
 }
 
 /// A pending-event partition read back from its `GSI1PK`: the region that wrote its events, if
-/// regional, and its shard.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// regional, and its shard. Ordered by region (the unregioned first), then shard.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PendingPartition {
     pub origin: Option<Region>,
     pub shard: u16,
+}
+
+impl PendingPartition {
+    /// The unregioned partition of `shard` (a single-region table).
+    pub fn unregioned(shard: u16) -> Self {
+        Self {
+            origin: None,
+            shard,
+        }
+    }
+
+    /// The partition of `shard` of the events written in `origin`.
+    pub fn regional(origin: Region, shard: u16) -> Self {
+        Self {
+            origin: Some(origin),
+            shard,
+        }
+    }
+
+    /// Its `GSI1PK` ([`pending_partition`]).
+    pub fn gsi1pk(&self) -> String {
+        pending_partition(self.origin.as_ref(), self.shard)
+    }
+}
+
+/// `3` for an unregioned partition, `eu-west-1#3` for a regional one: what logs and the lease
+/// table name a partition by.
+impl std::fmt::Display for PendingPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.origin {
+            Some(origin) => write!(f, "{origin}#{}", self.shard),
+            None => write!(f, "{}", self.shard),
+        }
+    }
+}
+
+/// Reads the [`Display`](std::fmt::Display) form back (`3`, `eu-west-1#3`).
+impl std::str::FromStr for PendingPartition {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        parse_pending_partition(&format!("{PENDING_PREFIX}{name}")).ok_or_else(|| {
+            format!("{name:?} is not a partition: expected a shard (3) or a region and a shard (eu-west-1#3)")
+        })
+    }
+}
+
+impl From<u16> for PendingPartition {
+    fn from(shard: u16) -> Self {
+        Self::unregioned(shard)
+    }
 }
 
 /// Reads a `GSI1PK` of either pending format back ([`pending_shard_pk`],
@@ -255,6 +306,20 @@ pub mod status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_partition_is_named_by_its_region_and_shard_and_read_back() {
+        let regional = PendingPartition::regional(Region::new("eu-west-1").unwrap(), 3);
+        assert_eq!(regional.to_string(), "eu-west-1#3");
+        assert_eq!(regional.gsi1pk(), "OUTBOX#PENDING#eu-west-1#3");
+        assert_eq!("eu-west-1#3".parse(), Ok(regional));
+        assert_eq!(PendingPartition::from(7).to_string(), "7");
+        assert_eq!("7".parse(), Ok(PendingPartition::unregioned(7)));
+        assert!("x#".parse::<PendingPartition>().is_err());
+        assert!(
+            PendingPartition::from(9) < PendingPartition::regional(Region::new("a-1").unwrap(), 0)
+        );
+    }
 
     #[test]
     fn key_formats_match_the_documented_schema() {

@@ -190,7 +190,7 @@ async fn run(kind: TargetKind, outage_seconds: usize) -> Outcome {
     let grace = run_args.grace_period;
     let config = run_args.relay.validate().expect("valid poller config");
     let poller = relay_poller::aws::aws_poller(&sdk, &config).expect("valid poller");
-    let shards = config.fixed_shards();
+    let shards = poller.partitions().fixed();
 
     // The virtual clock's second 0 is the wall clock's `t0`: events carry it as `CreatedAt`, and
     // the poller's cutoff is read off the virtual clock.

@@ -130,7 +130,7 @@ fn counted_poller(
     };
     let publisher =
         outbox_tests::fixtures::classic_publisher(eventbridge, config.publisher.clone());
-    aws_poller_with(clients, publisher, config)
+    aws_poller_with(clients, publisher, config).expect("poller")
 }
 
 async fn seed(env: &TestEnv, items: &[OutboxItem]) {
@@ -194,6 +194,7 @@ fn relay_args_of(kind: TargetKind, table: &str, bus: &str, dlq: &str) -> RelayAr
             index_name: schema::DEFAULT_INDEX_NAME.into(),
             shard_count: ShardCount::default(),
             shards: None,
+            regions: relay_runtime::RegionArgs::default(),
         },
         publisher: PublisherArgs {
             publish_concurrency: 10,
@@ -239,7 +240,7 @@ async fn poller_on_emulator(events: usize) -> Run {
     let started = Instant::now();
     let summary = poller
         .drain(
-            &config.fixed_shards(),
+            &poller.partitions().fixed(),
             Duration::ZERO,
             3,
             &CancellationToken::new(),
@@ -372,7 +373,7 @@ async fn poller_on_latency_model(kind: TargetKind, events: usize, shards: Option
     let started = Instant::now();
     let summary = poller
         .drain(
-            &config.fixed_shards(),
+            &poller.partitions().fixed(),
             Duration::ZERO,
             3,
             &CancellationToken::new(),
@@ -406,7 +407,9 @@ async fn fleet_on_latency_model(events: usize, pollers: u16, shard_concurrency: 
             args.table.shards = Some(shards);
             args.shard_concurrency = shard_concurrency;
             let config = args.validate().unwrap();
-            (aws_poller(&sdk, &config).unwrap(), config.fixed_shards())
+            let poller = aws_poller(&sdk, &config).unwrap();
+            let shards = poller.partitions().fixed();
+            (poller, shards)
         })
         .collect();
     let cancel = CancellationToken::new();

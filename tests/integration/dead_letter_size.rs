@@ -380,10 +380,11 @@ async fn drain_with_record_bucket(
         env.publisher(config.publisher.clone()),
         dead_letters,
         &config,
-    );
+    )
+    .expect("poller");
     poller
         .drain(
-            &config.fixed_shards(),
+            &poller.partitions().fixed(),
             Duration::ZERO,
             3,
             &relay_poller::CancellationToken::new(),

@@ -50,10 +50,9 @@ fn drain_poller(
         unreachable!("parsed a drain");
     };
     let config = args.relay.validate().expect("valid arguments");
-    (
-        aws_poller(&model.sdk_config(), &config).expect("poller"),
-        config.fixed_shards(),
-    )
+    let poller = aws_poller(&model.sdk_config(), &config).expect("poller");
+    let shards = poller.partitions().fixed();
+    (poller, shards)
 }
 
 #[tokio::test(start_paused = true)]

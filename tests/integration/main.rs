@@ -82,6 +82,7 @@ mod poller_fleet;
 mod poller_metrics;
 mod poller_quota;
 mod preflight_check;
+mod region_failover;
 mod relay_faults;
 mod relay_metrics;
 mod relay_refused_calls;

@@ -238,6 +238,7 @@ async fn run_passes_leave_events_younger_than_the_grace_period_alone() {
             index_name: schema::DEFAULT_INDEX_NAME.into(),
             shard_count: ShardCount::default(),
             shards: None,
+            regions: relay_runtime::RegionArgs::default(),
         },
         publisher: PublisherArgs {
             publish_concurrency: 4,
@@ -257,7 +258,7 @@ async fn run_passes_leave_events_younger_than_the_grace_period_alone() {
     };
     let config = args.validate().unwrap();
     let poller = relay_poller::aws::aws_poller(&env.sdk_config, &config).unwrap();
-    let shards = config.fixed_shards();
+    let shards = poller.partitions().fixed();
     let grace = Duration::from_secs(60);
     let cancel = CancellationToken::new();
 

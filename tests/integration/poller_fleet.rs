@@ -152,9 +152,9 @@ impl Fleet {
             .iter()
             .filter_map(|item| {
                 let key = item[attr::LEASE_KEY].as_s().ok()?;
-                let shard = relay_poller::assignment::parse_shard_key(key)?;
+                let shard = relay_poller::assignment::parse_partition_key(key)?;
                 Some((
-                    shard,
+                    shard.shard,
                     LeaseRow {
                         owner: item.get(attr::OWNER).and_then(|o| o.as_s().ok()).cloned(),
                         expires_at: number(item, attr::EXPIRES_AT).unwrap_or_default(),
@@ -658,7 +658,7 @@ async fn a_hand_over_whose_reply_was_lost_leaves_the_holder_stopped_while_the_re
             DynamoLeaseStore::new(client, &table),
             SystemClock,
             owner,
-            vec![0, 1],
+            vec![0.into(), 1.into()],
             settings.clone(),
         )
     };
@@ -673,17 +673,17 @@ async fn a_hand_over_whose_reply_was_lost_leaves_the_holder_stopped_while_the_re
 
     // When a hands it over once its page in flight ends, and the reply to that write is lost
     // after it took effect (the SDK retries it and DynamoDB answers ConditionalCheckFailed)
-    let PageStart::Go { .. } = a_polls.begin_page(asked) else {
+    let PageStart::Go { .. } = a_polls.begin_page(&asked) else {
         panic!("a polls shard {asked}");
     };
     let (renewed, ()) = tokio::join!(a.renew_round(), async {
         // a's renewals are made once it stops new pages of the shard it is asked for
-        while let PageStart::Go { .. } = a_polls.begin_page(asked) {
-            a_polls.end_page(asked);
+        while let PageStart::Go { .. } = a_polls.begin_page(&asked) {
+            a_polls.end_page(&asked);
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         proxy.lose_next_replies(UPDATE_ITEM, 1);
-        a_polls.end_page(asked);
+        a_polls.end_page(&asked);
     });
     let renewed = renewed.unwrap();
     assert_eq!(proxy.counts_for(UPDATE_ITEM).lost_replies, 1);
@@ -691,10 +691,10 @@ async fn a_hand_over_whose_reply_was_lost_leaves_the_holder_stopped_while_the_re
 
     // Then b adopts it at its next round, and a does not poll it beside b
     let adopted = b.round().await.unwrap();
-    assert_eq!(adopted.adopted, [asked], "{adopted:?}");
-    assert!(matches!(b_polls.begin_page(asked), PageStart::Go { .. }));
+    assert_eq!(adopted.adopted, std::slice::from_ref(&asked), "{adopted:?}");
+    assert!(matches!(b_polls.begin_page(&asked), PageStart::Go { .. }));
     assert_eq!(
-        a_polls.begin_page(asked),
+        a_polls.begin_page(&asked),
         PageStart::Stop,
         "a polls shard {asked} beside b"
     );

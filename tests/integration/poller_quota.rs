@@ -30,6 +30,7 @@ fn default_args() -> RelayArgs {
             index_name: schema::DEFAULT_INDEX_NAME.into(),
             shard_count: ShardCount::default(),
             shards: None,
+            regions: relay_runtime::RegionArgs::default(),
         },
         publisher: fixtures::publisher_args("quota-bus"),
         retention: relay_runtime::RetentionArgs::default(),
@@ -68,7 +69,7 @@ async fn drain_at_quota(args: &RelayArgs) -> AtQuota {
     let started = tokio::time::Instant::now();
     let summary = poller
         .drain(
-            &config.fixed_shards(),
+            &poller.partitions().fixed(),
             Duration::ZERO,
             3,
             &CancellationToken::new(),
@@ -228,5 +229,10 @@ async fn a_drain_against_a_bus_that_answers_nothing_gives_up_in_minutes() {
 
 /// Every shard of the default shard count: what `default_args` polls.
 fn all_shards() -> StaticShards {
-    StaticShards(outbox_shared::ShardCount::default().shards().collect())
+    StaticShards(
+        outbox_shared::ShardCount::default()
+            .shards()
+            .map(outbox_shared::schema::PendingPartition::from)
+            .collect(),
+    )
 }

@@ -131,11 +131,14 @@ async fn the_same_events_relayed_by_either_relay_come_to_the_same_counts() {
         env.publisher(config.publisher.clone()),
         relay_runtime::SqsDeadLetterSink::new(env.sqs.clone(), &env.dead_letter_queue_url),
         &config,
-    );
+    )
+    .expect("poller");
     let cancel = relay_poller::CancellationToken::new();
     let poller_counts = counts_of("relay-poller", async {
         let cutoff = relay_poller::cutoff(Utc::now(), std::time::Duration::ZERO);
-        poller.pass(&config.fixed_shards(), cutoff, &cancel).await;
+        poller
+            .pass(&poller.partitions().fixed(), cutoff, &cancel)
+            .await;
     })
     .await;
 

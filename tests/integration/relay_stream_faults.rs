@@ -244,6 +244,7 @@ fn relay_args(env: &TestEnv) -> RelayArgs {
             ..fixtures::publisher_args(&env.bus_name)
         },
         retention: relay_runtime::RetentionArgs::default(),
+        regions: relay_runtime::RegionArgs::default(),
         dead_letter_queue_url: Some(env.dead_letter_queue_url.clone()),
         mark_concurrency: 32,
         stop_at_first_failure: false,
@@ -538,12 +539,12 @@ async fn the_poller_keeps_each_aggregates_order_when_its_first_event_fails() {
     };
     let publisher =
         fixtures::classic_publisher(faulty_eventbridge(&env, &faults), config.publisher.clone());
-    let poller = relay_poller::aws::aws_poller_with(clients, publisher, &config);
+    let poller = relay_poller::aws::aws_poller_with(clients, publisher, &config).expect("poller");
 
     // When it drains
     let summary = poller
         .drain(
-            &config.fixed_shards(),
+            &poller.partitions().fixed(),
             Duration::ZERO,
             3,
             &relay_poller::CancellationToken::new(),
@@ -652,10 +653,11 @@ async fn drain(
         },
         publisher(&config),
         &config,
-    );
+    )
+    .expect("poller");
     poller
         .drain(
-            &config.fixed_shards(),
+            &poller.partitions().fixed(),
             Duration::ZERO,
             3,
             &relay_poller::CancellationToken::new(),
@@ -863,8 +865,11 @@ mod hold_release {
     }
 
     impl PendingCounts for &World {
-        async fn backlog(&self, shard: u16) -> Result<ShardBacklog, IndexError> {
-            let partition = outbox_shared::schema::pending_shard_pk(shard);
+        async fn backlog(
+            &self,
+            shard: &outbox_shared::schema::PendingPartition,
+        ) -> Result<ShardBacklog, IndexError> {
+            let partition = shard.gsi1pk();
             let pending = self.pending.lock().unwrap();
             let mut in_shard: Vec<&OutboxItem> = pending
                 .iter()
@@ -873,7 +878,8 @@ mod hold_release {
                 .collect();
             in_shard.sort_by_key(|item| item.gsi1sk.clone());
             Ok(ShardBacklog {
-                shard,
+                region: None,
+                shard: shard.shard,
                 pending: in_shard.len() as u64,
                 oldest_created_at: in_shard.first().map(|item| item.created_at.clone()),
             })
@@ -972,7 +978,7 @@ mod hold_release {
                 holds: &world,
             },
             PollerSettings {
-                shard_count: config.shard_count,
+                partitions: relay_poller::partitions::Partitions::single_region(config.shard_count),
                 page_size: 25,
                 shard_concurrency: 4,
                 mark_concurrency: 4,
@@ -983,7 +989,13 @@ mod hold_release {
             },
         );
         let cancel = relay_poller::CancellationToken::new();
-        let shards = StaticShards(config.shard_count.shards().collect());
+        let shards = StaticShards(
+            config
+                .shard_count
+                .shards()
+                .map(outbox_shared::schema::PendingPartition::from)
+                .collect(),
+        );
         world.write(&e1, true);
         world.fail_once.lock().unwrap().insert(e1.event_id.clone());
         stream

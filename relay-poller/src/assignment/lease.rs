@@ -1,27 +1,27 @@
-//! Shard leases: several `relay-poller run` tasks share the shards of the pending index through a
+//! Shard leases: several `relay-poller run` tasks share the partitions of the pending index through a
 //! small lease table of their own, as the Kinesis Client Library's workers share a stream.
 //!
-//! - One lease per shard (`LeaseKey = SHARD#{n}`): its owner, when it expires, a counter bumped by
+//! - One lease per partition (`LeaseKey = SHARD#{n}`): its owner, when it expires, a counter bumped by
 //!   every write that changes hands or renews (the version every conditional write checks), a
-//!   pending hand-over request, and when its owner last finished a pass over the shard.
+//!   pending hand-over request, and when its owner last finished a pass over the partition.
 //! - One heartbeat per poller (`LeaseKey = POLLER#{owner}`): a poller is *live* while its
-//!   heartbeat is fresh; the fair share is the shard count divided by the live pollers.
+//!   heartbeat is fresh; the fair share is the partition count divided by the live pollers.
 //! - Every renew interval a poller runs one *round* ([`LeaseManager::round`]): heartbeat, renew
 //!   what it holds (conditional writes), read the table, hand over a lease another poller asked
 //!   for, take free or expired leases up to its fair share, and when it is still below its share
 //!   and nothing is free, ask the poller holding the most for one lease (at most one per round).
-//! - A hand-over is graceful: the holder stops taking pages of the shard, waits for the page in
+//! - A hand-over is graceful: the holder stops taking pages of the partition, waits for the page in
 //!   flight, and only then writes the lease over to the poller that asked, so two pollers never
-//!   poll a shard at once while their clocks agree. A hand-over not confirmed (the call failed,
+//!   poll a partition at once while their clocks agree. A hand-over not confirmed (the call failed,
 //!   or answered "not mine", as a retried write that was applied the first time does) leaves the
-//!   shard stopped until the holder's next renewal says whether the lease is still its own.
-//! - A poller stops taking pages of a shard at its *poll deadline*, one renew interval before the
+//!   partition stopped until the holder's next renewal says whether the lease is still its own.
+//! - A poller stops taking pages of a partition at its *poll deadline*, one renew interval before the
 //!   lease it last renewed expires; another poller takes the lease only after that expiry by its
 //!   own clock. Pollers' clocks may therefore differ by up to one renew interval (less the
-//!   longest page in flight) without two of them polling a shard at once.
+//!   longest page in flight) without two of them polling a partition at once.
 //! - Leases decide who polls, never what is correct: the conditional status mark stays the guard,
 //!   so a poller that lost its lease without knowing causes duplicates at most, never a loss; and
-//!   a shard whose lease nobody has owned for a lease duration is published by the sweep.
+//!   a partition whose lease nobody has owned for a lease duration is published by the sweep.
 //!
 //! Why not a crate: `dynamodb-lease` 0.22 (the maintained one, on `aws-sdk-dynamodb` 1.x) is a
 //! single-key mutex: one lease per `acquire`, no owner id, no listing of leases or holders, no
@@ -41,6 +41,8 @@
 //! manager ([`super::LeaseManager`]) and its poll loop both see them (`owned`); the poll loop sees
 //! them as a [`super::LeasedShards`].
 
+use outbox_shared::region::Region;
+use outbox_shared::schema::PendingPartition;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -49,7 +51,7 @@ pub type Millis = i64;
 
 /// Attribute names of the lease table.
 pub mod attr {
-    /// The table's partition key: [`super::shard_key`] or [`super::poller_key`].
+    /// The table's partition key: [`super::partition_key`] or [`super::poller_key`].
     pub const LEASE_KEY: &str = "LeaseKey";
     /// The poller holding a lease (absent when the lease is free); a heartbeat's poller.
     pub const OWNER: &str = "Owner";
@@ -64,20 +66,24 @@ pub mod attr {
     pub const COUNTER: &str = "Counter";
     /// A live poller that asked the holder to hand the lease over (fair share).
     pub const HANDOFF_TO: &str = "HandoffTo";
-    /// When the holder last finished a pass over the shard (epoch milliseconds).
+    /// When the holder last finished a pass over the partition (epoch milliseconds).
     pub const LAST_PASS_AT: &str = "LastPassAt";
     /// When a poller last wrote its heartbeat (epoch milliseconds).
     pub const HEARTBEAT_AT: &str = "HeartbeatAt";
     /// When a poller started (epoch milliseconds).
     pub const STARTED_AT: &str = "StartedAt";
+    /// The region whose partitions a heartbeat's poller leases (a global table's).
+    pub const REGION: &str = "Region";
     /// DynamoDB TTL of heartbeats (epoch seconds): the items of pollers that died are deleted a
     /// day later. The same attribute name as the outbox table's.
     pub const TTL: &str = outbox_shared::schema::attr::TTL;
 }
 
-/// `LeaseKey` of a shard's lease.
-pub fn shard_key(shard: u16) -> String {
-    format!("SHARD#{shard}")
+/// `LeaseKey` of a partition's lease: `SHARD#{shard}` on a single-region table,
+/// `SHARD#{region}#{shard}` for a region's partition of a global table, whose lease table is
+/// global too: each region's pollers lease their own region's partitions, apart from the others'.
+pub fn partition_key(partition: &PendingPartition) -> String {
+    format!("SHARD#{partition}")
 }
 
 /// `LeaseKey` of a poller's heartbeat.
@@ -85,8 +91,8 @@ pub fn poller_key(owner: &str) -> String {
     format!("POLLER#{owner}")
 }
 
-/// The shard of a lease key, if it is one.
-pub fn parse_shard_key(key: &str) -> Option<u16> {
+/// The partition of a lease key, if it is one.
+pub fn parse_partition_key(key: &str) -> Option<PendingPartition> {
     key.strip_prefix("SHARD#")?.parse().ok()
 }
 
@@ -120,7 +126,7 @@ pub struct LeaseSettings {
 }
 
 impl LeaseSettings {
-    /// After a renewal, how long the holder may start pages of the shard: one renew interval
+    /// After a renewal, how long the holder may start pages of the partition: one renew interval
     /// less than the lease lasts. That interval is the clock skew between pollers the leases
     /// tolerate.
     pub fn poll_window(&self) -> Duration {
@@ -140,10 +146,10 @@ pub(crate) fn millis(duration: Duration) -> Millis {
     Millis::try_from(duration.as_millis()).unwrap_or(Millis::MAX)
 }
 
-/// One shard's lease, as the table holds it.
+/// One partition's lease, as the table holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
-    pub shard: u16,
+    pub partition: PendingPartition,
     /// `None` when the lease is free (released).
     pub owner: Option<String>,
     pub expires_at: Millis,
@@ -170,6 +176,10 @@ impl Lease {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Heartbeat {
     pub owner: String,
+    /// The region whose partitions the poller leases, on a global table (whose lease table is
+    /// global too, so every region's pollers beat in it): a poller shares its partitions only
+    /// with the pollers of its region. `None` on a single-region table.
+    pub region: Option<Region>,
     pub heartbeat_at: Millis,
     pub expires_at: Millis,
     pub started_at: Millis,
@@ -181,11 +191,25 @@ impl Heartbeat {
     }
 }
 
-/// The whole lease table: leases by shard, heartbeats by owner.
+/// The whole lease table: leases by partition, heartbeats by owner.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LeaseView {
-    pub leases: BTreeMap<u16, Lease>,
+    pub leases: BTreeMap<PendingPartition, Lease>,
     pub heartbeats: BTreeMap<String, Heartbeat>,
+}
+
+impl LeaseView {
+    /// The fleet of `region` (`None`: a single-region table's) as it shares `partitions`: their
+    /// leases, and the heartbeats of that region's pollers. A global lease table holds every
+    /// region's; another region's pollers neither hold these leases nor share in their fair
+    /// share.
+    #[must_use]
+    pub fn fleet(mut self, region: Option<&Region>, partitions: &[PendingPartition]) -> Self {
+        self.leases
+            .retain(|partition, _| partitions.contains(partition));
+        self.heartbeats.retain(|_, h| h.region.as_ref() == region);
+        self
+    }
 }
 
 /// When a lease write is made (by the writer's clock) and until when the lease it writes holds.

@@ -1,7 +1,8 @@
-//! Shard assignments decided by the lease table: the shards whose lease a poller owns
-//! ([`LeasedShards`], `run` with a lease table), or every shard no poller owns an unexpired lease
+//! Shard assignments decided by the lease table: the partitions whose lease a poller owns
+//! ([`LeasedShards`], `run` with a lease table), or every partition no poller owns an unexpired lease
 //! on ([`RespectLeases`], `drain --respect-leases`).
 
+use outbox_shared::schema::PendingPartition;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,13 +13,13 @@ use super::owned::{Shared, State};
 use super::{Clock, LeaseStore, Millis, SystemClock};
 use super::{PageStart, PassShards, ShardAssignment};
 
-/// The poll loop's side of a poller's leases: it polls the shards whose lease it owns, up to
+/// The poll loop's side of a poller's leases: it polls the partitions whose lease it owns, up to
 /// each one's poll deadline, and none being handed over.
 #[derive(Debug, Clone)]
 pub struct LeasedShards<C = SystemClock> {
     shared: Arc<Shared>,
     clock: C,
-    shards: Vec<u16>,
+    partitions: Vec<PendingPartition>,
     duration_ms: Millis,
 }
 
@@ -28,43 +29,43 @@ impl<C: Clock> LeasedShards<C> {
     pub(crate) fn new(
         shared: Arc<Shared>,
         clock: C,
-        shards: Vec<u16>,
+        partitions: Vec<PendingPartition>,
         duration_ms: Millis,
     ) -> Self {
         Self {
             shared,
             clock,
-            shards,
+            partitions,
             duration_ms,
         }
     }
 
     /// Shards whose lease nobody has owned for a lease duration (free or expired that long, or
     /// never written): the sweep publishes their events. Empty before the first read.
-    fn orphaned(&self, state: &State, now: Millis) -> Vec<u16> {
+    fn orphaned(&self, state: &State, now: Millis) -> Vec<PendingPartition> {
         let Some(view) = &state.view else {
             return Vec::new();
         };
-        self.shards
+        self.partitions
             .iter()
-            .copied()
-            // Not the shards this poller polls (a lease it owns past its poll deadline is not
+            // Not the partitions this poller polls (a lease it owns past its poll deadline is not
             // polled: the sweep may cover it once it has expired for a duration).
-            .filter(|shard| {
+            .filter(|&partition| {
                 state
                     .owned
-                    .get(shard)
+                    .get(partition)
                     .is_none_or(|h| now >= h.poll_deadline)
             })
-            .filter(|shard| match view.leases.get(shard) {
+            .filter(|&partition| match view.leases.get(partition) {
                 Some(lease) => {
                     lease.is_takeable_at(now) && lease.expires_at + self.duration_ms <= now
                 }
                 None => state
                     .missing_since
-                    .get(shard)
+                    .get(partition)
                     .is_some_and(|since| since + self.duration_ms <= now),
             })
+            .cloned()
             .collect()
     }
 }
@@ -77,7 +78,7 @@ impl<C: Clock> ShardAssignment for LeasedShards<C> {
             .owned
             .iter()
             .filter(|(_, h)| !h.handing_over && now < h.poll_deadline)
-            .map(|(&shard, _)| shard)
+            .map(|(partition, _)| partition.clone())
             .collect();
         PassShards {
             poll,
@@ -86,10 +87,10 @@ impl<C: Clock> ShardAssignment for LeasedShards<C> {
         }
     }
 
-    fn begin_page(&self, shard: u16) -> PageStart {
+    fn begin_page(&self, partition: &PendingPartition) -> PageStart {
         let now = self.clock.now();
         let mut state = self.shared.state();
-        match state.owned.get_mut(&shard) {
+        match state.owned.get_mut(partition) {
             Some(owned) if !owned.handing_over && now < owned.poll_deadline => {
                 owned.busy += 1;
                 let left = u64::try_from(owned.poll_deadline - now).unwrap_or_default();
@@ -103,49 +104,49 @@ impl<C: Clock> ShardAssignment for LeasedShards<C> {
         }
     }
 
-    fn end_page(&self, shard: u16) {
-        if let Some(owned) = self.shared.state().owned.get_mut(&shard) {
+    fn end_page(&self, partition: &PendingPartition) {
+        if let Some(owned) = self.shared.state().owned.get_mut(partition) {
             owned.busy = owned.busy.saturating_sub(1);
         }
         self.shared.idle.notify_waiters();
     }
 
-    fn shard_polled(&self, shard: u16) {
+    fn partition_polled(&self, partition: &PendingPartition) {
         let now = self.clock.now();
-        if let Some(owned) = self.shared.state().owned.get_mut(&shard) {
+        if let Some(owned) = self.shared.state().owned.get_mut(partition) {
             owned.last_pass_at = Some(now);
         }
     }
 }
 
-/// `drain --respect-leases`: every shard that no poller owns an unexpired lease on, read from
+/// `drain --respect-leases`: every partition that no poller owns an unexpired lease on, read from
 /// the table before each pass; the drain takes no lease itself.
 #[derive(Debug)]
 pub struct RespectLeases<S, C = SystemClock> {
     store: S,
     clock: C,
-    shards: Vec<u16>,
-    /// The shards the last pass left to their owners.
-    skipped: Mutex<BTreeSet<u16>>,
+    partitions: Vec<PendingPartition>,
+    /// The partitions the last pass left to their owners.
+    skipped: Mutex<BTreeSet<PendingPartition>>,
 }
 
 impl<S: LeaseStore, C: Clock> RespectLeases<S, C> {
-    pub fn new(store: S, clock: C, shards: Vec<u16>) -> Self {
+    pub fn new(store: S, clock: C, partitions: Vec<PendingPartition>) -> Self {
         Self {
             store,
             clock,
-            shards,
+            partitions,
             skipped: Mutex::default(),
         }
     }
 
-    /// The shards the last pass left to the pollers owning them.
-    pub fn skipped(&self) -> Vec<u16> {
+    /// The partitions the last pass left to the pollers owning them.
+    pub fn skipped(&self) -> Vec<PendingPartition> {
         self.skipped
             .lock()
             .expect("never poisoned")
             .iter()
-            .copied()
+            .cloned()
             .collect()
     }
 }
@@ -155,10 +156,10 @@ impl<S: LeaseStore, C: Clock> ShardAssignment for RespectLeases<S, C> {
         match self.store.read().await {
             Ok(view) => {
                 let now = self.clock.now();
-                let (owned, poll): (Vec<u16>, Vec<u16>) =
-                    self.shards.iter().copied().partition(|shard| {
+                let (owned, poll): (Vec<PendingPartition>, Vec<PendingPartition>) =
+                    self.partitions.iter().cloned().partition(|partition| {
                         view.leases
-                            .get(shard)
+                            .get(partition)
                             .is_some_and(|l| l.holder_at(now).is_some())
                     });
                 *self.skipped.lock().expect("never poisoned") = owned.into_iter().collect();
@@ -169,7 +170,7 @@ impl<S: LeaseStore, C: Clock> ShardAssignment for RespectLeases<S, C> {
                 }
             }
             Err(err) => {
-                tracing::warn!(error = %err, "could not read the lease table; this pass polls no shard");
+                tracing::warn!(error = %err, "could not read the lease table; this pass polls no partition");
                 PassShards {
                     read_errors: 1,
                     ..PassShards::default()
@@ -178,13 +179,13 @@ impl<S: LeaseStore, C: Clock> ShardAssignment for RespectLeases<S, C> {
         }
     }
 
-    fn begin_page(&self, _shard: u16) -> PageStart {
+    fn begin_page(&self, _partition: &PendingPartition) -> PageStart {
         PageStart::Go {
             deadline: Deadline::NONE,
         }
     }
 
-    fn end_page(&self, _shard: u16) {}
+    fn end_page(&self, _partition: &PendingPartition) {}
 
-    fn shard_polled(&self, _shard: u16) {}
+    fn partition_polled(&self, _partition: &PendingPartition) {}
 }

@@ -1,7 +1,9 @@
 //! The lease manager: one poller's rounds against the lease table. Its poll loop learns which
-//! shards it may poll from the leases the manager owns, through a [`LeasedShards`]
+//! partitions it may poll from the leases the manager owns, through a [`LeasedShards`]
 //! ([`LeaseManager::assignment`]).
 
+use outbox_shared::region::Region;
+use outbox_shared::schema::PendingPartition;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,15 +29,15 @@ pub struct RoundReport {
     /// Renewals that failed for another reason than losing the lease (kept until the deadline).
     pub renew_errors: usize,
     /// Leases found to be another poller's now.
-    pub lost: Vec<u16>,
+    pub lost: Vec<PendingPartition>,
     /// Free or expired leases taken.
-    pub taken: Vec<u16>,
+    pub taken: Vec<PendingPartition>,
     /// Leases another poller handed over to this one.
-    pub adopted: Vec<u16>,
+    pub adopted: Vec<PendingPartition>,
     /// Leases handed over to the poller that asked.
-    pub handed_over: Vec<u16>,
+    pub handed_over: Vec<PendingPartition>,
     /// The lease this poller asked another for.
-    pub requested: Option<u16>,
+    pub requested: Option<PendingPartition>,
     /// Leases taken from another poller (expired, or handed over): the takeover metric.
     pub takeovers: u64,
     /// The table could not be read, so nothing was taken.
@@ -55,10 +57,10 @@ pub struct LeaseManager<S, C = SystemClock> {
     store: S,
     clock: C,
     owner: String,
-    shards: Vec<u16>,
+    partitions: Vec<PendingPartition>,
     settings: LeaseSettings,
     shared: Arc<Shared>,
-    /// Where in the shard list this poller starts looking for free leases.
+    /// Where in the partition list this poller starts looking for free leases.
     rotate: usize,
     /// Take rounds run so far (the first one only reads).
     take_rounds: AtomicU64,
@@ -68,12 +70,12 @@ pub struct LeaseManager<S, C = SystemClock> {
 }
 
 impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
-    /// A manager for `owner` over `shards` (every shard of the shard count).
+    /// A manager for `owner` over `partitions` (every partition of the partition count).
     pub fn new(
         store: S,
         clock: C,
         owner: impl Into<String>,
-        shards: Vec<u16>,
+        partitions: Vec<PendingPartition>,
         settings: LeaseSettings,
     ) -> Self {
         let owner = owner.into();
@@ -85,7 +87,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
             store,
             clock,
             owner,
-            shards,
+            partitions,
             settings,
             shared: Arc::default(),
             rotate,
@@ -99,9 +101,15 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
         &self.owner
     }
 
-    /// The shards this poller owns now.
-    pub fn owned(&self) -> BTreeSet<u16> {
-        self.shared.state().owned.keys().copied().collect()
+    /// The region whose partitions this poller leases (the first of them: its own), on a global
+    /// table.
+    fn region(&self) -> Option<&Region> {
+        self.partitions.first().and_then(|p| p.origin.as_ref())
+    }
+
+    /// The partitions this poller owns now.
+    pub fn owned(&self) -> BTreeSet<PendingPartition> {
+        self.shared.state().owned.keys().cloned().collect()
     }
 
     /// Takes no more leases and asks for none (shutdown has begun); renewals go on until
@@ -115,7 +123,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
         LeasedShards::new(
             self.shared.clone(),
             self.clock.clone(),
-            self.shards.clone(),
+            self.partitions.clone(),
             self.settings.duration_ms(),
         )
     }
@@ -123,7 +131,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
     /// Renew rounds and take rounds, each every renew interval, until `cancel` fires.
     ///
     /// # Errors
-    /// [`LeaseError::TableMissing`]: without its table the poller cannot share the shards.
+    /// [`LeaseError::TableMissing`]: without its table the poller cannot share the partitions.
     pub async fn run(&self, cancel: &CancellationToken) -> Result<(), LeaseError> {
         let every = || {
             let mut every = tokio::time::interval(self.settings.renew_interval);
@@ -181,7 +189,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
     }
 
     /// Heartbeat, renew every owned lease, and hand over those another poller asked for (once no
-    /// page of the shard is in flight; judged on the table as the last take round read it).
+    /// page of the partition is in flight; judged on the table as the last take round read it).
     ///
     /// # Errors
     /// [`LeaseError::TableMissing`]; every other failure is logged and retried next round.
@@ -191,6 +199,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
         let duration = self.settings.duration_ms();
         let heartbeat = Heartbeat {
             owner: self.owner.clone(),
+            region: self.region().cloned(),
             heartbeat_at: now,
             expires_at: now + duration,
             started_at: self.started_at,
@@ -223,7 +232,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
         let mut report = RoundReport::default();
         let now = self.clock.now();
         let view = match self.store.read().await {
-            Ok(view) => view,
+            Ok(view) => view.fleet(self.region(), &self.partitions),
             Err(err @ LeaseError::TableMissing { .. }) => return Err(err),
             Err(err) => {
                 tracing::warn!(owner = %self.owner, error = %err, "could not read the lease table; taking nothing this round");
@@ -252,18 +261,22 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
     }
 
     /// Renews every owned lease; the hand-over requests found on them.
-    async fn renew_all(&self, now: Millis, report: &mut RoundReport) -> Vec<(u16, String)> {
-        let owned: Vec<(u16, u64, Option<Millis>)> = self
+    async fn renew_all(
+        &self,
+        now: Millis,
+        report: &mut RoundReport,
+    ) -> Vec<(PendingPartition, String)> {
+        let owned: Vec<(PendingPartition, u64, Option<Millis>)> = self
             .shared
             .state()
             .owned
             .iter()
-            .map(|(&shard, h)| (shard, h.counter, h.last_pass_at))
+            .map(|(partition, h)| (partition.clone(), h.counter, h.last_pass_at))
             .collect();
         let expires_at = now + self.settings.duration_ms();
-        let results = join_all(owned.iter().map(|&(shard, counter, last_pass_at)| {
+        let results = join_all(owned.iter().map(|&(ref partition, counter, last_pass_at)| {
             self.store.renew(
-                shard,
+                partition,
                 &self.owner,
                 counter,
                 Term {
@@ -276,28 +289,28 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
         .await;
         let mut requests = Vec::new();
         let mut state = self.shared.state();
-        for (&(shard, _, _), result) in owned.iter().zip(results) {
+        for ((partition, _, _), result) in owned.into_iter().zip(results) {
             match result {
                 Ok(Some(lease)) => {
                     report.renewed += 1;
-                    if let Some(owned) = state.owned.get_mut(&shard) {
+                    if let Some(owned) = state.owned.get_mut(&partition) {
                         owned.counter = lease.counter;
                         owned.poll_deadline = now + self.settings.poll_window_ms();
-                        // A request that was dropped meanwhile: poll the shard again.
+                        // A request that was dropped meanwhile: poll the partition again.
                         owned.handing_over &= lease.handoff_to.is_some();
                     }
                     if let Some(requester) = lease.handoff_to {
-                        requests.push((shard, requester));
+                        requests.push((partition, requester));
                     }
                 }
                 Ok(None) => {
-                    state.owned.remove(&shard);
-                    report.lost.push(shard);
-                    tracing::warn!(shard, owner = %self.owner, "lease lost to another poller; stopped polling the shard");
+                    state.owned.remove(&partition);
+                    report.lost.push(partition.clone());
+                    tracing::warn!(%partition, owner = %self.owner, "lease lost to another poller; stopped polling the partition");
                 }
                 Err(err) => {
                     report.renew_errors += 1;
-                    tracing::warn!(shard, owner = %self.owner, error = %err, "lease renewal failed; the shard is polled until its poll deadline");
+                    tracing::warn!(%partition, owner = %self.owner, error = %err, "lease renewal failed; the partition is polled until its poll deadline");
                 }
             }
         }
@@ -306,43 +319,43 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
 
     fn remember(&self, view: &LeaseView, now: Millis) {
         let mut state = self.shared.state();
-        for shard in &self.shards {
-            if view.leases.contains_key(shard) {
-                state.missing_since.remove(shard);
+        for partition in &self.partitions {
+            if view.leases.contains_key(partition) {
+                state.missing_since.remove(partition);
             } else {
-                state.missing_since.entry(*shard).or_insert(now);
+                state.missing_since.entry(partition.clone()).or_insert(now);
             }
         }
         state.view = Some(view.clone());
     }
 
-    /// Hands over the leases other pollers asked for, once no page of the shard is in flight,
+    /// Hands over the leases other pollers asked for, once no page of the partition is in flight,
     /// or drops the request when it no longer evens the split.
     async fn answer_requests(
         &self,
         view: &LeaseView,
-        requests: Vec<(u16, String)>,
+        requests: Vec<(PendingPartition, String)>,
         report: &mut RoundReport,
     ) {
-        for (shard, requester) in requests {
+        for (partition, requester) in requests {
             let mine = self.shared.state().owned.len();
             let now = self.clock.now();
-            if !should_hand_over(view, &self.owner, mine, &requester, &self.shards, now) {
-                if let Err(err) = self.store.clear_handoff(shard, &self.owner).await {
-                    tracing::warn!(shard, owner = %self.owner, error = %err, "could not clear a hand-over request");
+            if !should_hand_over(view, &self.owner, mine, &requester, &self.partitions, now) {
+                if let Err(err) = self.store.clear_handoff(&partition, &self.owner).await {
+                    tracing::warn!(%partition, owner = %self.owner, error = %err, "could not clear a hand-over request");
                 }
-                // This round's renewal confirmed the lease is this poller's: a shard stopped by a
+                // This round's renewal confirmed the lease is this poller's: a partition stopped by a
                 // hand-over that went unanswered polls again.
-                if let Some(owned) = self.shared.state().owned.get_mut(&shard) {
+                if let Some(owned) = self.shared.state().owned.get_mut(&partition) {
                     owned.handing_over = false;
                 }
                 continue;
             }
-            let Some((counter, last_pass_at)) = self.stop_polling(shard) else {
+            let Some((counter, last_pass_at)) = self.stop_polling(&partition) else {
                 continue;
             };
             if !self
-                .wait_idle(shard, self.settings.renew_interval / 2)
+                .wait_idle(&partition, self.settings.renew_interval / 2)
                 .await
             {
                 // A page is still in flight: the request stays, the next renewal brings it back.
@@ -353,7 +366,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
             let written = self
                 .store
                 .hand_over(
-                    shard,
+                    &partition,
                     &self.owner,
                     counter,
                     &requester,
@@ -366,42 +379,42 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
                 .await;
             match written {
                 Ok(true) => {
-                    self.shared.state().owned.remove(&shard);
-                    report.handed_over.push(shard);
-                    tracing::info!(shard, owner = %self.owner, to = %requester, "lease handed over");
+                    self.shared.state().owned.remove(&partition);
+                    report.handed_over.push(partition.clone());
+                    tracing::info!(%partition, owner = %self.owner, to = %requester, "lease handed over");
                 }
-                // The shard stays stopped (`handing_over`) until a renewal says whose the lease
+                // The partition stays stopped (`handing_over`) until a renewal says whose the lease
                 // is: "not mine" may be the SDK's retry of a hand-over that was written (DynamoDB
                 // answers the retried conditional write ConditionalCheckFailed), and a failed call
                 // may have been written too; either way the requester adopts the lease at its next
-                // round, and a holder that polled again would poll the shard beside it for up to a
+                // round, and a holder that polled again would poll the partition beside it for up to a
                 // renew interval. The next renewal fails if the lease is the requester's (lost), or
                 // brings the request back (answered again) or finds it withdrawn (polled again).
                 Ok(false) => {
-                    tracing::debug!(shard, owner = %self.owner, to = %requester, "hand-over not confirmed: the request was withdrawn, the lease changed, or a retried write was refused; the shard stays stopped until the next renewal");
+                    tracing::debug!(%partition, owner = %self.owner, to = %requester, "hand-over not confirmed: the request was withdrawn, the lease changed, or a retried write was refused; the partition stays stopped until the next renewal");
                 }
                 Err(err) => {
-                    tracing::warn!(shard, owner = %self.owner, error = %err, "hand-over failed; the shard stays stopped until the next renewal");
+                    tracing::warn!(%partition, owner = %self.owner, error = %err, "hand-over failed; the partition stays stopped until the next renewal");
                 }
             }
         }
     }
 
-    /// Stops new pages of `shard`; its counter and last pass, if it is still owned.
-    fn stop_polling(&self, shard: u16) -> Option<(u64, Option<Millis>)> {
+    /// Stops new pages of `partition`; its counter and last pass, if it is still owned.
+    fn stop_polling(&self, partition: &PendingPartition) -> Option<(u64, Option<Millis>)> {
         let mut state = self.shared.state();
-        let owned = state.owned.get_mut(&shard)?;
+        let owned = state.owned.get_mut(partition)?;
         owned.handing_over = true;
         Some((owned.counter, owned.last_pass_at))
     }
 
-    /// Waits up to `timeout` for `shard` to have no page in flight.
-    async fn wait_idle(&self, shard: u16, timeout: Duration) -> bool {
+    /// Waits up to `timeout` for `partition` to have no page in flight.
+    async fn wait_idle(&self, partition: &PendingPartition, timeout: Duration) -> bool {
         let busy = || {
             self.shared
                 .state()
                 .owned
-                .get(&shard)
+                .get(partition)
                 .is_some_and(|h| h.busy > 0)
         };
         let deadline = tokio::time::Instant::now() + timeout;
@@ -422,20 +435,20 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
     async fn adopt(&self, view: &LeaseView, report: &mut RoundReport) {
         let now = self.clock.now();
         let owned = self.owned();
-        let handed: Vec<(u16, u64)> = view
+        let handed: Vec<(PendingPartition, u64)> = view
             .leases
             .values()
-            .filter(|l| self.shards.contains(&l.shard) && !owned.contains(&l.shard))
+            .filter(|l| self.partitions.contains(&l.partition) && !owned.contains(&l.partition))
             .filter(|l| l.holder_at(now) == Some(self.owner.as_str()))
-            .map(|l| (l.shard, l.counter))
+            .map(|l| (l.partition.clone(), l.counter))
             .collect();
-        for (shard, counter) in handed {
+        for (partition, counter) in handed {
             let now = self.clock.now();
             let expires_at = now + self.settings.duration_ms();
             match self
                 .store
                 .renew(
-                    shard,
+                    &partition,
                     &self.owner,
                     counter,
                     Term {
@@ -447,22 +460,22 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
                 .await
             {
                 Ok(Some(lease)) => {
-                    self.own(shard, lease.counter, now);
-                    report.adopted.push(shard);
+                    self.own(partition.clone(), lease.counter, now);
+                    report.adopted.push(partition.clone());
                     report.takeovers += 1;
-                    tracing::info!(shard, owner = %self.owner, "lease taken over (handed over)");
+                    tracing::info!(%partition, owner = %self.owner, "lease taken over (handed over)");
                 }
                 Ok(None) => {}
                 Err(err) => {
-                    tracing::warn!(shard, owner = %self.owner, error = %err, "could not take a lease handed over; retrying next round");
+                    tracing::warn!(%partition, owner = %self.owner, error = %err, "could not take a lease handed over; retrying next round");
                 }
             }
         }
     }
 
-    fn own(&self, shard: u16, counter: u64, written_at: Millis) {
+    fn own(&self, partition: PendingPartition, counter: u64, written_at: Millis) {
         self.shared.state().owned.insert(
-            shard,
+            partition,
             OwnedLease {
                 counter,
                 poll_deadline: written_at + self.settings.poll_window_ms(),
@@ -479,15 +492,15 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
         let plan = acquisitions(
             view,
             &self.owner,
-            &self.shards,
+            &self.partitions,
             &self.owned(),
             now,
             self.rotate,
         );
         let expires_at = now + self.settings.duration_ms();
-        let results = join_all(plan.take.iter().map(|&(shard, expect)| {
+        let results = join_all(plan.take.iter().map(|&(ref partition, expect)| {
             self.store.take(
-                shard,
+                partition,
                 expect,
                 &self.owner,
                 Term {
@@ -497,75 +510,75 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
             )
         }))
         .await;
-        for (&(shard, expect), result) in plan.take.iter().zip(results) {
+        for (&(ref partition, expect), result) in plan.take.iter().zip(results) {
             match result {
                 Ok(Some(lease)) => {
-                    self.own(shard, lease.counter, now);
-                    report.taken.push(shard);
+                    self.own(partition.clone(), lease.counter, now);
+                    report.taken.push(partition.clone());
                     let previous = match expect {
                         Expect::Missing => None,
                         Expect::Counter(_) => view
                             .leases
-                            .get(&shard)
+                            .get(partition)
                             .and_then(|l| l.owner.clone())
                             .filter(|o| *o != self.owner),
                     };
                     match previous {
                         Some(from) => {
                             report.takeovers += 1;
-                            tracing::info!(shard, owner = %self.owner, from = %from, "lease taken over (expired)");
+                            tracing::info!(%partition, owner = %self.owner, from = %from, "lease taken over (expired)");
                         }
-                        None => tracing::info!(shard, owner = %self.owner, "lease taken"),
+                        None => tracing::info!(%partition, owner = %self.owner, "lease taken"),
                     }
                 }
                 Ok(None) => {
-                    tracing::debug!(shard, owner = %self.owner, "another poller took the lease first");
+                    tracing::debug!(%partition, owner = %self.owner, "another poller took the lease first");
                 }
                 Err(err) => {
-                    tracing::warn!(shard, owner = %self.owner, error = %err, "could not take a lease");
+                    tracing::warn!(%partition, owner = %self.owner, error = %err, "could not take a lease");
                 }
             }
         }
         if let Some(steal) = plan.steal {
             match self
                 .store
-                .request_handoff(steal.shard, &steal.holder, &self.owner)
+                .request_handoff(&steal.partition, &steal.holder, &self.owner)
                 .await
             {
                 Ok(true) => {
-                    report.requested = Some(steal.shard);
-                    tracing::info!(shard = steal.shard, owner = %self.owner, holder = %steal.holder, "asked for a lease (fair share)");
+                    report.requested = Some(steal.partition.clone());
+                    tracing::info!(partition = %steal.partition, owner = %self.owner, holder = %steal.holder, "asked for a lease (fair share)");
                 }
                 Ok(false) => {}
                 Err(err) => {
-                    tracing::warn!(shard = steal.shard, owner = %self.owner, error = %err, "could not ask for a lease");
+                    tracing::warn!(partition = %steal.partition, owner = %self.owner, error = %err, "could not ask for a lease");
                 }
             }
         }
     }
 
     /// Withdraws this poller's open hand-over requests, frees every lease it owns and removes its
-    /// heartbeat (at shutdown, once no page is in flight), so the other pollers take the shards at
+    /// heartbeat (at shutdown, once no page is in flight), so the other pollers take the partitions at
     /// their next round. A lease handed over to it just before it withdrew is freed too. Returns
     /// how many were released.
     pub async fn release_all(&self) -> usize {
         if let Ok(view) = self.store.read().await {
-            let asked: Vec<u16> = view
+            let asked: Vec<PendingPartition> = view
                 .leases
                 .values()
                 .filter(|l| l.handoff_to.as_deref() == Some(self.owner.as_str()))
-                .map(|l| l.shard)
+                .map(|l| l.partition.clone())
                 .collect();
-            for shard in asked {
-                if let Err(err) = self.store.withdraw_request(shard, &self.owner).await {
-                    tracing::warn!(shard, owner = %self.owner, error = %err, "could not withdraw a hand-over request; its holder drops it once this poller's heartbeat expires");
+            for partition in asked {
+                if let Err(err) = self.store.withdraw_request(&partition, &self.owner).await {
+                    tracing::warn!(%partition, owner = %self.owner, error = %err, "could not withdraw a hand-over request; its holder drops it once this poller's heartbeat expires");
                 }
             }
         }
-        let mut owned: Vec<(u16, u64, Option<Millis>)> =
+        let mut owned: Vec<(PendingPartition, u64, Option<Millis>)> =
             std::mem::take(&mut self.shared.state().owned)
                 .into_iter()
-                .map(|(shard, h)| (shard, h.counter, h.last_pass_at))
+                .map(|(partition, h)| (partition, h.counter, h.last_pass_at))
                 .collect();
         let now = self.clock.now();
         let mut released = self.release(&owned, now).await;
@@ -575,7 +588,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
                 .leases
                 .values()
                 .filter(|l| l.holder_at(now) == Some(self.owner.as_str()))
-                .map(|l| (l.shard, l.counter, None))
+                .map(|l| (l.partition.clone(), l.counter, None))
                 .collect();
             released += self.release(&owned, now).await;
         }
@@ -587,19 +600,27 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
         released
     }
 
-    async fn release(&self, leases: &[(u16, u64, Option<Millis>)], now: Millis) -> usize {
-        let results = join_all(leases.iter().map(|&(shard, counter, last_pass_at)| {
-            self.store
-                .release(shard, &self.owner, counter, now, last_pass_at)
-        }))
+    async fn release(
+        &self,
+        leases: &[(PendingPartition, u64, Option<Millis>)],
+        now: Millis,
+    ) -> usize {
+        let results = join_all(
+            leases
+                .iter()
+                .map(|&(ref partition, counter, last_pass_at)| {
+                    self.store
+                        .release(partition, &self.owner, counter, now, last_pass_at)
+                }),
+        )
         .await;
         let mut released = 0;
-        for (&(shard, _, _), result) in leases.iter().zip(results) {
+        for ((partition, _, _), result) in leases.iter().zip(results) {
             match result {
                 Ok(true) => released += 1,
                 Ok(false) => {}
                 Err(err) => {
-                    tracing::warn!(shard, owner = %self.owner, error = %err, "could not release a lease; it expires instead");
+                    tracing::warn!(%partition, owner = %self.owner, error = %err, "could not release a lease; it expires instead");
                 }
             }
         }

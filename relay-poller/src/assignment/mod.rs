@@ -1,10 +1,10 @@
-//! Which shards a pass polls, and until when each page may publish: a fixed list (`--shards`, or
-//! all: [`StaticShards`]), the leases a poller owns in a fleet ([`LeasedShards`]), or every shard
+//! Which partitions a pass polls, and until when each page may publish: a fixed list (`--shards`, or
+//! all: [`StaticShards`]), the leases a poller owns in a fleet ([`LeasedShards`]), or every partition
 //! no other poller owns ([`RespectLeases`], `drain --respect-leases`). A pass, `run` and `drain`
 //! take any of them through the one port, [`ShardAssignment`].
 //!
 //! The leases, a file a concept:
-//! - [`lease`]: what a lease is (one per shard, a heartbeat per poller, in a lease table of its
+//! - [`lease`]: what a lease is (one per partition, a heartbeat per poller, in a lease table of its
 //!   own), its settings, the clock, the errors;
 //! - [`plan`]: the decisions, pure functions (what to take, when to hand over);
 //! - `store`: the [`LeaseStore`] port and its DynamoDB adapter (the conditional writes);
@@ -21,6 +21,7 @@ mod owner;
 pub mod plan;
 pub mod store;
 
+use outbox_shared::schema::PendingPartition;
 use std::future::Future;
 
 use relay_runtime::Deadline;
@@ -28,20 +29,20 @@ use relay_runtime::Deadline;
 pub use lease::{
     Clock, DEFAULT_LEASE_DURATION, DEFAULT_RENEW_INTERVAL, Expect, HEARTBEAT_RETENTION, Heartbeat,
     Lease, LeaseError, LeaseSettings, LeaseView, MIN_RENEWALS_PER_DURATION, Millis, SystemClock,
-    Term, attr, parse_poller_key, parse_shard_key, poller_key, shard_key,
+    Term, attr, parse_partition_key, parse_poller_key, partition_key, poller_key,
 };
 pub use leased::{LeasedShards, RespectLeases};
 pub use manager::{LeaseManager, RoundReport};
 pub use owner::{ECS_METADATA_ENV, discover_owner, fallback_owner};
 pub use store::{DynamoLeaseStore, LeaseStore, create_lease_table};
 
-/// The shards of one pass.
+/// The partitions of one pass.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PassShards {
     /// Shards this pass polls.
-    pub poll: Vec<u16>,
+    pub poll: Vec<PendingPartition>,
     /// Shards whose lease nobody has owned for a lease duration: the sweep publishes their events.
-    pub orphaned: Vec<u16>,
+    pub orphaned: Vec<PendingPartition>,
     /// Reads that failed while deciding (the lease table): the pass saw only part of the index.
     pub read_errors: u64,
 }
@@ -51,28 +52,28 @@ pub struct PassShards {
 pub enum PageStart {
     /// Go on; no publish starts after `deadline`'s publish-by time (the lease's poll deadline).
     Go { deadline: Deadline },
-    /// The shard is no longer this poller's to poll (lost, handed over, past its deadline).
+    /// The partition is no longer this poller's to poll (lost, handed over, past its deadline).
     Stop,
 }
 
-/// Port: decides the shards of each pass, and whether each page of a shard may start.
+/// Port: decides the partitions of each pass, and whether each page of a partition may start.
 pub trait ShardAssignment: Send + Sync {
-    /// The shards of the next pass.
+    /// The partitions of the next pass.
     fn for_pass(&self) -> impl Future<Output = PassShards> + Send;
 
-    /// Called before each page of `shard`; a page that starts is ended by [`Self::end_page`].
-    fn begin_page(&self, shard: u16) -> PageStart;
+    /// Called before each page of `partition`; a page that starts is ended by [`Self::end_page`].
+    fn begin_page(&self, partition: &PendingPartition) -> PageStart;
 
-    /// The page of `shard` begun last is done (published and marked, or failed).
-    fn end_page(&self, shard: u16);
+    /// The page of `partition` begun last is done (published and marked, or failed).
+    fn end_page(&self, partition: &PendingPartition);
 
-    /// A pass over every page of `shard` finished.
-    fn shard_polled(&self, shard: u16);
+    /// A pass over every page of `partition` finished.
+    fn partition_polled(&self, partition: &PendingPartition);
 }
 
-/// A fixed list of shards (`--shards`, or all): every page may start.
+/// A fixed list of partitions (`--shards`, or all): every page may start.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StaticShards(pub Vec<u16>);
+pub struct StaticShards(pub Vec<PendingPartition>);
 
 impl ShardAssignment for StaticShards {
     async fn for_pass(&self) -> PassShards {
@@ -82,13 +83,13 @@ impl ShardAssignment for StaticShards {
         }
     }
 
-    fn begin_page(&self, _shard: u16) -> PageStart {
+    fn begin_page(&self, _partition: &PendingPartition) -> PageStart {
         PageStart::Go {
             deadline: Deadline::NONE,
         }
     }
 
-    fn end_page(&self, _shard: u16) {}
+    fn end_page(&self, _partition: &PendingPartition) {}
 
-    fn shard_polled(&self, _shard: u16) {}
+    fn partition_polled(&self, _partition: &PendingPartition) {}
 }

@@ -2,6 +2,7 @@
 //! ([`LeasedShards`](crate::assignment::LeasedShards)) share them: the manager takes, renews and
 //! hands them over; the poll loop polls them page by page, up to each one's poll deadline.
 
+use outbox_shared::schema::PendingPartition;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
@@ -11,32 +12,32 @@ use super::{LeaseView, Millis};
 #[derive(Debug, Clone)]
 pub(crate) struct OwnedLease {
     pub(crate) counter: u64,
-    /// No page of the shard starts after this.
+    /// No page of the partition starts after this.
     pub(crate) poll_deadline: Millis,
     /// Asked for by another poller: no new page starts; handed over once no page is in flight.
     pub(crate) handing_over: bool,
     /// Pages in flight.
     pub(crate) busy: u32,
-    /// When the last pass over the shard finished; written with the next renewal.
+    /// When the last pass over the partition finished; written with the next renewal.
     pub(crate) last_pass_at: Option<Millis>,
 }
 
 /// The leases a poller owns, and the table as it last read it.
 #[derive(Debug, Default)]
 pub(crate) struct State {
-    /// The leases this poller owns, by shard.
-    pub(crate) owned: BTreeMap<u16, OwnedLease>,
+    /// The leases this poller owns, by partition.
+    pub(crate) owned: BTreeMap<PendingPartition, OwnedLease>,
     /// The table as the last successful read saw it.
     pub(crate) view: Option<LeaseView>,
     /// Shards seen without a lease item, since when.
-    pub(crate) missing_since: BTreeMap<u16, Millis>,
+    pub(crate) missing_since: BTreeMap<PendingPartition, Millis>,
 }
 
 /// [`State`] behind its lock, and the signal a hand-over waits on.
 #[derive(Debug, Default)]
 pub(crate) struct Shared {
     state: Mutex<State>,
-    /// Signalled whenever a page ends (a hand-over waits for the shard to be idle).
+    /// Signalled whenever a page ends (a hand-over waits for the partition to be idle).
     pub(crate) idle: tokio::sync::Notify,
 }
 

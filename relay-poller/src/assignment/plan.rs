@@ -2,12 +2,13 @@
 //! what this poller holds: who is live, the fair share, which leases to take, whom to ask for
 //! one, and whether to hand one over.
 
+use outbox_shared::schema::PendingPartition;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Expect, LeaseView, Millis};
 
-/// A poller's fair share of the shards: `low` or `high` leases each (they differ by one when the
-/// shards do not divide evenly among the live pollers).
+/// A poller's fair share of the partitions: `low` or `high` leases each (they differ by one when the
+/// partitions do not divide evenly among the live pollers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FairShare {
     pub live: usize,
@@ -15,13 +16,13 @@ pub struct FairShare {
     pub high: usize,
 }
 
-/// The fair share of `shards` among `live` pollers (at least one: the poller asking).
-pub fn fair_share(shards: usize, live: usize) -> FairShare {
+/// The fair share of `partitions` among `live` pollers (at least one: the poller asking).
+pub fn fair_share(partitions: usize, live: usize) -> FairShare {
     let live = live.max(1);
     FairShare {
         live,
-        low: shards / live,
-        high: shards.div_ceil(live),
+        low: partitions / live,
+        high: partitions.div_ceil(live),
     }
 }
 
@@ -49,11 +50,15 @@ pub fn live_at(view: &LeaseView, now: Millis) -> BTreeSet<String> {
     live
 }
 
-/// Unexpired leases per holder among `shards`.
-pub fn holdings(view: &LeaseView, shards: &[u16], now: Millis) -> BTreeMap<String, usize> {
+/// Unexpired leases per holder among `partitions`.
+pub fn holdings(
+    view: &LeaseView,
+    partitions: &[PendingPartition],
+    now: Millis,
+) -> BTreeMap<String, usize> {
     let mut held: BTreeMap<String, usize> = BTreeMap::new();
-    for shard in shards {
-        if let Some(holder) = view.leases.get(shard).and_then(|l| l.holder_at(now)) {
+    for partition in partitions {
+        if let Some(holder) = view.leases.get(partition).and_then(|l| l.holder_at(now)) {
             *held.entry(holder.to_owned()).or_default() += 1;
         }
     }
@@ -63,7 +68,7 @@ pub fn holdings(view: &LeaseView, shards: &[u16], now: Millis) -> BTreeMap<Strin
 /// A request to the poller holding the most to hand one lease over.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Steal {
-    pub shard: u16,
+    pub partition: PendingPartition,
     pub holder: String,
 }
 
@@ -71,55 +76,60 @@ pub struct Steal {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Acquisitions {
     /// Free or expired leases to take, with what each write expects to find.
-    pub take: Vec<(u16, Expect)>,
+    pub take: Vec<(PendingPartition, Expect)>,
     /// At most one lease to ask another poller for.
     pub steal: Option<Steal>,
 }
 
-/// The leases `me` goes after this round, holding `mine` of `shards`.
+/// The leases `me` goes after this round, holding `mine` of `partitions`.
 ///
 /// Free and expired leases are taken up to the high fair share, free ones first, in an order
-/// rotated by `rotate` so pollers that start together do not all race for the same shards. When
+/// rotated by `rotate` so pollers that start together do not all race for the same partitions. When
 /// none is left to take, `me` is below the low share, and no request of its own is still open,
 /// it asks the live poller holding the most for one lease, if that poller holds at least two more
 /// than `me` (so a request always evens the split and never makes the two swap roles).
 pub fn acquisitions(
     view: &LeaseView,
     me: &str,
-    shards: &[u16],
-    mine: &BTreeSet<u16>,
+    partitions: &[PendingPartition],
+    mine: &BTreeSet<PendingPartition>,
     now: Millis,
     rotate: usize,
 ) -> Acquisitions {
     let live = live_pollers(view, me, now);
-    let share = fair_share(shards.len(), live.len());
-    let count = shards.iter().filter(|s| mine.contains(s)).count();
+    let share = fair_share(partitions.len(), live.len());
+    let count = partitions.iter().filter(|s| mine.contains(s)).count();
     let want = share.high.saturating_sub(count);
-    let n = shards.len().max(1);
-    let mut candidates: Vec<(bool, usize, u16, Expect)> = shards
+    let n = partitions.len().max(1);
+    let mut candidates: Vec<(bool, usize, PendingPartition, Expect)> = partitions
         .iter()
         .enumerate()
-        .filter(|(_, shard)| !mine.contains(shard))
-        .filter_map(|(i, &shard)| {
+        .filter(|(_, partition)| !mine.contains(partition))
+        .filter_map(|(i, partition)| {
             let position = (i + n - rotate % n) % n;
-            match view.leases.get(&shard) {
-                None => Some((false, position, shard, Expect::Missing)),
+            match view.leases.get(partition) {
+                None => Some((false, position, partition.clone(), Expect::Missing)),
                 Some(lease) if lease.is_takeable_at(now) => {
                     let expired = lease.owner.is_some();
-                    Some((expired, position, shard, Expect::Counter(lease.counter)))
+                    Some((
+                        expired,
+                        position,
+                        partition.clone(),
+                        Expect::Counter(lease.counter),
+                    ))
                 }
                 Some(_) => None,
             }
         })
         .collect();
     candidates.sort_unstable();
-    let take: Vec<(u16, Expect)> = candidates
+    let take: Vec<(PendingPartition, Expect)> = candidates
         .into_iter()
         .take(want)
-        .map(|(_, _, shard, expect)| (shard, expect))
+        .map(|(_, _, partition, expect)| (partition, expect))
         .collect();
     let steal = if take.is_empty() && count < share.low && !has_open_request(view, me, now) {
-        steal_from_the_most(view, me, shards, count, now, &live)
+        steal_from_the_most(view, me, partitions, count, now, &live)
     } else {
         None
     };
@@ -136,12 +146,12 @@ fn has_open_request(view: &LeaseView, me: &str, now: Millis) -> bool {
 fn steal_from_the_most(
     view: &LeaseView,
     me: &str,
-    shards: &[u16],
+    partitions: &[PendingPartition],
     count: usize,
     now: Millis,
     live: &BTreeSet<String>,
 ) -> Option<Steal> {
-    let held = holdings(view, shards, now);
+    let held = holdings(view, partitions, now);
     // The most leases; among equals, the first owner id (every poller picks the same one).
     let (holder, &most) = held
         .iter()
@@ -150,13 +160,17 @@ fn steal_from_the_most(
     if most <= count + 1 {
         return None;
     }
-    let shard = shards.iter().rev().copied().find(|shard| {
-        view.leases
-            .get(shard)
-            .is_some_and(|l| l.holder_at(now) == Some(holder.as_str()) && l.handoff_to.is_none())
-    })?;
+    let partition = partitions
+        .iter()
+        .rev()
+        .find(|&partition| {
+            view.leases.get(partition).is_some_and(|l| {
+                l.holder_at(now) == Some(holder.as_str()) && l.handoff_to.is_none()
+            })
+        })
+        .cloned()?;
     Some(Steal {
-        shard,
+        partition,
         holder: holder.clone(),
     })
 }
@@ -170,14 +184,14 @@ pub fn should_hand_over(
     me: &str,
     mine: usize,
     requester: &str,
-    shards: &[u16],
+    partitions: &[PendingPartition],
     now: Millis,
 ) -> bool {
     let known = view.heartbeats.contains_key(requester);
     if requester == me || (known && !live_pollers(view, me, now).contains(requester)) {
         return false;
     }
-    let theirs = holdings(view, shards, now)
+    let theirs = holdings(view, partitions, now)
         .get(requester)
         .copied()
         .unwrap_or_default();
@@ -192,13 +206,13 @@ mod tests {
     const NOW: Millis = 1_000_000;
     const DURATION: Millis = 3_000;
 
-    fn shards(n: u16) -> Vec<u16> {
-        (0..n).collect()
+    fn shards(n: u16) -> Vec<PendingPartition> {
+        (0..n).map(PendingPartition::from).collect()
     }
 
     fn lease(shard: u16, owner: Option<&str>, expires_at: Millis) -> Lease {
         Lease {
-            shard,
+            partition: shard.into(),
             owner: owner.map(str::to_owned),
             expires_at,
             renewed_at: expires_at - DURATION,
@@ -215,6 +229,7 @@ mod tests {
             heartbeat_at: expires_at - DURATION,
             expires_at,
             started_at: 0,
+            region: None,
         }
     }
 
@@ -226,7 +241,7 @@ mod tests {
                 .insert((*owner).to_owned(), heartbeat(owner, NOW + DURATION));
             for &shard in *held {
                 view.leases
-                    .insert(shard, lease(shard, Some(owner), NOW + DURATION));
+                    .insert(shard.into(), lease(shard, Some(owner), NOW + DURATION));
             }
         }
         view
@@ -261,8 +276,9 @@ mod tests {
         view.heartbeats
             .insert("stale".into(), heartbeat("stale", NOW));
         view.leases
-            .insert(1, lease(1, Some("no-heartbeat"), NOW + 1));
-        view.leases.insert(2, lease(2, Some("dead"), NOW - 1));
+            .insert(1.into(), lease(1, Some("no-heartbeat"), NOW + 1));
+        view.leases
+            .insert(2.into(), lease(2, Some("dead"), NOW - 1));
 
         let live = live_pollers(&view, "me", NOW);
 
@@ -287,16 +303,16 @@ mod tests {
     fn free_leases_are_taken_up_to_the_high_share_free_before_expired() {
         // Given 3 live pollers, 16 shards: b holds 0-4, shard 5 expired under dead "x", the rest free
         let mut view = held_by(&[("b", &[0, 1, 2, 3, 4]), ("c", &[])]);
-        view.leases.insert(5, lease(5, Some("x"), NOW - 1));
-        view.leases.insert(6, lease(6, None, NOW - 10_000));
+        view.leases.insert(5.into(), lease(5, Some("x"), NOW - 1));
+        view.leases.insert(6.into(), lease(6, None, NOW - 10_000));
 
         let plan = acquisitions(&view, "me", &shards(16), &BTreeSet::new(), NOW, 0);
 
         // Then me takes 6 (16 / 3 rounded up), free ones first, the expired one last
         assert_eq!(plan.take.len(), 6);
-        assert_eq!(plan.take[0], (6, Expect::Counter(7)));
-        assert!(!plan.take.iter().any(|(s, _)| *s == 5));
-        assert!(!plan.take.iter().any(|(s, _)| *s < 5));
+        assert_eq!(plan.take[0], (6.into(), Expect::Counter(7)));
+        assert!(!plan.take.iter().any(|(s, _)| s.shard == 5));
+        assert!(!plan.take.iter().any(|(s, _)| s.shard < 5));
     }
 
     #[test]
@@ -304,10 +320,11 @@ mod tests {
         // Given a holds 0-7 (live), b died holding 8-15 (leases and heartbeat expired)
         let mut view = held_by(&[("a", &[0, 1, 2, 3, 4, 5, 6, 7])]);
         for shard in 8..16 {
-            view.leases.insert(shard, lease(shard, Some("b"), NOW - 1));
+            view.leases
+                .insert(shard.into(), lease(shard, Some("b"), NOW - 1));
         }
         view.heartbeats.insert("b".into(), heartbeat("b", NOW - 1));
-        let mine: BTreeSet<u16> = (0..8).collect();
+        let mine: BTreeSet<PendingPartition> = (0..8).map(PendingPartition::from).collect();
 
         let plan = acquisitions(&view, "a", &shards(16), &mine, NOW, 0);
 
@@ -316,7 +333,7 @@ mod tests {
         assert!(
             plan.take
                 .iter()
-                .all(|(s, e)| *s >= 8 && *e == Expect::Counter(7))
+                .all(|(s, e)| s.shard >= 8 && *e == Expect::Counter(7))
         );
     }
 
@@ -328,8 +345,8 @@ mod tests {
         let second = acquisitions(&view, "me", &shards(12), &BTreeSet::new(), NOW, 4);
 
         assert_eq!(first.take.len(), 4);
-        let a: BTreeSet<u16> = first.take.iter().map(|(s, _)| *s).collect();
-        let b: BTreeSet<u16> = second.take.iter().map(|(s, _)| *s).collect();
+        let a: BTreeSet<u16> = first.take.iter().map(|(s, _)| s.shard).collect();
+        let b: BTreeSet<u16> = second.take.iter().map(|(s, _)| s.shard).collect();
         assert!(a.is_disjoint(&b), "{a:?} {b:?}");
     }
 
@@ -349,7 +366,7 @@ mod tests {
         assert_eq!(
             plan.steal,
             Some(Steal {
-                shard: 15,
+                partition: 15.into(),
                 holder: "c".into()
             })
         );
@@ -358,7 +375,7 @@ mod tests {
     #[test]
     fn at_most_one_request_is_open_at_a_time() {
         let mut view = held_by(&[("a", &[0, 1, 2, 3, 4, 5, 6, 7]), ("d", &[])]);
-        view.leases.get_mut(&7).unwrap().handoff_to = Some("d".into());
+        view.leases.get_mut(&7.into()).unwrap().handoff_to = Some("d".into());
 
         let plan = acquisitions(&view, "d", &shards(8), &BTreeSet::new(), NOW, 0);
 
@@ -374,7 +391,7 @@ mod tests {
             ("c", &[11, 12, 13, 14, 15]),
         ]);
         for (me, mine) in [("a", 0..6), ("b", 6..11), ("c", 11..16)] {
-            let mine: BTreeSet<u16> = mine.collect();
+            let mine: BTreeSet<PendingPartition> = mine.map(PendingPartition::from).collect();
             let plan = acquisitions(&view, me, &shards(16), &mine, NOW, 0);
             assert_eq!(plan, Acquisitions::default(), "{me}");
         }
@@ -384,7 +401,7 @@ mod tests {
     fn a_request_is_never_for_a_lease_only_one_more_than_mine() {
         // 7 over 3: a holds 3, b 2, c 2: c is at the low share of 2, nothing to ask
         let view = held_by(&[("a", &[0, 1, 2]), ("b", &[3, 4]), ("c", &[5, 6])]);
-        let plan = acquisitions(&view, "c", &shards(7), &[5, 6].into(), NOW, 0);
+        let plan = acquisitions(&view, "c", &shards(7), &[5.into(), 6.into()].into(), NOW, 0);
         assert_eq!(plan.steal, None);
     }
 

@@ -3,6 +3,7 @@
 //! a lease. A conditional write that loses answers `None` / `false`; only other failures are
 //! errors.
 
+use outbox_shared::schema::PendingPartition;
 use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
@@ -16,8 +17,8 @@ use aws_sdk_dynamodb::types::{
 use outbox_shared::SdkFailure;
 
 use super::{
-    Expect, Heartbeat, Lease, LeaseError, LeaseView, Millis, Term, attr, parse_poller_key,
-    parse_shard_key, poller_key, shard_key,
+    Expect, Heartbeat, Lease, LeaseError, LeaseView, Millis, Term, attr, parse_partition_key,
+    parse_poller_key, partition_key, poller_key,
 };
 
 /// How long `--create-lease-table` waits for a new table to become active.
@@ -37,44 +38,44 @@ pub trait LeaseStore: Send + Sync {
     /// Deletes `owner`'s heartbeat (a poller that stops), so the others' fair share grows at once.
     fn remove_heartbeat(&self, owner: &str) -> impl Future<Output = Result<(), LeaseError>> + Send;
 
-    /// Takes `shard`'s lease for `owner` for `term`, if it is as `expect`ed (missing, or unchanged since read
+    /// Takes `partition`'s lease for `owner` for `term`, if it is as `expect`ed (missing, or unchanged since read
     /// with that counter); clears a hand-over request. The lease as written, or `None` when
     /// another poller changed it first.
     fn take(
         &self,
-        shard: u16,
+        partition: &PendingPartition,
         expect: Expect,
         owner: &str,
         term: Term,
     ) -> impl Future<Output = Result<Option<Lease>, LeaseError>> + Send;
 
-    /// Renews `owner`'s lease on `shard` if it still has `counter`, recording `last_pass_at`. The
+    /// Renews `owner`'s lease on `partition` if it still has `counter`, recording `last_pass_at`. The
     /// lease as written (with any hand-over request on it), or `None` when it is no longer
     /// `owner`'s as it knew it.
     fn renew(
         &self,
-        shard: u16,
+        partition: &PendingPartition,
         owner: &str,
         counter: u64,
         term: Term,
         last_pass_at: Option<Millis>,
     ) -> impl Future<Output = Result<Option<Lease>, LeaseError>> + Send;
 
-    /// Asks `holder` to hand `shard`'s lease to `requester`, if `holder` still has it and nobody
+    /// Asks `holder` to hand `partition`'s lease to `requester`, if `holder` still has it and nobody
     /// asked first. Does not change the counter (the holder's renewals go on).
     fn request_handoff(
         &self,
-        shard: u16,
+        partition: &PendingPartition,
         holder: &str,
         requester: &str,
     ) -> impl Future<Output = Result<bool, LeaseError>> + Send;
 
-    /// Writes `owner`'s lease on `shard` (still at `counter`, and still asked for by `to`) over
+    /// Writes `owner`'s lease on `partition` (still at `counter`, and still asked for by `to`) over
     /// to `to` for `term`, and clears the request. `false` when either changed (the requester may
     /// have withdrawn as it stopped).
     fn hand_over(
         &self,
-        shard: u16,
+        partition: &PendingPartition,
         owner: &str,
         counter: u64,
         to: &str,
@@ -82,25 +83,25 @@ pub trait LeaseStore: Send + Sync {
         last_pass_at: Option<Millis>,
     ) -> impl Future<Output = Result<bool, LeaseError>> + Send;
 
-    /// Withdraws `requester`'s hand-over request on `shard`, if it is still there (a poller
+    /// Withdraws `requester`'s hand-over request on `partition`, if it is still there (a poller
     /// that stops, so nobody hands it a lease it would never poll).
     fn withdraw_request(
         &self,
-        shard: u16,
+        partition: &PendingPartition,
         requester: &str,
     ) -> impl Future<Output = Result<bool, LeaseError>> + Send;
 
     /// Drops a hand-over request on `owner`'s lease (the requester is gone or caught up).
     fn clear_handoff(
         &self,
-        shard: u16,
+        partition: &PendingPartition,
         owner: &str,
     ) -> impl Future<Output = Result<bool, LeaseError>> + Send;
 
-    /// Frees `owner`'s lease on `shard` (still at `counter`): no owner, expired now.
+    /// Frees `owner`'s lease on `partition` (still at `counter`): no owner, expired now.
     fn release(
         &self,
-        shard: u16,
+        partition: &PendingPartition,
         owner: &str,
         counter: u64,
         now: Millis,
@@ -222,13 +223,18 @@ impl DynamoLeaseStore {
         }
     }
 
-    fn lease(&self, shard: u16, key: &str, item: &Item) -> Result<Lease, LeaseError> {
+    fn lease(
+        &self,
+        partition: PendingPartition,
+        key: &str,
+        item: &Item,
+    ) -> Result<Lease, LeaseError> {
         let counter = self
             .number(item, key, attr::COUNTER)?
             .and_then(|c| u64::try_from(c).ok())
             .ok_or_else(|| self.malformed(key, format!("{} is missing", attr::COUNTER)))?;
         Ok(Lease {
-            shard,
+            partition,
             owner: self.string(item, key, attr::OWNER)?,
             expires_at: self
                 .number(item, key, attr::EXPIRES_AT)?
@@ -255,13 +261,20 @@ impl DynamoLeaseStore {
             started_at: self
                 .number(item, key, attr::STARTED_AT)?
                 .unwrap_or_default(),
+            region: self
+                .string(item, key, attr::REGION)?
+                .map(|r| {
+                    outbox_shared::region::Region::new(r)
+                        .map_err(|e| self.malformed(key, e.to_string()))
+                })
+                .transpose()?,
         })
     }
 
     /// A lease as an `UpdateItem` with `ALL_NEW` returned it; `None` when the condition failed.
     fn updated(
         &self,
-        shard: u16,
+        partition: &PendingPartition,
         result: Result<
             aws_sdk_dynamodb::operation::update_item::UpdateItemOutput,
             SdkError<aws_sdk_dynamodb::operation::update_item::UpdateItemError>,
@@ -269,9 +282,9 @@ impl DynamoLeaseStore {
     ) -> Result<Option<Lease>, LeaseError> {
         match result {
             Ok(output) => {
-                let key = shard_key(shard);
+                let key = partition_key(partition);
                 let item = output.attributes.unwrap_or_default();
-                self.lease(shard, &key, &item).map(Some)
+                self.lease(partition.clone(), &key, &item).map(Some)
             }
             Err(err) if is_condition_failed(&err) => Ok(None),
             Err(err) => Err(self.failure("UpdateItem", err)),
@@ -291,22 +304,22 @@ impl DynamoLeaseStore {
 
     fn update(
         &self,
-        shard: u16,
+        partition: &PendingPartition,
     ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
         self.client
             .update_item()
             .table_name(&self.table)
-            .key(attr::LEASE_KEY, s(&shard_key(shard)))
+            .key(attr::LEASE_KEY, s(&partition_key(partition)))
             .expression_attribute_names("#owner", attr::OWNER)
     }
 
-    /// An update by `owned.owner` of its lease on `shard`, on the condition that it still owns
+    /// An update by `owned.owner` of its lease on `partition`, on the condition that it still owns
     /// it at `owned.counter` (`and_condition` adds to that): it sets `set`, `#renewed = :now` and
     /// `#counter = :next`, records `owned.last_pass_at` when given, then applies `tail` (a
     /// `REMOVE` clause, or nothing). `#expires` is named for `set`.
     fn owner_update(
         &self,
-        shard: u16,
+        partition: &PendingPartition,
         owned: OwnedLease<'_>,
         set: &str,
         tail: &str,
@@ -318,7 +331,7 @@ impl DynamoLeaseStore {
             ""
         };
         let mut update = self
-            .update(shard)
+            .update(partition)
             .update_expression(format!(
                 "SET {set}, #renewed = :now, #counter = :next{set_last_pass}{tail}"
             ))
@@ -366,8 +379,9 @@ impl LeaseStore for DynamoLeaseStore {
                 let Some(key) = item.get(attr::LEASE_KEY).and_then(|k| k.as_s().ok()) else {
                     continue;
                 };
-                if let Some(shard) = parse_shard_key(key) {
-                    view.leases.insert(shard, self.lease(shard, key, item)?);
+                if let Some(partition) = parse_partition_key(key) {
+                    let lease = self.lease(partition.clone(), key, item)?;
+                    view.leases.insert(partition, lease);
                 } else if let Some(owner) = parse_poller_key(key) {
                     view.heartbeats
                         .insert(owner.to_owned(), self.heartbeat_of(owner, key, item)?);
@@ -383,7 +397,8 @@ impl LeaseStore for DynamoLeaseStore {
     async fn heartbeat(&self, heartbeat: &Heartbeat) -> Result<(), LeaseError> {
         let ttl = heartbeat.heartbeat_at / 1000
             + i64::try_from(super::HEARTBEAT_RETENTION.as_secs()).unwrap_or(i64::MAX);
-        self.client
+        let put = self
+            .client
             .put_item()
             .table_name(&self.table)
             .item(attr::LEASE_KEY, s(&poller_key(&heartbeat.owner)))
@@ -391,10 +406,12 @@ impl LeaseStore for DynamoLeaseStore {
             .item(attr::HEARTBEAT_AT, n(heartbeat.heartbeat_at))
             .item(attr::EXPIRES_AT, n(heartbeat.expires_at))
             .item(attr::STARTED_AT, n(heartbeat.started_at))
-            .item(attr::TTL, n(ttl))
-            .send()
-            .await
-            .map_err(|e| self.failure("PutItem", e))?;
+            .item(attr::TTL, n(ttl));
+        let put = match &heartbeat.region {
+            Some(region) => put.item(attr::REGION, s(region.as_str())),
+            None => put,
+        };
+        put.send().await.map_err(|e| self.failure("PutItem", e))?;
         Ok(())
     }
 
@@ -411,7 +428,7 @@ impl LeaseStore for DynamoLeaseStore {
 
     async fn take(
         &self,
-        shard: u16,
+        partition: &PendingPartition,
         expect: Expect,
         owner: &str,
         term: Term,
@@ -425,7 +442,7 @@ impl LeaseStore for DynamoLeaseStore {
             Expect::Counter(counter) => ("#counter = :seen", counter),
         };
         let mut update = self
-            .update(shard)
+            .update(partition)
             .update_expression(
                 "SET #owner = :me, #expires = :expires, #renewed = :now, #taken = :now, \
                  #counter = :next REMOVE #handoff",
@@ -445,12 +462,12 @@ impl LeaseStore for DynamoLeaseStore {
             Expect::Missing => update.expression_attribute_names("#key", attr::LEASE_KEY),
             Expect::Counter(seen) => update.expression_attribute_values(":seen", n(seen)),
         };
-        self.updated(shard, update.send().await)
+        self.updated(partition, update.send().await)
     }
 
     async fn renew(
         &self,
-        shard: u16,
+        partition: &PendingPartition,
         owner: &str,
         counter: u64,
         term: Term,
@@ -463,20 +480,20 @@ impl LeaseStore for DynamoLeaseStore {
             last_pass_at,
         };
         let update = self
-            .owner_update(shard, owned, "#expires = :expires", "", "")
+            .owner_update(partition, owned, "#expires = :expires", "", "")
             .expression_attribute_values(":expires", n(term.expires_at))
             .return_values(ReturnValue::AllNew);
-        self.updated(shard, update.send().await)
+        self.updated(partition, update.send().await)
     }
 
     async fn request_handoff(
         &self,
-        shard: u16,
+        partition: &PendingPartition,
         holder: &str,
         requester: &str,
     ) -> Result<bool, LeaseError> {
         let result = self
-            .update(shard)
+            .update(partition)
             .update_expression("SET #handoff = :requester")
             .condition_expression("#owner = :holder AND attribute_not_exists(#handoff)")
             .expression_attribute_names("#handoff", attr::HANDOFF_TO)
@@ -489,7 +506,7 @@ impl LeaseStore for DynamoLeaseStore {
 
     async fn hand_over(
         &self,
-        shard: u16,
+        partition: &PendingPartition,
         owner: &str,
         counter: u64,
         to: &str,
@@ -504,7 +521,7 @@ impl LeaseStore for DynamoLeaseStore {
         };
         let result = self
             .owner_update(
-                shard,
+                partition,
                 owned,
                 "#owner = :to, #expires = :expires, #taken = :now",
                 " REMOVE #handoff",
@@ -519,12 +536,16 @@ impl LeaseStore for DynamoLeaseStore {
         self.written(result)
     }
 
-    async fn withdraw_request(&self, shard: u16, requester: &str) -> Result<bool, LeaseError> {
+    async fn withdraw_request(
+        &self,
+        partition: &PendingPartition,
+        requester: &str,
+    ) -> Result<bool, LeaseError> {
         let result = self
             .client
             .update_item()
             .table_name(&self.table)
-            .key(attr::LEASE_KEY, s(&shard_key(shard)))
+            .key(attr::LEASE_KEY, s(&partition_key(partition)))
             .update_expression("REMOVE #handoff")
             .condition_expression("#handoff = :me")
             .expression_attribute_names("#handoff", attr::HANDOFF_TO)
@@ -534,9 +555,13 @@ impl LeaseStore for DynamoLeaseStore {
         self.written(result)
     }
 
-    async fn clear_handoff(&self, shard: u16, owner: &str) -> Result<bool, LeaseError> {
+    async fn clear_handoff(
+        &self,
+        partition: &PendingPartition,
+        owner: &str,
+    ) -> Result<bool, LeaseError> {
         let result = self
-            .update(shard)
+            .update(partition)
             .update_expression("REMOVE #handoff")
             .condition_expression("#owner = :me")
             .expression_attribute_names("#handoff", attr::HANDOFF_TO)
@@ -548,7 +573,7 @@ impl LeaseStore for DynamoLeaseStore {
 
     async fn release(
         &self,
-        shard: u16,
+        partition: &PendingPartition,
         owner: &str,
         counter: u64,
         now: Millis,
@@ -562,7 +587,7 @@ impl LeaseStore for DynamoLeaseStore {
         };
         let result = self
             .owner_update(
-                shard,
+                partition,
                 owned,
                 "#expires = :now",
                 " REMOVE #owner, #handoff",

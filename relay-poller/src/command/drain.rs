@@ -36,7 +36,7 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<ExitCode> {
         Arc::new(RespectLeases::new(
             DynamoLeaseStore::new(clients.dynamodb.clone(), table),
             SystemClock,
-            config.index.shards.clone(),
+            poller.partitions().all(),
         ))
     });
     let legacy_holds = legacy_holds(&clients.dynamodb, &config, args.grace_period);
@@ -44,7 +44,7 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<ExitCode> {
     let mut work = Work::new();
     let mut draining = work.spawn({
         let (poller, cancel) = (poller.clone(), work.token());
-        let shards = config.fixed_shards();
+        let shards = poller.partitions().fixed();
         async move {
             // Moved first, so the passes release them with the events they publish.
             legacy_holds.migrate().await;

@@ -4,8 +4,10 @@
 //! What they share is outside this folder: the adapters on AWS (`crate::aws`), what each relies on
 //! being usable (`crate::probes`), and signals, exit codes and the outcome line (`crate::process`).
 
+pub mod adopt_region;
 pub mod check;
 pub mod drain;
+pub mod hand_back_region;
 pub mod inspect;
 pub mod recover_discarded;
 pub mod redrive;

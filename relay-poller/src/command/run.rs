@@ -42,7 +42,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     } = start_relay(&config, more).await?;
     let manager = match &leases {
         Some(settings) => Some(Arc::new(
-            lease_manager(&clients.dynamodb, &config, settings).await?,
+            lease_manager(&clients.dynamodb, poller.partitions(), settings).await?,
         )),
         None => None,
     };
@@ -57,13 +57,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             "poller running on leases"
         ),
         _ => {
-            tracing::info!(table = %config.index.outbox.table_name, shards = ?config.index.shards, grace_ms = args.grace_period.as_millis() as u64, "poller running")
+            tracing::info!(table = %config.index.outbox.table_name, partitions = ?poller.partitions().all().iter().map(ToString::to_string).collect::<Vec<_>>(), grace_ms = args.grace_period.as_millis() as u64, "poller running")
         }
     }
     let mut work = Work::new();
     let mut polling = work.spawn({
         let (poller, cancel, manager) = (poller.clone(), work.token(), manager.clone());
-        let shards = config.fixed_shards();
+        let shards = poller.partitions().fixed();
         async move {
             match manager {
                 Some(manager) => {

@@ -11,6 +11,7 @@ use relay_runtime::probe::{Kind, Probe, Resource};
 use crate::assignment::{DynamoLeaseStore, LeaseStore};
 use crate::aws::AwsClients;
 use crate::config::StatusArgs;
+use crate::failover::{DynamoRegionStore, RegionStore};
 use crate::index::DynamoPendingIndex;
 use crate::probes::{lease_table_probe, load_and_probe, table_probe};
 use crate::process::{print, say};
@@ -34,6 +35,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
     }));
     probes.extend(args.lease_table.name().map(lease_table_probe));
     let sdk = load_and_probe(&probes).await?;
+    let partitions = index_config.partitions(sdk.region().map(|r| r.as_ref()))?;
     let clients = AwsClients::new(&sdk);
     let outbox = &index_config.outbox;
     let index = DynamoPendingIndex::new(
@@ -42,7 +44,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
         &outbox.index_name,
     );
     let now = Utc::now();
-    let mut report = status::collect(&index, &index_config.shards, outbox.shard_count, now).await?;
+    let mut report = status::collect(&index, &partitions, now).await?;
     if let Some(table) = args.lease_table.name() {
         let view = DynamoLeaseStore::new(clients.dynamodb.clone(), table)
             .read()
@@ -50,9 +52,13 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
         report.leases = Some(status::LeaseReport::from_view(
             table,
             &view,
-            &index_config.shards,
+            &partitions.of_every_region(),
             now.timestamp_millis(),
         ));
+        let regions = DynamoRegionStore::new(clients.dynamodb.clone(), table)
+            .read()
+            .await?;
+        report.regions = status::RegionStatus::from_view(&regions, now.timestamp_millis());
     }
     let expiring_at = relay_runtime::status_store::ttl_after(now, args.ttl_refresh_margin);
     report.expiring_pending = Some(

@@ -275,6 +275,29 @@ fn lease_settings_default_and_are_checked_against_each_other() {
 }
 
 #[test]
+fn region_failover_defaults_to_a_minute_and_needs_three_renew_intervals() {
+    let run = run_with(&["--lease-table", "leases"]);
+    let failover = run.leases.failover().unwrap();
+    assert_eq!(
+        failover.failover_after,
+        crate::failover::DEFAULT_FAILOVER_AFTER
+    );
+    assert_eq!(failover.hand_back_after, failover.failover_after);
+    assert_eq!(failover.interval, crate::assignment::DEFAULT_RENEW_INTERVAL);
+
+    let run = run_with(&["--lease-table", "leases", "--region-failover-after", "29s"]);
+    let err = run.leases.failover().unwrap_err();
+    assert_eq!(
+        (err.flag.as_str(), err.env.as_str()),
+        ("--region-failover-after", "OUTBOX_REGION_FAILOVER_AFTER")
+    );
+    assert!(
+        err.to_string().contains("--lease-renew-interval (10s)"),
+        "{err}"
+    );
+}
+
+#[test]
 fn drain_respects_leases_only_when_asked() {
     let drain = |extra: &[&str]| {
         let args: Vec<&str> = ["drain"]

@@ -45,14 +45,14 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use futures::stream;
-use outbox_shared::ShardCount;
-use outbox_shared::schema;
+use outbox_shared::schema::{self, PendingPartition};
 use outbox_shared::time::format_timestamp;
 use relay_runtime::{Behind, EventRelay, RecentKeys};
 use tokio_util::sync::CancellationToken;
 
 use crate::assignment::{ShardAssignment, StaticShards};
 use crate::index::RawItem;
+use crate::partitions::Partitions;
 
 pub mod decode;
 pub mod holds;
@@ -95,9 +95,10 @@ pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(5 * 60);
 /// and as whom it publishes is the publisher's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PollerSettings {
-    /// The writer's shard count: a partition (`GSI1PK`) of a shard beyond it is stray, and the
-    /// sweep publishes its events.
-    pub shard_count: ShardCount,
+    /// The partitions this poller serves ([`Partitions`]): its region's on a global table. A
+    /// partition (`GSI1PK`) of no region's shards is stray, and the sweep publishes its events
+    /// when they are this poller's.
+    pub partitions: Partitions,
     pub page_size: i32,
     pub shard_concurrency: usize,
     /// Status updates and dead letters in flight at once, per shard.
@@ -150,7 +151,11 @@ impl<W: PollerPorts> Poller<W> {
             settings.mark_concurrency,
         );
         Self {
-            sweep: Sweep::new(index.clone(), settings.shard_count, settings.sweep_interval),
+            sweep: Sweep::new(
+                index.clone(),
+                settings.partitions.clone(),
+                settings.sweep_interval,
+            ),
             pages: Pages::new(
                 index,
                 relay,
@@ -187,6 +192,11 @@ impl<W: PollerPorts> Poller<W> {
 
     pub fn settings(&self) -> &PollerSettings {
         &self.settings
+    }
+
+    /// The partitions this poller serves: its region's on a global table.
+    pub fn partitions(&self) -> &Partitions {
+        &self.settings.partitions
     }
 
     pub fn publisher(&self) -> &W::Publisher {
@@ -231,7 +241,7 @@ impl<W: PollerPorts> Poller<W> {
                             .pages
                             .poll(
                                 partition,
-                                None::<(&StaticShards, u16)>,
+                                None::<(&StaticShards, &PendingPartition)>,
                                 before,
                                 true,
                                 &mut held_back,
@@ -246,14 +256,13 @@ impl<W: PollerPorts> Poller<W> {
             }
         }
         let held_back = &held_back;
-        let shard_stats = stream::iter(shards.poll.iter().copied())
-            .map(|shard| async move {
+        let shard_stats = stream::iter(shards.poll.iter().cloned())
+            .map(|leased| async move {
                 let mut held_back = held_back.clone();
-                let partition = schema::pending_shard_pk(shard);
                 self.pages
                     .poll(
-                        &partition,
-                        Some((assignment, shard)),
+                        &leased.gsi1pk(),
+                        Some((assignment, &leased)),
                         before,
                         sweep,
                         &mut held_back,

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use chrono::Utc;
 use outbox_shared::ItemKey;
-use outbox_shared::schema::attr;
+use outbox_shared::schema::{PendingPartition, attr};
 use relay_runtime::{Behind, Deadline, Event, EventRelay, RecentKeys, State};
 use tokio_util::sync::CancellationToken;
 
@@ -78,7 +78,8 @@ impl<W: PollerPorts> Pages<W> {
     /// published in this pass, and what they wait behind: their later events must not overtake
     /// it, and their holds stay.
     ///
-    /// `lease` is the assignment and shard of a shard's partition, which says whether each page
+    /// `lease` is the assignment and the partition leased (a shard, of a region on a global
+    /// table), which says whether each page
     /// may start, and until when it may publish (a lease can be lost or handed over mid-pass);
     /// `None` for the partitions the sweep found, whose pages always may.
     ///
@@ -91,7 +92,7 @@ impl<W: PollerPorts> Pages<W> {
     pub(super) async fn poll<A: ShardAssignment>(
         &self,
         partition: &str,
-        lease: Option<(&A, u16)>,
+        lease: Option<(&A, &PendingPartition)>,
         before: &str,
         keep_holds: bool,
         held_back: &mut HashMap<String, Behind>,
@@ -109,12 +110,12 @@ impl<W: PollerPorts> Pages<W> {
                 PageStart::Go {
                     deadline: Deadline::NONE,
                 },
-                |(a, shard)| a.begin_page(shard),
+                |(a, leased)| a.begin_page(leased),
             );
             let PageStart::Go { deadline } = page_start else {
                 tracing::debug!(
                     partition,
-                    "no longer this poller's shard; pass over it stopped"
+                    "no longer this poller's partition; pass over it stopped"
                 );
                 break;
             };
@@ -125,8 +126,8 @@ impl<W: PollerPorts> Pages<W> {
             let page = match page {
                 Ok(page) => page,
                 Err(err) => {
-                    if let Some((a, shard)) = lease {
-                        a.end_page(shard);
+                    if let Some((a, leased)) = lease {
+                        a.end_page(leased);
                     }
                     tracing::warn!(partition, error = %err.failure, "pending index query failed; retrying next pass");
                     stats.read_errors += 1;
@@ -160,14 +161,14 @@ impl<W: PollerPorts> Pages<W> {
                 self.totals.released(stats.holds_released - released);
                 crate::metrics::holds_released(stats.holds_released - released);
             }
-            if let Some((a, shard)) = lease {
-                a.end_page(shard);
+            if let Some((a, leased)) = lease {
+                a.end_page(leased);
             }
             match page.next {
                 Some(next) => start = Some(next),
                 None => {
-                    if let Some((a, shard)) = lease {
-                        a.shard_polled(shard);
+                    if let Some((a, leased)) = lease {
+                        a.partition_polled(leased);
                     }
                     break;
                 }

@@ -2,6 +2,7 @@
 //! prints. A page's settled events are recorded once ([`Totals::record`]): in the pass's
 //! statistics, the poller's totals and the metrics, all from the runtime's one [`Tally`].
 
+use outbox_shared::schema::PendingPartition;
 use std::collections::HashSet;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -170,8 +171,27 @@ pub struct DrainSummary {
     pub payloads_stored: u64,
     /// Payloads found already in the bucket (stored by an earlier publish): nothing written.
     pub payloads_already_stored: u64,
-    /// Shards the last pass left to the pollers holding their leases (`--respect-leases`).
-    pub skipped_shards: Vec<u16>,
+    /// Partitions the last pass left to the pollers holding their leases (`--respect-leases`):
+    /// a shard's number on a single-region table, `{region}#{shard}` on a global table.
+    #[serde(serialize_with = "partition_names")]
+    pub skipped_shards: Vec<PendingPartition>,
+}
+
+/// Partitions as the drain summary names them: a shard's number, or `{region}#{shard}`.
+fn partition_names<S: serde::Serializer>(
+    partitions: &[PendingPartition],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    #[derive(serde::Serialize)]
+    #[serde(untagged)]
+    enum Name {
+        Shard(u16),
+        Regional(String),
+    }
+    serializer.collect_seq(partitions.iter().map(|p| match p.origin {
+        None => Name::Shard(p.shard),
+        Some(_) => Name::Regional(p.to_string()),
+    }))
 }
 
 /// Counters over the life of one poller, readable while it works.

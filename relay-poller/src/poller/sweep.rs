@@ -8,11 +8,11 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use outbox_shared::ShardCount;
-use outbox_shared::schema;
+use outbox_shared::schema::PendingPartition;
 
 use crate::index::{IndexError, PartitionCounts, PendingCounts};
 use crate::metrics;
+use crate::partitions::Partitions;
 use outbox_shared::schema::LEGACY_HOLD_PARTITION;
 
 /// What a sweep found: the partitions to poll before the shards, stray ones first (oldest
@@ -28,7 +28,7 @@ pub(super) struct Found {
 #[derive(Debug)]
 pub(super) struct Sweep<C> {
     index: C,
-    shard_count: ShardCount,
+    partitions: Partitions,
     /// How often a sweep is due (`run`).
     interval: Duration,
     /// When the last sweep that was due started.
@@ -36,10 +36,10 @@ pub(super) struct Sweep<C> {
 }
 
 impl<C: PendingCounts> Sweep<C> {
-    pub(super) fn new(index: C, shard_count: ShardCount, interval: Duration) -> Self {
+    pub(super) fn new(index: C, partitions: Partitions, interval: Duration) -> Self {
         Self {
             index,
-            shard_count,
+            partitions,
             interval,
             last: Mutex::new(None),
         }
@@ -63,7 +63,10 @@ impl<C: PendingCounts> Sweep<C> {
     ///
     /// # Errors
     /// When the index can't be scanned (logged; the next pass sweeps again).
-    pub(super) async fn partitions(&self, orphaned: &[u16]) -> Result<Found, IndexError> {
+    pub(super) async fn partitions(
+        &self,
+        orphaned: &[PendingPartition],
+    ) -> Result<Found, IndexError> {
         let all = self.index.partitions().await.inspect_err(|err| {
             tracing::warn!(error = %outbox_shared::error::describe(err), "sweep of the pending index failed; retrying next pass");
         })?;
@@ -74,16 +77,16 @@ impl<C: PendingCounts> Sweep<C> {
         );
         let orphans: PartitionCounts = orphaned
             .iter()
-            .map(|&shard| schema::pending_shard_pk(shard))
+            .map(PendingPartition::gsi1pk)
             .filter_map(|p| {
                 let n = all.pending.get(&p).copied().unwrap_or_default();
                 (n > 0 || all.holds.contains_key(&p)).then_some((p, n))
             })
             .collect();
-        let strays = stray_partitions(all.pending, self.shard_count);
+        let strays = stray_partitions(all.pending, &self.partitions);
         let stray_pending: u64 = strays.values().sum();
         // Holds under a stray partition whose events are all out: polled for the holds alone.
-        let stray_holds: Vec<String> = stray_partitions(all.holds, self.shard_count)
+        let stray_holds: Vec<String> = stray_partitions(all.holds, &self.partitions)
             .into_keys()
             .filter(|p| p != LEGACY_HOLD_PARTITION && !strays.contains_key(p))
             .collect();
@@ -92,7 +95,7 @@ impl<C: PendingCounts> Sweep<C> {
             tracing::warn!(
                 stray_pending,
                 partitions = ?strays.keys().collect::<Vec<_>>(),
-                shard_count = self.shard_count.get(),
+                shard_count = self.partitions.shard_count().get(),
                 "pending events under partitions outside the shard count; publishing them"
             );
         }
@@ -122,12 +125,12 @@ impl<C: PendingCounts> Sweep<C> {
     }
 }
 
-/// The partitions of `all` outside `shard_count`'s shards: under another shard count, or not a
-/// shard partition at all.
-pub(super) fn stray_partitions(all: PartitionCounts, shard_count: ShardCount) -> PartitionCounts {
+/// The partitions of `all` outside every region's shards ([`Partitions::is_indexed`]): under
+/// another shard count, or not a pending partition at all; of those, the ones whose events are
+/// this poller's to publish ([`Partitions::serves`]: on a global table, another region's strays
+/// are that region's).
+pub(super) fn stray_partitions(all: PartitionCounts, partitions: &Partitions) -> PartitionCounts {
     all.into_iter()
-        .filter(|(partition, _)| {
-            schema::parse_pending_shard_pk(partition).is_none_or(|shard| shard >= shard_count.get())
-        })
+        .filter(|(partition, _)| !partitions.is_indexed(partition) && partitions.serves(partition))
         .collect()
 }

@@ -41,7 +41,11 @@ fn event(aggregate: &str, sequence: u64, offset_ms: i64) -> RawItem {
 
 /// Every shard of the pollers' 16, each page allowed.
 fn all() -> StaticShards {
-    StaticShards((0..16).collect())
+    StaticShards(
+        (0..16)
+            .map(outbox_shared::schema::PendingPartition::from)
+            .collect(),
+    )
 }
 
 fn poller(
@@ -49,7 +53,7 @@ fn poller(
     page_size: i32,
 ) -> Poller<Ports<&Table, &Table, &Table, &Table, &Table, &Table>> {
     let settings = PollerSettings {
-        shard_count: ShardCount::new(16).unwrap(),
+        partitions: crate::partitions::Partitions::single_region(ShardCount::new(16).unwrap()),
         page_size,
         shard_concurrency: 4,
         mark_concurrency: 3,

@@ -565,3 +565,52 @@ fn the_entry_budget_is_the_smaller_of_the_setting_and_the_targets_own_limit() {
     assert_eq!(config.clone().within_target_limit(Some(1 << 20)), config);
     assert_eq!(config.clone().within_target_limit(None), config);
 }
+
+#[test]
+fn regions_make_a_global_table_with_the_relays_own_region_among_them() {
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        regions: RegionArgs,
+    }
+    let parse = |args: &[&str]| {
+        <Cli as clap::Parser>::try_parse_from(["relay"].iter().chain(args)).map(|c| c.regions)
+    };
+    // Unset: a single-region table
+    assert_eq!(
+        parse(&[]).unwrap().global_table(Some("us-east-1")),
+        Ok(None)
+    );
+
+    // Set: the table's regions, the relay's own from its SDK config
+    let args = parse(&["--regions", "us-east-1,eu-west-1"]).unwrap();
+    let table = args.global_table(Some("eu-west-1")).unwrap().unwrap();
+    assert_eq!(table.own().as_str(), "eu-west-1");
+    assert_eq!(table.regions().len(), 2);
+
+    // Wrong: named with the flag and the variable, and why
+    let err = args
+        .global_table(Some("ap-south-1"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("invalid --regions (OUTBOX_REGIONS): --regions (us-east-1,eu-west-1) does not include this relay's own region ap-south-1"),
+        "{err}"
+    );
+    let err = args.global_table(None).unwrap_err().to_string();
+    assert!(err.contains("set AWS_REGION"), "{err}");
+    let err = parse(&["--regions", "us-east-1"])
+        .unwrap()
+        .global_table(Some("us-east-1"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("at least two regions"), "{err}");
+    let err = parse(&["--regions", "us-east-1,EU"])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("\"EU\" is not a region name"), "{err}");
+
+    // Empty, as CloudFormation passes an unset parameter: a single-region table
+    let empty = parse(&["--regions", ""]).unwrap();
+    assert_eq!(empty.global_table(Some("us-east-1")), Ok(None));
+}

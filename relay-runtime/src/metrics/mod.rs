@@ -121,6 +121,9 @@ pub const LEASES_OWNED: &str = "LeasesOwned";
 /// Leases a poller took from another: expired ones, and ones handed over at its request. Count;
 /// relay-poller with a lease table.
 pub const LEASE_TAKEOVERS: &str = "LeaseTakeovers";
+/// Other regions whose partitions a poller's region publishes (adopted: their relays stopped), after
+/// each region round (one value per poller and round). Count; relay-poller on a global table.
+pub const REGIONS_ADOPTED: &str = "RegionsAdopted";
 /// Discarded stream batches (objects of the mapping's on-failure destination) whose every event
 /// the poller handled, then deleted. Count; relay-poller with a discarded-batch bucket.
 pub const DISCARDED_BATCHES_RECOVERED: &str = "DiscardedBatchesRecovered";
@@ -275,6 +278,11 @@ fn describe() {
         LEASES_OWNED,
         Unit::Count,
         "shard leases one poller owns, per lease round"
+    );
+    metrics::describe_histogram!(
+        REGIONS_ADOPTED,
+        Unit::Count,
+        "other regions whose partitions a poller's region publishes, per region round"
     );
     metrics::describe_histogram!(
         STRAY_PENDING,

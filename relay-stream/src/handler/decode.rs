@@ -5,10 +5,12 @@ use std::collections::HashMap;
 
 use aws_lambda_events::dynamodb::EventRecord;
 use outbox_shared::envelope::Encoding;
+use outbox_shared::region::GlobalTable;
 use outbox_shared::schema::{self, attr, entity};
 use outbox_shared::{ItemKey, OutboxItem, OutboxStatus};
 use relay_runtime::stream_record::INSERT;
 pub(super) use relay_runtime::stream_record::is_ttl_deletion;
+use relay_runtime::stream_record::published_in_this_region;
 use relay_runtime::{Event, IgnoreReason, LeftEvent};
 use serde_dynamo::AttributeValue;
 
@@ -83,7 +85,15 @@ pub(super) fn left_event(event: &Event<&EventRecord>) -> Option<LeftEvent> {
 /// it exists), ready to publish (its body written as `encoding` says) or poison; any other
 /// record is ignored. A TTL deletion's event carries the old image as its gone item's
 /// ([`Event::gone_item`]): should it be dead-lettered, the item is put back from it first.
-pub(super) fn decode<'r>(record: &'r EventRecord, encoding: &Encoding) -> Event<&'r EventRecord> {
+///
+/// On a global table (`table`), an event another region publishes is ignored
+/// ([`published_in_this_region`]): the event source mapping's filter already leaves it out, and
+/// this is the second check.
+pub(super) fn decode<'r>(
+    record: &'r EventRecord,
+    encoding: &Encoding,
+    table: Option<&GlobalTable>,
+) -> Event<&'r EventRecord> {
     let image = if record.event_name == INSERT {
         &record.change.new_image
     } else if is_ttl_deletion(record) {
@@ -93,6 +103,15 @@ pub(super) fn decode<'r>(record: &'r EventRecord, encoding: &Encoding) -> Event<
     };
     if string_attr(image, attr::ENTITY_TYPE) != Some(entity::OUTBOX_EVENT) {
         return Event::ignored(record, IgnoreReason::NotOutboxEvent);
+    }
+    if let Some(table) = table.filter(|t| !published_in_this_region(record, t)) {
+        let origin = string_attr(image, attr::ORIGIN_REGION).map(str::to_owned);
+        tracing::debug!(
+            origin = origin.as_deref().unwrap_or("none"),
+            own = %table.own(),
+            "another region's event: its relays publish it"
+        );
+        return Event::ignored(record, IgnoreReason::OtherRegion(origin));
     }
     // Decoded through a reference: the record stays whole for the dead-letter queue and the
     // response, and nothing is cloned but the item's own fields.

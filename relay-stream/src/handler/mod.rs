@@ -35,6 +35,7 @@
 //! its own holding the holds port, before and after the publish; [`report`] is what a batch ends
 //! in, and the response Lambda reads.
 
+use outbox_shared::region::GlobalTable;
 use std::sync::Arc;
 
 use aws_lambda_events::dynamodb::EventRecord;
@@ -97,6 +98,9 @@ pub struct HandlerOptions {
     /// in order after its grace period), the batch reports success for them, and later batches
     /// publish none of the aggregate's events until the poller has released it.
     pub hold_failed_aggregates: bool,
+    /// The global table this relay's region is part of (`--regions`), `None` on a single-region
+    /// table: the relay then publishes only its region's events (docs/global-tables.md).
+    pub global_table: Option<GlobalTable>,
 }
 
 impl Default for HandlerOptions {
@@ -107,6 +111,7 @@ impl Default for HandlerOptions {
             mark_concurrency: DEFAULT_MARK_CONCURRENCY,
             deadline_margin: DEFAULT_DEADLINE_MARGIN,
             hold_failed_aggregates: false,
+            global_table: None,
         }
     }
 }
@@ -182,8 +187,9 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds> StreamR
     /// record not published is the batch item failure.
     pub async fn handle(&self, records: &[EventRecord], deadline: Deadline) -> BatchReport {
         let encoding = self.relay.encoding();
+        let table = self.options.global_table.as_ref();
         let mut events: Vec<Event<&EventRecord>> =
-            records.iter().map(|r| decode(r, encoding)).collect();
+            records.iter().map(|r| decode(r, encoding, table)).collect();
         if let Some(hold_mode) = &self.hold_mode {
             hold_mode.leave_held(&mut events, deadline).await;
         }

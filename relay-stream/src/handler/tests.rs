@@ -366,8 +366,8 @@ async fn only_a_ttl_deletions_event_carries_its_gone_items_image() {
     // When they are decoded
     let encoding = outbox_shared::envelope::Encoding::envelope();
     let (gone, new) = (
-        decode::decode(&deletion, &encoding),
-        decode::decode(&insert, &encoding),
+        decode::decode(&deletion, &encoding, None),
+        decode::decode(&insert, &encoding, None),
     );
 
     // Then the deletion's event carries the old image (its item is gone), the insert's nothing

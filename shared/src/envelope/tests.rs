@@ -35,6 +35,7 @@ fn item(payload: &str) -> OutboxItem {
         trace_header: Some("Root=1-abc".into()),
         trace_parent: None,
         trace_state: None,
+        origin_region: None,
     }
 }
 

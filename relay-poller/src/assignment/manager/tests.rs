@@ -8,6 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 use super::*;
 use crate::assignment::{Lease, Term};
 use crate::assignment::{PageStart, ShardAssignment};
+use outbox_shared::schema::PendingPartition;
 
 const DURATION: Millis = 3_000;
 const RENEW: Millis = 1_000;
@@ -35,7 +36,7 @@ impl Clock for FakeClock {
 
 #[derive(Debug, Default)]
 struct Table {
-    leases: BTreeMap<u16, Lease>,
+    leases: BTreeMap<PendingPartition, Lease>,
     heartbeats: BTreeMap<String, Heartbeat>,
 }
 
@@ -85,7 +86,7 @@ impl MemoryStore {
             .unwrap()
             .leases
             .iter()
-            .map(|(s, l)| (*s, l.owner.clone()))
+            .map(|(s, l)| (s.shard, l.owner.clone()))
             .collect()
     }
 }
@@ -113,7 +114,7 @@ impl LeaseStore for MemoryStore {
 
     async fn take(
         &self,
-        shard: u16,
+        shard: &PendingPartition,
         expect: Expect,
         owner: &str,
         term: Term,
@@ -123,14 +124,14 @@ impl LeaseStore for MemoryStore {
             expires_at,
         } = term;
         let mut table = self.check()?;
-        let current = table.leases.get(&shard);
+        let current = table.leases.get(shard);
         let counter = match (expect, current) {
             (Expect::Missing, None) => 0,
             (Expect::Counter(c), Some(l)) if l.counter == c => c,
             _ => return Ok(None),
         };
         let lease = Lease {
-            shard,
+            partition: shard.clone(),
             owner: Some(owner.into()),
             expires_at,
             renewed_at: now,
@@ -139,13 +140,13 @@ impl LeaseStore for MemoryStore {
             handoff_to: None,
             last_pass_at: current.and_then(|l| l.last_pass_at),
         };
-        table.leases.insert(shard, lease.clone());
+        table.leases.insert(shard.clone(), lease.clone());
         Ok(Some(lease))
     }
 
     async fn renew(
         &self,
-        shard: u16,
+        shard: &PendingPartition,
         owner: &str,
         counter: u64,
         term: Term,
@@ -156,7 +157,7 @@ impl LeaseStore for MemoryStore {
             expires_at,
         } = term;
         let mut table = self.check()?;
-        let Some(lease) = table.leases.get_mut(&shard) else {
+        let Some(lease) = table.leases.get_mut(shard) else {
             return Ok(None);
         };
         if lease.owner.as_deref() != Some(owner) || lease.counter != counter {
@@ -173,12 +174,12 @@ impl LeaseStore for MemoryStore {
 
     async fn request_handoff(
         &self,
-        shard: u16,
+        shard: &PendingPartition,
         holder: &str,
         requester: &str,
     ) -> Result<bool, LeaseError> {
         let mut table = self.check()?;
-        match table.leases.get_mut(&shard) {
+        match table.leases.get_mut(shard) {
             Some(l) if l.owner.as_deref() == Some(holder) && l.handoff_to.is_none() => {
                 l.handoff_to = Some(requester.into());
                 Ok(true)
@@ -189,7 +190,7 @@ impl LeaseStore for MemoryStore {
 
     async fn hand_over(
         &self,
-        shard: u16,
+        shard: &PendingPartition,
         owner: &str,
         counter: u64,
         to: &str,
@@ -201,7 +202,7 @@ impl LeaseStore for MemoryStore {
             expires_at,
         } = term;
         let mut table = self.check()?;
-        match table.leases.get_mut(&shard) {
+        match table.leases.get_mut(shard) {
             Some(l)
                 if l.owner.as_deref() == Some(owner)
                     && l.counter == counter
@@ -229,9 +230,13 @@ impl LeaseStore for MemoryStore {
         }
     }
 
-    async fn withdraw_request(&self, shard: u16, requester: &str) -> Result<bool, LeaseError> {
+    async fn withdraw_request(
+        &self,
+        shard: &PendingPartition,
+        requester: &str,
+    ) -> Result<bool, LeaseError> {
         let mut table = self.check()?;
-        match table.leases.get_mut(&shard) {
+        match table.leases.get_mut(shard) {
             Some(l) if l.handoff_to.as_deref() == Some(requester) => {
                 l.handoff_to = None;
                 Ok(true)
@@ -240,9 +245,13 @@ impl LeaseStore for MemoryStore {
         }
     }
 
-    async fn clear_handoff(&self, shard: u16, owner: &str) -> Result<bool, LeaseError> {
+    async fn clear_handoff(
+        &self,
+        shard: &PendingPartition,
+        owner: &str,
+    ) -> Result<bool, LeaseError> {
         let mut table = self.check()?;
-        match table.leases.get_mut(&shard) {
+        match table.leases.get_mut(shard) {
             Some(l) if l.owner.as_deref() == Some(owner) => {
                 l.handoff_to = None;
                 Ok(true)
@@ -253,14 +262,14 @@ impl LeaseStore for MemoryStore {
 
     async fn release(
         &self,
-        shard: u16,
+        shard: &PendingPartition,
         owner: &str,
         counter: u64,
         now: Millis,
         last_pass_at: Option<Millis>,
     ) -> Result<bool, LeaseError> {
         let mut table = self.check()?;
-        match table.leases.get_mut(&shard) {
+        match table.leases.get_mut(shard) {
             Some(l) if l.owner.as_deref() == Some(owner) && l.counter == counter => {
                 l.owner = None;
                 l.handoff_to = None;
@@ -326,7 +335,7 @@ impl Fleet {
             store,
             self.clock.clone(),
             name,
-            self.shards.clone(),
+            self.shards.iter().map(|&s| s.into()).collect(),
             settings(),
         );
         let assignment = manager.assignment();
@@ -375,9 +384,9 @@ impl Fleet {
             .enumerate()
             .filter(|(_, m)| m.running)
             .filter(|(_, m)| {
-                let start = m.assignment.begin_page(shard);
+                let start = m.assignment.begin_page(&shard.into());
                 if matches!(start, PageStart::Go { .. }) {
-                    m.assignment.end_page(shard);
+                    m.assignment.end_page(&shard.into());
                     true
                 } else {
                     false
@@ -615,14 +624,14 @@ async fn a_hand_over_waits_for_the_page_in_flight() {
         .leases
         .values()
         .find(|l| l.handoff_to.as_deref() == Some("b"))
-        .map(|l| l.shard);
+        .map(|l| l.partition.shard);
     let Some(shard) = asked else {
         // b asked and a already handed it over: start again with a page in flight first
         panic!("b did not ask for a lease: {:?}", fleet.table.owners());
     };
 
     // When a page of that shard is in flight at a's next rounds
-    let PageStart::Go { .. } = fleet.members[a].assignment.begin_page(shard) else {
+    let PageStart::Go { .. } = fleet.members[a].assignment.begin_page(&shard.into()) else {
         panic!("a may not poll shard {shard}");
     };
     fleet.run_for(2 * RENEW).await;
@@ -630,13 +639,13 @@ async fn a_hand_over_waits_for_the_page_in_flight() {
     // Then a keeps the lease and starts no new page of it, and b does not poll it
     assert_eq!(fleet.table.owners()[&shard].as_deref(), Some("a"));
     assert_eq!(
-        fleet.members[a].assignment.begin_page(shard),
+        fleet.members[a].assignment.begin_page(&shard.into()),
         PageStart::Stop
     );
     assert!(fleet.pollers_of(shard).is_empty());
 
     // And once the page ends, the next rounds hand it over
-    fleet.members[a].assignment.end_page(shard);
+    fleet.members[a].assignment.end_page(&shard.into());
     fleet.run_for(2 * RENEW).await;
     assert_eq!(fleet.table.owners()[&shard].as_deref(), Some("b"));
     assert_eq!(fleet.pollers_of(shard), [b]);
@@ -671,7 +680,7 @@ async fn the_sweep_covers_only_shards_nobody_owned_for_a_lease_duration() {
 
     // Then its sweep covers them all, from the last view it read
     let pass = fleet.members[a].assignment.for_pass().await;
-    assert_eq!(pass.orphaned, [0, 1, 2, 3]);
+    assert_eq!(pass.orphaned, [0, 1, 2, 3].map(PendingPartition::from));
 }
 
 #[tokio::test]
@@ -707,7 +716,7 @@ async fn a_poller_that_stops_withdraws_its_request_and_releases_what_was_just_ha
             .leases
             .values()
             .find(|l| l.handoff_to.as_deref() == Some("b"))
-            .map(|l| l.shard)
+            .map(|l| l.partition.shard)
     };
     let shard = asked(&fleet).expect("b asked for a lease");
 
@@ -787,8 +796,8 @@ async fn a_hand_over_whose_reply_was_lost(reply: LostReply) {
     // step that no shard may be polled by two pollers), and a's next renewal finds it lost
     fleet.run_for(2 * RENEW).await;
     assert_eq!((fleet.owned(a), fleet.owned(b)), (1, 1));
-    for shard in fleet.members[b].manager.owned() {
-        assert_eq!(fleet.pollers_of(shard), [b]);
+    for partition in fleet.members[b].manager.owned() {
+        assert_eq!(fleet.pollers_of(partition.shard), [b]);
     }
 }
 

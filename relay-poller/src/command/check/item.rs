@@ -1,14 +1,15 @@
 //! What the check says about each item: a [`Verdict`] and what was found, with the fix, decided
 //! by pure functions over what AWS answered (tested without AWS).
 
+use crate::partitions::Partitions;
 use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::types::{
     KeySchemaElement, KeyType, ProjectionType, StreamViewType, TableDescription, TimeToLiveStatus,
 };
+use outbox_shared::SdkFailure;
 use outbox_shared::limits::SQS_MESSAGE_ABSOLUTE_MAX_BYTES;
-use outbox_shared::schema::{self, attr};
-use outbox_shared::{SdkFailure, ShardCount};
+use outbox_shared::schema::attr;
 use relay_runtime::probe::Unusable;
 use serde::Serialize;
 
@@ -275,14 +276,13 @@ impl Item {
         }
     }
 
-    /// Events under index partitions outside the shard count (`pending`: events per partition).
-    pub fn strays(pending: &BTreeMap<String, u64>, shard_count: ShardCount) -> Self {
+    /// Events under index partitions outside every region's shards ([`Partitions::is_indexed`];
+    /// `pending`: events per partition).
+    pub fn strays(pending: &BTreeMap<String, u64>, partitions: &Partitions) -> Self {
+        let shard_count = partitions.shard_count();
         let strays: Vec<(&String, &u64)> = pending
             .iter()
-            .filter(|(partition, _)| {
-                schema::parse_pending_shard_pk(partition)
-                    .is_none_or(|shard| shard >= shard_count.get())
-            })
+            .filter(|(partition, _)| !partitions.is_indexed(partition))
             .collect();
         if strays.is_empty() {
             return Self::ok(

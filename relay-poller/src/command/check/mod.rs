@@ -10,6 +10,7 @@
 //! answered (tested without AWS); [`run`] reads the answers ([`resources`], [`simulation`],
 //! [`capacity`]) and prints the [`Report`].
 
+use crate::partitions::Partitions;
 use std::process::ExitCode;
 
 use aws_config::SdkConfig;
@@ -41,7 +42,8 @@ pub async fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let config = args.relay.validate()?;
     let discarded = args.discarded.settings()?;
     let sdk = relay_runtime::load_aws_config().await?;
-    let items = collect(&sdk, &config, &args, discarded.map(|(b, _)| b)).await;
+    let partitions = config.index.partitions(sdk.region().map(|r| r.as_ref()))?;
+    let items = collect(&sdk, &config, &partitions, &args, discarded.map(|(b, _)| b)).await;
     let report = Report::new(items);
     let text = if args.json {
         serde_json::to_string(&report)? + "\n"
@@ -61,6 +63,7 @@ pub async fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
 async fn collect(
     sdk: &SdkConfig,
     config: &RelayConfig,
+    partitions: &Partitions,
     args: &CheckArgs,
     bucket: Option<&str>,
 ) -> Vec<Item> {
@@ -134,7 +137,7 @@ async fn collect(
         &outbox.index_name,
     );
     items.push(match index.partitions().await {
-        Ok(counts) => Item::strays(&counts.pending, outbox.shard_count),
+        Ok(counts) => Item::strays(&counts.pending, partitions),
         Err(err) => Item::skipped(
             "strays",
             format!("the index could not be read: {}", err.failure),

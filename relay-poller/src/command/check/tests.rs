@@ -122,7 +122,10 @@ fn events_under_partitions_outside_the_shard_count_fail() {
         (schema::pending_shard_pk(20), 2),
     ]);
 
-    let item = Item::strays(&pending, ShardCount::new(16).unwrap());
+    let item = Item::strays(
+        &pending,
+        &crate::partitions::Partitions::single_region(ShardCount::new(16).unwrap()),
+    );
 
     assert_eq!(item.verdict, Verdict::Fail);
     assert!(

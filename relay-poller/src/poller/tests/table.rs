@@ -2,11 +2,12 @@
 //! publishes through, the TTL refresh's, and the poller's side of the holds (kept in a
 //! `relay_runtime::testing::FakeHoldStore`, pending as the table says).
 
+use outbox_shared::schema::PendingPartition;
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
-use outbox_shared::schema::{self, attr};
+use outbox_shared::schema::attr;
 use outbox_shared::{ItemKey, OutboundEvent, SdkFailure};
 use relay_runtime::testing::FakeHoldStore;
 use relay_runtime::{
@@ -178,11 +179,12 @@ impl PendingPages for &Table {
 }
 
 impl PendingCounts for &Table {
-    async fn backlog(&self, shard: u16) -> Result<ShardBacklog, IndexError> {
+    async fn backlog(&self, shard: &PendingPartition) -> Result<ShardBacklog, IndexError> {
         let index = self.index.lock().unwrap();
-        let items = index.get(&schema::pending_shard_pk(shard));
+        let items = index.get(&shard.gsi1pk());
         Ok(ShardBacklog {
-            shard,
+            region: shard.origin.as_ref().map(ToString::to_string),
+            shard: shard.shard,
             pending: items.map_or(0, |items| items.len() as u64),
             oldest_created_at: items
                 .and_then(|items| items.values().next())
