@@ -71,6 +71,7 @@ mod dead_letter_size;
 mod demo;
 mod discarded_batches;
 mod duplicates;
+mod global_tables;
 mod harness;
 mod hold_recovery;
 mod infra_template;
