@@ -691,7 +691,7 @@ async fn a_hand_over_whose_reply_was_lost_leaves_the_holder_stopped_while_the_re
 
     // Then b adopts it at its next round, and a does not poll it beside b
     let adopted = b.round().await.unwrap();
-    assert_eq!(adopted.adopted, [asked.clone()], "{adopted:?}");
+    assert_eq!(adopted.adopted, std::slice::from_ref(&asked), "{adopted:?}");
     assert!(matches!(b_polls.begin_page(&asked), PageStart::Go { .. }));
     assert_eq!(
         a_polls.begin_page(&asked),
