@@ -349,9 +349,9 @@ async fn stream_filter_passes_outbox_inserts_and_ttl_deletions_of_pending_events
     // When the template's filter patterns are evaluated against those records (Lambda ORs them)
     let patterns = Template::embedded()
         .unwrap()
-        .stream_filter_patterns()
+        .stream_filter_patterns_in("us-east-1")
         .unwrap();
-    assert_eq!(patterns.len(), 2, "{patterns:?}");
+    assert_eq!(patterns.len(), 3, "{patterns:?}");
     let mut matched = Vec::new();
     for pattern in &patterns {
         matched.extend(records_matching(&env, pattern, &records).await);
@@ -361,6 +361,60 @@ async fn stream_filter_passes_outbox_inserts_and_ttl_deletions_of_pending_events
     // Then only the outbox INSERT and the TTL deletion pass: not the order INSERT, the MODIFY,
     // the order's REMOVE or the user's delete of a pending outbox item
     let mut expected = vec![outbox_insert, ttl_removal];
+    expected.sort();
+    assert_eq!(matched, expected);
+}
+
+#[tokio::test]
+async fn on_a_global_table_the_stream_filter_passes_the_stacks_regions_inserts_and_unstamped_ones()
+{
+    // Given outbox INSERTs stamped with the stack's region (us-east-1), with another region
+    // (replicated from eu-west-1), and with none (another client's), on the table's stream
+    let env = TestEnv::new().await;
+    for (event_id, origin) in [
+        ("e-us", Some("us-east-1")),
+        ("e-eu", Some("eu-west-1")),
+        ("e-none", None),
+    ] {
+        let mut put = env
+            .dynamodb
+            .put_item()
+            .table_name(&env.table_name)
+            .item(attr::PK, s(&schema::user_pk("u-1")))
+            .item(attr::SK, s(&schema::outbox_sk(event_id)))
+            .item(attr::ENTITY_TYPE, s(entity::OUTBOX_EVENT))
+            .item(attr::EVENT_ID, s(event_id))
+            .item(attr::STATUS, s(schema::status::PENDING));
+        if let Some(origin) = origin {
+            put = put.item(attr::ORIGIN_REGION, s(origin));
+        }
+        put.send().await.unwrap();
+    }
+    let records = stream_records_as_lambda_sees_them(&env).await;
+    let id_of = |event_id: &str| {
+        records
+            .iter()
+            .find(|r| r["dynamodb"]["NewImage"][attr::EVENT_ID]["S"] == event_id)
+            .expect("the record")["eventID"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+
+    // When the filter patterns of the stack in us-east-1 are evaluated against them
+    let patterns = Template::embedded()
+        .unwrap()
+        .stream_filter_patterns_in("us-east-1")
+        .unwrap();
+    let mut matched = Vec::new();
+    for pattern in &patterns {
+        matched.extend(records_matching(&env, pattern, &records).await);
+    }
+    matched.sort();
+
+    // Then the stack's region's INSERT and the unstamped one pass (the handler leaves the
+    // unstamped to the first region listed), the other region's does not
+    let mut expected = vec![id_of("e-us"), id_of("e-none")];
     expected.sort();
     assert_eq!(matched, expected);
 }

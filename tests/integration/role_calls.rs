@@ -463,6 +463,36 @@ async fn the_writer_calls_only_what_the_order_services_policy_grants() {
     assert!(outbox_writer::TABLE_ACTIONS.contains(&"dynamodb:GetItem"));
 }
 
+#[tokio::test]
+async fn the_global_table_writer_calls_only_what_the_order_services_policy_grants() {
+    // Given a writer configured for a global table, its DynamoDB calls through the proxy
+    let env = TestEnv::new().await;
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 4).await;
+    let config = outbox_writer::WriterConfig {
+        global_table: true,
+        ..outbox_writer::WriterConfig::new(env.outbox_config(), "test.orders")
+    };
+    let writer = outbox_writer::OutboxWriter::new(env.dynamodb_through(&proxy), config).unwrap();
+
+    // When it creates two orders
+    for id in ["o-1", "o-2"] {
+        let order = outbox_writer::NewOrder::new(vec![outbox_writer::OrderLine::new("sku", 1, 1)])
+            .with_order_id(id);
+        writer.create_order_with_outbox("u-1", order).await.unwrap();
+    }
+
+    // Then it read the table's description once (DescribeTable, which TABLE_ACTIONS lists and
+    // the policy grants) and wrote with TransactWriteItems
+    assert_eq!(
+        proxy.targets(),
+        BTreeSet::from([
+            "DynamoDB_20120810.DescribeTable".to_owned(),
+            "DynamoDB_20120810.TransactWriteItems".to_owned(),
+        ])
+    );
+    assert!(outbox_writer::TABLE_ACTIONS.contains(&"dynamodb:DescribeTable"));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_writer_with_a_payload_bucket_calls_only_what_the_order_services_policy_grants() {
     // Given a writer with a payload bucket, its DynamoDB and S3 calls through the proxy

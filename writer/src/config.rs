@@ -51,6 +51,13 @@ pub struct WriterConfig {
     /// Retries of a whole transaction (a create, a [`crate::OutboxTransaction`]) after a transaction
     /// conflict or throttling (DynamoDB did not apply it, so repeating it is safe).
     pub transaction_retry: RetryPolicy,
+    /// The table is a DynamoDB global table (multi-region eventual consistency): each event is
+    /// stamped with the writer's region, its DynamoDB client's (`OriginRegion`), and pending under
+    /// that region's partitions (`OUTBOX#PENDING#{region}#{shard}`), so only that region's relays
+    /// publish it (docs/global-tables.md). Before its first write the writer reads the table once
+    /// (`dynamodb:DescribeTable`) and refuses a multi-region strong consistency table
+    /// ([`crate::WriteError::StrongConsistencyTable`]). Default `false`: a single-region table.
+    pub global_table: bool,
 }
 
 impl WriterConfig {
@@ -66,6 +73,7 @@ impl WriterConfig {
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
             update_retry: RetryPolicy::default(),
             transaction_retry: RetryPolicy::default(),
+            global_table: false,
         }
     }
 

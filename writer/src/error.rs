@@ -143,6 +143,18 @@ pub enum WriteError {
     /// Any other failed DynamoDB call; the SDK error is kept as the source.
     #[error("DynamoDB {0}")]
     Dynamo(#[source] SdkFailure),
+    /// The table is a multi-region strong consistency (MRSC) global table, which supports neither
+    /// transactions nor TTL: the outbox writes each event in its business change's transaction,
+    /// so it cannot run there. Found by the writer's first look at the table
+    /// ([`WriterConfig::global_table`](crate::WriterConfig::global_table)), or read from a
+    /// transaction DynamoDB refused for it. Nothing was written. Not retryable.
+    #[error(
+        "table {table} is a multi-region strong consistency (MRSC) global table: DynamoDB \
+         supports neither transactions nor TTL on it, and the outbox writes each event in the \
+         transaction of its business change; use a multi-region eventual consistency (MREC) \
+         global table (docs/global-tables.md)"
+    )]
+    StrongConsistencyTable { table: String },
     /// Storing a payload in the payload bucket ([`WriterConfig::payload_bucket`]) failed (S3's
     /// `PutObject`), or its event's key already holds another payload (the event id was given to
     /// another payload), before the transaction: nothing was written to the table. Retryable as

@@ -119,10 +119,13 @@ pub use writer::OutboxWriter;
 /// `TransactWriteItems` is authorized per action in it: the `Put`s of
 /// [`OutboxWriter::create_order_with_outbox`] and [`OutboxTransaction::put`], the `Update` of an
 /// order's status change, [`OutboxTransaction::condition_check`]; and the consistent `GetItem` that
-/// replays an idempotent create and reads an order's version. (A service that adds
-/// [`OutboxTransaction::delete`]s to its transactions grants `dynamodb:DeleteItem` itself.)
+/// replays an idempotent create and reads an order's version; configured for a global table
+/// ([`WriterConfig::global_table`]), the one `DescribeTable` that refuses a multi-region strong
+/// consistency table. (A service that adds [`OutboxTransaction::delete`]s to its transactions
+/// grants `dynamodb:DeleteItem` itself.)
 pub const TABLE_ACTIONS: &[&str] = &[
     "dynamodb:ConditionCheckItem",
+    "dynamodb:DescribeTable",
     "dynamodb:GetItem",
     "dynamodb:PutItem",
     "dynamodb:UpdateItem",

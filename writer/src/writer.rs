@@ -7,13 +7,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{AttributeValue, Put, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, MultiRegionConsistency, Put, Update};
 use backon::Retryable as _;
 use chrono::{DateTime, Utc};
 use outbox_shared::bucket_owner;
 use outbox_shared::claim_check::{PayloadStore, Stored};
 use outbox_shared::item::validate_id;
 use outbox_shared::limits::CLIENT_REQUEST_TOKEN_MAX_LEN;
+use outbox_shared::region::Region;
 use outbox_shared::schema::{self, attr, entity};
 use outbox_shared::time::format_timestamp;
 use outbox_shared::{ConfigError, ItemKey, NewOutboxEvent, OutboxItem};
@@ -32,6 +33,20 @@ use crate::transaction::{
     is_token_mismatch,
 };
 
+/// The error code of a request DynamoDB refused as invalid.
+const VALIDATION_CODE: &str = "ValidationException";
+
+/// The region of the writer's DynamoDB client: a global table's events are stamped with it.
+fn writer_region(client: &Client) -> Result<Region, ConfigError> {
+    let region = client.config().region().ok_or(ConfigError::Empty {
+        setting: "region (the DynamoDB client's, for a global table)",
+    })?;
+    Region::new(region.as_ref()).map_err(|e| ConfigError::OutOfRange {
+        setting: "region (the DynamoDB client's, for a global table)",
+        detail: e.to_string(),
+    })
+}
+
 /// Writes orders (or any entity, through [`OutboxWriter::commit`]) together with their outbox
 /// events. Cheap to clone: the SDK clients and the configuration are shared.
 #[derive(Debug, Clone)]
@@ -40,6 +55,9 @@ pub struct OutboxWriter {
     /// The payload bucket, when [`WriterConfig::payload_bucket`] names one.
     payloads: Option<PayloadStore>,
     config: Arc<WriterConfig>,
+    /// Set once the table was found to take transactions ([`WriterConfig::global_table`]: not a
+    /// multi-region strong consistency table), so it is read once, not on every write.
+    table_checked: Arc<tokio::sync::OnceCell<()>>,
 }
 
 impl OutboxWriter {
@@ -95,9 +113,12 @@ impl OutboxWriter {
     fn build(
         client: Client,
         s3: Option<aws_sdk_s3::Client>,
-        config: WriterConfig,
+        mut config: WriterConfig,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
+        if config.global_table {
+            config.outbox.origin_region = Some(writer_region(&client)?);
+        }
         let payloads = config.payload_bucket.as_ref().zip(s3).map(|(bucket, s3)| {
             let s3 = bucket_owner::client(s3, config.expected_bucket_owner.as_ref());
             PayloadStore::new(s3, bucket.clone())
@@ -106,6 +127,7 @@ impl OutboxWriter {
             client,
             payloads,
             config: Arc::new(config),
+            table_checked: Arc::default(),
         })
     }
 
@@ -120,6 +142,7 @@ impl OutboxWriter {
         tx: OutboxTransaction,
         now: DateTime<Utc>,
     ) -> Result<Prepared, WriteError> {
+        self.check_table().await?;
         let prepared = tx.prepare(&self.config, self.payloads.as_ref(), now)?;
         self.store_payloads(&prepared.claim_checks).await?;
         Ok(prepared)
@@ -173,6 +196,66 @@ impl OutboxWriter {
             .when(WriteError::is_transient_rejection)
             .notify(log_retry("commit"))
             .await
+            .map_err(|e| self.refused_for_strong_consistency(e))
+    }
+
+    /// On a global table, reads the table once (`DescribeTable`) before the first write: a
+    /// multi-region strong consistency table cannot take the writer's transactions, and is
+    /// refused with [`WriteError::StrongConsistencyTable`] before anything is written. A failed
+    /// read is returned and tried again on the next write.
+    async fn check_table(&self) -> Result<(), WriteError> {
+        if !self.config.global_table {
+            return Ok(());
+        }
+        let table = &self.config.outbox.table_name;
+        self.table_checked
+            .get_or_try_init(|| async {
+                let described = self
+                    .client
+                    .describe_table()
+                    .table_name(table)
+                    .send()
+                    .await
+                    .map_err(|e| WriteError::from_sdk("DescribeTable", e))?;
+                let strong = described.table().and_then(|t| t.multi_region_consistency())
+                    == Some(&MultiRegionConsistency::Strong);
+                if strong {
+                    return Err(WriteError::StrongConsistencyTable {
+                        table: table.clone(),
+                    });
+                }
+                Ok(())
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// `err`, or [`WriteError::StrongConsistencyTable`] when DynamoDB refused the transaction
+    /// because the table is a multi-region strong consistency one (a table converted after the
+    /// writer's first look). AWS documents that the transaction APIs return an error on such a
+    /// table without documenting its text: a validation error naming strong consistency is read
+    /// as that refusal.
+    fn refused_for_strong_consistency(&self, err: WriteError) -> WriteError {
+        let message = match &err {
+            WriteError::Validation { message, .. } => Some(message.as_str()),
+            WriteError::Dynamo(failure) if failure.code.as_deref() == Some(VALIDATION_CODE) => {
+                Some(failure.message.as_str())
+            }
+            _ => None,
+        };
+        let about_mrsc = message.is_some_and(|m| {
+            let m = m.to_ascii_lowercase();
+            m.contains("strong consistency")
+                || m.contains("strongly consistent")
+                || m.contains("mrsc")
+        });
+        if about_mrsc {
+            WriteError::StrongConsistencyTable {
+                table: self.config.outbox.table_name.clone(),
+            }
+        } else {
+            err
+        }
     }
 
     /// Creates an order and its `OrderCreated` event in one transaction.
@@ -269,7 +352,7 @@ impl OutboxWriter {
                         replayed: false,
                     });
                 }
-                Err(err) => err,
+                Err(err) => self.refused_for_strong_consistency(err),
             };
             if let Some(idem) = &idempotency {
                 let token_reused = is_token_mismatch(&err);
@@ -441,7 +524,10 @@ impl OutboxWriter {
 
     async fn commit_once(&self, tx: OutboxTransaction) -> Result<CommittedTransaction, WriteError> {
         let prepared = self.prepare(tx, Utc::now()).await?;
-        prepared.send(&self.client, true).await
+        prepared
+            .send(&self.client, true)
+            .await
+            .map_err(|e| self.refused_for_strong_consistency(e))
     }
 
     fn idempotency_put(

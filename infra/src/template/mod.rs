@@ -156,8 +156,13 @@ struct FilterCriteria {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 struct Filter {
-    pattern: String,
+    /// The pattern's text, or a `!Sub` (`Fn::Sub` once transformed) of it naming the stack's
+    /// region.
+    pattern: Value,
 }
+
+/// The stack's region in a `!Sub`.
+const REGION_VARIABLE: &str = "${AWS::Region}";
 
 impl Template {
     /// The template compiled into this crate.
@@ -225,6 +230,15 @@ impl Template {
     /// # Errors
     /// [`TemplateError`] when the mapping or its filters are missing.
     pub fn stream_filter_patterns(&self) -> Result<Vec<String>, TemplateError> {
+        self.stream_filter_patterns_in(REGION_VARIABLE)
+    }
+
+    /// The event source mapping's filter patterns in a stack in `region` (a `!Sub` of the
+    /// stack's region resolved; [`Self::stream_filter_patterns`] leaves it as written).
+    ///
+    /// # Errors
+    /// [`TemplateError`] when the mapping or its filter is missing or malformed.
+    pub fn stream_filter_patterns_in(&self, region: &str) -> Result<Vec<String>, TemplateError> {
         let id = logical_id::RELAY_EVENT_SOURCE_MAPPING;
         let criteria = self
             .resource(id)?
@@ -234,7 +248,33 @@ impl Template {
             .ok_or_else(|| invalid(id, "has no FilterCriteria"))?;
         let criteria: FilterCriteria =
             serde_norway::from_value(criteria).map_err(|e| invalid(id, e))?;
-        Ok(criteria.filters.into_iter().map(|f| f.pattern).collect())
+        criteria
+            .filters
+            .into_iter()
+            .map(|f| {
+                let text = match &f.pattern {
+                    Value::String(text) => Some(text.clone()),
+                    Value::Tagged(tagged) if tagged.tag == "Sub" => {
+                        tagged.value.as_str().map(str::to_owned)
+                    }
+                    Value::Mapping(map) => map
+                        .get("Fn::Sub")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    _ => None,
+                };
+                text.map(|t| t.replace(REGION_VARIABLE, region))
+                    .ok_or_else(|| {
+                        invalid(
+                            id,
+                            format!(
+                                "a filter pattern is neither text nor a !Sub: {:?}",
+                                f.pattern
+                            ),
+                        )
+                    })
+            })
+            .collect()
     }
 
     /// A property as plain text: scalars as written, `!Ref` to a parameter as its default.

@@ -123,16 +123,22 @@ fn each_bus_kind_creates_its_own_bus_only() {
 
 #[test]
 fn stream_filter_is_valid_json_for_outbox_inserts_and_ttl_deletions() {
-    let patterns = template().stream_filter_patterns().unwrap();
+    let patterns = template().stream_filter_patterns_in("eu-west-1").unwrap();
 
-    assert_eq!(patterns.len(), 2, "{patterns:?}");
-    let inserts: serde_json::Value = serde_json::from_str(&patterns[0]).unwrap();
-    assert_eq!(inserts["eventName"], serde_json::json!(["INSERT"]));
-    assert_eq!(
-        inserts["dynamodb"]["NewImage"][attr::ENTITY_TYPE]["S"],
-        serde_json::json!(["OutboxEvent"])
-    );
-    let ttl_deletions: serde_json::Value = serde_json::from_str(&patterns[1]).unwrap();
+    assert_eq!(patterns.len(), 3, "{patterns:?}");
+    for (inserts, origin) in [
+        (&patterns[0], serde_json::json!({"S": [{"exists": false}]})),
+        (&patterns[1], serde_json::json!({"S": ["eu-west-1"]})),
+    ] {
+        let inserts: serde_json::Value = serde_json::from_str(inserts).unwrap();
+        assert_eq!(inserts["eventName"], serde_json::json!(["INSERT"]));
+        assert_eq!(
+            inserts["dynamodb"]["NewImage"][attr::ENTITY_TYPE]["S"],
+            serde_json::json!(["OutboxEvent"])
+        );
+        assert_eq!(inserts["dynamodb"]["NewImage"][attr::ORIGIN_REGION], origin);
+    }
+    let ttl_deletions: serde_json::Value = serde_json::from_str(&patterns[2]).unwrap();
     assert_eq!(ttl_deletions["eventName"], serde_json::json!(["REMOVE"]));
     assert_eq!(
         ttl_deletions["userIdentity"],

@@ -449,3 +449,148 @@ fn a_payload_bucket_needs_a_writer_with_an_s3_client() {
          build the writer with OutboxWriter::from_sdk_config or OutboxWriter::with_s3"
     );
 }
+
+/// DynamoDB's `DescribeTable` answer for a global table of `consistency` (`STRONG`, `EVENTUAL`):
+/// the JSON the service sends (awsJson1_0), a replica in each of two regions.
+fn described(consistency: &str) -> HttpResponse {
+    HttpResponse::new(
+        200.try_into().unwrap(),
+        aws_sdk_s3::primitives::SdkBody::from(format!(
+            r#"{{"Table":{{"TableName":"orders","TableStatus":"ACTIVE",
+            "TableArn":"arn:aws:dynamodb:us-east-1:123456789012:table/orders",
+            "KeySchema":[{{"AttributeName":"PK","KeyType":"HASH"}},{{"AttributeName":"SK","KeyType":"RANGE"}}],
+            "AttributeDefinitions":[{{"AttributeName":"PK","AttributeType":"S"}},{{"AttributeName":"SK","AttributeType":"S"}}],
+            "BillingModeSummary":{{"BillingMode":"PAY_PER_REQUEST"}},
+            "GlobalTableVersion":"2019.11.21",
+            "MultiRegionConsistency":"{consistency}",
+            "Replicas":[{{"RegionName":"us-east-2","ReplicaStatus":"ACTIVE"}},{{"RegionName":"us-west-2","ReplicaStatus":"ACTIVE"}}]}}}}"#
+        )),
+    )
+}
+
+fn global_writer(rules: &[&Rule]) -> OutboxWriter {
+    let config = WriterConfig {
+        global_table: true,
+        ..WriterConfig::new(OutboxConfig::new("orders"), "test.orders")
+    };
+    OutboxWriter::new(client(rules), config).unwrap()
+}
+
+#[tokio::test]
+async fn a_strong_consistency_table_is_refused_before_anything_is_written() {
+    // Given a global table of multi-region strong consistency
+    let describe = mock!(Client::describe_table).then_http_response(|| described("STRONG"));
+    let write = mock!(Client::transact_write_items)
+        .then_output(|| TransactWriteItemsOutput::builder().build());
+    let writer = global_writer(&[&describe, &write]);
+
+    // When an order is created
+    let err = writer
+        .create_order_with_outbox("u-1", order())
+        .await
+        .unwrap_err();
+
+    // Then the writer refuses it, naming the table and why, and sends no transaction
+    assert_eq!(
+        err,
+        WriteError::StrongConsistencyTable {
+            table: "orders".into()
+        }
+    );
+    let message = err.to_string();
+    for part in [
+        "table orders",
+        "multi-region strong consistency (MRSC)",
+        "neither transactions nor TTL",
+        "multi-region eventual consistency (MREC)",
+    ] {
+        assert!(message.contains(part), "{part} in {message}");
+    }
+    assert!(!err.is_retryable());
+    assert_eq!(write.num_calls(), 0);
+}
+
+#[tokio::test]
+async fn an_eventual_consistency_table_is_read_once_and_its_events_stamped() {
+    // Given a global table of multi-region eventual consistency
+    let describe = mock!(Client::describe_table).then_http_response(|| described("EVENTUAL"));
+    let write = mock!(Client::transact_write_items)
+        .then_output(|| TransactWriteItemsOutput::builder().build());
+    let writer = global_writer(&[&describe, &write]);
+
+    // When two orders are created
+    for id in ["o-1", "o-2"] {
+        writer
+            .create_order_with_outbox("u-1", order().with_order_id(id))
+            .await
+            .unwrap();
+    }
+
+    // Then the table was read once, both were written, and the writer stamps the client's region
+    assert_eq!(describe.num_calls(), 1);
+    assert_eq!(write.num_calls(), 2);
+    assert_eq!(
+        writer
+            .config()
+            .outbox
+            .origin_region
+            .as_ref()
+            .map(|r| r.as_str()),
+        Some("us-east-1")
+    );
+}
+
+#[tokio::test]
+async fn a_transaction_refused_for_strong_consistency_is_the_same_error() {
+    // Given a table converted to strong consistency after the writer's first look (its
+    // DescribeTable said EVENTUAL), whose TransactWriteItems is refused
+    let describe = mock!(Client::describe_table).then_http_response(|| described("EVENTUAL"));
+    let write = mock!(Client::transact_write_items).then_error(|| {
+        TransactWriteItemsError::generic(
+            aws_sdk_dynamodb::error::ErrorMetadata::builder()
+                .code("ValidationException")
+                .message("Transactions are not supported for tables with multi-region strong consistency")
+                .build(),
+        )
+    });
+    let writer = global_writer(&[&describe, &write]);
+
+    // When an order is created
+    let err = writer
+        .create_order_with_outbox("u-1", order())
+        .await
+        .unwrap_err();
+
+    // Then the refusal says what it is
+    assert_eq!(
+        err,
+        WriteError::StrongConsistencyTable {
+            table: "orders".into()
+        }
+    );
+}
+
+#[test]
+fn a_single_region_writer_stamps_nothing_and_a_global_one_needs_a_region() {
+    use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials};
+    use aws_smithy_mocks::create_mock_http_client;
+
+    let single = writer(&[], quick(0));
+    assert_eq!(single.config().outbox.origin_region, None);
+
+    // A client with no region (mock_client! sets one)
+    let config = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .credentials_provider(Credentials::new("test", "test", None, None, "test"))
+        .http_client(create_mock_http_client())
+        .build();
+    let err = OutboxWriter::new(
+        Client::from_conf(config),
+        WriterConfig {
+            global_table: true,
+            ..WriterConfig::new(OutboxConfig::new("orders"), "test.orders")
+        },
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("region"), "{err}");
+}
