@@ -182,7 +182,7 @@ mod relays {
     use outbox_tests::regions::{GlobalTestEnv, RegionEnv};
     use outbox_tests::{SinkMessage, TEST_SOURCE, unique_name};
     use outbox_writer::{NewOrder, OrderLine, OrderStatus, OutboxWriter, WriterConfig};
-    use relay_poller::failover::{adoption_key, attr as region_attr};
+    use relay_poller::failover::{adoption_key, attr as region_attr, heartbeat_key};
     use relay_runtime::TargetKind;
     use tokio::io::AsyncReadExt;
     use tokio::process::Child;
@@ -211,7 +211,12 @@ mod relays {
                 .arg("run")
                 .args(["--regions", &regions.join(",")])
                 .args(["--lease-table", lease_table])
-                .args(["--lease-duration", LEASE_DURATION, "--lease-renew-interval", RENEW])
+                .args([
+                    "--lease-duration",
+                    LEASE_DURATION,
+                    "--lease-renew-interval",
+                    RENEW,
+                ])
                 .args([
                     "--region-failover-after",
                     &humantime::format_duration(FAILOVER_AFTER).to_string(),
@@ -245,6 +250,10 @@ mod relays {
             let lines = self.lines.await.unwrap();
             assert!(status.success(), "relay-poller run: {status}\n{lines}");
             lines
+        }
+
+        fn pid(&self) -> u32 {
+            self.child.id().expect("running")
         }
 
         /// Kills it (SIGKILL: the region's relays die with their leases held).
@@ -356,21 +365,81 @@ mod relays {
     /// The region publishing `of`'s partitions by `region`'s replica of the lease table: its
     /// adopter, or `of` itself.
     async fn publisher_of(region: &RegionEnv, lease_table: &str, of: &Region) -> String {
-        let item = region
+        lease_item(region, lease_table, adoption_key(of))
+            .await
+            .and_then(|i| i.get(region_attr::ADOPTER)?.as_s().ok().cloned())
+            .unwrap_or_else(|| of.to_string())
+    }
+
+    /// `region`'s replica of `key`'s item in the lease table.
+    async fn lease_item(
+        region: &RegionEnv,
+        lease_table: &str,
+        key: String,
+    ) -> Option<std::collections::HashMap<String, AttributeValue>> {
+        region
             .dynamodb
             .get_item()
             .table_name(lease_table)
-            .key(
-                region_attr::LEASE_KEY,
-                AttributeValue::S(adoption_key(of)),
-            )
+            .key(region_attr::LEASE_KEY, AttributeValue::S(key))
             .consistent_read(true)
             .send()
             .await
-            .expect("read the adoption")
-            .item;
-        item.and_then(|i| i.get(region_attr::ADOPTER)?.as_s().ok().cloned())
-            .unwrap_or_else(|| of.to_string())
+            .expect("read the lease table")
+            .item
+    }
+
+    fn millis(item: &std::collections::HashMap<String, AttributeValue>, name: &str) -> i64 {
+        item.get(name)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {item:?}"))
+    }
+
+    /// By `region`'s replica: when `of`'s last heartbeat was written, and when its adoption last
+    /// changed (epoch milliseconds, the writers' clocks: one machine's here).
+    async fn adoption_times(region: &RegionEnv, lease_table: &str, of: &Region) -> (i64, i64) {
+        let heartbeat = lease_item(region, lease_table, heartbeat_key(of))
+            .await
+            .expect("the region's heartbeat");
+        let adoption = lease_item(region, lease_table, adoption_key(of))
+            .await
+            .expect("the region's adoption");
+        (
+            millis(&heartbeat, region_attr::HEARTBEAT_AT),
+            millis(&adoption, region_attr::CHANGED_AT),
+        )
+    }
+
+    /// Waits until the poller of process `pid` holds a lease in `region`'s replica.
+    async fn wait_leases_held(region: &RegionEnv, lease_table: &str, pid: u32) {
+        let start = Instant::now();
+        let marker = format!("-{pid}-");
+        loop {
+            let held = region
+                .scan_items(lease_table)
+                .await
+                .iter()
+                .filter(|item| {
+                    item.get(region_attr::LEASE_KEY)
+                        .and_then(|k| k.as_s().ok())
+                        .is_some_and(|k| k.starts_with("SHARD#"))
+                })
+                .any(|item| {
+                    item.get(region_attr::OWNER)
+                        .and_then(|o| o.as_s().ok())
+                        .is_some_and(|o| o.contains(&marker))
+                });
+            if held {
+                return;
+            }
+            assert!(
+                start.elapsed() < BOUND,
+                "the poller {pid} took no lease in {} within {BOUND:?}",
+                region.region
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     async fn wait_publisher(region: &RegionEnv, lease_table: &str, of: &Region, by: &Region) {
@@ -408,19 +477,25 @@ mod relays {
         assert_eq!(published, written as u64, "published by both regions");
         assert!(metric_sum(&lb, relay_runtime::metrics::PUBLISHED) > 0);
 
-        // When b's relays die (killed, their leases held) and b's writer goes on writing
+        // When b's relays die (killed once they hold their leases again) and b's writer goes on
+        env.replicator.wait_caught_up().await;
         let pa = Poller::start(&env, a, &lease_table);
         let pb = Poller::start(&env, b, &lease_table);
-        env.replicator.wait_caught_up().await;
-        let died = Instant::now();
+        wait_leases_held(b, &lease_table, pb.pid()).await;
         pb.kill().await;
         written += write_orders(&env, b, "dead-b").await;
 
-        // Then a adopts b once b's heartbeat is the failover time old, and publishes b's
+        // Then a adopts b once b's last heartbeat is the failover time old, and publishes b's
         // replicated events
         wait_publisher(a, &lease_table, &b.region, &a.region).await;
-        assert!(died.elapsed() >= FAILOVER_AFTER, "{:?}", died.elapsed());
-        sink.wait_for(&env, written, "b's events published by a").await;
+        let (last_heartbeat, adopted) = adoption_times(a, &lease_table, &b.region).await;
+        assert!(
+            adopted - last_heartbeat >= FAILOVER_AFTER.as_millis() as i64,
+            "adopted {} ms after b's last heartbeat",
+            adopted - last_heartbeat
+        );
+        sink.wait_for(&env, written, "b's events published by a")
+            .await;
 
         // When b is also cut off while its writer goes on: new orders, and the second events of
         // orders a has published the first of, are stranded in b
@@ -445,7 +520,8 @@ mod relays {
 
         // And what b's writer writes from then on is published (by b)
         written += write_orders(&env, b, "back-b").await;
-        sink.wait_for(&env, written, "b's events after the hand-back").await;
+        sink.wait_for(&env, written, "b's events after the hand-back")
+            .await;
         let (la, lb) = (pa.stop().await, pb.stop().await);
         assert!(
             metric_sum(&lb, relay_runtime::metrics::PUBLISHED) >= 2 * ORDERS as u64,
@@ -454,6 +530,90 @@ mod relays {
         drop(la);
 
         // And, where the consumers see it: none missing, none out of order
+        assert_eq!(sink.unique(), written, "none missing");
+        assert_eq!(sink.out_of_order(), Vec::new(), "out of order");
+    }
+
+    /// Events pending (indexed) in `region`'s replica of the outbox table.
+    async fn pending_in(env: &GlobalTestEnv, region: &RegionEnv) -> Vec<String> {
+        region
+            .scan_items(&env.env.table_name)
+            .await
+            .into_iter()
+            .filter(|item| item.contains_key(outbox_shared::schema::attr::GSI1PK))
+            .filter_map(|item| {
+                item.get(outbox_shared::schema::attr::EVENT_ID)?
+                    .as_s()
+                    .ok()
+                    .cloned()
+            })
+            .collect()
+    }
+
+    async fn wait_none_pending(env: &GlobalTestEnv, region: &RegionEnv, what: &str) {
+        let start = Instant::now();
+        loop {
+            let pending = pending_in(env, region).await;
+            if pending.is_empty() {
+                return;
+            }
+            assert!(
+                start.elapsed() < BOUND,
+                "{what}: {} events still pending in {} after {BOUND:?}: {pending:?}",
+                pending.len(),
+                region.region
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn two_regions_cut_apart_publish_and_mark_the_same_events_and_last_writer_wins_loses_none()
+     {
+        let env = GlobalTestEnv::with_target(TargetKind::Custom).await;
+        let lease_table = unique_name("leases");
+        env.create_lease_table(&lease_table).await;
+        env.dead_letter_queue_in_every_region().await;
+        let (a, b) = (env.a(), env.b());
+        let mut sink = Sink::default();
+
+        // Given orders written in a and replicated to b, no relay running yet
+        let mut written = write_orders(&env, a, "race").await;
+        env.replicator.wait_caught_up().await;
+        assert_eq!(pending_in(&env, b).await.len(), written);
+
+        // When the link is cut and both regions' pollers run: a publishes its own events, and b,
+        // no longer hearing a's heartbeat, adopts a and publishes them again from its replica,
+        // each region marking them in its own (conditions checked there only)
+        env.replicator.isolate(&b.region, &env.regions).await;
+        let pa = Poller::start(&env, a, &lease_table);
+        let pb = Poller::start(&env, b, &lease_table);
+        sink.wait_for(&env, written, "a's events published").await;
+        wait_publisher(b, &lease_table, &a.region, &b.region).await;
+        wait_none_pending(&env, b, "b publishing a's events").await;
+        wait_none_pending(&env, a, "a publishing its own").await;
+        // And a's writer goes on meanwhile: events only a's replica holds
+        written += write_orders(&env, a, "race-cut").await;
+        for i in 0..ORDERS {
+            set_status(&writer(&env, a), "race", i, OrderStatus::Paid).await;
+        }
+        written += ORDERS;
+
+        // And the link is restored: each mark replicates, the later one wins per item
+        env.replicator.reconnect(&b.region, &env.regions).await;
+
+        // Then no event is lost: every one reaches the consumers, in order, and none is left
+        // pending in either replica
+        sink.wait_for(&env, written, "every event after the race")
+            .await;
+        wait_none_pending(&env, a, "after the race").await;
+        wait_none_pending(&env, b, "after the race").await;
+        let (la, lb) = (pa.stop().await, pb.stop().await);
+        assert!(
+            metric_sum(&lb, relay_runtime::metrics::PUBLISHED) >= 2 * ORDERS as u64,
+            "b published a's events too: the race took place"
+        );
+        drop(la);
         assert_eq!(sink.unique(), written, "none missing");
         assert_eq!(sink.out_of_order(), Vec::new(), "out of order");
     }
