@@ -51,8 +51,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     // On a global table, the region rounds decide which regions' partitions the leases and the
     // passes cover: the own region's while it is not adopted, and any it adopts.
-    let regions = match (&manager, &leases) {
-        (Some(manager), Some(settings)) => region_manager(
+    let regions = match (&manager, &leases, poller.partitions().global_table()) {
+        // `--region-failover-after` is checked only where it applies: a global table.
+        (Some(manager), Some(settings), Some(_)) => region_manager(
             &clients.dynamodb,
             poller.partitions(),
             &settings.table_name,
