@@ -478,6 +478,7 @@ mod relays {
         assert!(metric_sum(&lb, relay_runtime::metrics::PUBLISHED) > 0);
 
         // When b's relays die (killed once they hold their leases again) and b's writer goes on
+        let written_before = written;
         env.replicator.wait_caught_up().await;
         let pa = Poller::start(&env, a, &lease_table);
         let pb = Poller::start(&env, b, &lease_table);
@@ -523,11 +524,20 @@ mod relays {
         sink.wait_for(&env, written, "b's events after the hand-back")
             .await;
         let (la, lb) = (pa.stop().await, pb.stop().await);
-        assert!(
-            metric_sum(&lb, relay_runtime::metrics::PUBLISHED) >= 2 * ORDERS as u64,
-            "b publishes its own again"
+        let (by_a, by_b) = (
+            metric_sum(&la, relay_runtime::metrics::PUBLISHED),
+            metric_sum(&lb, relay_runtime::metrics::PUBLISHED),
         );
-        drop(la);
+        assert!(by_b >= 2 * ORDERS as u64, "b publishes its own again");
+        // And through the failover and the hand-back the regions published each event once, a
+        // repeat at most for 2 % of them (an adopter's mark arriving after the hand-back's round;
+        // docs/global-tables.md, "What the window costs"). b's killed poller published nothing:
+        // nothing was pending when it died.
+        let since = (written - written_before) as u64;
+        assert!(
+            (since..=since + since / 50).contains(&(by_a + by_b)),
+            "{since} events written since both were up, published {by_a} by a and {by_b} by b"
+        );
 
         // And, where the consumers see it: none missing, none out of order
         assert_eq!(sink.unique(), written, "none missing");
