@@ -19,6 +19,14 @@ pub(crate) struct Args {
     /// alias, removed in release 0.2.0.
     #[arg(long, alias = "bus", value_enum, default_value_t = TargetKind::Classic)]
     pub(crate) target: TargetKind,
+    /// Regions: 1 (the phases above, on one table), or 2: the outbox table global in two regions
+    /// on the local replicator, a writer, a stream relay and pollers in each, the second
+    /// region's relays killed and the region cut off midway, then brought back; the summary per
+    /// region and overall, with the failover's figures (docs/demo.md, "Two regions"). Its
+    /// writers write at --rate between them, for a fixed time (--orders is not used); classic bus
+    /// only. `make demo DEMO_ARGS="--regions 2"` starts the emulators with both regions.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub(crate) regions: u8,
     /// Orders written while the stream relay runs.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub(crate) orders: u64,
