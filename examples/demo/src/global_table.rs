@@ -3,7 +3,7 @@
 //! brought back (docs/demo.md, "Two regions").
 //!
 //! In each region a writer configured for a global table (`WriterConfig::global_table`) writes
-//! orders at half `--rate`, a stream relay (`relay-stream-local --regions`) and [`POLLERS`]
+//! orders at `--region-rate`, a stream relay (`relay-stream-local --regions`) and [`POLLERS`]
 //! pollers (`relay-poller run --regions … --lease-table …`, short failover settings) relay them,
 //! all to one target (the classic bus, a rule into the sink queue). Then, in the second region:
 //!
@@ -42,7 +42,7 @@ use crate::deliveries::Delivery;
 use crate::env::{Env, SOURCE};
 use crate::orders::{OrderMix, write_order};
 use crate::progress::phase;
-use crate::relays::{spawn_relay_as, stop_relay};
+use crate::relays::{spawn_relay_as, terminate};
 use crate::replicator::{EmulatedRegion, Replicator, emulated_regions};
 use crate::summary::out_of_order;
 
@@ -52,8 +52,9 @@ pub(crate) const POLLERS: usize = 2;
 pub(crate) const REGION_FAILOVER_AFTER: &str = "6s";
 /// The pollers' `--lease-renew-interval` (a region round each): at most a third of the failover
 /// time and of the lease duration.
-pub(crate) const LEASE_RENEW_INTERVAL: &str = "1s";
-const LEASE_DURATION: &str = "3s";
+/// Every renewal of a lease is a write the replicator replicates: not shorter.
+pub(crate) const LEASE_RENEW_INTERVAL: &str = "2s";
+const LEASE_DURATION: &str = "6s";
 /// The pollers' `--grace-period`: they leave younger events to the stream relay.
 pub(crate) const GRACE_PERIOD: &str = "5s";
 /// Both regions up, before the second region's relays are killed.
@@ -70,7 +71,7 @@ const RESTART_TO_WRITING: Duration = Duration::from_secs(3);
 /// Writing on once the region is handed back.
 const AFTER_HAND_BACK: Duration = Duration::from_secs(5);
 /// Longest wait for the adoption, and for the hand-back.
-const FAILOVER_BOUND: Duration = Duration::from_secs(120);
+const FAILOVER_BOUND: Duration = Duration::from_secs(60);
 /// How often the demo reads who publishes a region.
 const LOOK_INTERVAL: Duration = Duration::from_millis(200);
 
@@ -166,12 +167,14 @@ fn now_ms() -> i64 {
 struct RegionRun {
     emulated: EmulatedRegion,
     dynamodb: aws_sdk_dynamodb::Client,
+    /// The region's stack: the outbox table's replica, its bus, sink and dead-letter queues.
+    env: Env,
     relays: Vec<(String, Child)>,
 }
 
 impl RegionRun {
     /// The variables that run a process in this region (the table's regions too).
-    fn env(&self, regions: &str) -> Vec<(&'static str, String)> {
+    fn process_env(&self, regions: &str) -> Vec<(&'static str, String)> {
         vec![
             ("AWS_REGION", self.emulated.region.to_string()),
             ("AWS_DEFAULT_REGION", self.emulated.region.to_string()),
@@ -211,25 +214,7 @@ pub(crate) async fn run(
     let suffix = &suffix[suffix.len() - 10..];
     let table = format!("outbox-{suffix}");
     let lease_table = format!("leases-{suffix}");
-    let mut regions: Vec<RegionRun> = emulated
-        .into_iter()
-        .map(|emulated| {
-            let dynamodb = aws_sdk_dynamodb::Client::from_conf(
-                aws_sdk_dynamodb::config::Builder::from(&sdk)
-                    .region(aws_sdk_dynamodb::config::Region::new(
-                        emulated.region.to_string(),
-                    ))
-                    .endpoint_url(&emulated.endpoint)
-                    .build(),
-            );
-            RegionRun {
-                emulated,
-                dynamodb,
-                relays: Vec::new(),
-            }
-        })
-        .collect();
-    let names: Vec<Region> = regions.iter().map(|r| r.emulated.region.clone()).collect();
+    let names: Vec<Region> = emulated.iter().map(|e| e.region.clone()).collect();
     let listed = names
         .iter()
         .map(Region::as_str)
@@ -237,56 +222,26 @@ pub(crate) async fn run(
         .join(",");
 
     // The outbox and lease tables in both regions (the replicator replicates every table both
-    // hold), the bus, its sink queue and the dead-letter queue on moto.
+    // hold); in each region, as its stack would have them, a bus with a rule into a sink queue,
+    // and a dead-letter queue (on moto, which keeps each region's apart).
     phase(&format!(
-        "provisioning the outbox and lease tables from infra/template.yaml in {listed} (a global \
-         table on the local replicator), the bus, sink queue and dead-letter queue"
+        "provisioning in {listed}: the outbox and lease tables from infra/template.yaml (a global \
+         table on the local replicator), and a bus, sink queue and dead-letter queue in each"
     ));
     let template = Template::embedded()?;
     let mut lease_spec = template.lease_table()?;
     lease_spec.stream_specification.get_or_insert(StreamSpec {
         stream_view_type: "NEW_AND_OLD_IMAGES".to_owned(),
     });
-    let mut stream_arn = String::new();
-    for region in &regions {
-        let created = outbox_infra::create_outbox_table(&region.dynamodb, &table).await?;
-        if stream_arn.is_empty() {
-            stream_arn = created.stream_arn;
-        }
-        outbox_infra::create_table_from(&region.dynamodb, &lease_table, &lease_spec).await?;
+    let mut regions = Vec::new();
+    for emulated in emulated {
+        regions.push(
+            provision_region(&sdk, emulated, &table, &lease_table, &lease_spec, suffix).await?,
+        );
     }
     let replicator = Replicator::from_env(vec![table.clone(), lease_table.clone()])?;
-    let eventbridge = aws_sdk_eventbridge::Client::new(&sdk);
-    let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let bus = outbox_infra::create_event_bus(&eventbridge, &format!("bus-{suffix}")).await?;
-    let sink = outbox_infra::create_sink_queue(
-        &eventbridge,
-        &sqs,
-        &bus.bus_name,
-        &format!("sink-{suffix}"),
-        &format!("all-events-{suffix}"),
-    )
-    .await?;
-    let dead_letters =
-        outbox_infra::create_dead_letter_queue(&sqs, &format!("dlq-{suffix}")).await?;
-    let env = Env {
-        stack: LocalStack {
-            table_name: table.clone(),
-            stream_arn,
-            bus_name: bus.bus_name,
-            sink_queue_url: sink.queue_url,
-            dead_letter_queue_url: dead_letters.queue_url,
-        },
-        dynamodb: regions[0].dynamodb.clone(),
-        sqs: sqs.clone(),
-        kinesis: aws_sdk_kinesis::Client::new(&sdk),
-        s3: aws_sdk_s3::Client::new(&sdk),
-        payload_bucket: None,
-        target: TargetKind::Classic,
-    };
     let relays = Relays {
         bin,
-        env: &env,
         args,
         log_dir,
         lease_table: &lease_table,
@@ -296,7 +251,16 @@ pub(crate) async fn run(
     // The sink queue, read all along.
     let deliveries = Arc::new(Mutex::new(Vec::<Delivery>::new()));
     let (stop_reading, stop) = watch::channel(false);
-    let reader = tokio::spawn(read_sink(env.clone(), stop, Arc::clone(&deliveries)));
+    let readers: Vec<_> = regions
+        .iter()
+        .map(|region| {
+            tokio::spawn(read_sink(
+                region.env.clone(),
+                stop.clone(),
+                Arc::clone(&deliveries),
+            ))
+        })
+        .collect();
 
     // Both regions up: relays, then writers.
     phase(&format!(
@@ -416,14 +380,16 @@ pub(crate) async fn run(
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     for region in &mut regions {
-        for (name, child) in std::mem::take(&mut region.relays) {
-            if let Err(err) = stop_relay(child, &name).await {
+        for (name, mut child) in std::mem::take(&mut region.relays) {
+            if let Err(err) = terminate(&mut child, &name).await {
                 phase(&format!("{name}: {err:#}"));
             }
         }
     }
     stop_reading.send_replace(true);
-    reader.await.context("sink reader")??;
+    for reader in readers {
+        reader.await.context("sink reader")??;
+    }
     let mut deliveries = std::mem::take(&mut *deliveries.lock().unwrap_or_else(|p| p.into_inner()));
     // In the order the target put them on the queue (stable: received order on a tie).
     deliveries.sort_by_key(|delivery| delivery.arrived_ms);
@@ -435,9 +401,66 @@ pub(crate) async fn run(
     Ok(summary)
 }
 
-/// Orders per second each region's writer writes: half `--rate` (at least one).
+/// `emulated`'s region: the outbox table (`table`) and the lease table (`lease_table`, as
+/// `lease_spec` declares it) in its DynamoDB, and its bus, sink queue and dead-letter queue.
+async fn provision_region(
+    sdk: &aws_config::SdkConfig,
+    emulated: EmulatedRegion,
+    table: &str,
+    lease_table: &str,
+    lease_spec: &outbox_infra::template::TableSpec,
+    suffix: &str,
+) -> Result<RegionRun> {
+    let sdk = sdk
+        .to_builder()
+        .region(aws_config::Region::new(emulated.region.to_string()))
+        .build();
+    let dynamodb = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&sdk)
+            .endpoint_url(&emulated.endpoint)
+            .build(),
+    );
+    let created = outbox_infra::create_outbox_table(&dynamodb, table).await?;
+    outbox_infra::create_table_from(&dynamodb, lease_table, lease_spec).await?;
+    let eventbridge = aws_sdk_eventbridge::Client::new(&sdk);
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let bus = outbox_infra::create_event_bus(&eventbridge, &format!("bus-{suffix}")).await?;
+    let sink = outbox_infra::create_sink_queue(
+        &eventbridge,
+        &sqs,
+        &bus.bus_name,
+        &format!("sink-{suffix}"),
+        &format!("all-events-{suffix}"),
+    )
+    .await?;
+    let dead_letters =
+        outbox_infra::create_dead_letter_queue(&sqs, &format!("dlq-{suffix}")).await?;
+    let env = Env {
+        stack: LocalStack {
+            table_name: table.to_owned(),
+            stream_arn: created.stream_arn,
+            bus_name: bus.bus_name,
+            sink_queue_url: sink.queue_url,
+            dead_letter_queue_url: dead_letters.queue_url,
+        },
+        dynamodb: dynamodb.clone(),
+        sqs,
+        kinesis: aws_sdk_kinesis::Client::new(&sdk),
+        s3: aws_sdk_s3::Client::new(&sdk),
+        payload_bucket: None,
+        target: TargetKind::Classic,
+    };
+    Ok(RegionRun {
+        emulated,
+        dynamodb,
+        env,
+        relays: Vec::new(),
+    })
+}
+
+/// Orders per second each region's writer writes (`--region-rate`).
 fn per_region_rate(args: &Args) -> u64 {
-    (args.rate / 2).max(1)
+    args.region_rate
 }
 
 /// The relay binaries the demo starts.
@@ -449,7 +472,6 @@ pub(crate) struct RelayBinaries<'a> {
 /// What starts a region's relays.
 struct Relays<'a> {
     bin: &'a RelayBinaries<'a>,
-    env: &'a Env,
     args: &'a Args,
     log_dir: &'a Path,
     lease_table: &'a str,
@@ -466,7 +488,7 @@ impl Relays<'_> {
         generation: u32,
     ) -> Result<Vec<(String, Child)>> {
         let name = region.emulated.region.as_str();
-        let more_env = region.env(self.regions);
+        let more_env = region.process_env(self.regions);
         let mut relays = Vec::new();
         let stream_name = format!("relay-stream-local in {name}");
         relays.push((
@@ -479,7 +501,7 @@ impl Relays<'_> {
                     "--batch-size",
                     &self.args.batch_size.to_string(),
                 ],
-                self.env,
+                &region.env,
                 self.args,
                 &more_env,
                 &self
@@ -507,7 +529,7 @@ impl Relays<'_> {
                         "--idle-backoff-max",
                         "1s",
                     ],
-                    self.env,
+                    &region.env,
                     self.args,
                     &more_env,
                     &self
@@ -567,7 +589,7 @@ struct RegionWriter {
 
 impl RegionWriter {
     /// Starts writing orders in `region` (numbered from `index` million, so no two regions share
-    /// an order number, each with the same share of follow-ups) at half `--rate`.
+    /// an order number, each with the same share of follow-ups) at `--region-rate`.
     fn start(region: &RegionRun, table: &str, index: u64, args: &Args) -> Result<Self> {
         let writer = OutboxWriter::new(
             region.dynamodb.clone(),

@@ -120,6 +120,13 @@ pub(crate) fn spawn_relay_as(
 
 /// Stops a long-running relay with SIGTERM and reads its summary line.
 pub(crate) async fn stop_relay(mut child: Child, name: &str) -> Result<RelaySummary> {
+    terminate(&mut child, name).await?;
+    read_summary(child, name).await
+}
+
+/// Stops a long-running relay with SIGTERM and waits for it to exit (at most 30 s, then kills
+/// it), its summary line left unread.
+pub(crate) async fn terminate(child: &mut Child, name: &str) -> Result<()> {
     if let Some(pid) = child.id() {
         let status = std::process::Command::new("kill")
             .args(["-TERM", &pid.to_string()])
@@ -134,7 +141,7 @@ pub(crate) async fn stop_relay(mut child: Child, name: &str) -> Result<RelaySumm
         child.kill().await.ok();
         bail!("{name} did not stop within 30 s of SIGTERM");
     }
-    read_summary(child, name).await
+    Ok(())
 }
 
 /// Waits for a relay that exits by itself and reads its summary line.
