@@ -211,7 +211,12 @@ mod relays {
                 .arg("run")
                 .args(["--regions", &regions.join(",")])
                 .args(["--lease-table", lease_table])
-                .args(["--lease-duration", LEASE_DURATION, "--lease-renew-interval", RENEW])
+                .args([
+                    "--lease-duration",
+                    LEASE_DURATION,
+                    "--lease-renew-interval",
+                    RENEW,
+                ])
                 .args([
                     "--region-failover-after",
                     &humantime::format_duration(FAILOVER_AFTER).to_string(),
@@ -360,10 +365,7 @@ mod relays {
             .dynamodb
             .get_item()
             .table_name(lease_table)
-            .key(
-                region_attr::LEASE_KEY,
-                AttributeValue::S(adoption_key(of)),
-            )
+            .key(region_attr::LEASE_KEY, AttributeValue::S(adoption_key(of)))
             .consistent_read(true)
             .send()
             .await
@@ -420,7 +422,8 @@ mod relays {
         // replicated events
         wait_publisher(a, &lease_table, &b.region, &a.region).await;
         assert!(died.elapsed() >= FAILOVER_AFTER, "{:?}", died.elapsed());
-        sink.wait_for(&env, written, "b's events published by a").await;
+        sink.wait_for(&env, written, "b's events published by a")
+            .await;
 
         // When b is also cut off while its writer goes on: new orders, and the second events of
         // orders a has published the first of, are stranded in b
@@ -445,7 +448,8 @@ mod relays {
 
         // And what b's writer writes from then on is published (by b)
         written += write_orders(&env, b, "back-b").await;
-        sink.wait_for(&env, written, "b's events after the hand-back").await;
+        sink.wait_for(&env, written, "b's events after the hand-back")
+            .await;
         let (la, lb) = (pa.stop().await, pb.stop().await);
         assert!(
             metric_sum(&lb, relay_runtime::metrics::PUBLISHED) >= 2 * ORDERS as u64,

@@ -239,7 +239,9 @@ impl GlobalTestEnv {
                 .queue_name(&name)
                 .send()
                 .await
-                .unwrap_or_else(|e| panic!("create the dead-letter queue in {}: {e:?}", region.region));
+                .unwrap_or_else(|e| {
+                    panic!("create the dead-letter queue in {}: {e:?}", region.region)
+                });
         }
     }
 

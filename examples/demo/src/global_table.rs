@@ -79,6 +79,10 @@ const LOOK_INTERVAL: Duration = Duration::from_millis(200);
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub(crate) struct RegionsSummary {
     pub(crate) target: TargetKind,
+    /// The outbox table (global: one in each region).
+    pub(crate) table: String,
+    /// The pollers' lease table (global too).
+    pub(crate) lease_table: String,
     /// The regions, in `--regions` order (the table's); the second is the one stopped.
     pub(crate) regions: Vec<RegionCounts>,
     /// Every region's events together.
@@ -123,7 +127,7 @@ pub(crate) struct FailoverFigures {
     pub(crate) first_adopted_publish_ms: Option<u64>,
     /// The stopped region's events first delivered while adopted (until its relays restarted).
     pub(crate) published_by_adopter: u64,
-    /// The stopped region's events written while it was cut off (held by the replicator).
+    /// The stopped region's orders written while it was cut off (held by the replicator).
     pub(crate) stranded: u64,
     /// From the restart of its relays to the hand-back read in its own replica.
     pub(crate) hand_back_after_ms: Option<u64>,
@@ -386,6 +390,8 @@ pub(crate) async fn run(
             }
         }
     }
+    // Both replicas hold every write (the last marks included) before the demo ends.
+    replicator.wait_caught_up().await?;
     stop_reading.send_replace(true);
     for reader in readers {
         reader.await.context("sink reader")??;
@@ -397,6 +403,8 @@ pub(crate) async fn run(
     let origin: Vec<(&Region, &RegionWritten)> = names.iter().zip(&written).collect();
     let mut summary = summarize(&origin, &deliveries, &timeline, &names[1]);
     summary.failover.stranded = stranded;
+    summary.table = table;
+    summary.lease_table = lease_table;
     summary.seconds = (started.elapsed().as_secs_f64() * 10.0).round() / 10.0;
     Ok(summary)
 }
@@ -846,6 +854,8 @@ pub(crate) fn summarize(
     let [steady, during_failover, during_hand_back] = phases;
     RegionsSummary {
         target: TargetKind::Classic,
+        table: String::new(),
+        lease_table: String::new(),
         regions,
         overall,
         failover: FailoverFigures {
@@ -960,7 +970,7 @@ pub(crate) fn print_summary(s: &RegionsSummary, log_dir: &Path) {
             "published by the adopter",
             f.published_by_adopter.to_string(),
         ),
-        ("written while cut off (stranded)", f.stranded.to_string()),
+        ("orders written while cut off", f.stranded.to_string()),
         ("restart to hand-back", ms(f.hand_back_after_ms)),
         ("duplicates, both up", phase(&f.steady)),
         ("duplicates, failover", phase(&f.during_failover)),
