@@ -10,9 +10,14 @@ DEMO_ARGS ?=
 
 ## The main job end to end on a private local emulator (installs the pinned tools on first run):
 ## orders through the stream relay, a simulated stream outage, a backfill by the poller, a summary.
+## DEMO_ARGS="--regions 2": two regions on the local global table (docs/demo.md, "Two regions").
 demo:
 	$(CARGO) build --locked --workspace --bins
-	$(EMULATOR) run -- $(TARGET_DIR)/debug/outbox-demo $(DEMO_ARGS)
+	$(if $(DEMO_REGIONS),EMULATOR_REGIONS=$(TEST_REGIONS)) $(EMULATOR) run -- $(TARGET_DIR)/debug/outbox-demo $(DEMO_ARGS)
+
+# Set when DEMO_ARGS asks for two regions: the demo target then starts the emulators with the
+# local global table's regions; the one-region demo starts none of it.
+DEMO_REGIONS = $(or $(findstring --regions 2,$(DEMO_ARGS)),$(findstring --regions=2,$(DEMO_ARGS)))
 
 # The regions of the local global table the tests run on (scripts/emulator.sh: a DynamoDB Local per
 # region and the replicator between them; tests/src/regions.rs and tools/tests use them).

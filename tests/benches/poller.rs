@@ -17,9 +17,12 @@
 //! The latency model waits on its exact clock (`LATENCY_MODEL_CLOCK=tokio` runs it on tokio's
 //! timer, which adds about 1.2 ms to each call; see `latency_model::Clock`).
 //!
+//! 4. Emulator, global tables: API calls per event of a drain on a single-region table and on a
+//!    global table's replica (the events stamped with the poller's region, `--regions` set).
+//!
 //! Rerun: `scripts/emulator.sh run -- cargo bench -p outbox-tests --bench poller`
 //! (`POLLER_BENCH_RUNS` sets the runs per configuration, default 3; medians are reported;
-//! `POLLER_BENCH_PARTS=model`, `=fleet` or `=emulator` runs one part).
+//! `POLLER_BENCH_PARTS=model`, `=fleet`, `=emulator` or `=global` runs one part).
 //! Without `--bench` (as `cargo test --benches` runs it) it does one small smoke run of each.
 
 // The report is this benchmark's output.
@@ -229,13 +232,38 @@ fn per_event(calls: BTreeMap<String, u64>, events: usize) -> BTreeMap<String, f6
 }
 
 async fn poller_on_emulator(events: usize) -> Run {
+    poller_on_emulator_in(events, &[]).await
+}
+
+/// The regions of the global table of the `global` part: the environment's client is in the
+/// first (`us-east-1`), whose poller drains.
+const GLOBAL_REGIONS: [&str; 2] = ["us-east-1", "eu-west-1"];
+
+/// A drain of `events` pending events on the emulator, as [`poller_on_emulator`]; with `regions`
+/// (a global table's, the first the poller's own), the events are stamped with the first region
+/// and pending under its partitions, as its writer writes them, and the poller is configured with
+/// the regions (`--regions`).
+async fn poller_on_emulator_in(events: usize, regions: &[&str]) -> Run {
     let env = TestEnv::new().await;
     let bus = env.create_bus_without_rules().await;
-    seed(&env, &pending_items(&env.table_name, events)).await;
+    let mut items = pending_items(&env.table_name, events);
+    if let Some(own) = regions.first() {
+        let own = outbox_shared::Region::new(*own).unwrap();
+        for item in &mut items {
+            let shard = schema::parse_pending_partition(item.gsi1pk.as_deref().unwrap())
+                .unwrap()
+                .shard;
+            item.gsi1pk = Some(schema::regional_pending_shard_pk(&own, shard));
+            item.origin_region = Some(own.clone());
+        }
+    }
+    seed(&env, &items).await;
     let counter = CallCounter::default();
-    let config = relay_args(&env.table_name, &bus, &env.dead_letter_queue_url)
-        .validate()
-        .unwrap();
+    let mut args = relay_args(&env.table_name, &bus, &env.dead_letter_queue_url);
+    if !regions.is_empty() {
+        args.table.regions = relay_runtime::RegionArgs::of(regions).unwrap();
+    }
+    let config = args.validate().unwrap();
     let poller = counted_poller(&env, &counter, &config);
     let started = Instant::now();
     let summary = poller
@@ -475,14 +503,18 @@ async fn main() {
         (SMOKE_EVENTS, 1)
     };
     println!("relay-poller benchmark: {events} events over 16 shards, {runs} run(s) each");
-    // POLLER_BENCH_PARTS=model, =fleet or =emulator runs one part (default: all).
+    // POLLER_BENCH_PARTS=model, =fleet, =emulator or =global runs one part (default: all).
     let parts = std::env::var("POLLER_BENCH_PARTS").unwrap_or_default();
     let (model, fleet, emulator) = match parts.as_str() {
         "model" => (true, false, false),
         "fleet" => (false, true, false),
         "emulator" => (false, false, true),
+        "global" => (false, false, false),
         _ => (true, true, true),
     };
+    if parts == "global" || parts.is_empty() {
+        run_global_on_emulator(events, runs).await;
+    }
     if model {
         run_on_latency_model(if bench { MODEL_EVENTS } else { events }, runs).await;
     }
@@ -562,6 +594,25 @@ async fn run_on_emulator(events: usize, runs: usize) {
     let base = report("emulator: classic baseline", &baseline);
     let ours = report("emulator: relay-poller drain", &poller);
     println!("emulator speed-up over the baseline: {:.2}x", ours / base);
+}
+
+/// Calls per event of a drain on a single-region table and on a global table's replica (the
+/// events written in the poller's region, `--regions` set), interleaved (docs/benchmarks.md,
+/// "Global tables").
+async fn run_global_on_emulator(events: usize, runs: usize) {
+    let (mut single, mut global) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        single.push(poller_on_emulator_in(events, &[]).await);
+        global.push(poller_on_emulator_in(events, &GLOBAL_REGIONS).await);
+    }
+    report("emulator: drain, single-region table", &single);
+    report(
+        &format!(
+            "emulator: drain, global table ({}), its own region's events",
+            GLOBAL_REGIONS.join(",")
+        ),
+        &global,
+    );
 }
 
 /// `count` pending events, one per aggregate, created a minute ago.

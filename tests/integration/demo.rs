@@ -558,3 +558,150 @@ async fn on_sns_sqs_and_kinesis_the_consumer_side_gets_every_event_once_and_in_o
         assert_large_orders_checked(&summary, target);
     }
 }
+
+mod two_regions {
+    //! `outbox-demo --regions 2` on the local global table (`EMULATOR_REGIONS`, which `make test`
+    //! sets): a region's relays killed and the region cut off midway, then brought back; every
+    //! event published, each region's in order, duplicates within the bound docs/demo.md states
+    //! (docs/global-tables.md, "What the window costs"), and the table in both regions agreeing.
+
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use outbox_shared::schema::{attr, entity, status};
+    use outbox_tests::regions::emulated_regions;
+    use outbox_tests::{TestEnv, scan_table};
+
+    use super::demo_binary;
+
+    /// The demo's stream relays read batches of this many records: the killed one had at most
+    /// one batch published and not marked.
+    const BATCH_SIZE: u64 = 10;
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_region_killed_cut_off_and_brought_back_loses_nothing_and_keeps_each_order() {
+        // Given the local global table's two regions (a panic with instructions, never a skip)
+        let regions = emulated_regions();
+        let env = TestEnv::new().await;
+
+        // When the demo runs on them: both up, the second region's relays killed and the region
+        // cut off while its writer writes on, adopted, restored, its relays restarted
+        let output = tokio::process::Command::new(demo_binary())
+            .envs(env.credentials_env())
+            .args(["--regions", "2", "--json", "--timeout", "3m"])
+            .args([
+                "--batch-size",
+                &BATCH_SIZE.to_string(),
+                "--shard-count",
+                "4",
+            ])
+            .output()
+            .await
+            .expect("run the demo");
+
+        // Then it succeeds, its summary a table for people and one JSON line
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "demo failed: {stdout}\n{stderr}");
+        let line = stdout
+            .lines()
+            .rev()
+            .find(|l| l.starts_with('{'))
+            .expect("JSON summary line");
+        let summary: serde_json::Value = serde_json::from_str(line).unwrap();
+        let raw: Vec<&str> = stderr
+            .lines()
+            .chain(stdout.lines().filter(|l| *l != line))
+            .filter(|l| l.trim_start().starts_with('{'))
+            .collect();
+        assert!(
+            raw.is_empty(),
+            "raw log lines in the demo's output: {raw:?}"
+        );
+        let count = |value: &serde_json::Value| value.as_u64().unwrap();
+
+        // And every event of each region was published, none out of order
+        let rows = summary["regions"].as_array().unwrap();
+        assert_eq!(rows.len(), 2, "{summary}");
+        for (row, (region, _)) in rows.iter().zip(&regions) {
+            assert_eq!(row["region"], region.as_str(), "{summary}");
+            assert!(count(&row["written"]) > 0, "{summary}");
+            assert_eq!(row["published"], row["written"], "{summary}");
+            assert_eq!(row["missing"], 0, "{summary}");
+            assert_eq!(row["out_of_order"], 0, "{summary}");
+        }
+        assert_eq!(summary["overall"]["missing"], 0, "{summary}");
+        assert_eq!(summary["overall"]["out_of_order"], 0, "{summary}");
+        assert_eq!(summary["unknown_delivered"], 0, "{summary}");
+
+        // And the first region adopted the second no sooner than the failover time, published
+        // its events, and handed it back
+        let failover = &summary["failover"];
+        assert_eq!(
+            failover["stopped_region"],
+            regions[1].0.as_str(),
+            "{summary}"
+        );
+        assert_eq!(failover["adopter"], regions[0].0.as_str(), "{summary}");
+        let after = count(&failover["failover_after_ms"]);
+        assert!(count(&failover["adopted_after_ms"]) >= after, "{summary}");
+        assert!(
+            count(&failover["first_adopted_publish_ms"])
+                >= count(&failover["adopted_after_ms"]) - 1000,
+            "{summary}"
+        );
+        assert!(count(&failover["published_by_adopter"]) > 0, "{summary}");
+        assert!(count(&failover["stranded"]) > 0, "{summary}");
+        assert!(failover["hand_back_after_ms"].is_u64(), "{summary}");
+
+        // And the duplicates stay within the bound: during the failover, the killed stream
+        // relay's one batch published and not marked, plus 2 % of the events in flight (pages
+        // both regions read before a mark replicated); at the hand-back, 2 %
+        let phase = |name: &str| {
+            let phase = &failover[name];
+            (count(&phase["duplicates"]), count(&phase["events"]))
+        };
+        let (failover_duplicates, failover_events) = phase("during_failover");
+        assert!(
+            failover_duplicates <= BATCH_SIZE + failover_events.div_ceil(50),
+            "{summary}"
+        );
+        let (hand_back_duplicates, hand_back_events) = phase("during_hand_back");
+        assert!(
+            hand_back_duplicates <= hand_back_events.div_ceil(50),
+            "{summary}"
+        );
+
+        // And each region's replica holds every event written, each PUBLISHED (an independent
+        // count of the tables, after the demo stopped writing and replication caught up)
+        let table = summary["table"].as_str().unwrap();
+        for (region, endpoint) in &regions {
+            let dynamodb = aws_sdk_dynamodb::Client::from_conf(
+                aws_sdk_dynamodb::config::Builder::from(&env.sdk_config)
+                    .region(aws_sdk_dynamodb::config::Region::new(region.to_string()))
+                    .endpoint_url(endpoint)
+                    .build(),
+            );
+            let events: Vec<_> = scan_table(&dynamodb, table)
+                .await
+                .into_iter()
+                .filter(|item| {
+                    item.get(attr::ENTITY_TYPE)
+                        == Some(&AttributeValue::S(entity::OUTBOX_EVENT.to_owned()))
+                })
+                .collect();
+            assert_eq!(
+                events.len() as u64,
+                count(&summary["overall"]["written"]),
+                "{region}"
+            );
+            assert!(
+                events.iter().all(|item| item.get(attr::STATUS)
+                    == Some(&AttributeValue::S(status::PUBLISHED.to_owned()))),
+                "{region}: not every event PUBLISHED"
+            );
+            // Best effort: the replicator reads every table the regions hold
+            for table in [table, summary["lease_table"].as_str().unwrap()] {
+                let _ = dynamodb.delete_table().table_name(table).send().await;
+            }
+        }
+    }
+}

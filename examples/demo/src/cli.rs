@@ -19,6 +19,20 @@ pub(crate) struct Args {
     /// alias, removed in release 0.2.0.
     #[arg(long, alias = "bus", value_enum, default_value_t = TargetKind::Classic)]
     pub(crate) target: TargetKind,
+    /// Regions: 1 (the phases above, on one table), or 2: the outbox table global in two regions
+    /// on the local replicator, a writer, a stream relay and pollers in each, the second
+    /// region's relays killed and the region cut off midway, then brought back; the summary per
+    /// region and overall, with the failover's figures (docs/demo.md, "Two regions"). Its
+    /// writers write at --region-rate for a fixed time (--orders, --rate and the large orders
+    /// are the one-region run's); classic bus only. `make demo DEMO_ARGS="--regions 2"` starts
+    /// the emulators with both regions.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub(crate) regions: u8,
+    /// With --regions 2: orders per second each region's writer writes. The local replicator (a
+    /// Python process) applies about a hundred writes a second on the shared 2-core machine, and
+    /// each order is two to six item writes and a mark, the pollers' leases more.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub(crate) region_rate: u64,
     /// Orders written while the stream relay runs.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub(crate) orders: u64,

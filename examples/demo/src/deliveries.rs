@@ -242,6 +242,18 @@ fn record_first_deliveries(
         {
             continue;
         }
+        seen.deliveries.push(Delivery::of_message(message)?);
+    }
+    Ok(())
+}
+
+impl Delivery {
+    /// The delivery a sink queue's `message` is (received with its system attributes: it
+    /// arrived at its `SentTimestamp`).
+    ///
+    /// # Errors
+    /// When its body is not a bus's event, or an envelope, as the relays publish them.
+    pub(crate) fn of_message(message: &aws_sdk_sqs::types::Message) -> Result<Self> {
         let body = message.body().unwrap_or_default();
         let event: serde_json::Value =
             serde_json::from_str(body).with_context(|| format!("sink message {body:?}"))?;
@@ -254,12 +266,8 @@ fn record_first_deliveries(
             .attributes()
             .and_then(|a| a.get(&MessageSystemAttributeName::SentTimestamp))
             .and_then(|t| t.parse::<i64>().ok());
-        seen.deliveries.push(
-            Delivery::of(detail, sent_ms)
-                .with_context(|| format!("sink message detail {body:?}"))?,
-        );
+        Self::of(detail, sent_ms).with_context(|| format!("sink message detail {body:?}"))
     }
-    Ok(())
 }
 
 /// The region the consumer's events name (`awsRegion`).

@@ -38,10 +38,12 @@ mod cli;
 mod consumer;
 mod deliveries;
 mod env;
+mod global_table;
 mod orders;
 mod payloads;
 mod progress;
 mod relays;
+mod replicator;
 mod summary;
 
 use std::collections::HashSet;
@@ -70,6 +72,9 @@ use crate::summary::{Delivered, Summary, Written, print_summary, succeeded, summ
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse_checked();
+    if args.regions > 1 {
+        return main_regions(&args).await;
+    }
     let outcome = tokio::select! {
         outcome = run(&args) => outcome,
         _ = tokio::signal::ctrl_c() => {
@@ -118,8 +123,55 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(args: &Args) -> Result<Summary> {
-    let started = Instant::now();
+/// `--regions 2`: the two-region run ([`global_table`]), its summary, and its exit code (1 when
+/// an event is missing or out of order).
+async fn main_regions(args: &Args) -> ExitCode {
+    let outcome = tokio::select! {
+        outcome = run_regions(args) => outcome,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("outbox-demo: interrupted; stopped the relays");
+            return ExitCode::from(130);
+        }
+    };
+    match outcome {
+        Ok(summary) if global_table::succeeded(&summary) => ExitCode::SUCCESS,
+        Ok(summary) => {
+            eprintln!(
+                "outbox-demo: {} events missing, {} out of order",
+                summary.overall.missing, summary.overall.out_of_order
+            );
+            ExitCode::FAILURE
+        }
+        Err(err) => {
+            eprintln!("outbox-demo: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run_regions(args: &Args) -> Result<global_table::RegionsSummary> {
+    let (bin_dir, log_dir) = directories(args)?;
+    let stream = relay_binary(&bin_dir, "relay-stream-local")?;
+    let poller = relay_binary(&bin_dir, "relay-poller")?;
+    let summary = global_table::run(
+        args,
+        &global_table::RelayBinaries {
+            stream: &stream,
+            poller: &poller,
+        },
+        &log_dir,
+    )
+    .await?;
+    global_table::print_summary(&summary, &log_dir);
+    if args.json {
+        println!("{}", serde_json::to_string(&summary)?);
+    }
+    Ok(summary)
+}
+
+/// Where the relay binaries are (`--bin-dir`, or beside this one) and the relays' logs go
+/// (`--log-dir`, or a new temporary directory), created.
+fn directories(args: &Args) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
     let bin_dir = match &args.bin_dir {
         Some(dir) => dir.clone(),
         None => std::env::current_exe()?
@@ -127,14 +179,20 @@ async fn run(args: &Args) -> Result<Summary> {
             .context("this binary has no directory")?
             .to_path_buf(),
     };
-    let stream_bin = relay_binary(&bin_dir, "relay-stream-local")?;
-    let poller_bin = relay_binary(&bin_dir, "relay-poller")?;
     let log_dir = match &args.log_dir {
         Some(dir) => dir.clone(),
         None => std::env::temp_dir().join(format!("outbox-demo-{}", uuid::Uuid::now_v7().simple())),
     };
     std::fs::create_dir_all(&log_dir)
         .with_context(|| format!("creating the log directory {}", log_dir.display()))?;
+    Ok((bin_dir, log_dir))
+}
+
+async fn run(args: &Args) -> Result<Summary> {
+    let started = Instant::now();
+    let (bin_dir, log_dir) = directories(args)?;
+    let stream_bin = relay_binary(&bin_dir, "relay-stream-local")?;
+    let poller_bin = relay_binary(&bin_dir, "relay-poller")?;
     let env = &provision(args).await?;
     let outbox = OutboxConfig {
         shard_count: args.shard_count,

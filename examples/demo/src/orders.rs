@@ -205,7 +205,11 @@ pub(crate) async fn write_orders(
 }
 
 /// Writes order `n` (large or not, as `mix` says) and its follow-ups.
-async fn write_order(writer: &OutboxWriter, n: u64, mix: OrderMix) -> Result<WrittenEvents> {
+pub(crate) async fn write_order(
+    writer: &OutboxWriter,
+    n: u64,
+    mix: OrderMix,
+) -> Result<WrittenEvents> {
     let user = format!("user-{}", n % 97);
     let mut written = WrittenEvents::default();
     let (order_id, event_id) = match LargeOrder::of(n, mix.large_order_percent) {

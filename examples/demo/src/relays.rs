@@ -57,14 +57,29 @@ pub(crate) fn spawn_relay(
     log_dir: &Path,
 ) -> Result<Child> {
     let name = binary.file_name().unwrap_or_default().to_string_lossy();
-    let log_path = log_dir.join(format!(
-        "{name}{}.log",
+    let log_name = format!(
+        "{name}{}",
         extra
             .first()
             .map(|sub| format!("-{sub}"))
             .filter(|_| name == "relay-poller")
             .unwrap_or_default()
-    ));
+    );
+    spawn_relay_as(binary, extra, env, args, &[], &log_dir.join(log_name))
+}
+
+/// Starts a relay as [`spawn_relay`] does, with `more_env` set over the stack's variables (a
+/// region's: `AWS_REGION` and its DynamoDB endpoints), its stderr into `log` (`.log` added).
+pub(crate) fn spawn_relay_as(
+    binary: &Path,
+    extra: &[&str],
+    env: &Env,
+    args: &Args,
+    more_env: &[(&str, String)],
+    log: &Path,
+) -> Result<Child> {
+    let name = binary.file_name().unwrap_or_default().to_string_lossy();
+    let log_path = log.with_extension("log");
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
     let mut command = Command::new(binary);
@@ -82,6 +97,7 @@ pub(crate) fn spawn_relay(
             "RUST_LOG",
             std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
         )
+        .envs(more_env.iter().map(|(key, value)| (*key, value)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log)
@@ -90,13 +106,27 @@ pub(crate) fn spawn_relay(
         .spawn()
         .with_context(|| format!("starting {}", binary.display()))?;
     if let Some(pid) = child.id() {
-        phase(&format!("started {name} (pid {pid})"));
+        phase(&format!(
+            "started {name}{} (pid {pid})",
+            more_env
+                .iter()
+                .find(|(key, _)| *key == "AWS_REGION")
+                .map(|(_, region)| format!(" in {region}"))
+                .unwrap_or_default()
+        ));
     }
     Ok(child)
 }
 
 /// Stops a long-running relay with SIGTERM and reads its summary line.
 pub(crate) async fn stop_relay(mut child: Child, name: &str) -> Result<RelaySummary> {
+    terminate(&mut child, name).await?;
+    read_summary(child, name).await
+}
+
+/// Stops a long-running relay with SIGTERM and waits for it to exit (at most 30 s, then kills
+/// it), its summary line left unread.
+pub(crate) async fn terminate(child: &mut Child, name: &str) -> Result<()> {
     if let Some(pid) = child.id() {
         let status = std::process::Command::new("kill")
             .args(["-TERM", &pid.to_string()])
@@ -111,7 +141,7 @@ pub(crate) async fn stop_relay(mut child: Child, name: &str) -> Result<RelaySumm
         child.kill().await.ok();
         bail!("{name} did not stop within 30 s of SIGTERM");
     }
-    read_summary(child, name).await
+    Ok(())
 }
 
 /// Waits for a relay that exits by itself and reads its summary line.

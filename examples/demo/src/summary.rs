@@ -245,7 +245,7 @@ pub(crate) fn summarize(
 /// sequence) in the order delivered or applied, counting each event id's first, those with a
 /// `sequence` above one that comes after them. A repeat is a duplicate, not counted here; events
 /// without an aggregate or a `sequence` have no order to keep.
-fn out_of_order<'a>(events: impl Iterator<Item = Place<'a>>) -> u64 {
+pub(crate) fn out_of_order<'a>(events: impl Iterator<Item = Place<'a>>) -> u64 {
     let mut seen: HashSet<&str> = HashSet::new();
     let mut by_aggregate: HashMap<&str, Vec<u64>> = HashMap::new();
     for (event_id, aggregate, sequence) in events {
@@ -274,10 +274,10 @@ fn out_of_order<'a>(events: impl Iterator<Item = Place<'a>>) -> u64 {
 }
 
 /// An event's place in its aggregate: its id, aggregate and sequence.
-type Place<'a> = (&'a str, Option<&'a str>, Option<u64>);
+pub(crate) type Place<'a> = (&'a str, Option<&'a str>, Option<u64>);
 
 impl Delivery {
-    fn place(&self) -> Place<'_> {
+    pub(crate) fn place(&self) -> Place<'_> {
         (&self.event_id, self.aggregate_id.as_deref(), self.sequence)
     }
 }
