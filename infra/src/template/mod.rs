@@ -41,6 +41,10 @@ pub mod logical_id {
     pub const PAYLOAD_BUCKET: &str = "PayloadBucket";
     /// The stream Lambda's event source mapping.
     pub const RELAY_EVENT_SOURCE_MAPPING: &str = "RelayEventSourceMapping";
+    /// The outbox table as a global table (`GlobalTableRegions`), in the stack that creates it.
+    pub const OUTBOX_GLOBAL_TABLE: &str = "OutboxGlobalTable";
+    /// The lease table as a global table, beside [`OUTBOX_GLOBAL_TABLE`].
+    pub const LEASE_GLOBAL_TABLE: &str = "LeaseGlobalTable";
     /// The poller fleet's shard leases (`relay-poller run --create-lease-table` creates the same
     /// table locally).
     pub const LEASE_TABLE: &str = "LeaseTable";
@@ -77,6 +81,12 @@ pub mod parameter {
     pub const CLASSIC: &str = "classic";
     /// [`EVENT_BUS_KIND`] for the Custom Event Bus.
     pub const CUSTOM: &str = "custom";
+    /// A global table's regions (the relays' `OUTBOX_REGIONS`); empty for a single-region table.
+    pub const GLOBAL_TABLE_REGIONS: &str = "GlobalTableRegions";
+    /// The global tables' name, the same in every region (the lease table's with `-leases`).
+    pub const GLOBAL_TABLE_NAME: &str = "GlobalTableName";
+    /// Empty in the stack that creates the global tables; elsewhere its region's replica's stream.
+    pub const GLOBAL_TABLE_STREAM_ARN: &str = "GlobalTableStreamArn";
 }
 
 /// The template could not be read as the resources local provisioning expects.
