@@ -119,7 +119,7 @@ fn evaluate(template: &Template, expression: &Value, depth: usize) -> Result<boo
 
 /// A value compared in a condition: a scalar, a `!Ref` to a parameter (its value), a `!Sub` of
 /// parameters, or a `!Select` from a `!Split` of one (the global tables' region slots).
-fn condition_value(template: &Template, value: &Value) -> Result<String, String> {
+pub(super) fn condition_value(template: &Template, value: &Value) -> Result<String, String> {
     if let Value::Tagged(tagged) = value {
         if tagged.tag == "Sub" {
             let text = tagged.value.as_str().ok_or("!Sub takes text here")?;
