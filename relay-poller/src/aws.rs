@@ -18,6 +18,7 @@ use crate::assignment::{
 };
 use crate::config::RelayConfig;
 use crate::discarded::{DiscardedBatches, S3DiscardedBatches};
+use crate::failover::{DynamoRegionStore, FailoverSettings, RegionManager};
 use crate::index::DynamoPendingIndex;
 use crate::legacy_holds::LegacyHolds;
 use crate::partitions::Partitions;
@@ -186,6 +187,9 @@ pub fn s3_client(sdk: &SdkConfig) -> aws_sdk_s3::Client {
 /// The poller's leases on AWS.
 pub type AwsLeaseManager = LeaseManager<DynamoLeaseStore, SystemClock>;
 
+/// The region rounds `run` holds on a global table.
+pub type AwsRegionManager = RegionManager<DynamoRegionStore, SystemClock>;
+
 /// This process's lease manager over every shard of the shard count in the regions `partitions`
 /// serves, after creating the lease table when asked to.
 ///
@@ -201,13 +205,40 @@ pub async fn lease_manager(
     }
     let store = DynamoLeaseStore::new(dynamodb.clone(), &settings.table_name);
     let owner = discover_owner().await;
-    Ok(LeaseManager::new(
+    let manager = LeaseManager::new(
         store,
         SystemClock,
         owner,
-        partitions.every_shard(),
+        partitions.every_shard_of_every_region(),
         settings.clone(),
-    ))
+    );
+    // On a global table the region rounds decide which regions' partitions are leased.
+    Ok(match partitions.global_table() {
+        Some(_) => manager.serving(partitions.served().clone()),
+        None => manager,
+    })
+}
+
+/// The region rounds of a poller of a global table (`--regions` with a lease table), on the lease
+/// table, for poller `owner` (its lease manager's), setting the regions `partitions` serves.
+pub fn region_manager(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    partitions: &Partitions,
+    lease_table: &str,
+    owner: &str,
+    settings: FailoverSettings,
+) -> Option<AwsRegionManager> {
+    let table = partitions.global_table()?.clone();
+    Some(
+        RegionManager::new(
+            DynamoRegionStore::new(dynamodb.clone(), lease_table),
+            SystemClock,
+            table,
+            owner,
+            settings,
+        )
+        .serving(partitions.served().clone()),
+    )
 }
 
 /// A command that relays (`run`, `drain`), started.

@@ -168,3 +168,463 @@ async fn a_cut_link_makes_both_regions_publish_both_until_it_is_restored_then_ea
     .await;
     assert_eq!(both, 0);
 }
+
+/// The same, end to end: `relay-poller run` processes in each region, on the replicated outbox
+/// and lease tables, the events of each region's writer reaching the consumers' queue (a FIFO
+/// Custom Event Bus subscriber: it keeps each aggregate's order as published).
+mod relays {
+    use std::collections::{BTreeMap, HashSet};
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use outbox_shared::{OutboxConfig, Region};
+    use outbox_tests::regions::{GlobalTestEnv, RegionEnv};
+    use outbox_tests::{SinkMessage, TEST_SOURCE, unique_name};
+    use outbox_writer::{NewOrder, OrderLine, OrderStatus, OutboxWriter, WriterConfig};
+    use relay_poller::failover::{adoption_key, attr as region_attr, heartbeat_key};
+    use relay_runtime::TargetKind;
+    use tokio::io::AsyncReadExt;
+    use tokio::process::Child;
+
+    /// Short periods: a region is adopted 4 s after its last heartbeat, renewed every second.
+    const RENEW: &str = "1s";
+    const LEASE_DURATION: &str = "4s";
+    const FAILOVER_AFTER: Duration = Duration::from_secs(4);
+    /// Orders (aggregates) written per region and phase; each has two events (created, confirmed).
+    const ORDERS: usize = 12;
+    /// Bound for what a phase waits for; only reached when something is broken (or the emulators
+    /// are swamped by the rest of the suite).
+    const BOUND: Duration = Duration::from_secs(150);
+
+    /// A `relay-poller run` in one region, its log and metric lines read as they come.
+    struct Poller {
+        child: Child,
+        lines: tokio::task::JoinHandle<String>,
+    }
+
+    impl Poller {
+        fn start(env: &GlobalTestEnv, region: &RegionEnv, lease_table: &str) -> Self {
+            let regions: Vec<String> = env.regions.iter().map(|r| r.region.to_string()).collect();
+            let mut child = env
+                .relay_command("relay-poller", region)
+                .arg("run")
+                .args(["--regions", &regions.join(",")])
+                .args(["--lease-table", lease_table])
+                .args([
+                    "--lease-duration",
+                    LEASE_DURATION,
+                    "--lease-renew-interval",
+                    RENEW,
+                ])
+                .args([
+                    "--region-failover-after",
+                    &humantime::format_duration(FAILOVER_AFTER).to_string(),
+                ])
+                .args(["--grace-period", "0s", "--idle-backoff-max", "500ms"])
+                .args(["--shard-concurrency", "4", "--mark-concurrency", "4"])
+                .args(["--shutdown-timeout", "5s"])
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .expect("spawn relay-poller run");
+            let mut stderr = child.stderr.take().expect("piped");
+            let lines = tokio::spawn(async move {
+                let mut out = String::new();
+                let _ = stderr.read_to_string(&mut out).await;
+                out
+            });
+            Self { child, lines }
+        }
+
+        /// Stops it as ECS does (SIGTERM), and waits: its log and metric lines.
+        async fn stop(mut self) -> String {
+            let pid = self.child.id().expect("running");
+            std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()
+                .expect("kill");
+            let status = self.child.wait().await.unwrap();
+            let lines = self.lines.await.unwrap();
+            assert!(status.success(), "relay-poller run: {status}\n{lines}");
+            lines
+        }
+
+        fn pid(&self) -> u32 {
+            self.child.id().expect("running")
+        }
+
+        /// Kills it (SIGKILL: the region's relays die with their leases held).
+        async fn kill(mut self) {
+            self.child.kill().await.expect("kill");
+        }
+    }
+
+    /// The sum of the metric `name` over the EMF documents among a relay's lines.
+    fn metric_sum(lines: &str, name: &str) -> u64 {
+        lines
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|doc| doc.get("_aws").is_some())
+            .filter_map(|doc| match doc.get(name)? {
+                serde_json::Value::Number(n) => n.as_u64(),
+                serde_json::Value::Array(values) => {
+                    Some(values.iter().filter_map(serde_json::Value::as_u64).sum())
+                }
+                _ => None,
+            })
+            .sum()
+    }
+
+    fn writer(env: &GlobalTestEnv, region: &RegionEnv) -> OutboxWriter {
+        let mut config = WriterConfig::new(OutboxConfig::new(&env.env.table_name), TEST_SOURCE);
+        config.global_table = true;
+        OutboxWriter::new(region.dynamodb.clone(), config).expect("a valid writer configuration")
+    }
+
+    /// Creates `ORDERS` orders named `{phase}-{i}` in `region`, each confirmed after: two events
+    /// an aggregate, in order. The number of events written.
+    async fn write_orders(env: &GlobalTestEnv, region: &RegionEnv, phase: &str) -> usize {
+        let writer = writer(env, region);
+        for i in 0..ORDERS {
+            let (user, id) = (format!("user-{phase}-{i}"), format!("{phase}-{i}"));
+            let order = NewOrder::new(vec![OrderLine::new("SKU-1", 1, 500)]).with_order_id(&id);
+            writer
+                .create_order_with_outbox(&user, order)
+                .await
+                .expect("order created");
+            confirm(&writer, phase, i).await;
+        }
+        2 * ORDERS
+    }
+
+    async fn confirm(writer: &OutboxWriter, phase: &str, i: usize) {
+        set_status(writer, phase, i, OrderStatus::Confirmed).await;
+    }
+
+    async fn set_status(writer: &OutboxWriter, phase: &str, i: usize, status: OrderStatus) {
+        let (user, id) = (format!("user-{phase}-{i}"), format!("{phase}-{i}"));
+        writer
+            .update_order_status_with_outbox(&user, &id, status)
+            .await
+            .expect("status changed");
+    }
+
+    /// What the consumers received so far, kept across reads.
+    #[derive(Default)]
+    struct Sink {
+        messages: Vec<SinkMessage>,
+    }
+
+    impl Sink {
+        fn unique(&self) -> usize {
+            self.messages
+                .iter()
+                .map(SinkMessage::event_id)
+                .collect::<HashSet<_>>()
+                .len()
+        }
+
+        /// Reads the queue until it holds `count` distinct events.
+        async fn wait_for(&mut self, env: &GlobalTestEnv, count: usize, what: &str) {
+            let start = Instant::now();
+            while self.unique() < count {
+                self.messages.extend(env.env.drain_sink().await);
+                assert!(
+                    start.elapsed() < BOUND,
+                    "{what}: {} of {count} events reached the consumers in {BOUND:?}",
+                    self.unique()
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+
+        /// Per aggregate, the sequences in the order their first copies arrived; the aggregates
+        /// whose sequences are not ascending.
+        fn out_of_order(&self) -> Vec<(String, Vec<u64>)> {
+            let mut seen = HashSet::new();
+            let mut by_aggregate: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+            for m in &self.messages {
+                if seen.insert(m.event_id()) {
+                    let meta = &m.envelope.metadata;
+                    by_aggregate
+                        .entry(meta.aggregate_id.clone().expect("aggregate id"))
+                        .or_default()
+                        .push(meta.sequence.expect("sequence"));
+                }
+            }
+            by_aggregate
+                .into_iter()
+                .filter(|(_, sequences)| !sequences.is_sorted())
+                .collect()
+        }
+    }
+
+    /// The region publishing `of`'s partitions by `region`'s replica of the lease table: its
+    /// adopter, or `of` itself.
+    async fn publisher_of(region: &RegionEnv, lease_table: &str, of: &Region) -> String {
+        lease_item(region, lease_table, adoption_key(of))
+            .await
+            .and_then(|i| i.get(region_attr::ADOPTER)?.as_s().ok().cloned())
+            .unwrap_or_else(|| of.to_string())
+    }
+
+    /// `region`'s replica of `key`'s item in the lease table.
+    async fn lease_item(
+        region: &RegionEnv,
+        lease_table: &str,
+        key: String,
+    ) -> Option<std::collections::HashMap<String, AttributeValue>> {
+        region
+            .dynamodb
+            .get_item()
+            .table_name(lease_table)
+            .key(region_attr::LEASE_KEY, AttributeValue::S(key))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("read the lease table")
+            .item
+    }
+
+    fn millis(item: &std::collections::HashMap<String, AttributeValue>, name: &str) -> i64 {
+        item.get(name)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {item:?}"))
+    }
+
+    /// By `region`'s replica: when `of`'s last heartbeat was written, and when its adoption last
+    /// changed (epoch milliseconds, the writers' clocks: one machine's here).
+    async fn adoption_times(region: &RegionEnv, lease_table: &str, of: &Region) -> (i64, i64) {
+        let heartbeat = lease_item(region, lease_table, heartbeat_key(of))
+            .await
+            .expect("the region's heartbeat");
+        let adoption = lease_item(region, lease_table, adoption_key(of))
+            .await
+            .expect("the region's adoption");
+        (
+            millis(&heartbeat, region_attr::HEARTBEAT_AT),
+            millis(&adoption, region_attr::CHANGED_AT),
+        )
+    }
+
+    /// Waits until the poller of process `pid` holds a lease in `region`'s replica.
+    async fn wait_leases_held(region: &RegionEnv, lease_table: &str, pid: u32) {
+        let start = Instant::now();
+        let marker = format!("-{pid}-");
+        loop {
+            let held = region
+                .scan_items(lease_table)
+                .await
+                .iter()
+                .filter(|item| {
+                    item.get(region_attr::LEASE_KEY)
+                        .and_then(|k| k.as_s().ok())
+                        .is_some_and(|k| k.starts_with("SHARD#"))
+                })
+                .any(|item| {
+                    item.get(region_attr::OWNER)
+                        .and_then(|o| o.as_s().ok())
+                        .is_some_and(|o| o.contains(&marker))
+                });
+            if held {
+                return;
+            }
+            assert!(
+                start.elapsed() < BOUND,
+                "the poller {pid} took no lease in {} within {BOUND:?}",
+                region.region
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn wait_publisher(region: &RegionEnv, lease_table: &str, of: &Region, by: &Region) {
+        let start = Instant::now();
+        while publisher_of(region, lease_table, of).await != by.as_str() {
+            assert!(
+                start.elapsed() < BOUND,
+                "{by} did not come to publish {of} within {BOUND:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_regions_events_are_published_once_in_order_through_its_death_its_cut_and_its_return()
+    {
+        let env = GlobalTestEnv::with_target(TargetKind::Custom).await;
+        let lease_table = unique_name("leases");
+        env.create_lease_table(&lease_table).await;
+        env.dead_letter_queue_in_every_region().await;
+        let (a, b) = (env.a(), env.b());
+        let mut sink = Sink::default();
+
+        // Given both regions up, each with its poller, and orders written in both
+        let pa = Poller::start(&env, a, &lease_table);
+        let pb = Poller::start(&env, b, &lease_table);
+        let mut written = write_orders(&env, a, "up-a").await;
+        written += write_orders(&env, b, "up-b").await;
+
+        // Then each event reaches the consumers, and the two regions published each once
+        sink.wait_for(&env, written, "both regions up").await;
+        let (la, lb) = (pa.stop().await, pb.stop().await);
+        let published = metric_sum(&la, relay_runtime::metrics::PUBLISHED)
+            + metric_sum(&lb, relay_runtime::metrics::PUBLISHED);
+        assert_eq!(published, written as u64, "published by both regions");
+        assert!(metric_sum(&lb, relay_runtime::metrics::PUBLISHED) > 0);
+
+        // When b's relays die (killed once they hold their leases again) and b's writer goes on
+        let written_before = written;
+        env.replicator.wait_caught_up().await;
+        let pa = Poller::start(&env, a, &lease_table);
+        let pb = Poller::start(&env, b, &lease_table);
+        wait_leases_held(b, &lease_table, pb.pid()).await;
+        pb.kill().await;
+        written += write_orders(&env, b, "dead-b").await;
+
+        // Then a adopts b once b's last heartbeat is the failover time old, and publishes b's
+        // replicated events
+        wait_publisher(a, &lease_table, &b.region, &a.region).await;
+        let (last_heartbeat, adopted) = adoption_times(a, &lease_table, &b.region).await;
+        assert!(
+            adopted - last_heartbeat >= FAILOVER_AFTER.as_millis() as i64,
+            "adopted {} ms after b's last heartbeat",
+            adopted - last_heartbeat
+        );
+        sink.wait_for(&env, written, "b's events published by a")
+            .await;
+
+        // When b is also cut off while its writer goes on: new orders, and the second events of
+        // orders a has published the first of, are stranded in b
+        env.replicator.isolate(&b.region, &env.regions).await;
+        written += write_orders(&env, b, "cut-b").await;
+        let b_writer = writer(&env, b);
+        for i in 0..ORDERS {
+            // A third event for each order of the "dead-b" phase
+            set_status(&b_writer, "dead-b", i, OrderStatus::Paid).await;
+        }
+        written += ORDERS;
+
+        // And b comes back: its link restored, its relays restarted
+        env.replicator.reconnect(&b.region, &env.regions).await;
+        let pb = Poller::start(&env, b, &lease_table);
+
+        // Then its stranded events are published once, after what a published of their orders,
+        // and b gets its own partitions back
+        sink.wait_for(&env, written, "b's stranded events").await;
+        wait_publisher(a, &lease_table, &b.region, &b.region).await;
+        wait_publisher(b, &lease_table, &b.region, &b.region).await;
+
+        // And what b's writer writes from then on is published (by b)
+        written += write_orders(&env, b, "back-b").await;
+        sink.wait_for(&env, written, "b's events after the hand-back")
+            .await;
+        let (la, lb) = (pa.stop().await, pb.stop().await);
+        let (by_a, by_b) = (
+            metric_sum(&la, relay_runtime::metrics::PUBLISHED),
+            metric_sum(&lb, relay_runtime::metrics::PUBLISHED),
+        );
+        assert!(by_b >= 2 * ORDERS as u64, "b publishes its own again");
+        // And through the failover and the hand-back the regions published each event once, a
+        // repeat at most for 2 % of them (an adopter's mark arriving after the hand-back's round;
+        // docs/global-tables.md, "What the window costs"). b's killed poller published nothing:
+        // nothing was pending when it died.
+        let since = (written - written_before) as u64;
+        assert!(
+            (since..=since + since / 50).contains(&(by_a + by_b)),
+            "{since} events written since both were up, published {by_a} by a and {by_b} by b"
+        );
+
+        // And, where the consumers see it: none missing, none out of order
+        assert_eq!(sink.unique(), written, "none missing");
+        assert_eq!(sink.out_of_order(), Vec::new(), "out of order");
+    }
+
+    /// Events pending (indexed) in `region`'s replica of the outbox table.
+    async fn pending_in(env: &GlobalTestEnv, region: &RegionEnv) -> Vec<String> {
+        region
+            .scan_items(&env.env.table_name)
+            .await
+            .into_iter()
+            .filter(|item| item.contains_key(outbox_shared::schema::attr::GSI1PK))
+            .filter_map(|item| {
+                item.get(outbox_shared::schema::attr::EVENT_ID)?
+                    .as_s()
+                    .ok()
+                    .cloned()
+            })
+            .collect()
+    }
+
+    async fn wait_none_pending(env: &GlobalTestEnv, region: &RegionEnv, what: &str) {
+        let start = Instant::now();
+        loop {
+            let pending = pending_in(env, region).await;
+            if pending.is_empty() {
+                return;
+            }
+            assert!(
+                start.elapsed() < BOUND,
+                "{what}: {} events still pending in {} after {BOUND:?}: {pending:?}",
+                pending.len(),
+                region.region
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn two_regions_cut_apart_publish_and_mark_the_same_events_and_last_writer_wins_loses_none()
+     {
+        let env = GlobalTestEnv::with_target(TargetKind::Custom).await;
+        let lease_table = unique_name("leases");
+        env.create_lease_table(&lease_table).await;
+        env.dead_letter_queue_in_every_region().await;
+        let (a, b) = (env.a(), env.b());
+        let mut sink = Sink::default();
+
+        // Given orders written in a and replicated to b, no relay running yet
+        let mut written = write_orders(&env, a, "race").await;
+        env.replicator.wait_caught_up().await;
+        assert_eq!(pending_in(&env, b).await.len(), written);
+
+        // When the link is cut and both regions' pollers run: a publishes its own events, and b,
+        // no longer hearing a's heartbeat, adopts a and publishes them again from its replica,
+        // each region marking them in its own (conditions checked there only)
+        env.replicator.isolate(&b.region, &env.regions).await;
+        let pa = Poller::start(&env, a, &lease_table);
+        let pb = Poller::start(&env, b, &lease_table);
+        sink.wait_for(&env, written, "a's events published").await;
+        wait_publisher(b, &lease_table, &a.region, &b.region).await;
+        wait_none_pending(&env, b, "b publishing a's events").await;
+        wait_none_pending(&env, a, "a publishing its own").await;
+        // And a's writer goes on meanwhile: events only a's replica holds
+        written += write_orders(&env, a, "race-cut").await;
+        for i in 0..ORDERS {
+            set_status(&writer(&env, a), "race", i, OrderStatus::Paid).await;
+        }
+        written += ORDERS;
+
+        // And the link is restored: each mark replicates, the later one wins per item
+        env.replicator.reconnect(&b.region, &env.regions).await;
+
+        // Then no event is lost: every one reaches the consumers, in order, and none is left
+        // pending in either replica
+        sink.wait_for(&env, written, "every event after the race")
+            .await;
+        wait_none_pending(&env, a, "after the race").await;
+        wait_none_pending(&env, b, "after the race").await;
+        let (la, lb) = (pa.stop().await, pb.stop().await);
+        assert!(
+            metric_sum(&lb, relay_runtime::metrics::PUBLISHED) >= 2 * ORDERS as u64,
+            "b published a's events too: the race took place"
+        );
+        drop(la);
+        assert_eq!(sink.unique(), written, "none missing");
+        assert_eq!(sink.out_of_order(), Vec::new(), "out of order");
+    }
+}

@@ -219,6 +219,32 @@ impl GlobalTestEnv {
         }
     }
 
+    /// Creates the environment's dead-letter queue, under its name, in every other region too:
+    /// each region's relays probe and use a queue of their own region (as a stack per region
+    /// deploys one), and moto keeps each region's queues apart under one URL.
+    ///
+    /// # Panics
+    /// When moto refuses it.
+    pub async fn dead_letter_queue_in_every_region(&self) {
+        let name = self
+            .env
+            .dead_letter_queue_url
+            .rsplit('/')
+            .next()
+            .expect("a queue URL ends with its name")
+            .to_owned();
+        for region in self.regions.iter().skip(1) {
+            aws_sdk_sqs::Client::new(&region.sdk_config)
+                .create_queue()
+                .queue_name(&name)
+                .send()
+                .await
+                .unwrap_or_else(|e| {
+                    panic!("create the dead-letter queue in {}: {e:?}", region.region)
+                });
+        }
+    }
+
     /// Creates the template's lease table under `table` in every region (as a global table).
     ///
     /// # Panics

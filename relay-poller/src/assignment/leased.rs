@@ -9,9 +9,11 @@ use std::time::Duration;
 
 use relay_runtime::Deadline;
 
+use super::manager::serves;
 use super::owned::{Shared, State};
 use super::{Clock, LeaseStore, Millis, SystemClock};
 use super::{PageStart, PassShards, ShardAssignment};
+use crate::partitions::ServedRegions;
 
 /// The poll loop's side of a poller's leases: it polls the partitions whose lease it owns, up to
 /// each one's poll deadline, and none being handed over.
@@ -20,6 +22,8 @@ pub struct LeasedShards<C = SystemClock> {
     shared: Arc<Shared>,
     clock: C,
     partitions: Vec<PendingPartition>,
+    /// On a global table, the regions served now: no page of another region's partition starts.
+    served: Option<ServedRegions>,
     duration_ms: Millis,
 }
 
@@ -30,12 +34,14 @@ impl<C: Clock> LeasedShards<C> {
         shared: Arc<Shared>,
         clock: C,
         partitions: Vec<PendingPartition>,
+        served: Option<ServedRegions>,
         duration_ms: Millis,
     ) -> Self {
         Self {
             shared,
             clock,
             partitions,
+            served,
             duration_ms,
         }
     }
@@ -48,6 +54,7 @@ impl<C: Clock> LeasedShards<C> {
         };
         self.partitions
             .iter()
+            .filter(|&partition| serves(self.served.as_ref(), partition))
             // Not the partitions this poller polls (a lease it owns past its poll deadline is not
             // polled: the sweep may cover it once it has expired for a duration).
             .filter(|&partition| {
@@ -77,6 +84,7 @@ impl<C: Clock> ShardAssignment for LeasedShards<C> {
         let poll = state
             .owned
             .iter()
+            .filter(|(partition, _)| serves(self.served.as_ref(), partition))
             .filter(|(_, h)| !h.handing_over && now < h.poll_deadline)
             .map(|(partition, _)| partition.clone())
             .collect();
@@ -88,6 +96,12 @@ impl<C: Clock> ShardAssignment for LeasedShards<C> {
     }
 
     fn begin_page(&self, partition: &PendingPartition) -> PageStart {
+        // The region first (a region being handed back counts its pages in flight), then the
+        // lease.
+        let region = self.served.as_ref().zip(partition.origin.as_ref());
+        if region.is_some_and(|(served, region)| !served.begin_page(region)) {
+            return PageStart::Stop;
+        }
         let now = self.clock.now();
         let mut state = self.shared.state();
         match state.owned.get_mut(partition) {
@@ -100,7 +114,13 @@ impl<C: Clock> ShardAssignment for LeasedShards<C> {
                     ),
                 }
             }
-            _ => PageStart::Stop,
+            _ => {
+                drop(state);
+                if let Some((served, region)) = region {
+                    served.end_page(region);
+                }
+                PageStart::Stop
+            }
         }
     }
 
@@ -109,6 +129,9 @@ impl<C: Clock> ShardAssignment for LeasedShards<C> {
             owned.busy = owned.busy.saturating_sub(1);
         }
         self.shared.idle.notify_waiters();
+        if let Some((served, region)) = self.served.as_ref().zip(partition.origin.as_ref()) {
+            served.end_page(region);
+        }
     }
 
     fn partition_polled(&self, partition: &PendingPartition) {

@@ -15,6 +15,8 @@ use tokio_util::sync::CancellationToken;
 use super::LeasedShards;
 use super::owned::{OwnedLease, Shared};
 use super::plan::{acquisitions, should_hand_over};
+use crate::partitions::ServedRegions;
+
 use super::{
     Clock, Expect, Heartbeat, LeaseError, LeaseSettings, LeaseStore, LeaseView, Millis,
     SystemClock, Term,
@@ -36,6 +38,9 @@ pub struct RoundReport {
     pub adopted: Vec<PendingPartition>,
     /// Leases handed over to the poller that asked.
     pub handed_over: Vec<PendingPartition>,
+    /// Leases released because their region is no longer this poller's to serve (handed back,
+    /// or its own adopted by another region).
+    pub released: Vec<PendingPartition>,
     /// The lease this poller asked another for.
     pub requested: Option<PendingPartition>,
     /// Leases taken from another poller (expired, or handed over): the takeover metric.
@@ -57,7 +62,11 @@ pub struct LeaseManager<S, C = SystemClock> {
     store: S,
     clock: C,
     owner: String,
+    /// Every partition this poller may lease: on a global table every region's, its own first.
     partitions: Vec<PendingPartition>,
+    /// On a global table, the regions it serves now (its region rounds decide them): it leases
+    /// only their partitions, and releases a region's leases once it no longer serves it.
+    served: Option<ServedRegions>,
     settings: LeaseSettings,
     shared: Arc<Shared>,
     /// Where in the partition list this poller starts looking for free leases.
@@ -88,6 +97,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
             clock,
             owner,
             partitions,
+            served: None,
             settings,
             shared: Arc::default(),
             rotate,
@@ -97,14 +107,32 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
         }
     }
 
+    /// The manager leasing only the partitions of the regions `served` names now (a poller's
+    /// [`crate::partitions::Partitions::served`], set by its region rounds), of those it was
+    /// given.
+    #[must_use]
+    pub fn serving(mut self, served: ServedRegions) -> Self {
+        self.served = Some(served);
+        self
+    }
+
     pub fn owner(&self) -> &str {
         &self.owner
     }
 
-    /// The region whose partitions this poller leases (the first of them: its own), on a global
+    /// The region whose pollers share these leases (the first partition's: its own), on a global
     /// table.
     fn region(&self) -> Option<&Region> {
         self.partitions.first().and_then(|p| p.origin.as_ref())
+    }
+
+    /// The partitions this poller may lease now: those of the regions it serves.
+    fn partitions(&self) -> Vec<PendingPartition> {
+        self.partitions
+            .iter()
+            .filter(|p| serves(self.served.as_ref(), p))
+            .cloned()
+            .collect()
     }
 
     /// The partitions this poller owns now.
@@ -124,6 +152,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
             self.shared.clone(),
             self.clock.clone(),
             self.partitions.clone(),
+            self.served.clone(),
             self.settings.duration_ms(),
         )
     }
@@ -179,6 +208,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
             renew_errors: renewed.renew_errors,
             lost: renewed.lost,
             handed_over: renewed.handed_over,
+            released: renewed.released,
             taken: taken.taken,
             adopted: taken.adopted,
             requested: taken.requested,
@@ -195,6 +225,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
     /// [`LeaseError::TableMissing`]; every other failure is logged and retried next round.
     pub async fn renew_round(&self) -> Result<RoundReport, LeaseError> {
         let mut report = RoundReport::default();
+        self.release_unserved(&mut report).await;
         let now = self.clock.now();
         let duration = self.settings.duration_ms();
         let heartbeat = Heartbeat {
@@ -232,7 +263,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
         let mut report = RoundReport::default();
         let now = self.clock.now();
         let view = match self.store.read().await {
-            Ok(view) => view.fleet(self.region(), &self.partitions),
+            Ok(view) => view.fleet(self.region(), &self.partitions()),
             Err(err @ LeaseError::TableMissing { .. }) => return Err(err),
             Err(err) => {
                 tracing::warn!(owner = %self.owner, error = %err, "could not read the lease table; taking nothing this round");
@@ -319,7 +350,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
 
     fn remember(&self, view: &LeaseView, now: Millis) {
         let mut state = self.shared.state();
-        for partition in &self.partitions {
+        for partition in &self.partitions() {
             if view.leases.contains_key(partition) {
                 state.missing_since.remove(partition);
             } else {
@@ -340,7 +371,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
         for (partition, requester) in requests {
             let mine = self.shared.state().owned.len();
             let now = self.clock.now();
-            if !should_hand_over(view, &self.owner, mine, &requester, &self.partitions, now) {
+            if !should_hand_over(view, &self.owner, mine, &requester, &self.partitions(), now) {
                 if let Err(err) = self.store.clear_handoff(&partition, &self.owner).await {
                     tracing::warn!(%partition, owner = %self.owner, error = %err, "could not clear a hand-over request");
                 }
@@ -400,6 +431,45 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
         }
     }
 
+    /// Releases the leases of the regions this poller no longer serves (a region handed back, or
+    /// its own adopted by another region), once no page of them is in flight, so the pollers
+    /// serving them now take them at their next round rather than a lease duration later.
+    async fn release_unserved(&self, report: &mut RoundReport) {
+        let Some(served) = &self.served else {
+            return;
+        };
+        let unserved: Vec<PendingPartition> = self
+            .shared
+            .state()
+            .owned
+            .keys()
+            .filter(|p| !serves(Some(served), p))
+            .cloned()
+            .collect();
+        for partition in unserved {
+            let Some((counter, last_pass_at)) = self.stop_polling(&partition) else {
+                continue;
+            };
+            if !self
+                .wait_idle(&partition, self.settings.renew_interval / 2)
+                .await
+            {
+                // A page is still in flight: renewed this round, released at the next.
+                continue;
+            }
+            self.shared.state().owned.remove(&partition);
+            let now = self.clock.now();
+            if self
+                .release(&[(partition.clone(), counter, last_pass_at)], now)
+                .await
+                == 1
+            {
+                tracing::info!(%partition, owner = %self.owner, "lease released: its region is no longer this poller's to serve");
+            }
+            report.released.push(partition);
+        }
+    }
+
     /// Stops new pages of `partition`; its counter and last pass, if it is still owned.
     fn stop_polling(&self, partition: &PendingPartition) -> Option<(u64, Option<Millis>)> {
         let mut state = self.shared.state();
@@ -435,10 +505,11 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
     async fn adopt(&self, view: &LeaseView, report: &mut RoundReport) {
         let now = self.clock.now();
         let owned = self.owned();
+        let partitions = self.partitions();
         let handed: Vec<(PendingPartition, u64)> = view
             .leases
             .values()
-            .filter(|l| self.partitions.contains(&l.partition) && !owned.contains(&l.partition))
+            .filter(|l| partitions.contains(&l.partition) && !owned.contains(&l.partition))
             .filter(|l| l.holder_at(now) == Some(self.owner.as_str()))
             .map(|l| (l.partition.clone(), l.counter))
             .collect();
@@ -492,7 +563,7 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
         let plan = acquisitions(
             view,
             &self.owner,
-            &self.partitions,
+            &self.partitions(),
             &self.owned(),
             now,
             self.rotate,
@@ -625,6 +696,14 @@ impl<S: LeaseStore, C: Clock + Clone> LeaseManager<S, C> {
             }
         }
         released
+    }
+}
+
+/// Whether `partition` is of a region `served` names (every partition without regions).
+pub(super) fn serves(served: Option<&ServedRegions>, partition: &PendingPartition) -> bool {
+    match (served, &partition.origin) {
+        (Some(served), Some(region)) => served.serves(region),
+        _ => true,
     }
 }
 

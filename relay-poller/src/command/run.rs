@@ -1,6 +1,7 @@
 //! `relay-poller run`: polls continuously until SIGTERM or ctrl-c, on a fixed list of shards or on
 //! shard leases; beside the passes, the discarded stream batches and the holds of an earlier
-//! release on their own intervals.
+//! release on their own intervals. On a global table with a lease table, region rounds beside the
+//! lease rounds decide which regions' partitions it publishes (`crate::failover`).
 //!
 //! Shutdown: the signal (or the lease rounds ending on an error) stops the work: the passes finish
 //! the page in hand, the recovery the batch in hand, up to `--shutdown-timeout`, after which what
@@ -13,7 +14,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::aws::{Relay, aws_discarded_batches, lease_manager, legacy_holds, start_relay};
+use crate::aws::{
+    Relay, aws_discarded_batches, lease_manager, legacy_holds, region_manager, start_relay,
+};
 use crate::config::RunArgs;
 use crate::probes::{bucket_probe, lease_table_probe};
 use crate::process::{Work, flush_metrics, say, shutdown_signal};
@@ -46,6 +49,31 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         )),
         None => None,
     };
+    // On a global table, the region rounds decide which regions' partitions the leases and the
+    // passes cover: the own region's while it is not adopted, and any it adopts.
+    let regions = match (&manager, &leases, poller.partitions().global_table()) {
+        // `--region-failover-after` is checked only where it applies: a global table.
+        (Some(manager), Some(settings), Some(_)) => region_manager(
+            &clients.dynamodb,
+            poller.partitions(),
+            &settings.table_name,
+            manager.owner(),
+            args.leases.failover()?,
+        )
+        .map(Arc::new),
+        _ => None,
+    };
+    if let Some(regions) = &regions {
+        tracing::info!(
+            regions = ?poller.partitions().global_table().map(|t| t.regions().iter().map(ToString::to_string).collect::<Vec<_>>()),
+            failover_after_ms = args.leases.region_failover_after.as_millis() as u64,
+            owner = %manager.as_ref().map(|m| m.owner()).unwrap_or_default(),
+            "region failover on: publishing this region's partitions, and a stopped region's"
+        );
+        // The first round before the first pass: this region's own partitions are published only
+        // once it knows no other region adopted them.
+        regions.round().await;
+    }
     match (&manager, &leases) {
         (Some(manager), Some(settings)) => tracing::info!(
             table = %config.index.outbox.table_name,
@@ -117,6 +145,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             }
         }
     });
+    // The region rounds too: the region's heartbeat goes on while the work finishes.
+    if let Some(regions) = regions {
+        let stop = rounds.token();
+        rounds.spawn(async move { regions.run(&stop).await });
+    }
     let mut failure = None;
     tokio::select! {
         () = shutdown => {

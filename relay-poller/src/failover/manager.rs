@@ -1,9 +1,9 @@
-//! A poller's region rounds ([`RegionManager`]), and the regions it serves ([`ServedRegions`]),
-//! which its poll loop reads before each page of a region's partition.
+//! A poller's region rounds ([`RegionManager`]): they set the regions it serves
+//! ([`ServedRegions`], shared with its [`crate::partitions::Partitions`]), which its poll loop,
+//! leases and sweep read before each page of a region's partition.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::collections::BTreeSet;
+use std::sync::{Mutex, MutexGuard};
 
 use outbox_shared::{GlobalTable, Region};
 use tokio_util::sync::CancellationToken;
@@ -12,86 +12,7 @@ use super::plan::{self, Decision, Seen};
 use super::{FailoverSettings, RegionStore, RegionView};
 use crate::assignment::{Clock, Millis};
 use crate::metrics;
-
-#[derive(Debug, Default)]
-struct Served {
-    regions: BTreeSet<Region>,
-    /// Pages in flight per region.
-    busy: BTreeMap<Region, u32>,
-}
-
-/// The regions whose partitions this poller publishes, as its region rounds decide them, and the
-/// pages in flight per region (a hand-back waits for its region's to end). Cloned handles share
-/// one set. Empty until the first round has read the adoptions: a region that comes back does not
-/// publish its own partitions before it knows whether another region adopted them.
-#[derive(Debug, Clone, Default)]
-pub struct ServedRegions {
-    inner: Arc<(Mutex<Served>, tokio::sync::Notify)>,
-}
-
-impl ServedRegions {
-    fn lock(&self) -> MutexGuard<'_, Served> {
-        self.inner
-            .0
-            .lock()
-            .expect("served regions lock is never poisoned")
-    }
-
-    /// The regions served now.
-    pub fn regions(&self) -> BTreeSet<Region> {
-        self.lock().regions.clone()
-    }
-
-    /// Whether `region` is served now.
-    pub fn serves(&self, region: &Region) -> bool {
-        self.lock().regions.contains(region)
-    }
-
-    /// Before a page of one of `region`'s partitions: `true` (and the page counted in flight
-    /// until [`Self::end_page`]) when it may start.
-    pub fn begin_page(&self, region: &Region) -> bool {
-        let mut served = self.lock();
-        if !served.regions.contains(region) {
-            return false;
-        }
-        *served.busy.entry(region.clone()).or_default() += 1;
-        true
-    }
-
-    /// A page begun by [`Self::begin_page`] ended.
-    pub fn end_page(&self, region: &Region) {
-        if let Some(busy) = self.lock().busy.get_mut(region) {
-            *busy = busy.saturating_sub(1);
-        }
-        self.inner.1.notify_waiters();
-    }
-
-    pub(super) fn set(&self, regions: BTreeSet<Region>) {
-        self.lock().regions = regions;
-    }
-
-    /// Stops `region`: no new page of its partitions starts.
-    fn stop(&self, region: &Region) {
-        self.lock().regions.remove(region);
-    }
-
-    /// Waits up to `timeout` for `region` to have no page in flight.
-    async fn wait_idle(&self, region: &Region, timeout: Duration) -> bool {
-        let busy = || self.lock().busy.get(region).is_some_and(|b| *b > 0);
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let notified = self.inner.1.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if !busy() {
-                return true;
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return !busy();
-            }
-        }
-    }
-}
+pub use crate::partitions::ServedRegions;
 
 /// What one region round did (for logs and tests).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -155,6 +76,16 @@ impl<S: RegionStore, C: Clock> RegionManager<S, C> {
             served: ServedRegions::default(),
             state: Mutex::default(),
         }
+    }
+
+    /// The manager setting `served` (a poller's [`crate::partitions::Partitions::served`], shared
+    /// with its poll loop, leases and sweep) instead of a set of its own. It serves nothing until
+    /// its first round has read the adoptions.
+    #[must_use]
+    pub fn serving(mut self, served: ServedRegions) -> Self {
+        served.set(BTreeSet::new());
+        self.served = served;
+        self
     }
 
     /// The regions this poller serves (shared with its poll loop).

@@ -237,6 +237,11 @@ impl<W: PollerPorts> Poller<W> {
             match self.sweep.partitions(&shards.orphaned).await {
                 Ok(found) => {
                     for partition in &found.partitions {
+                        // A region no longer served (handed back, or adopted by another) since
+                        // the sweep: its pollers publish it now.
+                        if !self.settings.partitions.begin_page(partition) {
+                            continue;
+                        }
                         let partition_stats = self
                             .pages
                             .poll(
@@ -248,6 +253,7 @@ impl<W: PollerPorts> Poller<W> {
                                 cancel,
                             )
                             .await;
+                        self.settings.partitions.end_page(partition);
                         stats.merge(partition_stats);
                     }
                     stats.stray_pending = Some(found.stray_pending);

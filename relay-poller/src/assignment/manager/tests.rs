@@ -810,3 +810,74 @@ async fn a_hand_over_written_but_failed_leaves_the_holder_stopped_until_a_renewa
 async fn a_hand_over_written_then_retried_into_not_mine_leaves_the_holder_stopped() {
     a_hand_over_whose_reply_was_lost(LostReply::NotMine).await;
 }
+
+#[tokio::test]
+async fn a_poller_of_a_global_table_leases_the_regions_it_serves_and_releases_one_it_stops_serving()
+{
+    // Given a poller of eu-west-1 that may lease both regions' shards but serves its own only
+    let region = |name: &str| outbox_shared::Region::new(name).unwrap();
+    let (own, other) = (region("eu-west-1"), region("us-east-1"));
+    let of = |region: &outbox_shared::Region| -> BTreeSet<PendingPartition> {
+        (0..2)
+            .map(|s| PendingPartition::regional(region.clone(), s))
+            .collect()
+    };
+    let clock = FakeClock::new();
+    let store = MemoryStore::default();
+    let served = ServedRegions::default();
+    served.set([own.clone()].into());
+    let manager = LeaseManager::new(
+        store.connect(),
+        clock.clone(),
+        "a",
+        of(&own).into_iter().chain(of(&other)).collect(),
+        settings(),
+    )
+    .serving(served.clone());
+    let assignment = manager.assignment();
+    for _ in 0..2 {
+        manager.round().await.unwrap();
+        clock.advance(RENEW);
+    }
+    assert_eq!(manager.owned(), of(&own), "its own region's only");
+
+    // When it adopts us-east-1, it leases its shards too
+    served.set([own.clone(), other.clone()].into());
+    manager.round().await.unwrap();
+    clock.advance(RENEW);
+    assert_eq!(manager.owned().len(), 4);
+
+    // When it stops serving us-east-1 with a page of it in flight
+    let adopted = PendingPartition::regional(other.clone(), 0);
+    let PageStart::Go { .. } = assignment.begin_page(&adopted) else {
+        panic!("the adopted shard may be polled");
+    };
+    served.stop(&other);
+
+    // Then no new page of the region starts, and the lease of the page in flight is kept
+    let next = PendingPartition::regional(other.clone(), 1);
+    assert_eq!(assignment.begin_page(&next), PageStart::Stop);
+    assert!(
+        !assignment
+            .for_pass()
+            .await
+            .poll
+            .iter()
+            .any(|p| p.origin == Some(other.clone()))
+    );
+    let report = manager.round().await.unwrap();
+    clock.advance(RENEW);
+    assert_eq!(report.released, [next]);
+    assert!(manager.owned().contains(&adopted));
+
+    // And once the page ends, the next round releases it: the region's own pollers take it at once
+    assignment.end_page(&adopted);
+    let report = manager.round().await.unwrap();
+    assert_eq!(report.released, [adopted]);
+    assert_eq!(manager.owned(), of(&own));
+    let now = clock.now();
+    let table = store.table.lock().unwrap();
+    for partition in of(&other) {
+        assert_eq!(table.leases[&partition].holder_at(now), None, "{partition}");
+    }
+}
