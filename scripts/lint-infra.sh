@@ -2,8 +2,8 @@
 # Lints the deployable template and the poller's Dockerfile with pinned tools:
 #   cfn-lint  infra/template.yaml      no errors and no warnings
 #   checkov   infra/ (CloudFormation + Dockerfile), offline; skips carry reasons in the template;
-#             again with EventBusKind=custom, and with the example consumer on an SQS target
-#             (checkov scans only the default parameters' resources)
+#             again with EventBusKind=custom, with the example consumer on an SQS target, and
+#             with a global table (checkov scans only the default parameters' resources)
 #   aws-sam-translator: the template transformed as CloudFormation will (scripts/sam-transform.sh),
 #             and cfn-lint on the transformed template too; the infra tests of outbox-tests check it
 # The IAM wildcard rule is a unit test of outbox-infra (`cargo test -p outbox-infra`).
@@ -59,6 +59,20 @@ if [ "$(diff infra/template.yaml "$CONSUMER_DIR/template.yaml" | grep -c '^>')" 
 fi
 echo "lint-infra.sh: checkov on infra/template.yaml with the example consumer on an SQS target" >&2
 "$VENV/bin/checkov" --directory "$CONSUMER_DIR" --framework cloudformation \
+  --skip-download --quiet --compact
+# And the global-table option (GlobalTableRegions, off by default) in the stack that creates the
+# outbox and lease tables as global tables, its pass too.
+GLOBAL_DIR="$CUSTOM_DIR/global"
+mkdir "$GLOBAL_DIR"
+sed -e '/^  GlobalTableRegions:$/,/^    Default:/ s/^    Default: ""$/    Default: us-east-1,eu-west-1/' \
+  -e '/^  GlobalTableName:$/,/^    Default:/ s/^    Default: ""$/    Default: orders/' \
+  infra/template.yaml > "$GLOBAL_DIR/template.yaml"
+if [ "$(diff infra/template.yaml "$GLOBAL_DIR/template.yaml" | grep -c '^>')" -ne 2 ]; then
+  echo "lint-infra.sh: could not switch the defaults to a global table" >&2
+  exit 1
+fi
+echo "lint-infra.sh: checkov on infra/template.yaml with a global table (GlobalTableRegions)" >&2
+"$VENV/bin/checkov" --directory "$GLOBAL_DIR" --framework cloudformation \
   --skip-download --quiet --compact
 echo "lint-infra.sh: aws-sam-translator, then cfn-lint on its output" >&2
 TRANSFORMED=$("$ROOT/scripts/sam-transform.sh")

@@ -538,7 +538,8 @@ async fn the_lease_table_a_poller_creates_is_the_templates() {
 
 #[test]
 fn the_poller_service_runs_on_leases_and_scales_on_its_backlog() {
-    let template = Template::embedded().unwrap();
+    // The single-region stack (the default; a global table's is in `global_table_stacks`)
+    let template = Template::embedded().unwrap().with_parameters(&[]).unwrap();
 
     // The task's `run` gets the lease table, and its role may use it and nothing more on it
     let env = poller_environment(&template);
@@ -868,14 +869,14 @@ fn granted(template: &Template, holder: &str) -> BTreeSet<Granted> {
                     Ok(Target::OutboxIndex)
                 } else if text.contains("/stream/") {
                     Err("the table's stream")
-                } else if text.contains("OutboxTable") {
+                } else if text.contains("OutboxTable") || names_global_table(&text, false) {
                     Ok(match (holds_only, limited) {
                         (true, None) => Target::HoldItems,
                         (false, Some(target)) => target,
                         (false, None) => Target::OutboxTable,
                         (true, Some(_)) => panic!("{holder}: two conditions: {statement}"),
                     })
-                } else if text.contains("LeaseTable") {
+                } else if text.contains("LeaseTable") || names_global_table(&text, true) {
                     Ok(Target::LeaseTable)
                 } else if text.contains("EventTargetKmsKeyArn") {
                     Err("the target's KMS key")
@@ -907,6 +908,14 @@ fn granted(template: &Template, holder: &str) -> BTreeSet<Granted> {
         }
     }
     found
+}
+
+/// Whether `text` (a resource of a statement) is the ARN of a global table the template names
+/// from `GlobalTableName` in the stack's region: the lease table's (`-leases`) or the outbox
+/// table's.
+fn names_global_table(text: &str, lease: bool) -> bool {
+    text.contains(":table/${GlobalTableName}")
+        && text.contains("${GlobalTableName}-leases") == lease
 }
 
 /// What a resource of the payload bucket (`PayloadBucket`, as `!GetAtt`, `!Sub` or their
@@ -971,28 +980,34 @@ fn platform(grants: &[(&str, &'static str)]) -> BTreeSet<Granted> {
         .collect()
 }
 
+/// What the stream relay's role grants: its calls, and what Lambda does with the role (the
+/// mapping's stream reads and its S3 on-failure destination's writes, logs, traces).
+fn stream_relay_grants() -> BTreeSet<Granted> {
+    let mut expected = jobs(relay_stream::permissions::calls(TargetKind::Classic));
+    expected.extend(jobs(
+        relay_stream::permissions::ON_FAILURE_DESTINATION.to_vec(),
+    ));
+    expected.extend(platform(&[
+        ("logs:CreateLogStream", "its log group"),
+        ("logs:PutLogEvents", "its log group"),
+        ("dynamodb:DescribeStream", "the table's stream"),
+        ("dynamodb:GetRecords", "the table's stream"),
+        ("dynamodb:GetShardIterator", "the table's stream"),
+        ("dynamodb:ListStreams", "the table's stream"),
+        ("xray:PutTraceSegments", "*"),
+        ("xray:PutTelemetryRecords", "*"),
+    ]));
+    expected
+}
+
 #[test]
 fn each_role_grants_exactly_the_calls_its_job_makes_as_written_and_as_transformed() {
     for (form, template) in both_forms() {
         // The stream relay's role: its calls, and what Lambda does with the role (the mapping's
         // stream reads and its S3 on-failure destination's writes, logs, traces)
-        let mut expected = jobs(relay_stream::permissions::calls(TargetKind::Classic));
-        expected.extend(jobs(
-            relay_stream::permissions::ON_FAILURE_DESTINATION.to_vec(),
-        ));
-        expected.extend(platform(&[
-            ("logs:CreateLogStream", "its log group"),
-            ("logs:PutLogEvents", "its log group"),
-            ("dynamodb:DescribeStream", "the table's stream"),
-            ("dynamodb:GetRecords", "the table's stream"),
-            ("dynamodb:GetShardIterator", "the table's stream"),
-            ("dynamodb:ListStreams", "the table's stream"),
-            ("xray:PutTraceSegments", "*"),
-            ("xray:PutTelemetryRecords", "*"),
-        ]));
         assert_eq!(
             granted(&template, "RelayFunctionRole"),
-            expected,
+            stream_relay_grants(),
             "{form}: RelayFunctionRole"
         );
 
@@ -1313,9 +1328,13 @@ fn the_stream_mapping_reaches_lambda_as_written_after_the_transform() {
         "AWS::Lambda::EventSourceMapping"
     );
     assert_eq!(mapping["FunctionName"], json!({"Ref": "RelayFunction"}));
+    // (the single-region table's stream; a global table's replica's, created by this stack or
+    // named by GlobalTableStreamArn)
     assert_eq!(
         mapping["EventSourceArn"],
-        json!({"Fn::GetAtt": ["OutboxTable", "StreamArn"]})
+        json!({"Fn::If": ["ReadsGlobalTableStream", {"Ref": "GlobalTableStreamArn"},
+            {"Fn::If": ["CreatesGlobalTables", {"Fn::GetAtt": ["OutboxGlobalTable", "StreamArn"]},
+                {"Fn::GetAtt": ["OutboxTable", "StreamArn"]}]}]})
     );
     assert_eq!(mapping["BatchSize"], json!({"Ref": "StreamBatchSize"}));
     assert_eq!(mapping["MaximumBatchingWindowInSeconds"], 1);
@@ -2753,5 +2772,273 @@ async fn the_roles_that_re_create_events_may_put_an_event_item_but_never_an_orde
             "{role} may not re-create the event: {:?}",
             event.difference(&allowed).collect::<Vec<_>>()
         );
+    }
+}
+
+mod global_table_stacks {
+    //! The global-table option (`GlobalTableRegions`): one stack per region, the first one
+    //! creating the outbox and lease tables as global tables with a replica per region, every
+    //! stack's relays reading its own region's replica and publishing its own region's events,
+    //! with roles that grant what the code calls on the tables of the stack's region.
+
+    use outbox_infra::template::logical_id::{
+        LEASE_GLOBAL_TABLE, LEASE_TABLE, OUTBOX_GLOBAL_TABLE, OUTBOX_TABLE,
+    };
+    use outbox_infra::template::parameter::{
+        GLOBAL_TABLE_NAME, GLOBAL_TABLE_REGIONS, GLOBAL_TABLE_STREAM_ARN,
+    };
+
+    use super::*;
+
+    const REGIONS: [&str; 3] = ["us-east-1", "eu-west-1", "ap-south-1"];
+    const TABLE: &str = "orders";
+    /// A multi-Region key's ARN in the first region (Hardened).
+    const MRK: &str = "arn:aws:kms:us-east-1:123456789012:key/mrk-1234abcd12ab34cd56ef1234567890ab";
+
+    fn stream_arn(region: &str) -> String {
+        format!(
+            "arn:aws:dynamodb:{region}:123456789012:table/{TABLE}/stream/2026-01-01T00:00:00.000"
+        )
+    }
+
+    /// The stack of `region` for a global table of [`REGIONS`], with `more` parameters: the first
+    /// region's creates the global tables (no `GlobalTableStreamArn`), the others read their
+    /// replica's stream.
+    fn stack(region: &str, more: &[(&str, &str)]) -> Template {
+        let regions = REGIONS.join(",");
+        let stream = stream_arn(region);
+        let mut values = vec![
+            (GLOBAL_TABLE_REGIONS, regions.as_str()),
+            (GLOBAL_TABLE_NAME, TABLE),
+        ];
+        if region != REGIONS[0] {
+            values.push((GLOBAL_TABLE_STREAM_ARN, stream.as_str()));
+        }
+        values.extend_from_slice(more);
+        Template::embedded()
+            .unwrap()
+            .with_parameters(&values)
+            .unwrap()
+    }
+
+    fn variable(template: &Template, name: &str) -> Value {
+        properties(template, "RelayFunction")["Environment"]["Variables"][name].clone()
+    }
+
+    #[test]
+    fn the_first_regions_stack_creates_the_outbox_and_lease_tables_global_with_a_replica_per_region()
+     {
+        // Given the single-region tables as the template declares them, and the stacks of a
+        // global table of three regions
+        let single = Template::embedded().unwrap();
+        let creating = stack(REGIONS[0], &[]);
+        let hardened = stack(
+            REGIONS[0],
+            &[("Hardened", "true"), ("HardenedKmsKeyArn", MRK)],
+        );
+
+        // Then the first region's stack creates both as global tables, with the single-region
+        // tables' keys, index, stream view and TTL, and no single-region table
+        assert_eq!(
+            creating.table(OUTBOX_GLOBAL_TABLE).unwrap(),
+            single.outbox_table().unwrap()
+        );
+        let (lease, single_lease) = (
+            creating.table(LEASE_GLOBAL_TABLE).unwrap(),
+            single.lease_table().unwrap(),
+        );
+        assert_eq!(lease.key_schema, single_lease.key_schema);
+        assert_eq!(
+            lease.attribute_definitions,
+            single_lease.attribute_definitions
+        );
+        assert_eq!(
+            lease.time_to_live_specification,
+            single_lease.time_to_live_specification
+        );
+        for id in [OUTBOX_TABLE, LEASE_TABLE] {
+            assert!(!creating.resources.contains_key(id), "{id}");
+        }
+        // A replica in every region listed, in order, for both tables, named from GlobalTableName
+        // (the same name in every region's stack)
+        for (id, name) in [
+            (OUTBOX_GLOBAL_TABLE, TABLE.to_owned()),
+            (LEASE_GLOBAL_TABLE, format!("{TABLE}-leases")),
+        ] {
+            assert_eq!(creating.replica_regions(id).unwrap(), REGIONS, "{id}");
+            let table_name = creating.resource(id).unwrap().properties.get("TableName");
+            assert_eq!(creating.value(table_name.unwrap()).unwrap(), name, "{id}");
+        }
+        // Each outbox replica recoverable and protected from deletion; both tables encrypted
+        // with KMS, the AWS managed key by default and, Hardened, each region's copy of the
+        // multi-Region key (its key id, which DynamoDB resolves in the replica's region)
+        for (template, key) in [
+            (&creating, None),
+            (&hardened, Some("mrk-1234abcd12ab34cd56ef1234567890ab")),
+        ] {
+            for id in [OUTBOX_GLOBAL_TABLE, LEASE_GLOBAL_TABLE] {
+                let table = properties(template, id);
+                assert_eq!(
+                    table["SSESpecification"],
+                    json!({"SSEEnabled": true, "SSEType": "KMS"})
+                );
+                for replica in table["Replicas"].as_array().unwrap() {
+                    if id == OUTBOX_GLOBAL_TABLE {
+                        assert_eq!(
+                            replica["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"],
+                            true
+                        );
+                        assert_eq!(replica["DeletionProtectionEnabled"], true);
+                    }
+                    if key.is_none() {
+                        assert!(replica.get("SSESpecification").is_none(), "{replica}");
+                    }
+                }
+                let replicas = template.resource(id).unwrap().properties.get("Replicas");
+                let keys: Vec<Option<String>> = replicas
+                    .and_then(|r| r.as_sequence())
+                    .unwrap()
+                    .iter()
+                    .map(|r| {
+                        let key = r
+                            .get("SSESpecification")
+                            .and_then(|s| s.get("KMSMasterKeyId"));
+                        key.map(|k| template.value(k).unwrap())
+                    })
+                    .collect();
+                assert_eq!(keys, vec![key.map(str::to_owned); REGIONS.len()], "{id}");
+            }
+        }
+
+        // And the other regions' stacks create no table: they use their replicas
+        for region in &REGIONS[1..] {
+            let other = stack(region, &[]);
+            for id in [
+                OUTBOX_TABLE,
+                LEASE_TABLE,
+                OUTBOX_GLOBAL_TABLE,
+                LEASE_GLOBAL_TABLE,
+            ] {
+                assert!(!other.resources.contains_key(id), "{region}: {id}");
+            }
+            // named by the global tables' name, the same in every region
+            assert!(is_ref_to(
+                &variable(&other, "TABLE_NAME"),
+                GLOBAL_TABLE_NAME
+            ));
+            assert!(is_ref_to(
+                &poller_variable(&other, "TABLE_NAME"),
+                GLOBAL_TABLE_NAME
+            ));
+            assert_eq!(
+                poller_variable(&other, "OUTBOX_LEASE_TABLE"),
+                json!({"!Sub": "${GlobalTableName}-leases"})
+            );
+        }
+        // The creating stack's relays wait for the tables it creates
+        assert!(is_ref_to(
+            &variable(&creating, "TABLE_NAME"),
+            OUTBOX_GLOBAL_TABLE
+        ));
+        assert!(is_ref_to(
+            &poller_variable(&creating, "TABLE_NAME"),
+            OUTBOX_GLOBAL_TABLE
+        ));
+        assert!(is_ref_to(
+            &poller_variable(&creating, "OUTBOX_LEASE_TABLE"),
+            LEASE_GLOBAL_TABLE
+        ));
+    }
+
+    #[test]
+    fn each_regions_stack_relays_its_regions_events_from_its_own_replicas_stream() {
+        for region in REGIONS {
+            // Given the stack of a region of the global table
+            let template = stack(region, &[]);
+
+            // Then its stream relay reads its own region's replica's stream: the one the first
+            // region's stack creates, or the one GlobalTableStreamArn names
+            let mapping = "RelayEventSourceMapping";
+            let source = &properties(&template, mapping)["EventSourceArn"];
+            if region == REGIONS[0] {
+                assert_eq!(source, &json!({"!GetAtt": "OutboxGlobalTable.StreamArn"}));
+            } else {
+                assert_eq!(
+                    template.scalar_property(mapping, "EventSourceArn").unwrap(),
+                    Some(stream_arn(region)),
+                    "{region}"
+                );
+            }
+            // And its mapping passes the INSERTs stamped with its own region, no other's
+            let patterns = template.stream_filter_patterns_in(region).unwrap();
+            let stamped: Vec<Value> = patterns
+                .iter()
+                .map(|p| serde_json::from_str::<Value>(p).unwrap())
+                .map(|p| p["dynamodb"]["NewImage"][attr::ORIGIN_REGION]["S"].clone())
+                .filter(|origin| origin.is_array() && origin[0].is_string())
+                .collect();
+            assert_eq!(stamped, [json!([region])], "{region}: {patterns:?}");
+            // And both relays and the operator's commands know every region of the table
+            assert!(is_ref_to(
+                &variable(&template, "OUTBOX_REGIONS"),
+                GLOBAL_TABLE_REGIONS
+            ));
+            assert!(is_ref_to(
+                &poller_variable(&template, "OUTBOX_REGIONS"),
+                GLOBAL_TABLE_REGIONS
+            ));
+            let operator = properties(&template, "OperatorTaskDefinition");
+            assert!(
+                operator["ContainerDefinitions"][0]["Environment"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|v| v["Name"] == "OUTBOX_REGIONS"
+                        && is_ref_to(&v["Value"], GLOBAL_TABLE_REGIONS))
+            );
+        }
+    }
+
+    #[test]
+    fn on_a_global_table_each_role_grants_exactly_the_calls_its_job_makes_on_its_regions_replicas()
+    {
+        for region in REGIONS {
+            // Given the stack of a region of the global table
+            let template = stack(region, &[]);
+
+            // Then each role grants exactly what the code calls, as on a single-region table
+            // (the poller's region items, REGION#… and ADOPTION#…, are lease table calls)
+            assert_eq!(
+                granted(&template, "RelayFunctionRole"),
+                stream_relay_grants(),
+                "{region}: RelayFunctionRole"
+            );
+            assert_eq!(
+                granted(&template, "PollerTaskRole"),
+                jobs(relay_poller::permissions::service(TargetKind::Classic)),
+                "{region}: PollerTaskRole"
+            );
+            assert_eq!(
+                granted(&template, "OperatorTaskRole"),
+                jobs(relay_poller::permissions::operator(TargetKind::Classic)),
+                "{region}: OperatorTaskRole"
+            );
+            // And on the tables of the stack's own region, named by GlobalTableName
+            for role in ["RelayFunctionRole", "PollerTaskRole", "OperatorTaskRole"] {
+                for document in own_documents(&template, role) {
+                    for statement in document["Statement"].as_array().unwrap() {
+                        let resource = statement["Resource"].to_string();
+                        if resource.contains("dynamodb") || resource.contains("Table") {
+                            assert!(
+                                resource.contains(
+                                    "arn:${AWS::Partition}:dynamodb:${AWS::Region}:${AWS::AccountId}:table/${GlobalTableName}"
+                                ),
+                                "{region}: {role}: {statement}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 }

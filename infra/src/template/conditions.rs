@@ -89,12 +89,7 @@ fn evaluate(template: &Template, expression: &Value, depth: usize) -> Result<boo
         let [left, right] = arguments.as_slice() else {
             return Err("!Equals takes two values".to_owned());
         };
-        let value = |v: &Value| {
-            template
-                .resolve_scalar(v)
-                .ok_or_else(|| format!("cannot read {v:?} as a value"))
-        };
-        Ok(value(left)? == value(right)?)
+        Ok(condition_value(template, left)? == condition_value(template, right)?)
     } else if tagged.tag == "Not" {
         let arguments = arguments()?;
         let [inner] = arguments.as_slice() else {
@@ -120,6 +115,76 @@ fn evaluate(template: &Template, expression: &Value, depth: usize) -> Result<boo
     } else {
         Err(format!("!{} is not a condition function", tagged.tag))
     }
+}
+
+/// A value compared in a condition: a scalar, a `!Ref` to a parameter (its value), a `!Sub` of
+/// parameters, or a `!Select` from a `!Split` of one (the global tables' region slots).
+pub(super) fn condition_value(template: &Template, value: &Value) -> Result<String, String> {
+    if let Value::Tagged(tagged) = value {
+        if tagged.tag == "Sub" {
+            let text = tagged.value.as_str().ok_or("!Sub takes text here")?;
+            return substitute(template, text);
+        }
+        if tagged.tag == "Select" {
+            let arguments = tagged.value.as_sequence().ok_or("!Select takes a list")?;
+            let [index, list] = arguments.as_slice() else {
+                return Err("!Select takes an index and a list".to_owned());
+            };
+            let index: usize = condition_value(template, index)?
+                .parse()
+                .map_err(|e| format!("!Select's index: {e}"))?;
+            let items = split(template, list)?;
+            let count = items.len();
+            return items
+                .into_iter()
+                .nth(index)
+                .ok_or_else(|| format!("!Select {index} of a list of {count}"));
+        }
+    }
+    template
+        .resolve_scalar(value)
+        .ok_or_else(|| format!("cannot read {value:?} as a value"))
+}
+
+/// The list a `!Split` makes.
+fn split(template: &Template, value: &Value) -> Result<Vec<String>, String> {
+    let arguments = match value {
+        Value::Tagged(tagged) if tagged.tag == "Split" => tagged.value.as_sequence(),
+        _ => None,
+    }
+    .ok_or_else(|| format!("{value:?} is not a !Split"))?;
+    let [delimiter, text] = arguments.as_slice() else {
+        return Err("!Split takes a delimiter and a text".to_owned());
+    };
+    let delimiter = condition_value(template, delimiter)?;
+    Ok(condition_value(template, text)?
+        .split(delimiter.as_str())
+        .map(str::to_owned)
+        .collect())
+}
+
+/// A `!Sub`'s text with each `${Parameter}` replaced by the parameter's value.
+fn substitute(template: &Template, text: &str) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let end = rest[start..]
+            .find('}')
+            .map(|end| start + end)
+            .ok_or("!Sub has a ${ without its }")?;
+        let name = &rest[start + 2..end];
+        let value = template
+            .parameters
+            .get(name)
+            .and_then(|p| p.default.as_ref())
+            .and_then(|v| template.resolve_scalar(v))
+            .ok_or_else(|| format!("!Sub names {name}, which is not a parameter with a value"))?;
+        out.push_str(&value);
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
 }
 
 /// `value` with every `!If` replaced by the branch `holds` picks; `None` when the value is a

@@ -41,6 +41,10 @@ pub mod logical_id {
     pub const PAYLOAD_BUCKET: &str = "PayloadBucket";
     /// The stream Lambda's event source mapping.
     pub const RELAY_EVENT_SOURCE_MAPPING: &str = "RelayEventSourceMapping";
+    /// The outbox table as a global table (`GlobalTableRegions`), in the stack that creates it.
+    pub const OUTBOX_GLOBAL_TABLE: &str = "OutboxGlobalTable";
+    /// The lease table as a global table, beside [`OUTBOX_GLOBAL_TABLE`].
+    pub const LEASE_GLOBAL_TABLE: &str = "LeaseGlobalTable";
     /// The poller fleet's shard leases (`relay-poller run --create-lease-table` creates the same
     /// table locally).
     pub const LEASE_TABLE: &str = "LeaseTable";
@@ -77,6 +81,12 @@ pub mod parameter {
     pub const CLASSIC: &str = "classic";
     /// [`EVENT_BUS_KIND`] for the Custom Event Bus.
     pub const CUSTOM: &str = "custom";
+    /// A global table's regions (the relays' `OUTBOX_REGIONS`); empty for a single-region table.
+    pub const GLOBAL_TABLE_REGIONS: &str = "GlobalTableRegions";
+    /// The global tables' name, the same in every region (the lease table's with `-leases`).
+    pub const GLOBAL_TABLE_NAME: &str = "GlobalTableName";
+    /// Empty in the stack that creates the global tables; elsewhere its region's replica's stream.
+    pub const GLOBAL_TABLE_STREAM_ARN: &str = "GlobalTableStreamArn";
 }
 
 /// The template could not be read as the resources local provisioning expects.
@@ -215,6 +225,50 @@ impl Template {
     /// [`TemplateError`] when the resource is missing or not shaped like a table.
     pub fn lease_table(&self) -> Result<TableSpec, TemplateError> {
         self.typed_properties(logical_id::LEASE_TABLE)
+    }
+
+    /// The keys, index, stream and TTL of the table `logical_id`: an `AWS::DynamoDB::Table`,
+    /// or an `AWS::DynamoDB::GlobalTable` (whose replicas [`Self::replica_regions`] reads).
+    ///
+    /// # Errors
+    /// [`TemplateError`] when the resource is missing or not shaped like a table.
+    pub fn table(&self, logical_id: &str) -> Result<TableSpec, TemplateError> {
+        self.typed_properties(logical_id)
+    }
+
+    /// The regions of a global table's replicas (`Replicas[].Region`), each `!Select` of a
+    /// `!Split` of the parameters read for their values: call it on the template
+    /// [`Self::with_parameters`] decided, whose `!If`s left the replicas of the regions listed.
+    ///
+    /// # Errors
+    /// [`TemplateError::Invalid`] when the resource has no replicas or a region cannot be read.
+    pub fn replica_regions(&self, logical_id: &str) -> Result<Vec<String>, TemplateError> {
+        let replicas = self
+            .resource(logical_id)?
+            .properties
+            .get("Replicas")
+            .and_then(Value::as_sequence)
+            .ok_or_else(|| invalid(logical_id, "has no Replicas"))?;
+        replicas
+            .iter()
+            .map(|replica| {
+                let region = replica
+                    .get("Region")
+                    .ok_or_else(|| invalid(logical_id, "has a replica without a Region"))?;
+                conditions::condition_value(self, region)
+                    .map_err(|message| invalid(logical_id, message))
+            })
+            .collect()
+    }
+
+    /// A value as CloudFormation computes it from the parameters' values: a scalar, a `!Ref` to
+    /// a parameter, a `!Sub` of parameters, or a `!Select` of a `!Split` of one.
+    ///
+    /// # Errors
+    /// [`TemplateError::Invalid`] when the value is another intrinsic function, or names no
+    /// parameter with a value.
+    pub fn value(&self, value: &Value) -> Result<String, TemplateError> {
+        conditions::condition_value(self, value).map_err(|message| invalid("a value", message))
     }
 
     /// A consumer's idempotency table: key and TTL.

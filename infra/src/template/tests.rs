@@ -149,3 +149,61 @@ fn stream_filter_is_valid_json_for_outbox_inserts_and_ttl_deletions() {
         serde_json::json!(["PENDING"])
     );
 }
+
+#[test]
+fn a_global_table_has_a_replica_slot_per_region_listed_and_one_stack_creates_it() {
+    use super::logical_id::{LEASE_GLOBAL_TABLE, LEASE_TABLE, OUTBOX_GLOBAL_TABLE, OUTBOX_TABLE};
+    use super::parameter::{GLOBAL_TABLE_NAME, GLOBAL_TABLE_REGIONS, GLOBAL_TABLE_STREAM_ARN};
+    let regions = |t: &Template, id: &str| -> Vec<serde_json::Value> {
+        let properties = serde_json::to_value(&t.resources[id].properties).unwrap();
+        properties["Replicas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["Region"].clone())
+            .collect()
+    };
+
+    let single = template().with_parameters(&[]).unwrap();
+    let three = template()
+        .with_parameters(&[
+            (GLOBAL_TABLE_REGIONS, "us-east-1,eu-west-1,ap-south-1"),
+            (GLOBAL_TABLE_NAME, "orders"),
+        ])
+        .unwrap();
+    let other_region = template()
+        .with_parameters(&[
+            (GLOBAL_TABLE_REGIONS, "us-east-1,eu-west-1,ap-south-1"),
+            (GLOBAL_TABLE_NAME, "orders"),
+            (
+                GLOBAL_TABLE_STREAM_ARN,
+                "arn:aws:dynamodb:eu-west-1:123456789012:table/orders/stream/2026-01-01T00:00:00.000",
+            ),
+        ])
+        .unwrap();
+
+    let has = |t: &Template, id: &str| t.resources.contains_key(id);
+    assert!(has(&single, OUTBOX_TABLE) && has(&single, LEASE_TABLE));
+    assert!(!has(&single, OUTBOX_GLOBAL_TABLE) && !has(&single, LEASE_GLOBAL_TABLE));
+    for id in [OUTBOX_GLOBAL_TABLE, LEASE_GLOBAL_TABLE] {
+        // Three regions fill three slots: the first two, and the third's !If
+        assert_eq!(regions(&three, id).len(), 3, "{id}");
+        assert_eq!(
+            three.replica_regions(id).unwrap(),
+            ["us-east-1", "eu-west-1", "ap-south-1"],
+            "{id}"
+        );
+    }
+    assert!(!has(&three, OUTBOX_TABLE) && !has(&three, LEASE_TABLE));
+    for id in [
+        OUTBOX_TABLE,
+        LEASE_TABLE,
+        OUTBOX_GLOBAL_TABLE,
+        LEASE_GLOBAL_TABLE,
+    ] {
+        assert!(
+            !has(&other_region, id),
+            "{id} in a stack that uses the replicas"
+        );
+    }
+}
