@@ -529,13 +529,16 @@ mod relays {
             metric_sum(&lb, relay_runtime::metrics::PUBLISHED),
         );
         assert!(by_b >= 2 * ORDERS as u64, "b publishes its own again");
-        // And through the failover and the hand-back the regions published each event once, a
-        // repeat at most for 2 % of them (an adopter's mark arriving after the hand-back's round;
-        // docs/global-tables.md, "What the window costs"). b's killed poller published nothing:
-        // nothing was pending when it died.
+        // And through the failover and the hand-back the regions published every event, each
+        // once but for those pending in both regions at a switch: at most the events b's writer
+        // wrote while b was adopted (an adopter's mark reaching b after the hand-back's round,
+        // docs/global-tables.md, "What the window costs"; how many on a quiet machine is measured
+        // in docs/benchmarks.md, "Global tables"). b's killed poller published nothing: nothing
+        // was pending when it died.
         let since = (written - written_before) as u64;
+        let while_adopted = (5 * ORDERS) as u64;
         assert!(
-            (since..=since + since / 50).contains(&(by_a + by_b)),
+            (since..=since + while_adopted).contains(&(by_a + by_b)),
             "{since} events written since both were up, published {by_a} by a and {by_b} by b"
         );
 
