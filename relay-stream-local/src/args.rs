@@ -42,7 +42,9 @@ pub struct LocalArgs {
     /// Re-deliveries of a batch that reports a failure before it is given up.
     #[arg(long, env = "MAXIMUM_RETRY_ATTEMPTS", default_value_t = 3)]
     pub max_retries: u32,
-    /// Wait between polls of an idle stream (Lambda polls each shard four times a second).
+    /// How often an idle shard is read, from the start of one read to the start of the next
+    /// (Lambda polls each shard at a base rate of four times a second); a shard that returned
+    /// records is read again at once.
     #[arg(long, env = "POLL_INTERVAL", value_parser = humantime::parse_duration, default_value = "250ms")]
     pub poll_interval: Duration,
     /// The on-failure destination: a batch given up after its retries is written whole to this S3

@@ -136,6 +136,9 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds> LocalRu
             }
             self.start_ready_shards(&mut shards).await;
 
+            // Lambda polls each shard at a base rate (four times a second): the next read of an
+            // idle shard is a poll interval after this one started, not after it ended.
+            let round_started = Instant::now();
             let polls = shards
                 .values_mut()
                 .filter(|s| matches!(s.state, ShardState::Reading { .. }))
@@ -158,7 +161,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds> LocalRu
             }
             tokio::select! {
                 () = shutdown.cancelled() => {}
-                () = tokio::time::sleep(self.options.poll_interval) => {}
+                () = tokio::time::sleep(self.options.poll_interval.saturating_sub(round_started.elapsed())) => {}
             }
         }
         Ok(counts)
@@ -276,6 +279,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds> LocalRu
         };
         let mut iterator = Some(iterator.clone());
         let mut batch: Vec<EventRecord> = Vec::new();
+        let read_started = Instant::now();
         while let Some(current) = iterator.take() {
             let limit = (self.options.batch_size - batch.len()).min(GET_RECORDS_MAX_LIMIT);
             let page = match self
@@ -310,10 +314,20 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds> LocalRu
             None => ShardState::Done,
         };
         let records = batch.len();
+        let read_ms = read_started.elapsed().as_millis() as u64;
         let counts = if batch.is_empty() {
             BatchCounts::default()
         } else {
-            self.deliver(&shard.id, &batch, shutdown).await
+            let delivered_started = Instant::now();
+            let counts = self.deliver(&shard.id, &batch, shutdown).await;
+            tracing::debug!(
+                shard = %shard.id,
+                records,
+                read_ms,
+                deliver_ms = delivered_started.elapsed().as_millis() as u64,
+                "batch delivered"
+            );
+            counts
         };
         PollResult { records, counts }
     }

@@ -6,7 +6,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use outbox_shared::OutboxStatus;
-use outbox_tests::fault_proxy::{BATCH_EXECUTE_STATEMENT, FaultProxy, FaultRates};
+use outbox_tests::fault_proxy::{BATCH_EXECUTE_STATEMENT, FaultProxy, FaultRates, GET_RECORDS};
 use outbox_tests::{TEST_SOURCE, TestEnv, emulator_endpoints, minimal_outbox_item};
 use relay_runtime::TargetKind;
 use serde_json::Value;
@@ -67,6 +67,40 @@ async fn assert_all_published(env: &TestEnv, expected: usize) {
         assert_eq!(item.gsi1sk, None, "{}", item.event_id);
     }
     assert_eq!(env.pending_in_index().await, 0);
+}
+
+#[tokio::test]
+async fn an_idle_shard_is_read_at_the_base_rate_however_long_a_read_takes() {
+    // Given an empty stream whose GetRecords answers 150 ms late
+    let env = TestEnv::new().await;
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, 13).await;
+    proxy.slow_down(GET_RECORDS, Duration::from_millis(150));
+
+    // When relay-stream-local reads it (a poll interval of 250 ms, the default) until it has been
+    // idle for 3 s
+    let output = env
+        .relay_command("relay-stream-local")
+        .args(["--from", "trim-horizon", "--exit-when-idle", "3s"])
+        .envs(proxy.endpoint_env())
+        .env("RUST_LOG", "error")
+        .output()
+        .await
+        .expect("relay-stream-local runs");
+    assert!(
+        output.status.success(),
+        "exit status {}: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    // Then it read the shard four times a second, as Lambda polls it: a read every 250 ms from
+    // the start of the last (13 reads in the 3 s), not 250 ms after each ended (every 400 ms: 9),
+    // and never faster
+    let reads = proxy.counts_for(GET_RECORDS).passed_calls;
+    assert!(
+        (11..=14).contains(&reads),
+        "{reads} GetRecords calls in 3 s idle: expected 13, a read every 250 ms"
+    );
 }
 
 #[tokio::test]

@@ -71,6 +71,7 @@ use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -161,6 +162,9 @@ struct State {
     message_size_limits: Mutex<HashMap<String, usize>>,
     /// `X-Amz-Target`s answered `AccessDeniedException` (see [`FaultProxy::deny`]).
     denied: Mutex<HashSet<String>>,
+    /// Per `X-Amz-Target`: how long each of its calls waits before it is sent on (see
+    /// [`FaultProxy::slow_down`]).
+    delays: Mutex<HashMap<String, Duration>>,
     /// Whether S3 is out (see [`FaultProxy::s3_outage`]).
     s3_out: std::sync::atomic::AtomicBool,
     /// The account every bucket belongs to, when one is set (see [`FaultProxy::buckets_owned_by`]).
@@ -210,6 +214,7 @@ impl FaultProxy {
             scripted_lost_replies: Mutex::default(),
             message_size_limits: Mutex::default(),
             denied: Mutex::default(),
+            delays: Mutex::default(),
             s3_out: std::sync::atomic::AtomicBool::new(false),
             bucket_owner: Mutex::default(),
             s3_calls_without_owner: Mutex::default(),
@@ -273,6 +278,17 @@ impl FaultProxy {
             .lock()
             .expect("denied targets")
             .insert(target.to_owned());
+    }
+
+    /// Every call of `target` (an `X-Amz-Target`, e.g.
+    /// `DynamoDBStreams_20120810.GetRecords`) from now on waits `delay` before it is sent on: a
+    /// service slower to answer than the emulator.
+    pub fn slow_down(&self, target: &str, delay: Duration) {
+        self.state
+            .delays
+            .lock()
+            .expect("delays")
+            .insert(target.to_owned(), delay);
     }
 
     /// While `out`, every S3 call (bucket probes aside: `ListObjectsV2`, `HeadBucket`) is answered
@@ -413,6 +429,8 @@ const GET_QUEUE_ATTRIBUTES: &str = "AmazonSQS.GetQueueAttributes";
 /// The relays' batched marks.
 pub const BATCH_EXECUTE_STATEMENT: &str = "DynamoDB_20120810.BatchExecuteStatement";
 
+/// `X-Amz-Target` of DynamoDB Streams' `GetRecords`.
+pub const GET_RECORDS: &str = "DynamoDBStreams_20120810.GetRecords";
 /// `X-Amz-Target` of DynamoDB's `BatchGetItem`.
 pub const BATCH_GET_ITEM: &str = "DynamoDB_20120810.BatchGetItem";
 
@@ -692,6 +710,10 @@ impl State {
             && let Some(refused) = self.refuse_oversized_message(&parts, &body).await
         {
             return refused;
+        }
+        let delay = self.delays.lock().expect("delays").get(&target).copied();
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
         }
         match self.plan(&target, &body) {
             Plan::Pass => self.forward(&parts, body).await,
