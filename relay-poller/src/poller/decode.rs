@@ -1,8 +1,6 @@
 //! An item read from the index becomes an event: ready to publish, or poison with a reason that
 //! names the attribute at fault and never quotes its value.
 
-use std::collections::HashMap;
-
 use outbox_shared::envelope::Encoding;
 use outbox_shared::schema::{self, attr};
 use outbox_shared::{ItemKey, OutboxItem};
@@ -46,11 +44,10 @@ pub(crate) fn decode(raw: RawItem, partition: &str, encoding: &Encoding) -> Even
             },
         };
     };
-    // Decoded as the stream relay decodes an image, so a reason names the attribute and never
-    // quotes its value (values may hold personal data; reasons go to logs and dead letters).
-    let image: HashMap<String, serde_dynamo::AttributeValue> =
-        serde_dynamo::Item::from(raw.clone()).into();
-    let item: OutboxItem = match outbox_shared::image::from_image(&image) {
+    // Decoded by the stream relay's decoder, read in place (no clone of the item, no map
+    // rebuilt as serde_dynamo's), so a reason names the attribute and never quotes its value
+    // (values may hold personal data; reasons go to logs and dead letters).
+    let item: OutboxItem = match outbox_shared::image::from_image(&raw) {
         Ok(item) => item,
         Err(e) => return Event::undecodable(raw, Some(key), event_id, e),
     };
