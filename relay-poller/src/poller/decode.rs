@@ -25,16 +25,17 @@ pub(crate) fn item_key(raw: &RawItem) -> Option<ItemKey> {
 /// an item of this table's shape: nothing can be done with it, not even a dead-letter mark, so it
 /// fails (logged, counted, left where it is).
 pub(crate) fn decode(raw: RawItem, partition: &str, encoding: &Encoding) -> Event<RawItem> {
-    let event_id = string_attr(&raw, attr::EVENT_ID);
+    // The event id is copied out of the item only for an item that does not decode: one that
+    // does carries it in its `OutboxItem`.
     let Some(key) = item_key(&raw) else {
         tracing::error!(
             partition,
             "item in the pending index has no string PK/SK; skipped"
         );
         return Event {
-            source: raw,
             key: None,
-            event_id,
+            event_id: string_attr(&raw, attr::EVENT_ID),
+            source: raw,
             aggregate: None,
             trace: None,
             gone_item: None,
@@ -49,7 +50,10 @@ pub(crate) fn decode(raw: RawItem, partition: &str, encoding: &Encoding) -> Even
     // (values may hold personal data; reasons go to logs and dead letters).
     let item: OutboxItem = match outbox_shared::image::from_image(&raw) {
         Ok(item) => item,
-        Err(e) => return Event::undecodable(raw, Some(key), event_id, e),
+        Err(e) => {
+            let event_id = string_attr(&raw, attr::EVENT_ID);
+            return Event::undecodable(raw, Some(key), event_id, e);
+        }
     };
     if !item.is_outbox_event() {
         return Event {
