@@ -1,4 +1,5 @@
-//! Decoding a borrowed item image (a stream record's `NewImage`) into a serde type.
+//! Decoding a borrowed item image (a stream record's `NewImage`, an item a `Query` returned)
+//! into a serde type.
 //!
 //! `serde_dynamo::from_item` takes the item by value: a caller that must keep the record (the
 //! stream relay keeps it whole for the dead-letter queue and the batch response) has to clone the
@@ -6,8 +7,11 @@
 //! For a writer-shaped outbox image, the clone and the rebuild are two thirds of the relay's CPU
 //! per event.
 //!
-//! [`from_image`] reads the same `serde_dynamo::AttributeValue` map through a reference, so the
-//! only allocations left are the decoded type's own. It follows `serde_dynamo`'s data model
+//! [`from_image`] reads the map through a reference, so the only allocations left are the decoded
+//! type's own. It reads either representation of an attribute value ([`Attribute`]): the stream
+//! relay's `serde_dynamo::AttributeValue` (a Lambda event's image) and the SDK's
+//! `aws_sdk_dynamodb::types::AttributeValue` (the poller's `Query` pages), so both relays decode
+//! an outbox item with this one decoder. It follows `serde_dynamo`'s data model
 //! (strings from `S`, numbers parsed from `N`, `Null` as `None`, unit enum variants from `S`,
 //! maps from `M`, sequences from `L`, `SS`, `NS`, `BS`); a property test keeps it decoding
 //! [`crate::OutboxItem`] exactly as `serde_dynamo::from_item` does. Errors name the attribute.
@@ -15,6 +19,8 @@
 use std::collections::HashMap;
 use std::fmt;
 
+use aws_sdk_dynamodb::types::AttributeValue as SdkValue;
+use aws_smithy_types::Blob;
 use serde::de::value::{BorrowedStrDeserializer, MapAccessDeserializer};
 use serde::de::{
     self, DeserializeSeed, Deserializer, IntoDeserializer, MapAccess, SeqAccess, Unexpected,
@@ -74,25 +80,109 @@ fn kind_of<'a>(unexpected: &'a Unexpected<'a>) -> &'a dyn fmt::Display {
     }
 }
 
+/// One attribute value as [`from_image`] reads it, whatever type holds it.
+#[derive(Debug)]
+pub enum View<'a, V: Attribute> {
+    /// `S`.
+    S(&'a str),
+    /// `N`, as its text.
+    N(&'a str),
+    /// `B`.
+    B(&'a [u8]),
+    /// `BOOL`.
+    Bool(bool),
+    /// `NULL` (DynamoDB only ever sends `true`).
+    Null(bool),
+    /// `M`.
+    M(&'a HashMap<String, V>),
+    /// `L`.
+    L(&'a [V]),
+    /// `SS`.
+    Ss(&'a [String]),
+    /// `NS`, as their texts.
+    Ns(&'a [String]),
+    /// `BS`.
+    Bs(&'a [V::Bytes]),
+    /// A type added to DynamoDB after this SDK was built.
+    Unknown,
+}
+
+// Not derived: a derive would ask `V: Copy`, and a view holds only references.
+impl<V: Attribute> Clone for View<'_, V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<V: Attribute> Copy for View<'_, V> {}
+
+/// A representation of a DynamoDB attribute value that [`from_image`] reads.
+pub trait Attribute: Sized {
+    /// How the type holds a binary value.
+    type Bytes: AsRef<[u8]>;
+
+    /// The value, borrowed.
+    fn view(&self) -> View<'_, Self>;
+}
+
+impl Attribute for AttributeValue {
+    type Bytes = Vec<u8>;
+
+    fn view(&self) -> View<'_, Self> {
+        match self {
+            Self::S(s) => View::S(s),
+            Self::N(n) => View::N(n),
+            Self::B(b) => View::B(b),
+            Self::Bool(b) => View::Bool(*b),
+            Self::Null(b) => View::Null(*b),
+            Self::M(m) => View::M(m),
+            Self::L(l) => View::L(l),
+            Self::Ss(ss) => View::Ss(ss),
+            Self::Ns(ns) => View::Ns(ns),
+            Self::Bs(bs) => View::Bs(bs),
+        }
+    }
+}
+
+impl Attribute for SdkValue {
+    type Bytes = Blob;
+
+    fn view(&self) -> View<'_, Self> {
+        match self {
+            Self::S(s) => View::S(s),
+            Self::N(n) => View::N(n),
+            Self::B(b) => View::B(b.as_ref()),
+            Self::Bool(b) => View::Bool(*b),
+            Self::Null(b) => View::Null(*b),
+            Self::M(m) => View::M(m),
+            Self::L(l) => View::L(l),
+            Self::Ss(ss) => View::Ss(ss),
+            Self::Ns(ns) => View::Ns(ns),
+            Self::Bs(bs) => View::Bs(bs),
+            _ => View::Unknown,
+        }
+    }
+}
+
 /// Decodes `image` into `T` without taking it apart.
 ///
 /// # Errors
 /// [`ImageError`] naming the attribute that is missing, of the wrong type or malformed.
 pub fn from_image<'de, T: de::Deserialize<'de>>(
-    image: &'de HashMap<String, AttributeValue>,
+    image: &'de HashMap<String, impl Attribute>,
 ) -> Result<T, ImageError> {
     T::deserialize(MapAccessDeserializer::new(Attributes::new(image)))
 }
 
 /// The attributes of a map (`M`, or the top-level item) as a serde map.
-struct Attributes<'de> {
-    entries: std::collections::hash_map::Iter<'de, String, AttributeValue>,
+struct Attributes<'de, V> {
+    entries: std::collections::hash_map::Iter<'de, String, V>,
     /// The attribute whose value comes next, for error messages.
-    current: Option<(&'de str, &'de AttributeValue)>,
+    current: Option<(&'de str, &'de V)>,
 }
 
-impl<'de> Attributes<'de> {
-    fn new(map: &'de HashMap<String, AttributeValue>) -> Self {
+impl<'de, V: Attribute> Attributes<'de, V> {
+    fn new(map: &'de HashMap<String, V>) -> Self {
         Self {
             entries: map.iter(),
             current: None,
@@ -100,7 +190,7 @@ impl<'de> Attributes<'de> {
     }
 }
 
-impl<'de> MapAccess<'de> for Attributes<'de> {
+impl<'de, A: Attribute> MapAccess<'de> for Attributes<'de, A> {
     type Error = ImageError;
 
     fn next_key_seed<K: DeserializeSeed<'de>>(
@@ -115,15 +205,15 @@ impl<'de> MapAccess<'de> for Attributes<'de> {
             .map(Some)
     }
 
-    fn next_value_seed<V: DeserializeSeed<'de>>(
+    fn next_value_seed<S: DeserializeSeed<'de>>(
         &mut self,
-        seed: V,
-    ) -> Result<V::Value, ImageError> {
+        seed: S,
+    ) -> Result<S::Value, ImageError> {
         let (name, value) = self
             .current
             .take()
             .ok_or_else(|| de::Error::custom("attribute value requested before its name"))?;
-        seed.deserialize(Attr(value)).map_err(|err| ImageError {
+        seed.deserialize(Attr::of(value)).map_err(|err| ImageError {
             message: format!("attribute {name}: {err}"),
         })
     }
@@ -137,35 +227,39 @@ impl<'de> MapAccess<'de> for Attributes<'de> {
 const NUMBER: Unexpected<'static> = Unexpected::Other("number (N)");
 
 /// One attribute value.
-#[derive(Clone, Copy)]
-struct Attr<'de>(&'de AttributeValue);
+struct Attr<'de, A: Attribute>(View<'de, A>);
 
-impl<'de> Attr<'de> {
-    fn unexpected(self) -> Unexpected<'de> {
+impl<'de, A: Attribute> Attr<'de, A> {
+    fn of(value: &'de A) -> Self {
+        Self(value.view())
+    }
+
+    fn unexpected(&self) -> Unexpected<'de> {
         match self.0 {
-            AttributeValue::N(_) => NUMBER,
+            View::N(_) => NUMBER,
             // Not the value itself: a misplaced string can be a whole payload, and this message
             // ends up in a dead letter's reason.
-            AttributeValue::S(_) => Unexpected::Other("string (S)"),
-            AttributeValue::Bool(b) => Unexpected::Bool(*b),
-            AttributeValue::B(_) => Unexpected::Other("binary (B)"),
-            AttributeValue::Null(_) => Unexpected::Other("NULL"),
-            AttributeValue::M(_) => Unexpected::Map,
-            AttributeValue::L(_) => Unexpected::Seq,
-            AttributeValue::Ss(_) => Unexpected::Other("string set (SS)"),
-            AttributeValue::Ns(_) => Unexpected::Other("number set (NS)"),
-            AttributeValue::Bs(_) => Unexpected::Other("binary set (BS)"),
+            View::S(_) => Unexpected::Other("string (S)"),
+            View::Bool(b) => Unexpected::Bool(b),
+            View::B(_) => Unexpected::Other("binary (B)"),
+            View::Null(_) => Unexpected::Other("NULL"),
+            View::M(_) => Unexpected::Map,
+            View::L(_) => Unexpected::Seq,
+            View::Ss(_) => Unexpected::Other("string set (SS)"),
+            View::Ns(_) => Unexpected::Other("number set (NS)"),
+            View::Bs(_) => Unexpected::Other("binary set (BS)"),
+            View::Unknown => Unexpected::Other("an attribute type unknown to this SDK"),
         }
     }
 
-    fn invalid_type<T>(self, expected: &dyn de::Expected) -> Result<T, ImageError> {
+    fn invalid_type<T>(&self, expected: &dyn de::Expected) -> Result<T, ImageError> {
         Err(de::Error::invalid_type(self.unexpected(), expected))
     }
 
     /// The text of an `N` attribute.
-    fn number<V: Visitor<'de>>(self, visitor: &V) -> Result<&'de str, ImageError> {
+    fn number<V: Visitor<'de>>(&self, visitor: &V) -> Result<&'de str, ImageError> {
         match self.0 {
-            AttributeValue::N(n) => Ok(n),
+            View::N(n) => Ok(n),
             _ => self.invalid_type(visitor),
         }
     }
@@ -184,29 +278,27 @@ macro_rules! deserialize_number {
     )*};
 }
 
-impl<'de> Deserializer<'de> for Attr<'de> {
+impl<'de, A: Attribute> Deserializer<'de> for Attr<'de, A> {
     type Error = ImageError;
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ImageError> {
         match self.0 {
-            AttributeValue::N(n) => visit_number(n, visitor),
-            AttributeValue::S(s) => visitor.visit_borrowed_str(s),
-            AttributeValue::Bool(b) => visitor.visit_bool(*b),
-            AttributeValue::B(b) => visitor.visit_borrowed_bytes(b),
+            View::N(n) => visit_number(n, visitor),
+            View::S(s) => visitor.visit_borrowed_str(s),
+            View::Bool(b) => visitor.visit_bool(b),
+            View::B(b) => visitor.visit_borrowed_bytes(b),
             // DynamoDB only ever sends `NULL: true`; `false` is malformed, as in serde_dynamo.
-            AttributeValue::Null(true) => visitor.visit_unit(),
-            AttributeValue::Null(false) => self.invalid_type(&visitor),
-            AttributeValue::M(m) => visitor.visit_map(Attributes::new(m)),
-            AttributeValue::L(l) => visitor.visit_seq(Elements::new(l.iter().map(Attr))),
-            AttributeValue::Ss(ss) => visitor.visit_seq(Elements::new(
+            View::Null(true) => visitor.visit_unit(),
+            View::Null(false) | View::Unknown => self.invalid_type(&visitor),
+            View::M(m) => visitor.visit_map(Attributes::new(m)),
+            View::L(l) => visitor.visit_seq(Elements::new(l.iter().map(Attr::of))),
+            View::Ss(ss) => visitor.visit_seq(Elements::new(
                 ss.iter().map(|s| BorrowedStrDeserializer::new(s.as_str())),
             )),
-            AttributeValue::Ns(ns) => {
-                visitor.visit_seq(Elements::new(ns.iter().map(|n| Number(n))))
-            }
-            AttributeValue::Bs(bs) => visitor.visit_seq(Elements::new(
+            View::Ns(ns) => visitor.visit_seq(Elements::new(ns.iter().map(|n| Number(n)))),
+            View::Bs(bs) => visitor.visit_seq(Elements::new(
                 bs.iter()
-                    .map(|b| de::value::BorrowedBytesDeserializer::new(b.as_slice())),
+                    .map(|b| de::value::BorrowedBytesDeserializer::new(b.as_ref())),
             )),
         }
     }
@@ -228,14 +320,14 @@ impl<'de> Deserializer<'de> for Attr<'de> {
 
     fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ImageError> {
         match self.0 {
-            AttributeValue::Bool(b) => visitor.visit_bool(*b),
+            View::Bool(b) => visitor.visit_bool(b),
             _ => self.invalid_type(&visitor),
         }
     }
 
     fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ImageError> {
         match self.0 {
-            AttributeValue::S(s) => visitor.visit_borrowed_str(s),
+            View::S(s) => visitor.visit_borrowed_str(s),
             _ => self.invalid_type(&visitor),
         }
     }
@@ -254,7 +346,7 @@ impl<'de> Deserializer<'de> for Attr<'de> {
 
     fn deserialize_bytes<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ImageError> {
         match self.0 {
-            AttributeValue::B(b) => visitor.visit_borrowed_bytes(b),
+            View::B(b) => visitor.visit_borrowed_bytes(b),
             _ => self.invalid_type(&visitor),
         }
     }
@@ -265,14 +357,14 @@ impl<'de> Deserializer<'de> for Attr<'de> {
 
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ImageError> {
         match self.0 {
-            AttributeValue::Null(true) => visitor.visit_none(),
+            View::Null(true) => visitor.visit_none(),
             _ => visitor.visit_some(self),
         }
     }
 
     fn deserialize_unit<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ImageError> {
         match self.0 {
-            AttributeValue::Null(true) => visitor.visit_unit(),
+            View::Null(true) => visitor.visit_unit(),
             _ => self.invalid_type(&visitor),
         }
     }
@@ -295,10 +387,7 @@ impl<'de> Deserializer<'de> for Attr<'de> {
 
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ImageError> {
         match self.0 {
-            AttributeValue::L(_)
-            | AttributeValue::Ss(_)
-            | AttributeValue::Ns(_)
-            | AttributeValue::Bs(_) => self.deserialize_any(visitor),
+            View::L(_) | View::Ss(_) | View::Ns(_) | View::Bs(_) => self.deserialize_any(visitor),
             _ => self.invalid_type(&visitor),
         }
     }
@@ -322,7 +411,7 @@ impl<'de> Deserializer<'de> for Attr<'de> {
 
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ImageError> {
         match self.0 {
-            AttributeValue::M(m) => visitor.visit_map(Attributes::new(m)),
+            View::M(m) => visitor.visit_map(Attributes::new(m)),
             _ => self.invalid_type(&visitor),
         }
     }
@@ -334,7 +423,7 @@ impl<'de> Deserializer<'de> for Attr<'de> {
         visitor: V,
     ) -> Result<V::Value, ImageError> {
         match self.0 {
-            AttributeValue::L(_) => self.deserialize_seq(visitor),
+            View::L(_) => self.deserialize_seq(visitor),
             _ => self.deserialize_map(visitor),
         }
     }
@@ -348,7 +437,7 @@ impl<'de> Deserializer<'de> for Attr<'de> {
         match self.0 {
             // A unit variant, as `serde_dynamo` writes it. Variants with data are stored as a
             // one-entry `M`; outbox items have none, so they are not read here.
-            AttributeValue::S(s) => visitor.visit_enum(s.as_str().into_deserializer()),
+            View::S(s) => visitor.visit_enum(s.into_deserializer()),
             _ => self.invalid_type(&visitor),
         }
     }

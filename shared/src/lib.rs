@@ -12,7 +12,8 @@
 //! - [`schema`]: attribute names, entity types and key formats of the single-table design.
 //! - [`shard`]: the stable shard function that spreads pending events over the `GSI1` shards.
 //! - [`item`]: [`OutboxItem`], the one serde struct for an outbox event item, both directions.
-//! - [`image`]: decoding a borrowed item image (a stream record's `NewImage`) without cloning it.
+//! - [`image`]: decoding a borrowed item image (a stream record's `NewImage`, an item of a `Query`
+//!   page) without cloning it.
 //! - [`entry_field`]: the `PutEvents` entry fields EventBridge limits (`DetailType`, `TraceHeader`).
 //! - [`envelope`]: the event's body, the envelope (`{"metadata": …, "data": <Payload>}`) or a
 //!   CloudEvent, its wire shapes one type each for the relays (writing) and consumers (reading).

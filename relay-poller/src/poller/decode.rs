@@ -1,8 +1,6 @@
 //! An item read from the index becomes an event: ready to publish, or poison with a reason that
 //! names the attribute at fault and never quotes its value.
 
-use std::collections::HashMap;
-
 use outbox_shared::envelope::Encoding;
 use outbox_shared::schema::{self, attr};
 use outbox_shared::{ItemKey, OutboxItem};
@@ -27,16 +25,17 @@ pub(crate) fn item_key(raw: &RawItem) -> Option<ItemKey> {
 /// an item of this table's shape: nothing can be done with it, not even a dead-letter mark, so it
 /// fails (logged, counted, left where it is).
 pub(crate) fn decode(raw: RawItem, partition: &str, encoding: &Encoding) -> Event<RawItem> {
-    let event_id = string_attr(&raw, attr::EVENT_ID);
+    // The event id is copied out of the item only for an item that does not decode: one that
+    // does carries it in its `OutboxItem`.
     let Some(key) = item_key(&raw) else {
         tracing::error!(
             partition,
             "item in the pending index has no string PK/SK; skipped"
         );
         return Event {
-            source: raw,
             key: None,
-            event_id,
+            event_id: string_attr(&raw, attr::EVENT_ID),
+            source: raw,
             aggregate: None,
             trace: None,
             gone_item: None,
@@ -46,13 +45,15 @@ pub(crate) fn decode(raw: RawItem, partition: &str, encoding: &Encoding) -> Even
             },
         };
     };
-    // Decoded as the stream relay decodes an image, so a reason names the attribute and never
-    // quotes its value (values may hold personal data; reasons go to logs and dead letters).
-    let image: HashMap<String, serde_dynamo::AttributeValue> =
-        serde_dynamo::Item::from(raw.clone()).into();
-    let item: OutboxItem = match outbox_shared::image::from_image(&image) {
+    // Decoded by the stream relay's decoder, read in place (no clone of the item, no map
+    // rebuilt as serde_dynamo's), so a reason names the attribute and never quotes its value
+    // (values may hold personal data; reasons go to logs and dead letters).
+    let item: OutboxItem = match outbox_shared::image::from_image(&raw) {
         Ok(item) => item,
-        Err(e) => return Event::undecodable(raw, Some(key), event_id, e),
+        Err(e) => {
+            let event_id = string_attr(&raw, attr::EVENT_ID);
+            return Event::undecodable(raw, Some(key), event_id, e);
+        }
     };
     if !item.is_outbox_event() {
         return Event {
