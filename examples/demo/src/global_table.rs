@@ -120,6 +120,10 @@ pub(crate) struct FailoverFigures {
     pub(crate) adopter: Option<String>,
     /// `--region-failover-after`, in ms.
     pub(crate) failover_after_ms: u64,
+    /// `--lease-renew-interval`, in ms: a region's heartbeat is written once a round, so its last
+    /// one precedes the kill by up to a round, and the adoption may come that much sooner than
+    /// `failover_after_ms` after the kill.
+    pub(crate) region_round_ms: u64,
     /// From the kill (the relays gone) to the adoption read in the adopter's replica.
     pub(crate) adopted_after_ms: Option<u64>,
     /// From the kill to the first of the stopped region's events the adopter published (its
@@ -868,6 +872,9 @@ pub(crate) fn summarize(
                     .map(ToString::to_string),
             ),
             failover_after_ms: humantime::parse_duration(REGION_FAILOVER_AFTER)
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                .unwrap_or_default(),
+            region_round_ms: humantime::parse_duration(LEASE_RENEW_INTERVAL)
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
                 .unwrap_or_default(),
             adopted_after_ms: since(timeline.stopped_ms, timeline.adopted_ms),
