@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use outbox_tests::fault_proxy::{FaultProxy, FaultRates};
-use outbox_tests::{TestEnv, emulator_endpoints, unique_name};
+use outbox_tests::{TestEnv, emulator_endpoints, metric_sum, unique_name};
 use outbox_writer::{NewOrder, OrderLine, OrderStatus};
 use tokio::io::AsyncReadExt;
 
@@ -22,22 +22,6 @@ const BATCH_SIZE: &str = "100";
 /// Bound for the fleet to publish everything and release every hold; only reached when something
 /// is broken.
 const RECOVERY_TIMEOUT: Duration = Duration::from_secs(240);
-
-/// The sum of the metric `name` over the EMF documents among `lines` (a relay's stderr).
-fn metric_sum(lines: &str, name: &str) -> u64 {
-    lines
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|doc| doc.get("_aws").is_some())
-        .filter_map(|doc| match doc.get(name)? {
-            serde_json::Value::Number(n) => n.as_u64(),
-            serde_json::Value::Array(values) => {
-                Some(values.iter().filter_map(serde_json::Value::as_u64).sum())
-            }
-            _ => None,
-        })
-        .sum()
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn aggregates_held_through_an_outage_are_released_by_a_fleet_with_nothing_missing_or_out_of_order()

@@ -177,12 +177,11 @@ mod relays {
     use std::process::Stdio;
     use std::time::{Duration, Instant};
 
-    use aws_sdk_dynamodb::types::AttributeValue;
     use outbox_shared::{OutboxConfig, Region};
     use outbox_tests::regions::{GlobalTestEnv, RegionEnv};
-    use outbox_tests::{SinkMessage, TEST_SOURCE, unique_name};
+    use outbox_tests::{SinkMessage, TEST_SOURCE, metric_sum, unique_name};
     use outbox_writer::{NewOrder, OrderLine, OrderStatus, OutboxWriter, WriterConfig};
-    use relay_poller::failover::{adoption_key, attr as region_attr, heartbeat_key};
+    use relay_poller::failover::{DynamoRegionStore, RegionStore, RegionView, attr as region_attr};
     use relay_runtime::TargetKind;
     use tokio::io::AsyncReadExt;
     use tokio::process::Child;
@@ -260,22 +259,6 @@ mod relays {
         async fn kill(mut self) {
             self.child.kill().await.expect("kill");
         }
-    }
-
-    /// The sum of the metric `name` over the EMF documents among a relay's lines.
-    fn metric_sum(lines: &str, name: &str) -> u64 {
-        lines
-            .lines()
-            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-            .filter(|doc| doc.get("_aws").is_some())
-            .filter_map(|doc| match doc.get(name)? {
-                serde_json::Value::Number(n) => n.as_u64(),
-                serde_json::Value::Array(values) => {
-                    Some(values.iter().filter_map(serde_json::Value::as_u64).sum())
-                }
-                _ => None,
-            })
-            .sum()
     }
 
     fn writer(env: &GlobalTestEnv, region: &RegionEnv) -> OutboxWriter {
@@ -365,49 +348,33 @@ mod relays {
     /// The region publishing `of`'s partitions by `region`'s replica of the lease table: its
     /// adopter, or `of` itself.
     async fn publisher_of(region: &RegionEnv, lease_table: &str, of: &Region) -> String {
-        lease_item(region, lease_table, adoption_key(of))
+        region_items(region, lease_table)
             .await
-            .and_then(|i| i.get(region_attr::ADOPTER)?.as_s().ok().cloned())
-            .unwrap_or_else(|| of.to_string())
+            .publisher_of(of)
+            .to_string()
     }
 
-    /// `region`'s replica of `key`'s item in the lease table.
-    async fn lease_item(
-        region: &RegionEnv,
-        lease_table: &str,
-        key: String,
-    ) -> Option<std::collections::HashMap<String, AttributeValue>> {
-        region
-            .dynamodb
-            .get_item()
-            .table_name(lease_table)
-            .key(region_attr::LEASE_KEY, AttributeValue::S(key))
-            .consistent_read(true)
-            .send()
+    /// The region items of `region`'s replica of the lease table, read as the pollers read them.
+    async fn region_items(region: &RegionEnv, lease_table: &str) -> RegionView {
+        DynamoRegionStore::new(region.dynamodb.clone(), lease_table)
+            .read()
             .await
-            .expect("read the lease table")
-            .item
-    }
-
-    fn millis(item: &std::collections::HashMap<String, AttributeValue>, name: &str) -> i64 {
-        item.get(name)
-            .and_then(|v| v.as_n().ok())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("{name} in {item:?}"))
+            .expect("read the region items")
     }
 
     /// By `region`'s replica: when `of`'s last heartbeat was written, and when its adoption last
     /// changed (epoch milliseconds, the writers' clocks: one machine's here).
     async fn adoption_times(region: &RegionEnv, lease_table: &str, of: &Region) -> (i64, i64) {
-        let heartbeat = lease_item(region, lease_table, heartbeat_key(of))
-            .await
-            .expect("the region's heartbeat");
-        let adoption = lease_item(region, lease_table, adoption_key(of))
-            .await
-            .expect("the region's adoption");
+        let view = region_items(region, lease_table).await;
         (
-            millis(&heartbeat, region_attr::HEARTBEAT_AT),
-            millis(&adoption, region_attr::CHANGED_AT),
+            view.heartbeats
+                .get(of)
+                .expect("the region's heartbeat")
+                .heartbeat_at,
+            view.adoptions
+                .get(of)
+                .expect("the region's adoption")
+                .changed_at,
         )
     }
 

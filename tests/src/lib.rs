@@ -308,6 +308,23 @@ impl SinkMessage {
     }
 }
 
+/// The sum of the metric `name` over the EMF documents among `lines` (a relay's log and metric
+/// lines, as a child process writes them to stderr).
+pub fn metric_sum(lines: &str, name: &str) -> u64 {
+    lines
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|doc| doc.get("_aws").is_some())
+        .filter_map(|doc| match doc.get(name)? {
+            serde_json::Value::Number(n) => n.as_u64(),
+            serde_json::Value::Array(values) => {
+                Some(values.iter().filter_map(serde_json::Value::as_u64).sum())
+            }
+            _ => None,
+        })
+        .sum()
+}
+
 /// A pending outbox item with only the required attributes, as another client (any language, no
 /// writer) writes it: in `user`'s item collection, created at `created_at`, on index shard `shard`.
 pub fn minimal_outbox_item(
