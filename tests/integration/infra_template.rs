@@ -487,6 +487,33 @@ fn both_relays_emit_metrics_in_the_templates_namespace_and_the_alarms_watch_what
     );
 }
 
+#[test]
+fn every_alarm_of_the_template_has_its_row_in_the_runbook() {
+    // Given the alarms of the template, whatever their conditions
+    let template = Template::embedded().unwrap();
+    let alarms: Vec<&String> = template
+        .resources
+        .iter()
+        .filter(|(_, resource)| resource.resource_type == "AWS::CloudWatch::Alarm")
+        .map(|(id, _)| id)
+        .collect();
+    assert!(alarms.len() >= 5, "{alarms:?}");
+
+    // Then each has a row in docs/operations.md's "Alarms and what to do": what it means, what to do
+    let docs =
+        std::fs::read_to_string(outbox_tests::workspace_root().join("docs/operations.md")).unwrap();
+    let section = &docs[docs
+        .find("## Alarms and what to do")
+        .expect("an alarms section")..];
+    let section = &section[..section[3..].find("\n### ").map_or(section.len(), |i| i + 3)];
+    for alarm in alarms {
+        assert!(
+            section.contains(&format!("| `{alarm}` |")),
+            "{alarm} has no row in docs/operations.md, \"Alarms and what to do\""
+        );
+    }
+}
+
 /// The Metrics Insights query of FailedCalls summed over every operation of both relays, in the
 /// template's namespace, with `group_by` after it.
 fn failed_calls_query(group_by: &str) -> String {
@@ -2067,42 +2094,35 @@ fn documented_metrics() -> BTreeSet<String> {
 #[test]
 fn the_dashboard_shows_what_the_on_call_engineer_needs_from_metrics_the_relays_emit() {
     use relay_runtime::metrics as m;
-    let template = Template::embedded().unwrap();
     let documented = documented_metrics();
     assert!(documented.contains(m::PUBLISHED), "{documented:?}");
 
-    // Given the dashboard's body, its substitutions made as CloudFormation makes them
-    let dashboard = properties(&template, "Dashboard");
-    let body = dashboard["DashboardBody"]["!Sub"].as_str().unwrap();
-    let body = regex::Regex::new(r"\$\{([A-Za-z:.]+)\}")
+    // Given the dashboard of a single-region stack and of a global table's
+    let single = Template::embedded().unwrap().with_parameters(&[]).unwrap();
+    let global = Template::embedded()
         .unwrap()
-        .replace_all(body, |c: &regex::Captures<'_>| match &c[1] {
-            "MetricsNamespace" => "NS".to_owned(),
-            "OldestPendingAlarmSeconds" | "IteratorAgeAlarmMilliseconds" => "1".to_owned(),
-            other => other.replace([':', '.'], "-"),
-        });
-    let body: Value = serde_json::from_str(&body).expect("the dashboard body is JSON");
+        .with_parameters(&[
+            ("GlobalTableRegions", "us-east-1,eu-west-1"),
+            ("GlobalTableName", "orders"),
+        ])
+        .unwrap();
+    let single = dashboard_metrics(&single);
+    let global = dashboard_metrics(&global);
 
-    // When every metric its widgets name is collected
-    let mut named: Vec<(String, String)> = Vec::new();
-    let insights = regex::Regex::new(r#"SUM\((\w+)\) FROM SCHEMA\("NS""#).unwrap();
-    for widget in body["widgets"].as_array().unwrap() {
-        for metric in widget["properties"]["metrics"].as_array().unwrap() {
-            let metric = metric.as_array().unwrap();
-            match &metric[0] {
-                Value::String(namespace) => {
-                    named.push((namespace.clone(), metric[1].as_str().unwrap().to_owned()))
-                }
-                Value::Object(expression) => {
-                    let expression = expression["expression"].as_str().unwrap();
-                    for found in insights.captures_iter(expression) {
-                        named.push(("NS".to_owned(), found[1].to_owned()));
-                    }
-                }
-                other => panic!("{other}"),
-            }
-        }
-    }
+    // Then a global table's shows every widget a single region's does, and the regions adopted
+    assert!(
+        single.iter().all(|metric| global.contains(metric)),
+        "{single:?} {global:?}"
+    );
+    assert!(
+        !single.iter().any(|(_, n)| n == m::REGIONS_ADOPTED),
+        "{single:?}"
+    );
+    assert!(
+        global.contains(&("NS".to_owned(), m::REGIONS_ADOPTED.to_owned())),
+        "{global:?}"
+    );
+    let named = global;
 
     // Then the relays' metrics are all in docs/operations.md's table, the others AWS's own
     for (namespace, name) in &named {
@@ -2139,6 +2159,57 @@ fn the_dashboard_shows_what_the_on_call_engineer_needs_from_metrics_the_relays_e
         yaml.contains(&failed_calls_query(" GROUP BY Operation").replace('"', "\\\"")),
         "the failed-calls widget"
     );
+}
+
+/// The metrics `template`'s dashboard names, as (namespace, name), the namespace parameter's
+/// value written `NS`: its body with the substitutions made as CloudFormation makes them, the
+/// global table's widgets (`GlobalTableWidgets`, empty on a single-region table) among them.
+fn dashboard_metrics(template: &Template) -> Vec<(String, String)> {
+    let dashboard = properties(template, "Dashboard");
+    let [body, variables] = dashboard["DashboardBody"]["!Sub"]
+        .as_array()
+        .expect("the dashboard body is a !Sub with variables")
+        .as_slice()
+    else {
+        panic!("{dashboard}")
+    };
+    let widgets = &variables["GlobalTableWidgets"];
+    let widgets = widgets["!Sub"].as_str().or(widgets.as_str()).unwrap();
+    let body = body
+        .as_str()
+        .unwrap()
+        .replace("${GlobalTableWidgets}", widgets);
+    let body = regex::Regex::new(r"\$\{([A-Za-z:.]+)\}")
+        .unwrap()
+        .replace_all(&body, |c: &regex::Captures<'_>| match &c[1] {
+            "MetricsNamespace" => "NS".to_owned(),
+            "OldestPendingAlarmSeconds" | "IteratorAgeAlarmMilliseconds" => "1".to_owned(),
+            other => other.replace([':', '.'], "-"),
+        });
+    let body: Value = serde_json::from_str(&body).expect("the dashboard body is JSON");
+
+    // Every metric its widgets name
+    let mut named: Vec<(String, String)> = Vec::new();
+    let insights = regex::Regex::new(r#"SUM\((\w+)\) FROM SCHEMA\("NS""#).unwrap();
+    for widget in body["widgets"].as_array().unwrap() {
+        for metric in widget["properties"]["metrics"].as_array().unwrap() {
+            let metric = metric.as_array().unwrap();
+            match &metric[0] {
+                Value::String(namespace) => {
+                    named.push((namespace.clone(), metric[1].as_str().unwrap().to_owned()))
+                }
+                Value::Object(expression) => {
+                    let expression = expression["expression"].as_str().unwrap();
+                    for found in insights.captures_iter(expression) {
+                        named.push(("NS".to_owned(), found[1].to_owned()));
+                    }
+                }
+                other => panic!("{other}"),
+            }
+        }
+    }
+
+    named
 }
 
 #[test]
@@ -2819,6 +2890,33 @@ mod global_table_stacks {
             .unwrap()
             .with_parameters(&values)
             .unwrap()
+    }
+
+    #[test]
+    fn each_regions_stack_alarms_while_its_pollers_publish_another_regions_events() {
+        use relay_runtime::metrics::{REGIONS_ADOPTED, RELAY_DIMENSION};
+        // Given a single-region stack and each region's stack of a global table
+        let single = Template::embedded().unwrap().with_parameters(&[]).unwrap();
+        assert!(single.resource("RegionAdoptedAlarm").is_err());
+        for region in REGIONS {
+            let template = stack(region, &[]);
+            // Then the region's alarm watches the metric its pollers emit while they publish
+            // another region's partitions, from the first one
+            let alarm = properties(&template, "RegionAdoptedAlarm");
+            assert!(
+                is_ref_to(&alarm["Namespace"], "MetricsNamespace"),
+                "{alarm}"
+            );
+            assert_eq!(alarm["MetricName"], REGIONS_ADOPTED);
+            assert_eq!(alarm["Dimensions"][0]["Name"], RELAY_DIMENSION);
+            assert_eq!(
+                alarm["Dimensions"][0]["Value"],
+                relay_poller::poller::ORIGIN
+            );
+            assert_eq!(alarm["Statistic"], "Maximum");
+            assert_eq!(alarm["Threshold"], 0);
+            assert_eq!(alarm["ComparisonOperator"], "GreaterThanThreshold");
+        }
     }
 
     fn variable(template: &Template, name: &str) -> Value {
