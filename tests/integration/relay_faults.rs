@@ -25,6 +25,9 @@ const RATES: FaultRates = FaultRates {
 };
 const SEED: u64 = 0x0b0c_fa17;
 const EVENTS: usize = 1000;
+/// Events per target of the lost-replies scenario: its three first replies lost on purpose make
+/// the duplicates (or their suppression), a tenth of the calls more at random.
+const LOST_REPLY_EVENTS: usize = 300;
 /// Marks whose reply is lost after they took effect, on top of the random ones: at 20 % of ~50
 /// calls and a tenth of the 500s, a random lost reply of a mark is a matter of luck.
 const LOST_MARK_REPLIES: u32 = 3;
@@ -337,43 +340,51 @@ fn deduplicates(kind: TargetKind, fifo: bool) -> bool {
 }
 
 async fn lost_publish_replies(relay: Relay, targets: &[(TargetKind, bool)]) {
-    // Given, for each target, 1,000 orders and an AWS whose only fault is that a tenth of the
-    // publish calls (and the first three) take effect and lose their reply
+    // Given, for each target, 300 orders and an AWS whose only fault is that a tenth of the
+    // publish calls (and the first three) take effect and lose their reply; the targets side by
+    // side, each with its own table, sink and proxy
     let rates = FaultRates {
         dynamodb_calls: 0,
         put_events_entries: 0,
         lost_replies: 10,
     };
-    let mut duplicates = HashMap::new();
-    for &(kind, fifo) in targets {
-        let name = named(kind, fifo);
-        let env = TestEnv::with_target_of(kind, fifo).await;
-        let written: HashSet<String> = env.create_orders(EVENTS, 32).await.into_iter().collect();
-        let proxy = FaultProxy::start(&emulator_endpoints(), rates, SEED).await;
-        proxy.lose_next_replies(put_events_of(kind), 3);
+    let duplicates: HashMap<String, (TargetKind, bool, u64)> =
+        futures::future::join_all(targets.iter().map(|&(kind, fifo)| async move {
+            let name = named(kind, fifo);
+            let env = TestEnv::with_target_of(kind, fifo).await;
+            let written: HashSet<String> = env
+                .create_orders(LOST_REPLY_EVENTS, 32)
+                .await
+                .into_iter()
+                .collect();
+            let proxy = FaultProxy::start(&emulator_endpoints(), rates, SEED).await;
+            proxy.lose_next_replies(put_events_of(kind), 3);
 
-        // When the relay publishes them through it
-        let summary = relay.publish(&env, &proxy).await;
+            // When the relay publishes them through it
+            let summary = relay.publish(&env, &proxy).await;
 
-        // Then every event reached the sink, and the replies were really lost
-        // (the calls' count under the key's earlier name too, deprecated, kept one release)
-        assert_eq!(
-            summary["put_events_calls"], summary["publish_calls"],
-            "{summary}"
-        );
-        let lost = proxy.counts_for(put_events_of(kind)).lost_replies;
-        assert!(lost >= 3, "{name}: {lost} lost replies");
-        let mut counts = HashMap::new();
-        for message in settled_sink(&env, EVENTS).await {
-            *counts.entry(message.event_id().to_owned()).or_default() += 1;
-        }
-        let duplicated = assert_all_once_or_more(&counts, &written);
-        eprintln!(
-            "lost publish replies, {relay:?}, {name}: {duplicated} duplicates on the sink of {EVENTS} events, {lost} replies lost, {} publish calls, {} deduplicated by the bus",
-            summary["publish_calls"], summary["deduplicated"]
-        );
-        duplicates.insert(name, (kind, fifo, duplicated));
-    }
+            // Then every event reached the sink, and the replies were really lost
+            // (the calls' count under the key's earlier name too, deprecated, kept one release)
+            assert_eq!(
+                summary["put_events_calls"], summary["publish_calls"],
+                "{summary}"
+            );
+            let lost = proxy.counts_for(put_events_of(kind)).lost_replies;
+            assert!(lost >= 3, "{name}: {lost} lost replies");
+            let mut counts = HashMap::new();
+            for message in settled_sink(&env, LOST_REPLY_EVENTS).await {
+                *counts.entry(message.event_id().to_owned()).or_default() += 1;
+            }
+            let duplicated = assert_all_once_or_more(&counts, &written);
+            eprintln!(
+                "lost publish replies, {relay:?}, {name}: {duplicated} duplicates on the sink of {LOST_REPLY_EVENTS} events, {lost} replies lost, {} publish calls, {} deduplicated by the bus",
+                summary["publish_calls"], summary["deduplicated"]
+            );
+            (name, (kind, fifo, duplicated))
+        }))
+        .await
+        .into_iter()
+        .collect();
 
     // And the targets without de-duplication delivered the events of the lost replies twice,
     // the FIFO ones never: the resent entries were suppressed in their window
@@ -411,8 +422,9 @@ fn keeps_order(kind: TargetKind, fifo: bool) -> bool {
 }
 
 async fn first_events_failing_once(relay: Relay, targets: &[(TargetKind, bool)]) {
-    let mut found = HashMap::new();
-    for &(kind, fifo) in targets {
+    // (the targets side by side, each with its own table, sink and proxy)
+    let found: HashMap<String, (TargetKind, bool, usize)> =
+        futures::future::join_all(targets.iter().map(|&(kind, fifo)| async move {
         let name = named(kind, fifo);
         // Given 40 orders of five events each (created, then four status changes), and an AWS
         // where each order's first event fails its first publish attempt
@@ -456,8 +468,11 @@ async fn first_events_failing_once(relay: Relay, targets: &[(TargetKind, bool)])
         eprintln!(
             "first event of each of 40 orders failing once, {relay:?}, {name}: out_of_order {late} of 200 on the sink"
         );
-        found.insert(name, (kind, fifo, late));
-    }
+        (name, (kind, fifo, late))
+    }))
+    .await
+    .into_iter()
+    .collect();
     // The relay holds an aggregate's later events back until its failed event is accepted, on
     // every target; the FIFO ones and Kinesis (one shard per aggregate) keep that order after
     for (name, &(kind, fifo, late)) in &found {
