@@ -27,9 +27,12 @@ TEST_REGIONS := us-east-1,eu-west-1
 # two, from the same fresh clone (docs/testing.md).
 TEST_THREADS ?= 4
 
+# The build comes first, whole: the workspace's binaries with its tests, as the integration tests
+# run them (outbox_tests::workspace_binary), so no test waits on a build and cargo test builds nothing.
 ## The whole test suite (unit, integration and end-to-end) against a private local emulator, with a
 ## local global table of two regions.
 test:
+	$(CARGO) build --workspace --bins --tests --locked
 	EMULATOR_REGIONS=$(TEST_REGIONS) RUST_TEST_THREADS=$(TEST_THREADS) $(EMULATOR) run -- $(CARGO) test --workspace --locked
 	$(MAKE) test-custom-bus-double
 

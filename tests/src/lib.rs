@@ -171,9 +171,9 @@ pub fn workspace_root() -> PathBuf {
 ///
 /// The first call builds the whole workspace with its tests, once per test process; later calls
 /// only find the binary. A whole-workspace build is the feature resolution of
-/// `cargo test --workspace`, so under `make test` it is a no-op, where a one-package build would
-/// recompile the SDK crates with other features (and the next test build would recompile them
-/// back).
+/// `cargo test --workspace`, and `make test` runs this build before the tests, so there it is a
+/// no-op, where a one-package build would recompile the SDK crates with other features (and the
+/// next test build would recompile them back).
 ///
 /// # Panics
 /// When cargo cannot build the workspace, or the binary is not one of its binaries.
