@@ -443,7 +443,7 @@ fn is_ref_to(value: &Value, parameter: &str) -> bool {
 
 #[test]
 fn both_relays_emit_metrics_in_the_templates_namespace_and_the_alarms_watch_what_they_emit() {
-    use relay_runtime::metrics::{OLDEST_PENDING_AGE, RELAY_DIMENSION};
+    use relay_runtime::metrics::OLDEST_PENDING_AGE;
     let template = Template::embedded().unwrap();
 
     // The Lambda and the poller task read METRICS_NAMESPACE from the MetricsNamespace parameter
@@ -462,13 +462,7 @@ fn both_relays_emit_metrics_in_the_templates_namespace_and_the_alarms_watch_what
 
     // The oldest-pending alarm watches the metric and dimension the poller emits
     let oldest = properties(&template, "OldestPendingAgeAlarm");
-    assert!(is_ref_to(&oldest["Namespace"], "MetricsNamespace"));
-    assert_eq!(oldest["MetricName"], OLDEST_PENDING_AGE);
-    assert_eq!(oldest["Dimensions"][0]["Name"], RELAY_DIMENSION);
-    assert_eq!(
-        oldest["Dimensions"][0]["Value"],
-        relay_poller::poller::ORIGIN
-    );
+    assert_watches_the_pollers_metric(&oldest, OLDEST_PENDING_AGE);
     assert_eq!(oldest["TreatMissingData"], "breaching");
 
     // The failed-calls alarm sums FailedCalls over every operation of both relays: one Metrics
@@ -512,6 +506,23 @@ fn every_alarm_of_the_template_has_its_row_in_the_runbook() {
             "{alarm} has no row in docs/operations.md, \"Alarms and what to do\""
         );
     }
+}
+
+/// `alarm` watches `metric` as the poller emits it: in the template's namespace, with its `Relay`
+/// dimension.
+fn assert_watches_the_pollers_metric(alarm: &Value, metric: &str) {
+    use relay_runtime::metrics::RELAY_DIMENSION;
+    assert!(
+        is_ref_to(&alarm["Namespace"], "MetricsNamespace"),
+        "{alarm}"
+    );
+    assert_eq!(alarm["MetricName"], metric, "{alarm}");
+    assert_eq!(alarm["Dimensions"][0]["Name"], RELAY_DIMENSION, "{alarm}");
+    assert_eq!(
+        alarm["Dimensions"][0]["Value"],
+        relay_poller::poller::ORIGIN,
+        "{alarm}"
+    );
 }
 
 /// The Metrics Insights query of FailedCalls summed over every operation of both relays, in the
@@ -1389,7 +1400,7 @@ fn the_stream_mapping_reaches_lambda_as_written_after_the_transform() {
 async fn discarded_batches_go_whole_to_a_private_tls_only_bucket_that_keeps_what_is_not_recovered()
 {
     use outbox_infra::template::logical_id::DISCARDED_BATCH_BUCKET;
-    use relay_runtime::metrics::{DISCARDED_BATCHES_LEFT, RELAY_DIMENSION};
+    use relay_runtime::metrics::DISCARDED_BATCHES_LEFT;
     let template = Template::embedded().unwrap();
     let yaml = outbox_infra::TEMPLATE_YAML;
 
@@ -1501,13 +1512,7 @@ async fn discarded_batches_go_whole_to_a_private_tls_only_bucket_that_keeps_what
         );
     }
     let alarm = properties(&template, "DiscardedBatchesLeftAlarm");
-    assert!(is_ref_to(&alarm["Namespace"], "MetricsNamespace"));
-    assert_eq!(alarm["MetricName"], DISCARDED_BATCHES_LEFT);
-    assert_eq!(alarm["Dimensions"][0]["Name"], RELAY_DIMENSION);
-    assert_eq!(
-        alarm["Dimensions"][0]["Value"],
-        relay_poller::poller::ORIGIN
-    );
+    assert_watches_the_pollers_metric(&alarm, DISCARDED_BATCHES_LEFT);
     assert!(documented_metrics().contains(DISCARDED_BATCHES_LEFT));
 
     // And the bucket local provisioning creates is the template's
@@ -2894,7 +2899,7 @@ mod global_table_stacks {
 
     #[test]
     fn each_regions_stack_alarms_while_its_pollers_publish_another_regions_events() {
-        use relay_runtime::metrics::{REGIONS_ADOPTED, RELAY_DIMENSION};
+        use relay_runtime::metrics::REGIONS_ADOPTED;
         // Given a single-region stack and each region's stack of a global table
         let single = Template::embedded().unwrap().with_parameters(&[]).unwrap();
         assert!(single.resource("RegionAdoptedAlarm").is_err());
@@ -2903,16 +2908,7 @@ mod global_table_stacks {
             // Then the region's alarm watches the metric its pollers emit while they publish
             // another region's partitions, from the first one
             let alarm = properties(&template, "RegionAdoptedAlarm");
-            assert!(
-                is_ref_to(&alarm["Namespace"], "MetricsNamespace"),
-                "{alarm}"
-            );
-            assert_eq!(alarm["MetricName"], REGIONS_ADOPTED);
-            assert_eq!(alarm["Dimensions"][0]["Name"], RELAY_DIMENSION);
-            assert_eq!(
-                alarm["Dimensions"][0]["Value"],
-                relay_poller::poller::ORIGIN
-            );
+            assert_watches_the_pollers_metric(&alarm, REGIONS_ADOPTED);
             assert_eq!(alarm["Statistic"], "Maximum");
             assert_eq!(alarm["Threshold"], 0);
             assert_eq!(alarm["ComparisonOperator"], "GreaterThanThreshold");
