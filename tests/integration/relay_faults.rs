@@ -340,51 +340,15 @@ fn deduplicates(kind: TargetKind, fifo: bool) -> bool {
 }
 
 async fn lost_publish_replies(relay: Relay, targets: &[(TargetKind, bool)]) {
-    // Given, for each target, 300 orders and an AWS whose only fault is that a tenth of the
-    // publish calls (and the first three) take effect and lose their reply; the targets side by
-    // side, each with its own table, sink and proxy
-    let rates = FaultRates {
-        dynamodb_calls: 0,
-        put_events_entries: 0,
-        lost_replies: 10,
-    };
-    let duplicates: HashMap<String, (TargetKind, bool, u64)> =
-        futures::future::join_all(targets.iter().map(|&(kind, fifo)| async move {
-            let name = named(kind, fifo);
-            let env = TestEnv::with_target_of(kind, fifo).await;
-            let written: HashSet<String> = env
-                .create_orders(LOST_REPLY_EVENTS, 32)
-                .await
-                .into_iter()
-                .collect();
-            let proxy = FaultProxy::start(&emulator_endpoints(), rates, SEED).await;
-            proxy.lose_next_replies(put_events_of(kind), 3);
-
-            // When the relay publishes them through it
-            let summary = relay.publish(&env, &proxy).await;
-
-            // Then every event reached the sink, and the replies were really lost
-            // (the calls' count under the key's earlier name too, deprecated, kept one release)
-            assert_eq!(
-                summary["put_events_calls"], summary["publish_calls"],
-                "{summary}"
-            );
-            let lost = proxy.counts_for(put_events_of(kind)).lost_replies;
-            assert!(lost >= 3, "{name}: {lost} lost replies");
-            let mut counts = HashMap::new();
-            for message in settled_sink(&env, LOST_REPLY_EVENTS).await {
-                *counts.entry(message.event_id().to_owned()).or_default() += 1;
-            }
-            let duplicated = assert_all_once_or_more(&counts, &written);
-            eprintln!(
-                "lost publish replies, {relay:?}, {name}: {duplicated} duplicates on the sink of {LOST_REPLY_EVENTS} events, {lost} replies lost, {} publish calls, {} deduplicated by the bus",
-                summary["publish_calls"], summary["deduplicated"]
-            );
-            (name, (kind, fifo, duplicated))
-        }))
-        .await
-        .into_iter()
-        .collect();
+    // (the targets side by side, each with its own table, sink and proxy)
+    let duplicates: HashMap<String, (TargetKind, bool, u64)> = futures::future::join_all(
+        targets
+            .iter()
+            .map(|&(kind, fifo)| lost_publish_replies_on(relay, kind, fifo)),
+    )
+    .await
+    .into_iter()
+    .collect();
 
     // And the targets without de-duplication delivered the events of the lost replies twice,
     // the FIFO ones never: the resent entries were suppressed in their window
@@ -395,6 +359,52 @@ async fn lost_publish_replies(relay: Relay, targets: &[(TargetKind, bool)]) {
             assert!(duplicated > 0, "{relay:?}, {name}: {duplicates:?}");
         }
     }
+}
+
+/// [`lost_publish_replies`] on one target: its name, and the duplicates its sink received.
+async fn lost_publish_replies_on(
+    relay: Relay,
+    kind: TargetKind,
+    fifo: bool,
+) -> (String, (TargetKind, bool, u64)) {
+    // Given 300 orders and an AWS whose only fault is that a tenth of the publish calls (and
+    // the first three) take effect and lose their reply
+    let rates = FaultRates {
+        dynamodb_calls: 0,
+        put_events_entries: 0,
+        lost_replies: 10,
+    };
+    let name = named(kind, fifo);
+    let env = TestEnv::with_target_of(kind, fifo).await;
+    let written: HashSet<String> = env
+        .create_orders(LOST_REPLY_EVENTS, 32)
+        .await
+        .into_iter()
+        .collect();
+    let proxy = FaultProxy::start(&emulator_endpoints(), rates, SEED).await;
+    proxy.lose_next_replies(put_events_of(kind), 3);
+
+    // When the relay publishes them through it
+    let summary = relay.publish(&env, &proxy).await;
+
+    // Then every event reached the sink, and the replies were really lost
+    // (the calls' count under the key's earlier name too, deprecated, kept one release)
+    assert_eq!(
+        summary["put_events_calls"], summary["publish_calls"],
+        "{summary}"
+    );
+    let lost = proxy.counts_for(put_events_of(kind)).lost_replies;
+    assert!(lost >= 3, "{name}: {lost} lost replies");
+    let mut counts = HashMap::new();
+    for message in settled_sink(&env, LOST_REPLY_EVENTS).await {
+        *counts.entry(message.event_id().to_owned()).or_default() += 1;
+    }
+    let duplicated = assert_all_once_or_more(&counts, &written);
+    eprintln!(
+        "lost publish replies, {relay:?}, {name}: {duplicated} duplicates on the sink of {LOST_REPLY_EVENTS} events, {lost} replies lost, {} publish calls, {} deduplicated by the bus",
+        summary["publish_calls"], summary["deduplicated"]
+    );
+    (name, (kind, fifo, duplicated))
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -423,53 +433,11 @@ fn keeps_order(kind: TargetKind, fifo: bool) -> bool {
 
 async fn first_events_failing_once(relay: Relay, targets: &[(TargetKind, bool)]) {
     // (the targets side by side, each with its own table, sink and proxy)
-    let found: HashMap<String, (TargetKind, bool, usize)> =
-        futures::future::join_all(targets.iter().map(|&(kind, fifo)| async move {
-        let name = named(kind, fifo);
-        // Given 40 orders of five events each (created, then four status changes), and an AWS
-        // where each order's first event fails its first publish attempt
-        let env = TestEnv::with_target_of(kind, fifo).await;
-        let writer = env.writer();
-        futures::future::join_all((0..40).map(|i| {
-            let writer = writer.clone();
-            async move {
-                let user = format!("user-{i}");
-                let line = outbox_writer::OrderLine::new("SKU-1", 1, 100);
-                let created = writer
-                    .create_order_with_outbox(&user, outbox_writer::NewOrder::new(vec![line]))
-                    .await
-                    .expect("create");
-                for status in [
-                    outbox_writer::OrderStatus::Confirmed,
-                    outbox_writer::OrderStatus::Paid,
-                    outbox_writer::OrderStatus::Shipped,
-                    outbox_writer::OrderStatus::Delivered,
-                ] {
-                    writer
-                        .update_order_status_with_outbox(&user, &created.order_id, status)
-                        .await
-                        .expect("update");
-                }
-            }
-        }))
-        .await;
-        let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, SEED).await;
-        proxy.fail_first_events_once();
-
-        // When the relay publishes them through it
-        relay.publish(&env, &proxy).await;
-
-        // Then all 200 arrive, none before an earlier event of its order
-        let failed = proxy.counts_for(put_events_of(kind)).failed_entries;
-        assert_eq!(failed, 40, "{name}: each first event failed once");
-        let messages = settled_sink(&env, 200).await;
-        assert_eq!(messages.len(), 200, "{name}");
-        let late = out_of_order(&messages);
-        eprintln!(
-            "first event of each of 40 orders failing once, {relay:?}, {name}: out_of_order {late} of 200 on the sink"
-        );
-        (name, (kind, fifo, late))
-    }))
+    let found: HashMap<String, (TargetKind, bool, usize)> = futures::future::join_all(
+        targets
+            .iter()
+            .map(|&(kind, fifo)| first_events_failing_once_on(relay, kind, fifo)),
+    )
     .await
     .into_iter()
     .collect();
@@ -480,4 +448,57 @@ async fn first_events_failing_once(relay: Relay, targets: &[(TargetKind, bool)])
             assert_eq!(late, 0, "{relay:?}, {name}: {found:?}");
         }
     }
+}
+
+/// [`first_events_failing_once`] on one target: its name, and the events its sink received before
+/// an earlier event of their order.
+async fn first_events_failing_once_on(
+    relay: Relay,
+    kind: TargetKind,
+    fifo: bool,
+) -> (String, (TargetKind, bool, usize)) {
+    let name = named(kind, fifo);
+    // Given 40 orders of five events each (created, then four status changes), and an AWS
+    // where each order's first event fails its first publish attempt
+    let env = TestEnv::with_target_of(kind, fifo).await;
+    let writer = env.writer();
+    futures::future::join_all((0..40).map(|i| {
+        let writer = writer.clone();
+        async move {
+            let user = format!("user-{i}");
+            let line = outbox_writer::OrderLine::new("SKU-1", 1, 100);
+            let created = writer
+                .create_order_with_outbox(&user, outbox_writer::NewOrder::new(vec![line]))
+                .await
+                .expect("create");
+            for status in [
+                outbox_writer::OrderStatus::Confirmed,
+                outbox_writer::OrderStatus::Paid,
+                outbox_writer::OrderStatus::Shipped,
+                outbox_writer::OrderStatus::Delivered,
+            ] {
+                writer
+                    .update_order_status_with_outbox(&user, &created.order_id, status)
+                    .await
+                    .expect("update");
+            }
+        }
+    }))
+    .await;
+    let proxy = FaultProxy::start(&emulator_endpoints(), FaultRates::NONE, SEED).await;
+    proxy.fail_first_events_once();
+
+    // When the relay publishes them through it
+    relay.publish(&env, &proxy).await;
+
+    // Then all 200 arrive, none before an earlier event of its order
+    let failed = proxy.counts_for(put_events_of(kind)).failed_entries;
+    assert_eq!(failed, 40, "{name}: each first event failed once");
+    let messages = settled_sink(&env, 200).await;
+    assert_eq!(messages.len(), 200, "{name}");
+    let late = out_of_order(&messages);
+    eprintln!(
+        "first event of each of 40 orders failing once, {relay:?}, {name}: out_of_order {late} of 200 on the sink"
+    );
+    (name, (kind, fifo, late))
 }
