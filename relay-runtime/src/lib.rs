@@ -20,6 +20,8 @@
 //! - [`holds`]: the aggregate holds: the stream relay's port (hold an aggregate whose event
 //!   failed, leave its events under the hold) and the poller's (release the hold once it has
 //!   published them), and their DynamoDB adapter.
+//! - [`adoption`]: who publishes a region's events on a global table, as the stream relay reads
+//!   it once a batch (the port and its adapter on the poller fleet's lease table).
 //! - [`recent`]: a short memory of the events a process settled (bounded by count and age), so a
 //!   relay skips what AWS hands it again: a lagging index's marked items, a re-delivered batch.
 //! - [`dead_letter`]: the dead-letter port and its SQS adapter for poison events.
@@ -40,6 +42,7 @@
 //!
 //! The contract these work on (item schema, envelope, limits) is `outbox-shared`.
 
+pub mod adoption;
 pub mod batch_get;
 pub mod claim_check;
 pub mod config;
@@ -109,6 +112,7 @@ pub(crate) fn mocked_dynamodb(
     .to_builder()
 }
 
+pub use adoption::{AdoptionError, DynamoRegionAdoption, RegionAdoption, SingleRegion};
 pub use config::{
     PublisherArgs, PublisherConfig, RegionArgs, RegionList, RetentionArgs, SettingError, TargetKind,
 };

@@ -528,3 +528,47 @@ impl DeadLetterSink for FakeDeadLetters {
         Ok(())
     }
 }
+
+/// A region's adoption in memory: `None` (the region publishes its own) until
+/// [`FakeAdoption::adopt`]; counts its reads; fails every read while [`FakeAdoption::fail`] is set.
+#[derive(Debug, Default)]
+pub struct FakeAdoption {
+    adopter: Mutex<Option<outbox_shared::Region>>,
+    failing: std::sync::atomic::AtomicBool,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+impl FakeAdoption {
+    /// `adopter` publishes the region's events from now on (`None`: handed back).
+    pub fn adopt(&self, adopter: Option<&str>) {
+        *self.adopter.lock().expect("not poisoned") =
+            adopter.map(|a| outbox_shared::Region::new(a).expect("a region name"));
+    }
+
+    /// Every read fails (as throttled) while `failing`.
+    pub fn fail(&self, failing: bool) {
+        self.failing
+            .store(failing, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Reads made so far.
+    pub fn reads(&self) -> usize {
+        self.reads.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl crate::adoption::RegionAdoption for FakeAdoption {
+    async fn adopter_of(
+        &self,
+        region: &outbox_shared::Region,
+    ) -> Result<Option<outbox_shared::Region>, crate::adoption::AdoptionError> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(crate::adoption::AdoptionError::Call {
+                key: outbox_shared::region::lease_item::adoption_key(region),
+                failure: throttled_update(),
+            });
+        }
+        Ok(self.adopter.lock().expect("not poisoned").clone())
+    }
+}

@@ -10,7 +10,9 @@ use aws_sdk_dynamodbstreams::Client as StreamsClient;
 use aws_sdk_dynamodbstreams::error::ProvideErrorMetadata;
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use futures::future::join_all;
-use relay_runtime::{AggregateHolds, DeadLetterSink, Deadline, Publisher, StatusStore};
+use relay_runtime::{
+    AggregateHolds, DeadLetterSink, Deadline, Publisher, RegionAdoption, SingleRegion, StatusStore,
+};
 use relay_stream::{BatchCounts, StreamRelay};
 use tokio_util::sync::CancellationToken;
 
@@ -60,8 +62,8 @@ struct PollResult {
 
 /// The runner: reads a stream and drives a [`StreamRelay`].
 #[derive(Debug)]
-pub struct LocalRunner<P, S, D, H> {
-    relay: StreamRelay<P, S, D, H>,
+pub struct LocalRunner<P, S, D, H, A = SingleRegion> {
+    relay: StreamRelay<P, S, D, H, A>,
     streams: StreamsClient,
     stream_arn: String,
     options: RunnerOptions,
@@ -73,9 +75,11 @@ pub struct LocalRunner<P, S, D, H> {
     discarded_batches: std::sync::atomic::AtomicU64,
 }
 
-impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds> LocalRunner<P, S, D, H> {
+impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds, A: RegionAdoption>
+    LocalRunner<P, S, D, H, A>
+{
     pub fn new(
-        relay: StreamRelay<P, S, D, H>,
+        relay: StreamRelay<P, S, D, H, A>,
         streams: StreamsClient,
         stream_arn: impl Into<String>,
         options: RunnerOptions,
@@ -109,7 +113,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds> LocalRu
         self.redelivered.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    pub fn relay(&self) -> &StreamRelay<P, S, D, H> {
+    pub fn relay(&self) -> &StreamRelay<P, S, D, H, A> {
         &self.relay
     }
 
@@ -447,7 +451,7 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds> LocalRu
     }
 }
 
-impl<P, S, D, H> LocalRunner<P, S, D, H> {
+impl<P, S, D, H, A> LocalRunner<P, S, D, H, A> {
     /// Writes a given-up batch to the on-failure destination, if there is one.
     async fn discard(&self, shard_id: &str, records: &[EventRecord], invoke_count: u32) {
         let Some(destination) = &self.on_failure else {

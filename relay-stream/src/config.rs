@@ -45,6 +45,12 @@ pub struct RelayArgs {
     /// The global table's regions: the same flag in every relay.
     #[command(flatten)]
     pub regions: RegionArgs,
+    /// The poller fleet's lease table, needed on a global table (`--regions`): there the relay
+    /// reads, once a batch, whether another region's pollers adopted its region
+    /// (`ADOPTION#{region}`), and while they have, leaves its region's events to them
+    /// (docs/global-tables.md, "Failover and hand-back"). Unused on a single-region table.
+    #[arg(long, env = "OUTBOX_LEASE_TABLE")]
+    pub lease_table: Option<String>,
     /// SQS queue for poison records: each goes there with its record and a reason, then is marked
     /// `DEAD_LETTERED`. A letter larger than the queue's `MaximumMessageSize` (read with
     /// `sqs:GetQueueAttributes`) goes without its record, which the item keeps. Without a queue,
@@ -134,13 +140,33 @@ impl RelayArgs {
     /// publishes only that region's events.
     ///
     /// # Errors
-    /// [`SettingError`] as [`Self::handler_options`], or naming `--regions` when they do not
-    /// describe a global table `own` is part of.
+    /// [`SettingError`] as [`Self::handler_options`], naming `--regions` when they do not
+    /// describe a global table `own` is part of, or `--lease-table` when a global table's relay
+    /// has none.
     pub fn handler_options_in(&self, own: Option<&str>) -> Result<HandlerOptions, SettingError> {
+        let global_table = self.regions.global_table(own)?;
+        if global_table.is_some() && self.adoption_table().is_none() {
+            return Err(SettingError::of::<Self>(
+                "lease_table",
+                "is required on a global table (--regions): the relay reads there whether \
+                 another region adopted its region's events (the poller fleet's lease table)",
+            ));
+        }
         Ok(HandlerOptions {
-            global_table: self.regions.global_table(own)?,
+            global_table,
             ..self.handler_options()?
         })
+    }
+
+    /// The lease table the relay reads its region's adoption from: on a global table only.
+    pub fn adoption_table(&self) -> Option<&str> {
+        self.regions
+            .regions
+            .as_ref()
+            .is_some_and(|r| !r.0.is_empty())
+            .then_some(self.lease_table.as_deref())
+            .flatten()
+            .filter(|t| !t.is_empty())
     }
 }
 

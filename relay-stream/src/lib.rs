@@ -25,14 +25,23 @@ pub use handler::{
 pub use relay_runtime::SettingError;
 
 use relay_runtime::probe::{Found, Kind, Probe, Resource};
-use relay_runtime::{DynamoHoldStore, DynamoStatusStore, SqsDeadLetterSink, TargetPublisher};
+use relay_runtime::{
+    DynamoHoldStore, DynamoRegionAdoption, DynamoStatusStore, SqsDeadLetterSink, TargetPublisher,
+};
 
-/// The relay with its AWS adapters, as both binaries run it.
-pub type AwsStreamRelay =
-    StreamRelay<TargetPublisher, DynamoStatusStore, SqsDeadLetterSink, DynamoHoldStore>;
+/// The relay with its AWS adapters, as both binaries run it: on a global table it reads its
+/// region's adoption from the lease table (`None` on a single-region table).
+pub type AwsStreamRelay = StreamRelay<
+    TargetPublisher,
+    DynamoStatusStore,
+    SqsDeadLetterSink,
+    DynamoHoldStore,
+    Option<DynamoRegionAdoption>,
+>;
 
 /// What the stream relay relies on, probed at start-up (`relay_runtime::probe`): the table it
-/// marks items in, the target, and the dead-letter queue when one is set.
+/// marks items in, the target, the dead-letter queue when one is set, and on a global table the
+/// lease table it reads its region's adoption from.
 ///
 /// # Errors
 /// [`SettingError`] naming the flag and variable whose value is out of range.
@@ -55,6 +64,13 @@ pub fn probes(args: &RelayArgs) -> Result<Vec<Probe>, SettingError> {
             Kind::DeadLetterQueue,
             url,
             SettingError::name_of::<RelayArgs>("dead_letter_queue_url"),
+        ))
+    }));
+    probes.extend(args.adoption_table().map(|table| {
+        Probe::LeaseTable(Resource::new(
+            Kind::LeaseTable,
+            table,
+            SettingError::name_of::<RelayArgs>("lease_table"),
         ))
     }));
     Ok(probes)
@@ -108,7 +124,10 @@ pub fn build_relay_with(
     let ttl = args.retention.ttl_policy()?;
     let status = DynamoStatusStore::new(dynamodb.clone(), &args.table_name, ttl);
     // A hold no poller ever released (none ran) lapses with the published retention.
-    let holds = DynamoHoldStore::new(dynamodb, &args.table_name, ttl.published);
+    let holds = DynamoHoldStore::new(dynamodb.clone(), &args.table_name, ttl.published);
+    let adoption = args
+        .adoption_table()
+        .map(|table| DynamoRegionAdoption::new(dynamodb, table));
     // A letter too large for its queue keeps its record in the payload bucket, when there is one.
     let dead_letters = args.dead_letter_queue_url().map(|url| {
         let sink = SqsDeadLetterSink::new(sqs, url);
@@ -118,5 +137,7 @@ pub fn build_relay_with(
         }
     });
     let outbound = relay_runtime::relay::Outbound::of(publisher.config());
-    Ok(StreamRelay::new(publisher, status, holds, dead_letters, options).with_outbound(outbound))
+    Ok(StreamRelay::new(publisher, status, holds, dead_letters, options)
+        .with_adoption(adoption)
+        .with_outbound(outbound))
 }

@@ -15,8 +15,9 @@ pub const ON_FAILURE_DESTINATION: &[Call] = &[
 ];
 
 /// Marks, publishes (to a `target` of its kind), dead letters, and in hold mode
-/// (`HOLD_FAILED_AGGREGATES`, which the template turns on) the holds it sets and reads; at init,
-/// the describe calls of the start-up probe (the table and the target: `relay_runtime::probe`).
+/// (`HOLD_FAILED_AGGREGATES`, which the template turns on) the holds it sets and reads; on a
+/// global table, its region's adoption read from the lease table; at init, the describe calls of
+/// the start-up probe (the table, the target, the lease table: `relay_runtime::probe`).
 pub fn calls(target: TargetKind) -> Vec<Call> {
     union(&[
         relay_runtime::probe::CALLS,
@@ -28,5 +29,7 @@ pub fn calls(target: TargetKind) -> Vec<Call> {
         relay_runtime::claim_check::CALLS,
         relay_runtime::probe::PAYLOAD_BUCKET_CALLS,
         relay_runtime::holds::HOLD_CALLS,
+        relay_runtime::probe::LEASE_TABLE_CALLS,
+        relay_runtime::adoption::CALLS,
     ])
 }

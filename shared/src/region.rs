@@ -149,6 +149,35 @@ impl GlobalTable {
     }
 }
 
+/// The region items of the poller fleet's lease table, which decide who publishes a region's
+/// events (docs/global-tables.md, "Failover and hand-back"): their keys and attribute names, one
+/// definition for the pollers that write them and the stream relay that reads its region's
+/// adoption.
+pub mod lease_item {
+    use super::Region;
+
+    /// The lease table's partition key (a lease, a poller's heartbeat, a region item).
+    pub const LEASE_KEY: &str = "LeaseKey";
+    /// The region publishing an adopted region's events; absent while it publishes its own.
+    pub const ADOPTER: &str = "Adopter";
+    /// Bumped by every change of an adoption; a write expects the epoch it read.
+    pub const EPOCH: &str = "Epoch";
+    /// When the adoption last changed (epoch milliseconds, the writer's clock).
+    pub const CHANGED_AT: &str = "ChangedAt";
+    /// `true` when an operator adopted the region (`adopt-region`): no automatic hand-back.
+    pub const BY_OPERATOR: &str = "ByOperator";
+
+    /// `LeaseKey` of a region's heartbeat, which its pollers write every round.
+    pub fn heartbeat_key(region: &Region) -> String {
+        format!("REGION#{region}")
+    }
+
+    /// `LeaseKey` of a region's adoption: which region publishes its events.
+    pub fn adoption_key(region: &Region) -> String {
+        format!("ADOPTION#{region}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -52,7 +52,7 @@ pub type Millis = i64;
 /// Attribute names of the lease table.
 pub mod attr {
     /// The table's partition key: [`super::partition_key`] or [`super::poller_key`].
-    pub const LEASE_KEY: &str = "LeaseKey";
+    pub const LEASE_KEY: &str = outbox_shared::region::lease_item::LEASE_KEY;
     /// The poller holding a lease (absent when the lease is free); a heartbeat's poller.
     pub const OWNER: &str = "Owner";
     /// Epoch milliseconds by the writer's clock after which a lease is free to take, or a

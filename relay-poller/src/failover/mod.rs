@@ -46,33 +46,17 @@ use crate::assignment::Millis;
 pub use manager::{RegionManager, RegionReport, ServedRegions};
 pub use store::{DynamoRegionStore, RegionStore};
 
-/// Attribute names of the region items in the lease table.
+/// Attribute names of the region items in the lease table (`outbox_shared::region::lease_item`,
+/// which the stream relay reads too).
 pub mod attr {
-    /// The lease table's key: [`super::heartbeat_key`] or [`super::adoption_key`].
-    pub const LEASE_KEY: &str = crate::assignment::attr::LEASE_KEY;
+    pub use outbox_shared::region::lease_item::{ADOPTER, BY_OPERATOR, CHANGED_AT, EPOCH, LEASE_KEY};
     /// When a poller of the region last wrote its heartbeat (epoch milliseconds, its clock).
     pub const HEARTBEAT_AT: &str = crate::assignment::attr::HEARTBEAT_AT;
     /// The poller that wrote the region's heartbeat last.
     pub const OWNER: &str = crate::assignment::attr::OWNER;
-    /// The region publishing an adopted region's partitions; absent while it publishes its own.
-    pub const ADOPTER: &str = "Adopter";
-    /// Bumped by every change of an adoption; a write expects the epoch it read.
-    pub const EPOCH: &str = "Epoch";
-    /// When the adoption last changed (epoch milliseconds, the writer's clock).
-    pub const CHANGED_AT: &str = "ChangedAt";
-    /// `true` when an operator adopted the region (`adopt-region`): no automatic hand-back.
-    pub const BY_OPERATOR: &str = "ByOperator";
 }
 
-/// `LeaseKey` of a region's heartbeat.
-pub fn heartbeat_key(region: &Region) -> String {
-    format!("REGION#{region}")
-}
-
-/// `LeaseKey` of a region's adoption.
-pub fn adoption_key(region: &Region) -> String {
-    format!("ADOPTION#{region}")
-}
+pub use outbox_shared::region::lease_item::{adoption_key, heartbeat_key};
 
 /// Default of `--region-failover-after`.
 pub const DEFAULT_FAILOVER_AFTER: Duration = Duration::from_secs(60);

@@ -5,6 +5,11 @@
 //! events of its aggregate are re-delivered, in order. The holds themselves are the
 //! [`AggregateHolds`] port's; this component holds nothing else.
 //!
+//! On a global table the same holds serve a region another region adopted
+//! ([`HoldMode::leave_adopted`], whatever `HOLD_FAILED_AGGREGATES` says): its events are left to
+//! the adopter's pollers under their aggregates' holds, which the pollers release once they have
+//! published them.
+//!
 //! Only an event the poller can see is ever left to it ([`poller_can_see`]). A TTL deletion's
 //! event exists only in its record: it is dead-lettered with the record instead (a redrive
 //! re-creates the item in its place in its aggregate's order), and only while its aggregate is
@@ -146,6 +151,64 @@ impl<H: AggregateHolds> HoldMode<H> {
         .await
         .into_iter()
         .collect()
+    }
+
+    /// While another region publishes this region's events (it adopted the region, `adopter`):
+    /// every ready event its pollers can see is left to them, and its aggregate held with the
+    /// events recorded on the hold, one write per aggregate. So the pollers publish them, and
+    /// once the region is handed back the aggregate's later events wait for its own pollers to
+    /// publish past them ([`Self::leave_held`]) instead of overtaking them. An aggregate whose
+    /// hold can't be written has its events not sent (the batch is re-delivered from them). What
+    /// the pollers can't see stays ready: an event outside the index is published (only this
+    /// relay can), a TTL deletion's event is dead-lettered if its aggregate is held, or published.
+    /// The events left.
+    pub(super) async fn leave_adopted(
+        &self,
+        events: &mut [Event<&EventRecord>],
+        adopter: &outbox_shared::Region,
+        deadline: Deadline,
+    ) -> usize {
+        let mut leaving: HashMap<&str, Vec<LeftEvent>> = HashMap::new();
+        for event in events.iter() {
+            if let (true, Some(aggregate), Some(left)) =
+                (event.is_ready(), &event.aggregate, left_event(event))
+            {
+                leaving.entry(aggregate.as_str()).or_default().push(left);
+            }
+        }
+        if leaving.is_empty() {
+            return 0;
+        }
+        let held: HashSet<String> = self
+            .bounded(leaving, |(aggregate, left)| async move {
+                let result = deadline
+                    .finish("UpdateItem", self.holds.hold(aggregate, &left), |cut| cut)
+                    .await;
+                if let Err(err) = &result {
+                    tracing::warn!(ordering_key = %aggregate, error = %outbox_shared::error::describe(err), "could not hold an aggregate of the adopted region; its events are re-delivered");
+                }
+                (aggregate.to_owned(), result.is_ok())
+            })
+            .await
+            .into_iter()
+            .filter_map(|(aggregate, held)| held.then_some(aggregate))
+            .collect();
+        let mut left = 0;
+        for event in events.iter_mut() {
+            if !event.is_ready() || left_event(event).is_none() {
+                continue;
+            }
+            match &event.aggregate {
+                Some(aggregate) if held.contains(aggregate) => {
+                    tracing::debug!(event_id = %event.id(), %adopter, "region adopted: left to the adopter's pollers");
+                    event.state = State::LeftToHold;
+                    left += 1;
+                }
+                Some(_) => event.leave_unsent(),
+                None => {}
+            }
+        }
+        left
     }
 
     /// After publishing, before settling: each aggregate whose event failed (and so the later

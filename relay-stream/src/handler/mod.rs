@@ -41,8 +41,8 @@ use std::sync::Arc;
 use aws_lambda_events::dynamodb::EventRecord;
 use chrono::Utc;
 use relay_runtime::{
-    AggregateHolds, DeadLetterSink, Deadline, Event, EventRelay, Publisher, RecentKeys, State,
-    StatusStore,
+    AdoptionError, AggregateHolds, DeadLetterSink, Deadline, Event, EventRelay, Publisher,
+    RecentKeys, RegionAdoption, SingleRegion, State, StatusStore,
 };
 
 use crate::handler::decode::{dead_letter_record, decode};
@@ -99,7 +99,8 @@ pub struct HandlerOptions {
     /// publish none of the aggregate's events until the poller has released it.
     pub hold_failed_aggregates: bool,
     /// The global table this relay's region is part of (`--regions`), `None` on a single-region
-    /// table: the relay then publishes only its region's events (docs/global-tables.md).
+    /// table: the relay then publishes only its region's events, and none while another region
+    /// has adopted its region (docs/global-tables.md).
     pub global_table: Option<GlobalTable>,
 }
 
@@ -116,12 +117,16 @@ impl Default for HandlerOptions {
     }
 }
 
-/// The handler, generic over its ports.
+/// The handler, generic over its ports: on a global table, `A` reads whether another region
+/// publishes this region's events ([`StreamRelay::with_adoption`]).
 #[derive(Debug, Clone)]
-pub struct StreamRelay<P, S, D, H> {
+pub struct StreamRelay<P, S, D, H, A = SingleRegion> {
     relay: EventRelay<P, S, D>,
-    /// Hold mode's component, when it is on.
+    /// The holds' component: in hold mode, and on a global table (an adopted region's events are
+    /// left under holds).
     hold_mode: Option<HoldMode<H>>,
+    /// Who publishes this region's events, read once a batch on a global table.
+    adoption: A,
     options: HandlerOptions,
     /// The event ids this process published lately, shared by the relay's clones (one per
     /// container, kept across invocations).
@@ -130,7 +135,8 @@ pub struct StreamRelay<P, S, D, H> {
 
 impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds> StreamRelay<P, S, D, H> {
     /// A relay that sends poison records to `dead_letters`, or reports them as batch item
-    /// failures when it is `None`, and keeps aggregate holds in `holds` (in hold mode).
+    /// failures when it is `None`, and keeps aggregate holds in `holds` (in hold mode, and on a
+    /// global table). On a global table it needs [`Self::with_adoption`].
     pub fn new(
         publisher: P,
         status: S,
@@ -146,9 +152,9 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds> StreamR
                 ORIGIN,
                 options.mark_concurrency,
             ),
-            hold_mode: options
-                .hold_failed_aggregates
+            hold_mode: (options.hold_failed_aggregates || options.global_table.is_some())
                 .then(|| HoldMode::new(holds, options.mark_concurrency)),
+            adoption: SingleRegion,
             options,
             recently_published: Arc::new(RecentKeys::new(
                 RECENTLY_PUBLISHED_TTL,
@@ -157,6 +163,22 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds> StreamR
         }
     }
 
+    /// The relay on a global table, reading from `adoption` whether another region publishes
+    /// its region's events (once a batch).
+    pub fn with_adoption<A: RegionAdoption>(self, adoption: A) -> StreamRelay<P, S, D, H, A> {
+        StreamRelay {
+            relay: self.relay,
+            hold_mode: self.hold_mode,
+            adoption,
+            options: self.options,
+            recently_published: self.recently_published,
+        }
+    }
+}
+
+impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds, A: RegionAdoption>
+    StreamRelay<P, S, D, H, A>
+{
     /// The relay with its events written and named as `outbound` says: the publisher's format
     /// and bus (the envelope, and no bus on its spans, unless set).
     #[must_use]
@@ -190,12 +212,20 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds> StreamR
         let table = self.options.global_table.as_ref();
         let mut events: Vec<Event<&EventRecord>> =
             records.iter().map(|r| decode(r, encoding, table)).collect();
+        if let (Some(table), Some(hold_mode)) = (table, &self.hold_mode) {
+            self.leave_if_adopted(table, hold_mode, &mut events, deadline)
+                .await;
+        }
         if let Some(hold_mode) = &self.hold_mode {
             hold_mode.leave_held(&mut events, deadline).await;
         }
         self.publish(&mut events, deadline).await;
         let published_at = Utc::now();
-        if let Some(hold_mode) = &self.hold_mode {
+        if let Some(hold_mode) = self
+            .hold_mode
+            .as_ref()
+            .filter(|_| self.options.hold_failed_aggregates)
+        {
             hold_mode.hold_failed(&mut events, deadline).await;
         }
         self.relay
@@ -208,6 +238,48 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds> StreamR
                 .filter_map(|e| e.event_id.clone()),
         );
         report::report(events, published_at)
+    }
+
+    /// On a global table, before anything is published: reads once whether another region
+    /// adopted this relay's region, and while one has, leaves this region's ready events to the
+    /// adopter's pollers under their aggregates' holds ([`HoldMode::leave_adopted`]). A batch with
+    /// no ready event reads nothing. If the adoption can't be read, no event is sent (the batch
+    /// is re-delivered): none may be published while another region publishes it.
+    async fn leave_if_adopted(
+        &self,
+        table: &GlobalTable,
+        hold_mode: &HoldMode<H>,
+        events: &mut [Event<&EventRecord>],
+        deadline: Deadline,
+    ) {
+        if !events.iter().any(Event::is_ready) {
+            return;
+        }
+        let own = table.own();
+        let read = deadline
+            .finish("GetItem", self.adoption.adopter_of(own), |failure| {
+                AdoptionError::Call {
+                    key: outbox_shared::region::lease_item::adoption_key(own),
+                    failure,
+                }
+            })
+            .await;
+        match read {
+            Ok(None) => {}
+            Ok(Some(adopter)) => {
+                let left = hold_mode.leave_adopted(events, &adopter, deadline).await;
+                tracing::info!(
+                    region = %own,
+                    %adopter,
+                    left,
+                    "region adopted: its events left to the adopter's pollers under their aggregates' holds"
+                );
+            }
+            Err(err) => {
+                tracing::warn!(region = %own, error = %outbox_shared::error::describe(&err), "could not read whether another region adopted this one; the batch is re-delivered");
+                events.iter_mut().for_each(Event::leave_unsent);
+            }
+        }
     }
 
     /// Publishes the ready events, except those this relay published lately (a re-delivered

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use aws_lambda_events::dynamodb::EventRecord;
 use outbox_shared::{ItemKey, OutboxStatus};
 use relay_runtime::testing::{
-    FakeDeadLetters, FakeHoldStore, FakePublisher, FakeStatusStore, left_event,
+    FakeAdoption, FakeDeadLetters, FakeHoldStore, FakePublisher, FakeStatusStore, left_event,
 };
 use relay_runtime::{AggregateHolds, Deadline, LeftEvent, PublishOutcome};
 use serde_dynamo::AttributeValue;
@@ -1153,4 +1153,177 @@ async fn in_hold_mode_an_event_cut_by_the_deadline_holds_nothing_and_dead_letter
         "{report:?}"
     );
     assert!(ports.publisher.published().is_empty());
+}
+
+/// A relay in eu-west-1 of a global table with us-east-1, reading its region's adoption from
+/// `adoption`; hold mode off: an adopted region's events are left under holds whatever it says.
+fn in_eu_west_1<'a>(
+    ports: &'a Ports,
+    adoption: &'a FakeAdoption,
+) -> StreamRelay<
+    &'a FakePublisher,
+    &'a FakeStatusStore,
+    &'a FakeDeadLetters,
+    &'a FakeHoldStore,
+    &'a FakeAdoption,
+> {
+    let region = |name| outbox_shared::Region::new(name).unwrap();
+    let table = GlobalTable::new(
+        region("eu-west-1"),
+        vec![region("us-east-1"), region("eu-west-1")],
+    )
+    .unwrap();
+    let options = HandlerOptions {
+        global_table: Some(table),
+        ..HandlerOptions::default()
+    };
+    StreamRelay::new(
+        &ports.publisher,
+        &ports.status,
+        &ports.holds,
+        Some(&ports.dead_letters),
+        options,
+    )
+    .with_adoption(adoption)
+}
+
+/// An event of `aggregate` written in `origin`, indexed under that region's pending partition 1.
+fn written_in(seq: u32, event_id: &str, aggregate: &str, origin: &str) -> EventRecord {
+    let mut record = aggregate_insert(seq, event_id, aggregate);
+    let image = &mut record.change.new_image;
+    image.insert("OriginRegion".into(), AttributeValue::S(origin.to_owned()));
+    image.insert(
+        "GSI1PK".into(),
+        AttributeValue::S(format!("OUTBOX#PENDING#{origin}#1")),
+    );
+    record
+}
+
+fn left(id: &str) -> RecordOutcome {
+    RecordOutcome::LeftToHold {
+        event_id: id.into(),
+    }
+}
+
+fn published(id: &str) -> RecordOutcome {
+    RecordOutcome::Published {
+        event_id: id.into(),
+        marked: true,
+    }
+}
+
+fn sent(ports: &Ports) -> Vec<String> {
+    ports
+        .publisher
+        .published()
+        .into_iter()
+        .map(|e| e.event_id)
+        .collect()
+}
+
+#[tokio::test]
+async fn an_adopted_regions_events_are_left_to_the_adopter_under_holds_and_wait_for_them_after_the_hand_back()
+ {
+    // Given the stream relay of eu-west-1, whose region us-east-1's pollers adopted
+    let ports = Ports::new(FakePublisher::default());
+    let adoption = FakeAdoption::default();
+    adoption.adopt(Some("us-east-1"));
+    let relay = in_eu_west_1(&ports, &adoption);
+
+    // When a batch holds only us-east-1's events (replicated), it reads no adoption
+    let theirs = vec![written_in(1, "a1", "z", "us-east-1")];
+    let report = relay.handle(&theirs, Deadline::NONE).await;
+    assert_eq!(report.counts().ignored, 1);
+    assert_eq!(adoption.reads(), 0, "nothing of its own: nothing to decide");
+
+    // When a batch holds its own events of orders x and y, and us-east-1's of z
+    let batch = vec![
+        written_in(2, "x1", "x", "eu-west-1"),
+        written_in(3, "a2", "z", "us-east-1"),
+        written_in(4, "y1", "y", "eu-west-1"),
+        written_in(5, "x2", "x", "eu-west-1"),
+    ];
+    let report = relay.handle(&batch, Deadline::NONE).await;
+
+    // Then it reads the adoption once, publishes nothing, and leaves its events to the adopter's
+    // pollers, x and y held at their partition; the batch succeeds (the events are pending)
+    assert_eq!(adoption.reads(), 1, "one read a batch");
+    assert_eq!(report.outcomes[0], left("x1"));
+    assert_eq!(report.outcomes[2], left("y1"));
+    assert_eq!(report.outcomes[3], left("x2"));
+    assert_eq!(report.counts().left_to_hold, 3);
+    assert!(report.response(&batch).batch_item_failures.is_empty());
+    assert_eq!(sent(&ports), Vec::<String>::new());
+    assert!(ports.status.marks().is_empty(), "nothing marked");
+    let partition = "OUTBOX#PENDING#eu-west-1#1".to_owned();
+    assert_eq!(
+        ports.holds.holds(),
+        HashMap::from([("x".to_owned(), partition.clone()), ("y".to_owned(), partition)])
+    );
+    assert_eq!(ports.holds.left("x").map(|(_, count)| count), Some(2));
+
+    // When us-east-1 hands the region back, and eu-west-1's writer goes on with x and a new w
+    adoption.adopt(None);
+    let after = vec![
+        written_in(6, "x3", "x", "eu-west-1"),
+        written_in(7, "w1", "w", "eu-west-1"),
+    ];
+    let report = relay.handle(&after, Deadline::NONE).await;
+
+    // Then x's next event waits for the pollers too (x is held until they publish past x2), and
+    // w's is published at once
+    assert_eq!(report.outcomes, vec![left("x3"), published("w1")]);
+    assert_eq!(sent(&ports), ["w1"]);
+    assert_eq!(adoption.reads(), 2);
+}
+
+#[tokio::test]
+async fn an_adoption_that_cannot_be_read_publishes_nothing_and_re_delivers_the_batch() {
+    // Given a relay of a global table whose lease table does not answer
+    let ports = Ports::new(FakePublisher::default());
+    let adoption = FakeAdoption::default();
+    adoption.fail(true);
+    let relay = in_eu_west_1(&ports, &adoption);
+
+    // When a batch of its own events comes
+    let batch = vec![
+        written_in(1, "x1", "x", "eu-west-1"),
+        written_in(2, "y1", "y", "eu-west-1"),
+    ];
+    let report = relay.handle(&batch, Deadline::NONE).await;
+
+    // Then nothing is published or held, and the batch is re-delivered from its first record:
+    // an event must not be published while another region may be publishing it
+    assert_eq!(sent(&ports), Vec::<String>::new());
+    assert!(ports.holds.holds().is_empty());
+    assert_eq!(report.counts().not_sent, 2);
+    let failures = report.response(&batch).batch_item_failures;
+    assert_eq!(failures.len(), 1);
+    assert_eq!(failures[0].item_identifier.as_deref(), Some("00000001"));
+
+    // And once it answers (not adopted), the re-delivered batch is published
+    adoption.fail(false);
+    let report = relay.handle(&batch, Deadline::NONE).await;
+    assert_eq!(report.outcomes, vec![published("x1"), published("y1")]);
+}
+
+#[tokio::test]
+async fn an_adopted_regions_aggregate_whose_hold_cannot_be_written_is_re_delivered() {
+    // Given an adopted region whose holds can't be written
+    let ports = Ports {
+        holds: FakeHoldStore::failing(),
+        ..Ports::new(FakePublisher::default())
+    };
+    let adoption = FakeAdoption::default();
+    adoption.adopt(Some("us-east-1"));
+    let relay = in_eu_west_1(&ports, &adoption);
+
+    // When a batch of its own events comes
+    let batch = vec![written_in(1, "x1", "x", "eu-west-1")];
+    let report = relay.handle(&batch, Deadline::NONE).await;
+
+    // Then it is neither published nor left: it is re-delivered
+    assert_eq!(sent(&ports), Vec::<String>::new());
+    assert_eq!(report.counts().not_sent, 1);
+    assert_eq!(report.response(&batch).batch_item_failures.len(), 1);
 }
