@@ -129,7 +129,10 @@ impl RegionAdoption for DynamoRegionAdoption {
             Some(AttributeValue::S(name)) => Region::new(name.as_str())
                 .map(Some)
                 .map_err(|e| malformed(e.to_string())),
-            Some(_) => Err(malformed(format!("{} is not a string", lease_item::ADOPTER))),
+            Some(_) => Err(malformed(format!(
+                "{} is not a string",
+                lease_item::ADOPTER
+            ))),
         }
     }
 }
@@ -187,13 +190,15 @@ mod tests {
     async fn an_adopter_that_is_no_region_is_an_error_naming_the_item() {
         let bad = mock!(Client::get_item)
             .then_output(|| answer(Some(AttributeValue::S("US EAST".to_owned()))));
-        let number = mock!(Client::get_item)
-            .then_output(|| answer(Some(AttributeValue::N("1".to_owned()))));
+        let number =
+            mock!(Client::get_item).then_output(|| answer(Some(AttributeValue::N("1".to_owned()))));
         let reader = reader(&[&bad, &number]);
         let eu = r("eu-west-1");
         let err = reader.adopter_of(&eu).await.unwrap_err().to_string();
         assert!(
-            err.starts_with("lease table leases: item ADOPTION#eu-west-1 is malformed: \"US EAST\""),
+            err.starts_with(
+                "lease table leases: item ADOPTION#eu-west-1 is malformed: \"US EAST\""
+            ),
             "{err}"
         );
         let err = reader.adopter_of(&eu).await.unwrap_err().to_string();

@@ -137,7 +137,9 @@ pub fn build_relay_with(
         }
     });
     let outbound = relay_runtime::relay::Outbound::of(publisher.config());
-    Ok(StreamRelay::new(publisher, status, holds, dead_letters, options)
-        .with_adoption(adoption)
-        .with_outbound(outbound))
+    Ok(
+        StreamRelay::new(publisher, status, holds, dead_letters, options)
+            .with_adoption(adoption)
+            .with_outbound(outbound),
+    )
 }

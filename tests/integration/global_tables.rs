@@ -373,10 +373,16 @@ mod published_once {
             .await
             .unwrap();
 
-        // When the stream relay in us-east-1 handles every record of the stream
+        // When the stream relay in us-east-1 handles every record of the stream (its region
+        // adopted by none: the fleet's lease table has no region items yet)
+        let leases = outbox_tests::unique_name("leases");
+        relay_poller::assignment::create_lease_table(&env.dynamodb, &leases)
+            .await
+            .unwrap();
         let relay_in = |region: &str| {
             let args = relay_stream::RelayArgs {
                 regions: regions(),
+                lease_table: Some(leases.clone()),
                 ..fixtures::stream_relay_args(
                     &env.table_name,
                     fixtures::publisher_args(&env.bus_name),

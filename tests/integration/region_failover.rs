@@ -204,6 +204,17 @@ mod relays {
 
     impl Poller {
         fn start(env: &GlobalTestEnv, region: &RegionEnv, lease_table: &str) -> Self {
+            Self::with_grace(env, region, lease_table, "0s")
+        }
+
+        /// A poller that publishes an event once it is `grace` old (`--grace-period`): with a
+        /// stream relay in its region, which publishes new events first.
+        fn with_grace(
+            env: &GlobalTestEnv,
+            region: &RegionEnv,
+            lease_table: &str,
+            grace: &str,
+        ) -> Self {
             let regions: Vec<String> = env.regions.iter().map(|r| r.region.to_string()).collect();
             let mut child = env
                 .relay_command("relay-poller", region)
@@ -220,7 +231,7 @@ mod relays {
                     "--region-failover-after",
                     &humantime::format_duration(FAILOVER_AFTER).to_string(),
                 ])
-                .args(["--grace-period", "0s", "--idle-backoff-max", "500ms"])
+                .args(["--grace-period", grace, "--idle-backoff-max", "500ms"])
                 .args(["--shard-concurrency", "4", "--mark-concurrency", "4"])
                 .args(["--shutdown-timeout", "5s"])
                 .env("RUST_LOG", "warn")
@@ -261,6 +272,84 @@ mod relays {
         }
     }
 
+    /// A `relay-stream-local` in one region, reading the region's stream from its start (as a
+    /// Lambda mapping resumes from its checkpoint, and earlier still): the records it left to
+    /// another region's pollers counted as its log reports them.
+    struct StreamRelay {
+        child: Child,
+        left: std::sync::Arc<std::sync::atomic::AtomicU64>,
+        lines: tokio::task::JoinHandle<String>,
+    }
+
+    impl StreamRelay {
+        fn start(env: &GlobalTestEnv, region: &RegionEnv, lease_table: &str) -> Self {
+            let regions: Vec<String> = env.regions.iter().map(|r| r.region.to_string()).collect();
+            let mut child = env
+                .relay_command("relay-stream-local", region)
+                .args(["--regions", &regions.join(",")])
+                .args(["--lease-table", lease_table])
+                .args(["--from", "trim-horizon"])
+                .env("RUST_LOG", "warn,relay_stream=info")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .expect("spawn relay-stream-local");
+            let left = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let stderr = child.stderr.take().expect("piped");
+            let counted = left.clone();
+            let lines = tokio::spawn(async move {
+                use tokio::io::AsyncBufReadExt;
+                let mut out = String::new();
+                let mut lines = tokio::io::BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let fields = serde_json::from_str::<serde_json::Value>(&line)
+                        .ok()
+                        .and_then(|doc| doc.get("fields").cloned());
+                    if let Some(n) = fields
+                        .filter(|f| f["message"] == "batch handled")
+                        .and_then(|f| f["left_to_hold"].as_u64())
+                    {
+                        counted.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    out.push_str(&line);
+                    out.push('\n');
+                }
+                out
+            });
+            Self { child, left, lines }
+        }
+
+        /// Waits until it has left `count` records to another region's pollers.
+        async fn wait_left(&self, count: u64) {
+            let start = Instant::now();
+            while self.left.load(std::sync::atomic::Ordering::SeqCst) < count {
+                assert!(
+                    start.elapsed() < BOUND,
+                    "the stream relay left {} of {count} records within {BOUND:?}",
+                    self.left.load(std::sync::atomic::Ordering::SeqCst)
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+
+        /// Stops it (SIGTERM) and waits: its summary (`relay-stream-local` prints it on exit).
+        async fn stop(mut self) -> serde_json::Value {
+            let pid = self.child.id().expect("running");
+            std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()
+                .expect("kill");
+            let mut stdout = String::new();
+            let mut out = self.child.stdout.take().expect("piped");
+            out.read_to_string(&mut stdout).await.unwrap();
+            let status = self.child.wait().await.unwrap();
+            let lines = self.lines.await.unwrap();
+            assert!(status.success(), "relay-stream-local: {status}\n{lines}");
+            serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}\n{lines}"))
+        }
+    }
+
     fn writer(env: &GlobalTestEnv, region: &RegionEnv) -> OutboxWriter {
         let mut config = WriterConfig::new(OutboxConfig::new(&env.env.table_name), TEST_SOURCE);
         config.global_table = true;
@@ -279,6 +368,29 @@ mod relays {
                 .await
                 .expect("order created");
             confirm(&writer, phase, i).await;
+        }
+        2 * ORDERS
+    }
+
+    /// As [`write_orders`], with `pause` after each write: an order may be created before a
+    /// switch of publisher and confirmed after it.
+    async fn write_orders_paced(
+        env: GlobalTestEnv,
+        region: RegionEnv,
+        phase: &'static str,
+        pause: Duration,
+    ) -> usize {
+        let writer = writer(&env, &region);
+        for i in 0..ORDERS {
+            let (user, id) = (format!("user-{phase}-{i}"), format!("{phase}-{i}"));
+            let order = NewOrder::new(vec![OrderLine::new("SKU-1", 1, 500)]).with_order_id(&id);
+            writer
+                .create_order_with_outbox(&user, order)
+                .await
+                .expect("order created");
+            tokio::time::sleep(pause).await;
+            confirm(&writer, phase, i).await;
+            tokio::time::sleep(pause).await;
         }
         2 * ORDERS
     }
@@ -476,9 +588,25 @@ mod relays {
         }
         written += ORDERS;
 
-        // And b comes back: its link restored, its relays restarted
+        // And b comes back: its link restored, its stream relay reading b's stream from its start
+        // (every event b's writer wrote, the published ones too) while a still publishes b
         env.replicator.reconnect(&b.region, &env.regions).await;
-        let pb = Poller::start(&env, b, &lease_table);
+        let sb = StreamRelay::start(&env, b, &lease_table);
+        // (up-b's, dead-b's and cut-b's two events an order, and dead-b's third ones)
+        let b_records = (3 * 2 * ORDERS + ORDERS) as u64;
+
+        // Then it leaves every record of b's to a's pollers, publishing none
+        sb.wait_left(b_records).await;
+
+        // When b's poller starts again, and b's writer writes orders across the hand-back (an
+        // order created while a publishes b, confirmed after)
+        let pb = Poller::with_grace(&env, b, &lease_table, "2s");
+        let across = tokio::spawn(write_orders_paced(
+            env.clone(),
+            b.clone(),
+            "across-b",
+            Duration::from_millis(250),
+        ));
 
         // Then its stranded events are published once, after what a published of their orders,
         // and b gets its own partitions back
@@ -487,15 +615,27 @@ mod relays {
         wait_publisher(b, &lease_table, &b.region, &b.region).await;
 
         // And what b's writer writes from then on is published (by b)
+        written += across.await.expect("the writer across the hand-back");
         written += write_orders(&env, b, "back-b").await;
         sink.wait_for(&env, written, "b's events after the hand-back")
             .await;
-        let (la, lb) = (pa.stop().await, pb.stop().await);
+        let (la, lb, sb) = (pa.stop().await, pb.stop().await, sb.stop().await);
         let (by_a, by_b) = (
             metric_sum(&la, relay_runtime::metrics::PUBLISHED),
             metric_sum(&lb, relay_runtime::metrics::PUBLISHED),
         );
-        assert!(by_b >= 2 * ORDERS as u64, "b publishes its own again");
+        let by_stream = sb["published"].as_u64().expect("the summary's published");
+        assert!(
+            by_b + by_stream >= 2 * ORDERS as u64,
+            "b publishes its own again"
+        );
+        // And b's stream relay published none of what b's writer wrote before it came back: at
+        // most the orders written across and after the hand-back
+        assert!(
+            by_stream <= 4 * ORDERS as u64,
+            "b's stream relay published {by_stream} events: {sb}"
+        );
+        let by_b = by_b + by_stream;
         // And through the failover and the hand-back the regions published every event, each
         // once but for those pending in both regions at a switch: at most the events b's writer
         // wrote while b was adopted (an adopter's mark reaching b after the hand-back's round,
@@ -503,7 +643,7 @@ mod relays {
         // in docs/benchmarks.md, "Global tables"). b's killed poller published nothing: nothing
         // was pending when it died.
         let since = (written - written_before) as u64;
-        let while_adopted = (5 * ORDERS) as u64;
+        let while_adopted = (7 * ORDERS) as u64;
         assert!(
             (since..=since + while_adopted).contains(&(by_a + by_b)),
             "{since} events written since both were up, published {by_a} by a and {by_b} by b"

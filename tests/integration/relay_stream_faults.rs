@@ -245,6 +245,7 @@ fn relay_args(env: &TestEnv) -> RelayArgs {
         },
         retention: relay_runtime::RetentionArgs::default(),
         regions: relay_runtime::RegionArgs::default(),
+        lease_table: None,
         dead_letter_queue_url: Some(env.dead_letter_queue_url.clone()),
         mark_concurrency: 32,
         stop_at_first_failure: false,

@@ -101,6 +101,7 @@ async fn an_orders_trace_header_travels_to_the_put_events_entry() {
         },
         retention: relay_runtime::RetentionArgs::default(),
         regions: relay_runtime::RegionArgs::default(),
+        lease_table: None,
         dead_letter_queue_url: Some(env.dead_letter_queue_url.clone()),
         mark_concurrency: 8,
         stop_at_first_failure: false,

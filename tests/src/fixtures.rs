@@ -78,6 +78,7 @@ pub fn stream_relay_args(table: &str, publisher: PublisherArgs) -> relay_stream:
         publisher,
         retention: relay_runtime::RetentionArgs::default(),
         regions: relay_runtime::RegionArgs::default(),
+        lease_table: None,
         dead_letter_queue_url: None,
         mark_concurrency: relay_stream::config::DEFAULT_MARK_CONCURRENCY,
         stop_at_first_failure: false,

@@ -512,6 +512,8 @@ impl Relays<'_> {
                     from,
                     "--batch-size",
                     &self.args.batch_size.to_string(),
+                    "--lease-table",
+                    self.lease_table,
                 ],
                 &region.env,
                 self.args,

@@ -49,7 +49,9 @@ pub use store::{DynamoRegionStore, RegionStore};
 /// Attribute names of the region items in the lease table (`outbox_shared::region::lease_item`,
 /// which the stream relay reads too).
 pub mod attr {
-    pub use outbox_shared::region::lease_item::{ADOPTER, BY_OPERATOR, CHANGED_AT, EPOCH, LEASE_KEY};
+    pub use outbox_shared::region::lease_item::{
+        ADOPTER, BY_OPERATOR, CHANGED_AT, EPOCH, LEASE_KEY,
+    };
     /// When a poller of the region last wrote its heartbeat (epoch milliseconds, its clock).
     pub const HEARTBEAT_AT: &str = crate::assignment::attr::HEARTBEAT_AT;
     /// The poller that wrote the region's heartbeat last.

@@ -1258,7 +1258,10 @@ async fn an_adopted_regions_events_are_left_to_the_adopter_under_holds_and_wait_
     let partition = "OUTBOX#PENDING#eu-west-1#1".to_owned();
     assert_eq!(
         ports.holds.holds(),
-        HashMap::from([("x".to_owned(), partition.clone()), ("y".to_owned(), partition)])
+        HashMap::from([
+            ("x".to_owned(), partition.clone()),
+            ("y".to_owned(), partition)
+        ])
     );
     assert_eq!(ports.holds.left("x").map(|(_, count)| count), Some(2));
 
