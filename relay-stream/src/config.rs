@@ -225,4 +225,22 @@ mod tests {
         let args = parse(&["--stop-at-first-failure", "false"]);
         assert!(!args.stop_at_first_failure);
     }
+
+    #[test]
+    fn a_global_tables_relay_needs_the_lease_table_it_reads_its_adoption_from() {
+        let global = ["--regions", "us-east-1,eu-west-1"];
+        let err = parse(&global)
+            .handler_options_in(Some("eu-west-1"))
+            .unwrap_err();
+        assert_eq!(err.flag, "--lease-table");
+        assert!(err.to_string().contains("OUTBOX_LEASE_TABLE"), "{err}");
+        assert!(err.to_string().contains("global table"), "{err}");
+        let args = parse(&[&global[..], &["--lease-table", "leases"]].concat());
+        assert!(args.handler_options_in(Some("eu-west-1")).is_ok());
+        assert_eq!(args.adoption_table(), Some("leases"));
+        // A single-region relay reads no adoption, whatever the lease table.
+        let args = parse(&["--lease-table", "leases"]);
+        assert_eq!(args.adoption_table(), None);
+        assert!(args.handler_options_in(Some("eu-west-1")).is_ok());
+    }
 }
