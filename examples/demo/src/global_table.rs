@@ -11,9 +11,10 @@
 //!    writing, and for [`KILL_TO_CUT`] its writes still replicate to the first region;
 //! 2. it is cut off on the replicator: its writes from then on are stranded in it;
 //! 3. the demo waits for the first region to adopt it (failover), and writes on a while;
-//! 4. the link is restored (the stranded writes replicate) and its relays restart (its stream
-//!    relay at the stream's end, `--from latest`: what was written while it was down is the
-//!    pollers'); the demo waits for the hand-back, writes on a while, and stops writing;
+//! 4. the link is restored (the stranded writes replicate) and its relays restart while its
+//!    writer writes on (its stream relay at the stream's end, `--from latest`: what was written
+//!    while it was down is the pollers'; until the hand-back it leaves what it reads to them
+//!    too); the demo waits for the hand-back, writes on a while, and stops writing;
 //! 5. once every written event arrived (or `--timeout`), the relays stop and the sink queue,
 //!    read all along, is counted: per region and overall, written, published, duplicates, out of
 //!    order, missing, and the failover's figures.
@@ -64,10 +65,6 @@ const STEADY: Duration = Duration::from_secs(10);
 const KILL_TO_CUT: Duration = Duration::from_secs(2);
 /// Writing on, cut off and adopted, before the link is restored.
 const ADOPTED: Duration = Duration::from_secs(5);
-/// From the restart of the region's relays to its writer writing again: its stream relay reads
-/// from the stream's end (`--from latest`), so an order written across its start could have its
-/// first event left to the pollers and the next published at once, before it.
-const RESTART_TO_WRITING: Duration = Duration::from_secs(3);
 /// Writing on once the region is handed back.
 const AFTER_HAND_BACK: Duration = Duration::from_secs(5);
 /// Longest wait for the adoption, and for the hand-back.
@@ -332,14 +329,16 @@ pub(crate) async fn run(
     phase(&format!(
         "4/5 restoring {away}'s link (its stranded writes replicate) and restarting its relays"
     ));
+    // The writer pauses only so that the events stranded are counted; it writes on across the
+    // relays' restart: an order created before the stream relay reads and confirmed after is
+    // left to the adopter's pollers whole (the stream relay reads the adoption), in order.
     writers[1].pause().await;
     let stranded = writers[1].written() - cut_at;
     replicator.reconnect(&away, &names).await?;
     replicator.wait_caught_up().await?;
+    writers[1].resume();
     regions[1].relays = relays.start(&regions[1], "latest", 2)?;
     timeline.restarted_ms = now_ms();
-    tokio::time::sleep(RESTART_TO_WRITING).await;
-    writers[1].resume();
     let own_store = DynamoRegionStore::new(regions[1].dynamodb.clone(), &lease_table);
     timeline.handed_back_ms = if timeline.adopted_ms.is_some() {
         wait_for_publisher(&own_store, &away, &away).await
