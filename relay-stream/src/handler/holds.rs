@@ -6,7 +6,7 @@
 //! [`AggregateHolds`] port's; this component holds nothing else.
 //!
 //! On a global table the same holds serve a region another region adopted
-//! ([`HoldMode::leave_adopted`], whatever `HOLD_FAILED_AGGREGATES` says): its events are left to
+//! (`HoldMode::leave_adopted`, whatever `HOLD_FAILED_AGGREGATES` says): its events are left to
 //! the adopter's pollers under their aggregates' holds, which the pollers release once they have
 //! published them.
 //!

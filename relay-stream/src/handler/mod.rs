@@ -30,10 +30,15 @@
 //! `relay_runtime::relay`, shared with the poller; this module is the batch loop around it: what
 //! the stream carries, strict order, and the checkpoint Lambda resumes from.
 //!
+//! On a global table, a batch first reads whether another region adopted this relay's region
+//! (the [`RegionAdoption`] port, once a batch); while one has, the region's events are left to the
+//! adopter's pollers under their aggregates' holds (docs/global-tables.md, "The stream relay while
+//! its region is adopted").
+//!
 //! The room: this file is the relay and its one batch loop ([`StreamRelay::handle`]); [`decode`]
-//! says what each record is; [`holds`] is hold mode (`HOLD_FAILED_AGGREGATES`), a component of
-//! its own holding the holds port, before and after the publish; [`report`] is what a batch ends
-//! in, and the response Lambda reads.
+//! says what each record is; [`holds`] is hold mode (`HOLD_FAILED_AGGREGATES`) and an adopted
+//! region's leave, a component of its own holding the holds port, before and after the publish;
+//! [`report`] is what a batch ends in, and the response Lambda reads.
 
 use outbox_shared::region::GlobalTable;
 use std::sync::Arc;
@@ -203,8 +208,9 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds, A: Regi
     }
 
     /// Handles one batch of stream records by `deadline` ([`Self::deadline_of`] the
-    /// invocation's, or [`Deadline::NONE`]): each record is decoded, in hold mode left to the
-    /// poller if its aggregate is held, published unless this relay published it already, in hold
+    /// invocation's, or [`Deadline::NONE`]): each record is decoded, on a global table whose
+    /// region another region adopted left to that region's pollers under its aggregate's hold,
+    /// in hold mode (or on a global table) left to the poller if its aggregate is held, published unless this relay published it already, in hold
     /// mode held if it failed, and settled once (marked, or dead-lettered then marked); the first
     /// record not published is the batch item failure.
     pub async fn handle(&self, records: &[EventRecord], deadline: Deadline) -> BatchReport {
