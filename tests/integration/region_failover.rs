@@ -361,15 +361,20 @@ mod relays {
     async fn write_orders(env: &GlobalTestEnv, region: &RegionEnv, phase: &str) -> usize {
         let writer = writer(env, region);
         for i in 0..ORDERS {
-            let (user, id) = (format!("user-{phase}-{i}"), format!("{phase}-{i}"));
-            let order = NewOrder::new(vec![OrderLine::new("SKU-1", 1, 500)]).with_order_id(&id);
-            writer
-                .create_order_with_outbox(&user, order)
-                .await
-                .expect("order created");
+            create(&writer, phase, i).await;
             confirm(&writer, phase, i).await;
         }
         2 * ORDERS
+    }
+
+    /// Creates order `{phase}-{i}`.
+    async fn create(writer: &OutboxWriter, phase: &str, i: usize) {
+        let (user, id) = (format!("user-{phase}-{i}"), format!("{phase}-{i}"));
+        let order = NewOrder::new(vec![OrderLine::new("SKU-1", 1, 500)]).with_order_id(&id);
+        writer
+            .create_order_with_outbox(&user, order)
+            .await
+            .expect("order created");
     }
 
     /// As [`write_orders`], with `pause` after each write: an order may be created before a
@@ -382,12 +387,7 @@ mod relays {
     ) -> usize {
         let writer = writer(&env, &region);
         for i in 0..ORDERS {
-            let (user, id) = (format!("user-{phase}-{i}"), format!("{phase}-{i}"));
-            let order = NewOrder::new(vec![OrderLine::new("SKU-1", 1, 500)]).with_order_id(&id);
-            writer
-                .create_order_with_outbox(&user, order)
-                .await
-                .expect("order created");
+            create(&writer, phase, i).await;
             tokio::time::sleep(pause).await;
             confirm(&writer, phase, i).await;
             tokio::time::sleep(pause).await;

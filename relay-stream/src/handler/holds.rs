@@ -58,6 +58,29 @@ impl<H: AggregateHolds> HoldMode<H> {
             .await
     }
 
+    /// Holds each aggregate of `leaving` with its events recorded, `concurrency` writes at a
+    /// time: the aggregates held (one whose write failed is logged, and its events are
+    /// re-delivered by the caller).
+    async fn hold_each(
+        &self,
+        leaving: HashMap<&str, Vec<LeftEvent>>,
+        deadline: Deadline,
+    ) -> HashSet<String> {
+        self.bounded(leaving, |(aggregate, left)| async move {
+            let result = deadline
+                .finish("UpdateItem", self.holds.hold(aggregate, &left), |cut| cut)
+                .await;
+            if let Err(err) = &result {
+                tracing::warn!(ordering_key = %aggregate, error = %outbox_shared::error::describe(err), "could not hold the aggregate; its events are re-delivered");
+            }
+            result.is_ok().then(|| aggregate.to_owned())
+        })
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
     /// Before publishing: the ready events of aggregates already held stay pending for the
     /// poller, recorded on their hold; a TTL deletion's event of a held aggregate becomes poison
     /// (dead-lettered with its record). A hold released since it was read takes nothing: the
@@ -179,20 +202,7 @@ impl<H: AggregateHolds> HoldMode<H> {
         if leaving.is_empty() {
             return 0;
         }
-        let held: HashSet<String> = self
-            .bounded(leaving, |(aggregate, left)| async move {
-                let result = deadline
-                    .finish("UpdateItem", self.holds.hold(aggregate, &left), |cut| cut)
-                    .await;
-                if let Err(err) = &result {
-                    tracing::warn!(ordering_key = %aggregate, error = %outbox_shared::error::describe(err), "could not hold an aggregate of the adopted region; its events are re-delivered");
-                }
-                (aggregate.to_owned(), result.is_ok())
-            })
-            .await
-            .into_iter()
-            .filter_map(|(aggregate, held)| held.then_some(aggregate))
-            .collect();
+        let held = self.hold_each(leaving, deadline).await;
         let mut left = 0;
         for event in events.iter_mut() {
             if !event.is_ready() || left_event(event).is_none() {
@@ -246,20 +256,7 @@ impl<H: AggregateHolds> HoldMode<H> {
         if failing.is_empty() {
             return;
         }
-        let held: HashSet<String> = self
-            .bounded(failing, |(aggregate, left)| async move {
-                let result = deadline
-                    .finish("UpdateItem", self.holds.hold(aggregate, &left), |cut| cut)
-                    .await;
-                if let Err(err) = &result {
-                    tracing::warn!(ordering_key = %aggregate, error = %outbox_shared::error::describe(err), "could not hold the aggregate; its events are re-delivered");
-                }
-                result.is_ok().then(|| aggregate.to_owned())
-            })
-            .await
-            .into_iter()
-            .flatten()
-            .collect();
+        let held = self.hold_each(failing, deadline).await;
         m::aggregates_held(held.len() as u64);
         for event in events.iter_mut() {
             let is_held = event.aggregate.as_ref().is_some_and(|a| held.contains(a));

@@ -54,6 +54,19 @@ impl Ports {
     }
 }
 
+impl Ports {
+    /// The relay over these ports with `options`, sending poison to the dead-letter queue.
+    fn relay_with(&self, options: HandlerOptions) -> Relay<'_> {
+        StreamRelay::new(
+            &self.publisher,
+            &self.status,
+            &self.holds,
+            Some(&self.dead_letters),
+            options,
+        )
+    }
+}
+
 fn records(fixture: &str) -> Vec<EventRecord> {
     serde_json::from_str::<Event>(fixture).unwrap().records
 }
@@ -795,17 +808,10 @@ mod properties {
 
 /// Hold mode's relay over `ports`.
 fn hold_mode(ports: &Ports) -> Relay<'_> {
-    let options = HandlerOptions {
+    ports.relay_with(HandlerOptions {
         hold_failed_aggregates: true,
         ..HandlerOptions::default()
-    };
-    StreamRelay::new(
-        &ports.publisher,
-        &ports.status,
-        &ports.holds,
-        Some(&ports.dead_letters),
-        options,
-    )
+    })
 }
 
 /// The recorded TTL deletion of a pending event (aggregate `o-91`), which exists nowhere else.
@@ -1173,18 +1179,12 @@ fn in_eu_west_1<'a>(
         vec![region("us-east-1"), region("eu-west-1")],
     )
     .unwrap();
-    let options = HandlerOptions {
-        global_table: Some(table),
-        ..HandlerOptions::default()
-    };
-    StreamRelay::new(
-        &ports.publisher,
-        &ports.status,
-        &ports.holds,
-        Some(&ports.dead_letters),
-        options,
-    )
-    .with_adoption(adoption)
+    ports
+        .relay_with(HandlerOptions {
+            global_table: Some(table),
+            ..HandlerOptions::default()
+        })
+        .with_adoption(adoption)
 }
 
 /// An event of `aggregate` written in `origin`, indexed under that region's pending partition 1.
