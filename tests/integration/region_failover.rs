@@ -13,7 +13,7 @@ use outbox_shared::{GlobalTable, Region};
 use outbox_tests::regions::{GlobalTestEnv, RegionEnv};
 use outbox_tests::unique_name;
 use relay_poller::assignment::SystemClock;
-use relay_poller::failover::{DynamoRegionStore, FailoverSettings, RegionManager};
+use relay_poller::failover::{DynamoRegionStore, FailoverSettings, RegionManager, RegionStore};
 
 const FAILOVER_AFTER: Duration = Duration::from_secs(3);
 const ROUND: Duration = Duration::from_millis(500);
@@ -83,15 +83,23 @@ async fn a_regions_stopped_pollers_are_replaced_by_the_other_regions_and_it_gets
     .await;
 
     // When b's pollers stop
-    let stopped = Instant::now();
     drop(mb);
     rounds_until(&[&ma], "a adopts b", |_| {}, |_| ma.served().serves(&b)).await;
 
     // Then a publishes b's partitions, not before b's last heartbeat was the failover time old
+    // (by the items in a's replica: the heartbeat's time and the adoption's, both this machine's
+    // clock; the heartbeat is written before its call returns, so the test's own clock could
+    // start late by a slow call)
+    let view = DynamoRegionStore::new(env.a().dynamodb.clone(), &lease_table)
+        .read()
+        .await
+        .expect("read the region items");
+    let last_heartbeat = view.heartbeats.get(&b).expect("b's heartbeat").heartbeat_at;
+    let adopted = view.adoptions.get(&b).expect("b's adoption").changed_at;
     assert!(
-        stopped.elapsed() >= FAILOVER_AFTER,
-        "{:?}",
-        stopped.elapsed()
+        adopted - last_heartbeat >= FAILOVER_AFTER.as_millis() as i64,
+        "adopted {} ms after b's last heartbeat",
+        adopted - last_heartbeat
     );
     assert_eq!(ma.served().regions(), set(&[&a, &b]));
 
