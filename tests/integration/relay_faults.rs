@@ -24,7 +24,9 @@ const RATES: FaultRates = FaultRates {
     lost_replies: 10,
 };
 const SEED: u64 = 0x0b0c_fa17;
-const EVENTS: usize = 1000;
+/// Events per run of the fault scenarios: every fault class still happens (the assertions check
+/// each), at half the calls of the 1,000 they wrote before issue 40 cut the suite.
+const EVENTS: usize = 500;
 /// Events per target of the lost-replies scenario: its three first replies lost on purpose make
 /// the duplicates (or their suppression), a tenth of the calls more at random.
 const LOST_REPLY_EVENTS: usize = 300;
@@ -106,10 +108,10 @@ pub(crate) fn assert_all_once_or_more(
     counts.values().map(|n| n - 1).sum()
 }
 
-on_every_target!(drain_publishes_1000_events_through_faulty_aws_with_none_missing);
+on_every_target!(drain_publishes_500_events_through_faulty_aws_with_none_missing);
 
-async fn drain_publishes_1000_events_through_faulty_aws_with_none_missing(kind: TargetKind) {
-    // Given 1,000 pending events (written directly) and a faulty AWS in front of the emulator
+async fn drain_publishes_500_events_through_faulty_aws_with_none_missing(kind: TargetKind) {
+    // Given 500 pending events (written directly) and a faulty AWS in front of the emulator
     let env = TestEnv::with_target(kind).await;
     let written: HashSet<String> = env.create_orders(EVENTS, 32).await.into_iter().collect();
     let proxy = faulty_aws().await;
@@ -151,8 +153,8 @@ async fn drain_publishes_1000_events_through_faulty_aws_with_none_missing(kind: 
 /// The stream relay on one target: it reaches every target through the drain's publisher, whose
 /// run on each target is the test above.
 #[tokio::test(flavor = "multi_thread")]
-async fn relay_stream_local_relays_1000_events_through_faulty_aws_with_none_missing() {
-    // Given 1,000 orders on the stream and a faulty AWS in front of the emulator (the stream
+async fn relay_stream_local_relays_500_events_through_faulty_aws_with_none_missing() {
+    // Given 500 orders on the stream and a faulty AWS in front of the emulator (the stream
     // reads themselves are not faulted)
     let env = TestEnv::with_target(TargetKind::Classic).await;
     let written: HashSet<String> = env.create_orders(EVENTS, 32).await.into_iter().collect();
