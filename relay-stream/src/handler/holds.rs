@@ -208,14 +208,13 @@ impl<H: AggregateHolds> HoldMode<H> {
             if !event.is_ready() || left_event(event).is_none() {
                 continue;
             }
-            match &event.aggregate {
-                Some(aggregate) if held.contains(aggregate) => {
-                    tracing::debug!(event_id = %event.id(), %adopter, "region adopted: left to the adopter's pollers");
-                    event.state = State::LeftToHold;
-                    left += 1;
-                }
-                Some(_) => event.leave_unsent(),
-                None => {}
+            // Never published while another region publishes it: held and left, or re-delivered.
+            if event.aggregate.as_ref().is_some_and(|a| held.contains(a)) {
+                tracing::debug!(event_id = %event.id(), %adopter, "region adopted: left to the adopter's pollers");
+                event.state = State::LeftToHold;
+                left += 1;
+            } else {
+                event.leave_unsent();
             }
         }
         left
