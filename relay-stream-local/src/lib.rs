@@ -24,4 +24,4 @@ pub use args::{LocalArgs, MAX_BATCH_SIZE, RunnerOptions, StartingPosition};
 pub use error::RunnerError;
 pub use read::read_stream_records;
 pub use run::{Summary, run, stream_arn_of};
-pub use runner::{GET_RECORDS_MAX_LIMIT, LocalRunner};
+pub use runner::{GET_RECORDS_MAX_LIMIT, LocalRunner, READING_SHARD};

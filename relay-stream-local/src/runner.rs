@@ -24,6 +24,10 @@ use crate::records::to_event_record;
 /// `GetRecords` returns at most 1,000 records per call.
 pub const GET_RECORDS_MAX_LIMIT: usize = 1000;
 
+/// The message logged (at info) when a shard's reading starts: its iterator obtained, the next
+/// call reads its records.
+pub const READING_SHARD: &str = "reading shard";
+
 /// How often the shard list is refreshed to find children of split shards.
 const SHARD_REFRESH_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -247,8 +251,13 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds, A: Regi
             } else {
                 ShardIteratorType::TrimHorizon
             };
-            match self.iterator(&shard.id, position, None).await {
-                Ok(iterator) => shard.state = ShardState::Reading { iterator },
+            match self.iterator(&shard.id, position.clone(), None).await {
+                Ok(iterator) => {
+                    // Once per shard: what the demo waits for before it writes its measured
+                    // orders (the relay's start-up is not its lag).
+                    tracing::info!(shard = %shard.id, from = ?position, "{READING_SHARD}");
+                    shard.state = ShardState::Reading { iterator };
+                }
                 Err(message) => {
                     tracing::warn!(shard = %shard.id, error = %message, "could not start reading shard");
                 }

@@ -224,8 +224,12 @@ async fn demo_summary_matches_queue_and_table(
 ) -> Vec<(serde_json::Value, Option<String>)> {
     let demo = demo_binary();
     let bucket = env.create_payload_bucket().await;
+    let log_dir = std::env::temp_dir().join(unique_name("demo-logs"));
     let output = tokio::process::Command::new(&demo)
         .envs(env.credentials_env())
+        .env_remove("RUST_LOG")
+        .arg("--log-dir")
+        .arg(&log_dir)
         .args(["--target", bus.kind])
         .args([
             "--orders",
@@ -287,6 +291,39 @@ async fn demo_summary_matches_queue_and_table(
         );
         assert!(p50 > 0 && p50 <= p99, "{summary}");
     }
+
+    // Every order was written once the stream relay read the stream (its log says when), so its
+    // start-up is not in the relay's lag
+    let relay_log = std::fs::read_to_string(log_dir.join("relay-stream-local.log"))
+        .expect("the stream relay's log");
+    let reading_at = relay_log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|line| line["fields"]["message"] == relay_stream_local::READING_SHARD)
+        .and_then(|line| line["timestamp"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| {
+            panic!(
+                "no line {:?} in the stream relay's log: {relay_log}",
+                relay_stream_local::READING_SHARD
+            )
+        });
+    // (to the millisecond, as the writer stamps `CreatedAt`)
+    let reading_at = chrono::SubsecRound::trunc_subsecs(
+        outbox_shared::time::parse_timestamp(&reading_at).unwrap(),
+        3,
+    );
+    let written_first = env
+        .outbox_items()
+        .await
+        .iter()
+        .map(|item| outbox_shared::time::parse_timestamp(&item.created_at).unwrap())
+        .min()
+        .expect("outbox items");
+    assert!(
+        written_first >= reading_at,
+        "first order written at {written_first}, before the stream relay read the stream at {reading_at}"
+    );
+    std::fs::remove_dir_all(&log_dir).ok();
 
     // (78 events: 52 orders, a quarter of them with two follow-ups)
     let audit_received = audit_events(env, &bus.audit_queue_url, 78).await;

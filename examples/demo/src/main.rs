@@ -66,7 +66,9 @@ use crate::env::{SOURCE, provision};
 use crate::orders::{LargeOrder, OrderMix, events_of, write_orders};
 use crate::payloads::check_payloads;
 use crate::progress::{bar, phase};
-use crate::relays::{relay_binary, spawn_relay, stop_relay, stop_relay_when_done};
+use crate::relays::{
+    relay_binary, relay_log, spawn_relay, stop_relay, stop_relay_when_done, wait_until_reading,
+};
 use crate::summary::{Delivered, Summary, Written, print_summary, succeeded, summarize};
 
 #[tokio::main]
@@ -240,6 +242,14 @@ async fn run(args: &Args) -> Result<Summary> {
         args,
         &log_dir,
     )?;
+    // The measured window starts once the relay reads the stream, as a running relay does: its
+    // start-up (probes, the shard list) is not its lag.
+    wait_until_reading(
+        &mut stream_relay,
+        &relay_log(&log_dir, "relay-stream-local"),
+        args.timeout.into(),
+    )
+    .await?;
     // What the target delivered is counted for the progress bars, and consumed once the stream
     // relay's part is over.
     let delivered = Arc::new(AtomicU64::new(0));

@@ -47,6 +47,55 @@ pub(crate) fn relay_binary(dir: &Path, name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// The relays' `RUST_LOG`: the demo's (`warn` if unset), with the stream relay's runner at
+/// `info` unless it names `relay_stream_local` itself, so its log says when it reads its shard
+/// ([`wait_until_reading`]).
+fn relay_log_filter(demo: Option<String>) -> String {
+    let filter = demo.unwrap_or_else(|| "warn".into());
+    if filter.contains("relay_stream_local") {
+        filter
+    } else {
+        format!("{filter},relay_stream_local::runner=info")
+    }
+}
+
+/// The log file of the relay `name` (`relay-stream-local`) in `log_dir`, as [`spawn_relay`]
+/// names it.
+pub(crate) fn relay_log(log_dir: &Path, name: &str) -> PathBuf {
+    log_dir.join(name).with_extension("log")
+}
+
+/// Waits until the stream relay's log (`log`) says it reads its shard
+/// ([`relay_stream_local::READING_SHARD`]): its start-up (configuration, the probes of what it
+/// uses, the stream's shard list) is over, and what is written from now on waits only for the
+/// relay. An error if it exits first, or after `timeout`.
+pub(crate) async fn wait_until_reading(
+    relay: &mut Child,
+    log: &Path,
+    timeout: Duration,
+) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let text = tokio::fs::read_to_string(log).await.unwrap_or_default();
+        if text.contains(relay_stream_local::READING_SHARD) {
+            return Ok(());
+        }
+        if let Some(status) = relay.try_wait()? {
+            bail!(
+                "relay-stream-local exited with {status} before it read the stream (its log: {})",
+                log.display()
+            );
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!(
+                "relay-stream-local did not start reading the stream within {timeout:?} (its log: {})",
+                log.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Starts a relay; its stderr (logs, and the poller's metrics) goes to a file in `log_dir`, its
 /// stdout (the summary line) to the demo.
 pub(crate) fn spawn_relay(
@@ -93,10 +142,7 @@ pub(crate) fn spawn_relay_as(
         )
         .env("EVENT_TARGET_KIND", args.target.to_string())
         .env("OUTBOX_SHARD_COUNT", args.shard_count.to_string())
-        .env(
-            "RUST_LOG",
-            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
-        )
+        .env("RUST_LOG", relay_log_filter(std::env::var("RUST_LOG").ok()))
         .envs(more_env.iter().map(|(key, value)| (*key, value)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -172,4 +218,87 @@ async fn read_summary(mut child: Child, name: &str) -> Result<RelaySummary> {
         phase(&format!("{name} reported {} failed events", summary.failed));
     }
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stream_relays_runner_logs_at_info_unless_the_filter_names_the_relay() {
+        assert_eq!(
+            relay_log_filter(None),
+            "warn,relay_stream_local::runner=info"
+        );
+        assert_eq!(
+            relay_log_filter(Some("error".into())),
+            "error,relay_stream_local::runner=info"
+        );
+        // A filter that names the stream relay is the user's, left as it is.
+        assert_eq!(
+            relay_log_filter(Some("warn,relay_stream_local=debug".into())),
+            "warn,relay_stream_local=debug"
+        );
+    }
+
+    fn log_path() -> PathBuf {
+        std::env::temp_dir().join(format!("demo-relay-{}.log", uuid::Uuid::now_v7().simple()))
+    }
+
+    fn sh(script: &str) -> Child {
+        Command::new("sh")
+            .args(["-c", script])
+            .kill_on_drop(true)
+            .spawn()
+            .expect("sh starts")
+    }
+
+    #[tokio::test]
+    async fn the_measured_writes_wait_until_the_relay_reads_its_shard() {
+        let log = log_path();
+        std::fs::write(&log, "{\"message\":\"relaying stream\"}\n").unwrap();
+        let mut relay = sh(&format!(
+            "sleep 0.3; echo '{{\"message\":\"{}\"}}' >> {}; sleep 30",
+            relay_stream_local::READING_SHARD,
+            log.display()
+        ));
+        let started = std::time::Instant::now();
+        wait_until_reading(&mut relay, &log, Duration::from_secs(20))
+            .await
+            .unwrap();
+        // Not before the line (0.3 s), and long before the relay exits (30 s).
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(300),
+            "returned after {waited:?}"
+        );
+        assert!(
+            waited < Duration::from_secs(20),
+            "returned after {waited:?}"
+        );
+        std::fs::remove_file(&log).ok();
+    }
+
+    #[tokio::test]
+    async fn a_relay_that_exits_before_it_reads_is_an_error_naming_its_log() {
+        let log = log_path();
+        let mut relay = sh("exit 3");
+        let err = wait_until_reading(&mut relay, &log, Duration::from_secs(20))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("exited"), "{err}");
+        assert!(err.contains(&log.display().to_string()), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_relay_that_never_reads_is_an_error_after_the_timeout() {
+        let log = log_path();
+        let mut relay = sh("sleep 30");
+        let err = wait_until_reading(&mut relay, &log, Duration::from_millis(200))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("did not start reading"), "{err}");
+    }
 }
