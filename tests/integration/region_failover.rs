@@ -599,7 +599,9 @@ mod relays {
         // And b comes back: its link restored, its stream relay reading b's stream from its start
         // (every event b's writer wrote, the published ones too) while a still publishes b
         env.replicator.reconnect(&b.region, &env.regions).await;
-        env.replicator.wait_caught_up().await;
+        // (once b's replica holds a's adoption of b, which the stream relay reads there; not
+        // "replication caught up": a's poller writes the lease table every round)
+        wait_publisher(b, &lease_table, &b.region, &a.region).await;
         let sb = StreamRelay::start(&env, b, &lease_table);
         // (up-b's, dead-b's and cut-b's two events an order, and dead-b's third ones)
         let b_records = (3 * 2 * ORDERS + ORDERS) as u64;
