@@ -702,9 +702,16 @@ class Replicator:
         def progress():
             return sum(n for t, n in self.progress.items() if tables is None or t in tables)
 
+        called = time.monotonic()
         with self.lock:
             self.discover_now += 1
             try:
+                # Every region's tables listed after the call first: a pass replicates the tables
+                # in every region's last listing, so a pass that began before another region
+                # listed a new table afresh would read none of its writes.
+                if not self._wait_until(lambda: all(r.listed_at >= called for r in self.regions.values()),
+                                        deadline):
+                    return False
                 while True:
                     before = progress()
                     # Two passes of every reader: the second began after the call, with a fresh
