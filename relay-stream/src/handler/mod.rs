@@ -208,11 +208,12 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds, A: Regi
     }
 
     /// Handles one batch of stream records by `deadline` ([`Self::deadline_of`] the
-    /// invocation's, or [`Deadline::NONE`]): each record is decoded, on a global table whose
-    /// region another region adopted left to that region's pollers under its aggregate's hold,
-    /// in hold mode (or on a global table) left to the poller if its aggregate is held, published unless this relay published it already, in hold
-    /// mode held if it failed, and settled once (marked, or dead-lettered then marked); the first
-    /// record not published is the batch item failure.
+    /// invocation's, or [`Deadline::NONE`]): each record is decoded; on a global table whose
+    /// region another region adopted, left to that region's pollers under its aggregate's hold;
+    /// in hold mode (or on a global table) left to the poller if its aggregate is held; published
+    /// unless this relay published it already; in hold mode held if it failed; and settled once
+    /// (marked, or dead-lettered then marked). The first record not published is the batch item
+    /// failure.
     pub async fn handle(&self, records: &[EventRecord], deadline: Deadline) -> BatchReport {
         let encoding = self.relay.encoding();
         let table = self.options.global_table.as_ref();
