@@ -95,10 +95,6 @@ impl DynamoRegionAdoption {
             table: table.into(),
         }
     }
-
-    pub fn table(&self) -> &str {
-        &self.table
-    }
 }
 
 impl RegionAdoption for DynamoRegionAdoption {

@@ -191,23 +191,27 @@ impl<H: AggregateHolds> HoldMode<H> {
         adopter: &outbox_shared::Region,
         deadline: Deadline,
     ) -> usize {
+        // The ready events the pollers can see, and per aggregate what each leaves them.
+        let mut visible = Vec::new();
         let mut leaving: HashMap<&str, Vec<LeftEvent>> = HashMap::new();
-        for event in events.iter() {
-            if let (true, Some(aggregate), Some(left)) =
-                (event.is_ready(), &event.aggregate, left_event(event))
-            {
-                leaving.entry(aggregate.as_str()).or_default().push(left);
+        for (index, event) in events.iter().enumerate() {
+            if !event.is_ready() {
+                continue;
+            }
+            if let Some(left) = left_event(event) {
+                visible.push(index);
+                if let Some(aggregate) = &event.aggregate {
+                    leaving.entry(aggregate.as_str()).or_default().push(left);
+                }
             }
         }
-        if leaving.is_empty() {
+        if visible.is_empty() {
             return 0;
         }
         let held = self.hold_each(leaving, deadline).await;
         let mut left = 0;
-        for event in events.iter_mut() {
-            if !event.is_ready() || left_event(event).is_none() {
-                continue;
-            }
+        for index in visible {
+            let event = &mut events[index];
             // Never published while another region publishes it: held and left, or re-delivered.
             if event.aggregate.as_ref().is_some_and(|a| held.contains(a)) {
                 tracing::debug!(event_id = %event.id(), %adopter, "region adopted: left to the adopter's pollers");
