@@ -259,11 +259,7 @@ mod relays {
 
         /// Stops it as ECS does (SIGTERM), and waits: its log and metric lines.
         async fn stop(mut self) -> String {
-            let pid = self.child.id().expect("running");
-            std::process::Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status()
-                .expect("kill");
+            outbox_tests::sigterm(&self.child);
             let status = self.child.wait().await.unwrap();
             let lines = self.lines.await.unwrap();
             assert!(status.success(), "relay-poller run: {status}\n{lines}");
@@ -343,11 +339,7 @@ mod relays {
 
         /// Stops it (SIGTERM) and waits: its summary (`relay-stream-local` prints it on exit).
         async fn stop(mut self) -> serde_json::Value {
-            let pid = self.child.id().expect("running");
-            std::process::Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status()
-                .expect("kill");
+            outbox_tests::sigterm(&self.child);
             let mut stdout = String::new();
             let mut out = self.child.stdout.take().expect("piped");
             out.read_to_string(&mut stdout).await.unwrap();

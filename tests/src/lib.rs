@@ -308,6 +308,18 @@ impl SinkMessage {
     }
 }
 
+/// Sends SIGTERM to the running `child` (as ECS stops a task), without waiting for it.
+///
+/// # Panics
+/// When the child has exited already, or `kill` can't run.
+pub fn sigterm(child: &tokio::process::Child) {
+    let pid = child.id().expect("running");
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill");
+}
+
 /// The sum of the metric `name` over the EMF documents among `lines` (a relay's log and metric
 /// lines, as a child process writes them to stderr).
 pub fn metric_sum(lines: &str, name: &str) -> u64 {
