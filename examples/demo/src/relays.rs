@@ -62,7 +62,12 @@ fn relay_log_filter(demo: Option<String>) -> String {
 /// The log file of the relay `name` (`relay-stream-local`) in `log_dir`, as [`spawn_relay`]
 /// names it.
 pub(crate) fn relay_log(log_dir: &Path, name: &str) -> PathBuf {
-    log_dir.join(name).with_extension("log")
+    log_file(&log_dir.join(name))
+}
+
+/// The file a relay started with log `log` writes its stderr to ([`spawn_relay_as`]).
+fn log_file(log: &Path) -> PathBuf {
+    log.with_extension("log")
 }
 
 /// Waits until the stream relay's log (`log`) says it reads its shard
@@ -128,7 +133,7 @@ pub(crate) fn spawn_relay_as(
     log: &Path,
 ) -> Result<Child> {
     let name = binary.file_name().unwrap_or_default().to_string_lossy();
-    let log_path = log.with_extension("log");
+    let log_path = log_file(log);
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
     let mut command = Command::new(binary);
