@@ -106,22 +106,24 @@ async fn a_regions_stopped_pollers_are_replaced_by_the_other_regions_and_it_gets
     // When b's pollers start again, once a's adoption has reached b's replica (a restart before
     // that is the window docs/global-tables.md bounds: replication, then one round; the cut-link
     // test covers it): b waits for the hand-back, a hands back after b's heartbeat was fresh for
-    // the hysteresis, and b then publishes its own
+    // the hysteresis, and b then publishes its own. (Should a round of a's heartbeat take longer
+    // than the failover time to reach b's replica, as under the whole suite's load it once did,
+    // b adopts a as it would across a cut link, and hands it back after the hysteresis: the
+    // end state is the same, so the wait is for each region to publish its own and no other.)
     env.replicator.wait_caught_up().await;
     let mb = manager(&env, env.b(), &lease_table, "poller-b-2");
     let mut both = 0;
     rounds_until(
         &[&ma, &mb],
-        "b publishes its own again",
+        "each region publishes its own and no other",
         |running| both += usize::from(publishers(running, &b) > 1),
-        |_| mb.served().serves(&b) && !ma.served().serves(&b),
+        |_| ma.served().regions() == set(&[&a]) && mb.served().regions() == set(&[&b]),
     )
     .await;
 
-    // Then never both at once: a stopped before it wrote the hand-back, b started after reading it
-    assert_eq!(both, 0);
-    assert_eq!(ma.served().regions(), set(&[&a]));
-    assert_eq!(mb.served().regions(), set(&[&b]));
+    // Then b never had two publishers: a stopped before it wrote the hand-back, b started after
+    // reading it
+    assert_eq!(both, 0, "rounds in which a and b both published b");
 }
 
 #[tokio::test]
