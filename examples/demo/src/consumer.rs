@@ -25,11 +25,19 @@ use relay_runtime::TargetKind;
 use crate::env::Env;
 
 /// How long a message the consumer did not acknowledge stays invisible before the sink queue
-/// delivers it again (`VisibilityTimeout` of each receive): short, so an event held for its
-/// predecessor is back within seconds, and longer than a batch takes on a loaded machine (a
-/// message visible again while its batch runs is delivered twice, and on a FIFO queue its
-/// group's next message may be handled before it).
+/// delivers it again (`VisibilityTimeout` of each receive) where the consumer restores order:
+/// short, so an event held for its predecessor is back within seconds. A message visible again
+/// while its batch still runs is delivered twice there, which the idempotency store and the
+/// sequence store answer.
 pub(crate) const VISIBILITY_TIMEOUT_SECS: i32 = 8;
+
+/// The same on a FIFO queue, where the queue keeps each group's order and the consumer holds
+/// nothing back: longer than any batch takes, even a large order's on a loaded machine. A message
+/// visible again while its batch runs is handed to another poller, and once either deletes it its
+/// group's next message may be applied before the first batch applied it (seen under the whole
+/// suite's load with 8 s: a batch of ten re-delivered, one event applied out of order). AWS advises
+/// a visibility timeout of six times the function's timeout for the same reason.
+pub(crate) const FIFO_VISIBILITY_TIMEOUT_SECS: i32 = 60;
 
 /// Deliveries of one message the consumer fails before the demo stops retrying it and reports it
 /// (as a redrive policy's `maxReceiveCount` would move it to a dead-letter queue).
@@ -137,6 +145,16 @@ impl Consumer {
 
     pub(crate) fn restores_order(&self) -> bool {
         self.restores_order
+    }
+
+    /// The visibility timeout of each receive from the sink queue: [`VISIBILITY_TIMEOUT_SECS`]
+    /// where order is restored, [`FIFO_VISIBILITY_TIMEOUT_SECS`] on a FIFO queue.
+    pub(crate) fn visibility_timeout_secs(&self) -> i32 {
+        if self.restores_order {
+            VISIBILITY_TIMEOUT_SECS
+        } else {
+            FIFO_VISIBILITY_TIMEOUT_SECS
+        }
     }
 
     /// Processes an SQS trigger's batch; answers, for each message in its order, whether to

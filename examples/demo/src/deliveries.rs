@@ -25,7 +25,7 @@ use serde::Deserialize;
 use tokio::process::Child;
 use tokio::sync::watch;
 
-use crate::consumer::{Consumer, Resume, VISIBILITY_TIMEOUT_SECS, kinesis_record, sqs_message};
+use crate::consumer::{Consumer, Resume, kinesis_record, sqs_message};
 use crate::env::Env;
 
 /// One delivery on the sink queue: the event id, its aggregate and place in it (the envelope's
@@ -114,9 +114,9 @@ pub(crate) async fn count_deliveries(
 /// Consumes the sink queue as Lambda's SQS event source would, until `stop` is set and the queue
 /// holds nothing, visible or in flight: each `ReceiveMessage` answer becomes an SQS event handed
 /// to `consumer`, only what it acknowledges is deleted, and the rest is delivered again after
-/// [`VISIBILITY_TIMEOUT_SECS`]. [`POLLERS`] batches at a time, as Lambda's event source runs
-/// concurrent invocations (a FIFO queue hands out a group's next message only once the one
-/// before it is deleted). Answers each message's first delivery, in the order received; on
+/// the visibility timeout ([`Consumer::visibility_timeout_secs`]). [`POLLERS`] batches at a
+/// time, as Lambda's event source runs concurrent invocations (a FIFO queue hands out a group's
+/// next message only once the one before it is deleted). Answers each message's first delivery, in the order received; on
 /// Kinesis, [`read_stream`].
 pub(crate) async fn read_deliveries(
     env: Env,
@@ -183,7 +183,7 @@ async fn poll_queue(
             .receive_message()
             .queue_url(queue_url)
             .max_number_of_messages(10)
-            .visibility_timeout(VISIBILITY_TIMEOUT_SECS)
+            .visibility_timeout(consumer.visibility_timeout_secs())
             .message_system_attribute_names(MessageSystemAttributeName::All)
             .send()
             .await
