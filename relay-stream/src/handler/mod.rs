@@ -42,6 +42,7 @@
 
 use outbox_shared::region::GlobalTable;
 use std::sync::Arc;
+use std::time::Instant;
 
 use aws_lambda_events::dynamodb::EventRecord;
 use chrono::Utc;
@@ -226,8 +227,10 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds, A: Regi
         if let Some(hold_mode) = &self.hold_mode {
             hold_mode.leave_held(&mut events, deadline).await;
         }
+        let publish_started = Instant::now();
         self.publish(&mut events, deadline).await;
         let published_at = Utc::now();
+        let settle_started = Instant::now();
         if let Some(hold_mode) = self
             .hold_mode
             .as_ref()
@@ -238,13 +241,17 @@ impl<P: Publisher, S: StatusStore, D: DeadLetterSink, H: AggregateHolds, A: Regi
         self.relay
             .settle(&mut events, deadline, |record| dead_letter_record(record))
             .await;
+        let timing = report::Timing {
+            publish: settle_started.duration_since(publish_started),
+            settle: settle_started.elapsed(),
+        };
         self.recently_published.remember(
             events
                 .iter()
                 .filter(|e| matches!(e.state, State::Marked(_) | State::NotMarked(_)))
                 .filter_map(|e| e.event_id.clone()),
         );
-        report::report(events, published_at)
+        report::report(events, published_at, timing)
     }
 
     /// On a global table, before anything is published: reads once whether another region

@@ -179,9 +179,21 @@ fn record_outcome(event: Event<&EventRecord>) -> RecordOutcome {
     }
 }
 
+/// Where a batch's time went, for its log line: publishing its ready events, then settling them
+/// (holding the failed ones in hold mode, marking, dead-lettering).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Timing {
+    pub(super) publish: std::time::Duration,
+    pub(super) settle: std::time::Duration,
+}
+
 /// The batch's report from its settled events (one per record, in order), counted in the metrics
 /// and the log: the relay lag is `published_at` less the oldest published record's creation.
-pub(super) fn report(events: Vec<Event<&EventRecord>>, published_at: DateTime<Utc>) -> BatchReport {
+pub(super) fn report(
+    events: Vec<Event<&EventRecord>>,
+    published_at: DateTime<Utc>,
+    timing: Timing,
+) -> BatchReport {
     let tally = Tally::of(&events);
     let max_lag_ms = events
         .iter()
@@ -207,6 +219,8 @@ pub(super) fn report(events: Vec<Event<&EventRecord>>, published_at: DateTime<Ut
         not_sent = counts.not_sent,
         left_to_hold = counts.left_to_hold,
         not_marked = counts.not_marked,
+        publish_ms = timing.publish.as_millis() as u64,
+        settle_ms = timing.settle.as_millis() as u64,
         "batch handled"
     );
     report
