@@ -35,14 +35,18 @@ const LOST_REPLY_EVENTS: usize = 150;
 /// suite): each order's first event fails once, so every target's partial failure is answered
 /// twenty times.
 const FAILING_ORDERS: usize = 20;
-/// Marks whose reply is lost after they took effect, on top of the random ones: at 20 % of ~50
-/// calls and a tenth of the 500s, a random lost reply of a mark is a matter of luck.
+/// Marks whose reply is lost after they took effect, then marks throttled, on top of the random
+/// faults: a run of 300 events makes 13 to 18 marks, so at 20 % a random throttle or 500 of a
+/// mark, let alone a lost reply (a tenth of the 500s), is a matter of luck (0 of 18 in one run of
+/// the suite).
 const LOST_MARK_REPLIES: u32 = 3;
+const THROTTLED_MARKS: u32 = 2;
 
-/// A faulty AWS in front of the emulator, its first marks' replies lost.
+/// A faulty AWS in front of the emulator, its first marks' replies lost and the next throttled.
 async fn faulty_aws() -> FaultProxy {
     let proxy = FaultProxy::start(&emulator_endpoints(), RATES, SEED).await;
     proxy.lose_next_replies(BATCH_EXECUTE_STATEMENT, LOST_MARK_REPLIES);
+    proxy.throttle_next(BATCH_EXECUTE_STATEMENT, THROTTLED_MARKS);
     proxy
 }
 

@@ -158,6 +158,9 @@ struct State {
     /// Per `X-Amz-Target`: how many of its next calls lose their reply (see
     /// [`FaultProxy::lose_next_replies`]).
     scripted_lost_replies: Mutex<HashMap<String, u32>>,
+    /// Per DynamoDB `X-Amz-Target`: how many of its next calls are throttled (see
+    /// [`FaultProxy::throttle_next`]).
+    scripted_throttles: Mutex<HashMap<String, u32>>,
     /// Per queue URL, its `MaximumMessageSize` as the emulator answered it (read once).
     message_size_limits: Mutex<HashMap<String, usize>>,
     /// `X-Amz-Target`s answered `AccessDeniedException` (see [`FaultProxy::deny`]).
@@ -212,6 +215,7 @@ impl FaultProxy {
             upstreams: upstreams.clone(),
             client: Client::builder(TokioExecutor::new()).build_http(),
             scripted_lost_replies: Mutex::default(),
+            scripted_throttles: Mutex::default(),
             message_size_limits: Mutex::default(),
             denied: Mutex::default(),
             delays: Mutex::default(),
@@ -263,6 +267,17 @@ impl FaultProxy {
     pub fn lose_next_replies(&self, target: &str, calls: u32) {
         self.state
             .scripted_lost_replies
+            .lock()
+            .expect("scripted faults")
+            .insert(target.to_owned(), calls);
+    }
+
+    /// The next `calls` calls of `target` (a DynamoDB `X-Amz-Target`, e.g.
+    /// `DynamoDB_20120810.BatchExecuteStatement`) are answered `ThrottlingException` and not
+    /// sent on, whatever the rates say; after the scripted lost replies, if both are scripted.
+    pub fn throttle_next(&self, target: &str, calls: u32) {
+        self.state
+            .scripted_throttles
             .lock()
             .expect("scripted faults")
             .insert(target.to_owned(), calls);
@@ -490,6 +505,20 @@ impl State {
             *left -= 1;
             counts.lost_replies += 1;
             return Plan::LoseReply;
+        }
+        if let Some(left) = self
+            .scripted_throttles
+            .lock()
+            .expect("scripted faults")
+            .get_mut(target)
+            .filter(|left| **left > 0)
+        {
+            *left -= 1;
+            counts.throttled_calls += 1;
+            return Plan::Fail(
+                StatusCode::BAD_REQUEST,
+                json!({"__type": "com.amazonaws.dynamodb.v20120810#ThrottlingException", "message": "injected: rate exceeded"}),
+            );
         }
         if DYNAMODB_FAULTED.contains(&target) {
             if !self.percent(&mut rng, self.rates.dynamodb_calls) {
