@@ -104,12 +104,8 @@ start_dynamodb_local() {
   # In memory (a fresh database per start), no telemetry; the native SQLite libraries ship beside the jar.
   # TieredStopAtLevel=1: the JVM's quick compiler only. With the full one, DynamoDB Local answers
   # the first few hundred writes up to 30 times slower while it compiles (conditional updates of
-  # 20 to 50 ms at the start of the demo against under 3 ms later); short runs never recoup that
-  # (nor did the whole suite: 151 CPU seconds against 159, its regions' instances more).
-  # UseSerialGC: one collector thread instead of G1's parallel and concurrent ones, which on two
-  # cores compete with the emulator's own requests and the relays (8 to 20 % less CPU for the
-  # emulators in paired runs of two heavy tests, docs/testing.md).
-  (cd "$state" && exec setsid "$JAVA" -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Djava.library.path="$DYNAMODB_LOCAL/DynamoDBLocal_lib" \
+  # 20 to 50 ms at the start of the demo against under 3 ms later); short runs never recoup that.
+  (cd "$state" && exec setsid "$JAVA" -XX:TieredStopAtLevel=1 -Djava.library.path="$DYNAMODB_LOCAL/DynamoDBLocal_lib" \
     -jar "$DYNAMODB_LOCAL/DynamoDBLocal.jar" -inMemory -disableTelemetry -port "$port" "$@" \
     >"$log" 2>&1 < /dev/null) &
   echo $!
