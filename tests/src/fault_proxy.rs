@@ -449,6 +449,18 @@ pub const GET_RECORDS: &str = "DynamoDBStreams_20120810.GetRecords";
 /// `X-Amz-Target` of DynamoDB's `BatchGetItem`.
 pub const BATCH_GET_ITEM: &str = "DynamoDB_20120810.BatchGetItem";
 
+/// Takes one of `target`'s scripted faults left in `scripted`: whether there was one.
+fn take_scripted(scripted: &Mutex<HashMap<String, u32>>, target: &str) -> bool {
+    let mut scripted = scripted.lock().expect("scripted faults");
+    match scripted.get_mut(target) {
+        Some(left) if *left > 0 => {
+            *left -= 1;
+            true
+        }
+        _ => false,
+    }
+}
+
 impl State {
     fn percent(&self, rng: &mut StdRng, rate: u32) -> bool {
         rng.random_range(0..100) < rate
@@ -495,25 +507,11 @@ impl State {
                 }));
             }
         }
-        if let Some(left) = self
-            .scripted_lost_replies
-            .lock()
-            .expect("scripted faults")
-            .get_mut(target)
-            .filter(|left| **left > 0)
-        {
-            *left -= 1;
+        if take_scripted(&self.scripted_lost_replies, target) {
             counts.lost_replies += 1;
             return Plan::LoseReply;
         }
-        if let Some(left) = self
-            .scripted_throttles
-            .lock()
-            .expect("scripted faults")
-            .get_mut(target)
-            .filter(|left| **left > 0)
-        {
-            *left -= 1;
+        if take_scripted(&self.scripted_throttles, target) {
             counts.throttled_calls += 1;
             return Plan::Fail(
                 StatusCode::BAD_REQUEST,
