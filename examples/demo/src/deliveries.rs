@@ -116,8 +116,8 @@ pub(crate) async fn count_deliveries(
 /// to `consumer`, only what it acknowledges is deleted, and the rest is delivered again after
 /// the visibility timeout ([`Consumer::visibility_timeout_secs`]). [`POLLERS`] batches at a
 /// time, as Lambda's event source runs concurrent invocations (a FIFO queue hands out a group's
-/// next message only once the one before it is deleted). Answers each message's first delivery, in the order received; on
-/// Kinesis, [`read_stream`].
+/// next message only once the one before it is deleted). Answers each message's first delivery,
+/// in the order received; on Kinesis, [`read_stream`].
 pub(crate) async fn read_deliveries(
     env: Env,
     consumer: Arc<Consumer>,
