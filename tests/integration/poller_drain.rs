@@ -522,6 +522,23 @@ async fn set_ttl(env: &TestEnv, pk: &str, sk: &str, ttl: i64) {
         .expect("set ttl");
 }
 
+/// Turns the TTL of `env`'s table on (or off) on `attribute`.
+async fn set_time_to_live(env: &TestEnv, enabled: bool, attribute: &str) {
+    env.dynamodb
+        .update_time_to_live()
+        .table_name(&env.table_name)
+        .time_to_live_specification(
+            aws_sdk_dynamodb::types::TimeToLiveSpecification::builder()
+                .enabled(enabled)
+                .attribute_name(attribute)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("TTL enabled {enabled} on {attribute}: {e}"));
+}
+
 on_every_target!(expired_pending_events_are_published_and_kept_the_retention_after);
 
 async fn expired_pending_events_are_published_and_kept_the_retention_after(kind: TargetKind) {
@@ -530,37 +547,14 @@ async fn expired_pending_events_are_published_and_kept_the_retention_after(kind:
     // expired ttl
     let env = TestEnv::with_target(kind).await;
     // On AWS an expired item is deleted within days of its ttl; DynamoDB Local deletes it within
-    // seconds, before or while the drain reads it. TTL is off for this table, so the items are
-    // still there when the drain runs, as they would be on AWS for a while.
-    env.dynamodb
-        .update_time_to_live()
-        .table_name(&env.table_name)
-        .time_to_live_specification(
-            aws_sdk_dynamodb::types::TimeToLiveSpecification::builder()
-                .enabled(false)
-                .attribute_name(attr::TTL)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .expect("TTL off");
-    // (and on again on an attribute no item has: a table whose TTL is off while it holds expired
-    // items stalls DynamoDB Local 1.25.1's deletions in the other tables, which the tests that
-    // wait for a TTL deletion saw as none within a minute)
-    env.dynamodb
-        .update_time_to_live()
-        .table_name(&env.table_name)
-        .time_to_live_specification(
-            aws_sdk_dynamodb::types::TimeToLiveSpecification::builder()
-                .enabled(true)
-                .attribute_name("noSuchAttribute")
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .expect("TTL on an attribute no item has");
+    // seconds, before or while the drain reads it. TTL is turned off for this table, so the items
+    // are still there when the drain runs, as they would be on AWS for a while; then on again on
+    // an attribute no item has (a table whose TTL is off while it holds expired items stalls
+    // DynamoDB Local 1.25.1's deletions in the other tables, which the tests that wait for a TTL
+    // deletion saw as none within a minute). Two calls: DynamoDB changes a TTL's attribute only
+    // through off.
+    set_time_to_live(&env, false, attr::TTL).await;
+    set_time_to_live(&env, true, "noSuchAttribute").await;
     let mut written = create_orders(&env, 20).await;
     let yesterday = Utc::now().timestamp() - 24 * 3600;
     for item in env.outbox_items().await {
