@@ -449,6 +449,14 @@ pub const GET_RECORDS: &str = "DynamoDBStreams_20120810.GetRecords";
 /// `X-Amz-Target` of DynamoDB's `BatchGetItem`.
 pub const BATCH_GET_ITEM: &str = "DynamoDB_20120810.BatchGetItem";
 
+/// DynamoDB's answer to a throttled call (HTTP 400 `ThrottlingException`), not sent on.
+fn dynamodb_throttle() -> Plan {
+    Plan::Fail(
+        StatusCode::BAD_REQUEST,
+        json!({"__type": "com.amazonaws.dynamodb.v20120810#ThrottlingException", "message": "injected: rate exceeded"}),
+    )
+}
+
 /// Takes one of `target`'s scripted faults left in `scripted`: whether there was one.
 fn take_scripted(scripted: &Mutex<HashMap<String, u32>>, target: &str) -> bool {
     let mut scripted = scripted.lock().expect("scripted faults");
@@ -513,10 +521,7 @@ impl State {
         }
         if take_scripted(&self.scripted_throttles, target) {
             counts.throttled_calls += 1;
-            return Plan::Fail(
-                StatusCode::BAD_REQUEST,
-                json!({"__type": "com.amazonaws.dynamodb.v20120810#ThrottlingException", "message": "injected: rate exceeded"}),
-            );
+            return dynamodb_throttle();
         }
         if DYNAMODB_FAULTED.contains(&target) {
             if !self.percent(&mut rng, self.rates.dynamodb_calls) {
@@ -525,10 +530,7 @@ impl State {
             }
             if rng.random_bool(0.5) {
                 counts.throttled_calls += 1;
-                return Plan::Fail(
-                    StatusCode::BAD_REQUEST,
-                    json!({"__type": "com.amazonaws.dynamodb.v20120810#ThrottlingException", "message": "injected: rate exceeded"}),
-                );
+                return dynamodb_throttle();
             }
             if self.percent(&mut rng, self.rates.lost_replies) {
                 counts.lost_replies += 1;
