@@ -27,6 +27,9 @@ to (the facts and their sources are in the project's reference notes on global t
     newer image is written again, so every region converges on the last writer.
   - A REMOVE is replicated as a delete, a TTL deletion too: a plain DeleteItem, so in the other
     region it carries no `userIdentity` (as AWS's TTL documentation says of replicated TTL deletes).
+  - Each table replicates on its own, as a global table does: a direction applies several tables'
+    writes at once, each table's one at a time in the order read, so one table's backlog (a link
+    restored after a cut) holds back no other table's writes.
   - A cut link holds writes back (per direction, source -> destination, and table) and releases
     them in order when restored, nothing lost; a lag delays each write by at least that long after
     it was read. A cut link can also release its oldest N held writes while staying cut (to show a
@@ -71,9 +74,10 @@ without, on the whole direction.
   POST /wait-caught-up    {"timeout_ms": N, "tables": [...]} (timeout 30000 by default; every table
                           without "table(s)"): answers once every write made in any region before
                           the call has been read, and every link that is not cut has applied (or
-                          dropped as older) all it had read, its lag included: 200 {"caught_up":
+                          dropped as older) each of them, its lag included: 200 {"caught_up":
                           true, "stats": ...}, or 504 {"caught_up": false, ...} after the timeout.
-                          Writes a cut holds stay held (see held_back).
+                          Writes a cut holds stay held (see held_back). Writes made after the call
+                          are not waited for: a table written on and on is caught up too.
 Errors are 400 {"error": why}, naming what is wrong.
 
 Usage: python global_table_replicator.py --region us-east-1=http://127.0.0.1:8001
@@ -107,6 +111,11 @@ STREAM_DESCRIBE_INTERVAL_S = 10.0
 IDLE_POLL_MAX_S = 0.5
 # A write that failed for a reason that may pass (the destination restarting) is tried again after this.
 RETRY_AFTER_S = 0.2
+# Writes applied at once per direction, each of another table (a table's own stay one at a time,
+# in order): as a global table's replication is its own, one table's backlog (a link restored
+# after a cut, a burst) delays no other table's writes. With one, a demo's backlog once held the
+# suite's lease tables' heartbeats back past their failover time.
+APPLIERS_PER_DIRECTION = 4
 
 
 def signature(image):
@@ -168,6 +177,8 @@ class TableLink:
 
     def __init__(self):
         self.queue = collections.deque()
+        self.read = 0  # writes ever queued (read from the source's stream)
+        self.done = 0  # writes ever taken off the queue: applied, dropped as older or failed
         self.applied = 0
         self.dropped_as_older = 0
         self.failed = 0
@@ -175,8 +186,9 @@ class TableLink:
 
 
 class Direction:
-    """Replication from one region to another, per table: writes applied in the order read, none
-    while the direction (or the table in it) is cut, none sooner than its lag after it was read."""
+    """Replication from one region to another, per table: each table's writes applied in the order
+    read, one at a time (several tables' at once), none while the direction (or the table in it)
+    is cut, none sooner than its lag after it was read."""
 
     def __init__(self, source, destination):
         self.source = source
@@ -186,7 +198,7 @@ class Direction:
         self.cut_tables = set()
         self.lag_s = 0.0  # every table without a lag of its own
         self.lag_tables = {}  # table -> seconds
-        self.in_flight = None  # the table of the write being applied
+        self.in_flight = set()  # the tables of the writes being applied
 
     @property
     def name(self):
@@ -200,10 +212,12 @@ class Direction:
 
     def next_write(self, now):
         """(table, seconds to wait) of the write to apply next: the oldest due head of a table not
-        cut (or released); (None, seconds until one is due, or None when none can be)."""
+        cut (or released) and with no write in flight; (None, seconds until one is due, or None
+        when none can be)."""
         best, wait = None, None
         for table, link in self.links.items():
-            if not link.queue or (self.is_cut(table) and link.release_budget == 0):
+            if (not link.queue or table in self.in_flight
+                    or (self.is_cut(table) and link.release_budget == 0)):
                 continue
             due = link.queue[0].read_at + (0 if self.is_cut(table) else self.lag_of(table))
             if due <= now:
@@ -213,12 +227,17 @@ class Direction:
                 wait = due - now
         return (best, 0) if best is not None else (None, wait)
 
-    def drained(self, tables=None):
-        """Nothing left to apply for `tables` (every table: None), or only what a cut holds."""
-        if self.in_flight is not None and (tables is None or self.in_flight in tables):
-            return False
-        return all(not link.queue or (self.is_cut(table) and link.release_budget == 0)
-                   for table, link in self.links.items() if tables is None or table in tables)
+    def read_so_far(self, tables=None):
+        """(table, link, writes it has read) for `tables` (every table: None): what a wait for
+        catching up waits to see done."""
+        return [(table, link, link.read) for table, link in self.links.items()
+                if tables is None or table in tables]
+
+    def has_done(self, table, link, count):
+        """`link` took `count` writes off its queue, or holds the rest while cut, or is gone (its
+        table deleted)."""
+        return (link.done >= count or self.links.get(table) is not link
+                or (self.is_cut(table) and link.release_budget == 0))
 
     def stats(self):
         tables = {}
@@ -268,7 +287,8 @@ class Region:
         self.streams_by_table = {}  # table -> StreamState
         self.paused_tables = set()  # tables whose stream the reader leaves unread (POST /pause-reading)
         self.cycles = 0  # full passes of the reader over the region's replicated tables
-        self.write_lock = threading.Lock()  # the replicator's writes into this region, one at a time
+        # table -> lock: the replicator's writes into one of this region's tables, one at a time
+        self.write_locks = collections.defaultdict(threading.Lock)
         self.records_read = 0
         self.local_writes = 0
         self.own_writes_read = 0
@@ -294,8 +314,6 @@ class Replicator:
         self.echoes = collections.defaultdict(collections.deque)  # (region, table, item) -> Echo…
         self.replicated = set()  # tables present in every region, read and replicated
         self.not_replicated = {}  # table -> why it cannot be
-        # table -> writes applied, dropped or repaired: a wait watches it settle
-        self.progress = collections.Counter()
         self.discover_now = 0  # waits under way: while any, every pass lists tables and shards afresh
         self._last_ts = 0.0
 
@@ -509,20 +527,22 @@ class Replicator:
                 read_at = time.monotonic()
                 for (source, _), direction in self.directions.items():
                     if source == region.name:
-                        direction.links[table].queue.append(Write(table, item, version, read_at))
+                        link = direction.links[table]
+                        link.queue.append(Write(table, item, version, read_at))
+                        link.read += 1
                 self.lock.notify_all()
         if repair is not None:
             region.repairs += 1
             self._write(region, table, item, repair)
             with self.lock:
-                self.progress[table] += 1
                 self.lock.notify_all()
 
     # --- applying the writes
 
     def run_direction(self, direction):
-        """Applies a direction's writes for ever, each table's in order: none while cut (unless
-        released), none sooner than its lag after it was read."""
+        """Applies a direction's writes for ever, each table's in order (one of the direction's
+        APPLIERS_PER_DIRECTION threads): none while cut (unless released), none sooner than its lag
+        after it was read."""
         while True:
             with self.lock:
                 while True:
@@ -532,18 +552,21 @@ class Replicator:
                     self.lock.wait(wait)
                 link = direction.links[table]
                 write = link.queue[0]
-                direction.in_flight = table
+                direction.in_flight.add(table)
             try:
                 outcome = self._apply(direction, write)
             except Exception:  # noqa: BLE001 - kept at the head, in order, and tried again
                 LOG.exception("applying a write %s of %s failed; trying again", direction.name, table)
                 outcome = "retry"
+            if outcome == "retry":
+                time.sleep(RETRY_AFTER_S)  # the table still in flight: no other thread tries it meanwhile
             with self.lock:
-                direction.in_flight = None
+                direction.in_flight.discard(table)
+                self.lock.notify_all()
                 if outcome == "retry":
-                    self.lock.wait(RETRY_AFTER_S)
                     continue
                 link.queue.popleft()
+                link.done += 1
                 if direction.is_cut(table) and link.release_budget > 0:
                     link.release_budget -= 1
                 if outcome == "applied":
@@ -552,8 +575,6 @@ class Replicator:
                     link.dropped_as_older += 1
                 else:
                     link.failed += 1
-                self.progress[table] += 1
-                self.lock.notify_all()
 
     def _apply(self, direction, write):
         destination = direction.destination
@@ -576,7 +597,9 @@ class Replicator:
         recognise it in the region's stream; False when a newer version got there first."""
         key = (region.name, table, item)
         echo = Echo(version.ts, signature(version.image))
-        with region.write_lock:
+        with self.lock:
+            write_lock = region.write_locks[table]
+        with write_lock:
             with self.lock:
                 held = self.versions.get(key)
                 if held is not None and held.ts > version.ts:
@@ -696,13 +719,17 @@ class Replicator:
     def wait_caught_up(self, timeout_s, tables=None):
         """True once every write made before the call (to `tables`, or any table) is read and
         applied by every direction that is not cut (see POST /wait-caught-up); False after
-        `timeout_s`."""
+        `timeout_s`. Writes made since may go on: what is waited for is fixed by the call, so a
+        table written on and on (a writer, pollers' heartbeats) is caught up as soon as any."""
         deadline = time.monotonic() + timeout_s
-
-        def progress():
-            return sum(n for t, n in self.progress.items() if tables is None or t in tables)
-
         called = time.monotonic()
+
+        def passes(count):
+            """Until every reader made `count` more whole passes: the last began after now."""
+            cycles = {name: r.cycles for name, r in self.regions.items()}
+            return self._wait_until(lambda: all(r.cycles >= cycles[n] + count
+                                                for n, r in self.regions.items()), deadline)
+
         with self.lock:
             self.discover_now += 1
             try:
@@ -712,19 +739,19 @@ class Replicator:
                 if not self._wait_until(lambda: all(r.listed_at >= called for r in self.regions.values()),
                                         deadline):
                     return False
-                while True:
-                    before = progress()
-                    # Two passes of every reader: the second began after the call, with a fresh
-                    # listing of the tables and of their shards.
-                    cycles = {name: r.cycles for name, r in self.regions.items()}
-                    if not self._wait_until(lambda: all(r.cycles >= cycles[n] + 2
-                                                        for n, r in self.regions.items()), deadline):
-                        return False
-                    if not self._wait_until(lambda: all(d.drained(tables) for d in self.directions.values()),
-                                            deadline):
-                        return False
-                    if progress() == before:
-                        return True  # a whole round read nothing new to apply: caught up
+                # Two passes of every reader: the second began after the call, with a fresh listing
+                # of the tables and of their shards, and read every write made before it.
+                if not passes(2):
+                    return False
+                # Every link has applied what it had read by then (or holds it, cut).
+                read = [(direction, *entry) for direction in self.directions.values()
+                        for entry in direction.read_so_far(tables)]
+                if not self._wait_until(lambda: all(d.has_done(t, link, n) for d, t, link, n in read),
+                                        deadline):
+                    return False
+                # Two more passes: each applied write read back in its destination, and a write
+                # that overtook it there written again (the repair, within the pass that reads it).
+                return passes(2)
             finally:
                 self.discover_now -= 1
 
@@ -748,8 +775,9 @@ class Replicator:
             threading.Thread(target=self.run_reader, args=(region,), daemon=True,
                              name=f"read-{region.name}").start()
         for direction in self.directions.values():
-            threading.Thread(target=self.run_direction, args=(direction,), daemon=True,
-                             name=f"apply-{direction.name}").start()
+            for n in range(APPLIERS_PER_DIRECTION):
+                threading.Thread(target=self.run_direction, args=(direction,), daemon=True,
+                                 name=f"apply-{direction.name}-{n}").start()
 
 
 def handler_for(replicator):

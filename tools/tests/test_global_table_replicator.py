@@ -300,6 +300,63 @@ def test_a_cut_for_one_table_holds_back_no_other_table(world, table):
             world.ddb[region].delete_table(TableName=other)
 
 
+def test_a_table_whose_writes_cannot_be_applied_holds_back_no_other_table(world, table):
+    # Given a table whose replica in B has another key, so that no write to it can be applied in B
+    # (the replicator keeps it at the head of its table's queue and tries again, as after a
+    # destination's restart): one table stuck, as a table with a long backlog (a link restored
+    # after a cut) is busy
+    stuck = unique("stuck")
+    world.create_table(world.a, stuck)
+    world.ddb[world.b].create_table(
+        TableName=stuck, BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "other", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "other", "AttributeType": "S"}],
+        StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"})
+    try:
+        world.wait_caught_up()
+        world.ddb[world.a].put_item(TableName=stuck, Item=item("k", v="1"))
+        deadline = time.monotonic() + 10
+        while world.control("/stats")[1]["directions"][f"{world.a}>{world.b}"]["tables"].get(
+                stuck, {}).get("queued") != 1:
+            assert time.monotonic() < deadline, "the stuck table's write was never read"
+            time.sleep(0.05)
+        # When A then writes to the table, read after the stuck write
+        world.ddb[world.a].put_item(TableName=table, Item=item("k", v="1"))
+        # Then the table's write reaches B while the stuck one's is still queued
+        status, body = world.control("/wait-caught-up", {"timeout_ms": 10000, "tables": [table]})
+        assert status == 200 and body["caught_up"], body["stats"]["directions"][f"{world.a}>{world.b}"]["tables"]
+        assert world.items(world.b, table) == {"k": item("k", v="1")}
+        assert world.link_stats(world.a, world.b, stuck)["queued"] == 1
+    finally:
+        for region in (world.a, world.b):
+            world.ddb[region].delete_table(TableName=stuck)
+
+
+def test_a_wait_for_catching_up_answers_while_the_table_is_written_on(world, table):
+    # Given A writing the table on and on, as a demo's writer and pollers do
+    stop = threading.Event()
+
+    def write_on():
+        n = 0
+        while not stop.is_set():
+            world.ddb[world.a].put_item(TableName=table, Item=item(f"on {n % 10}", v=str(n)))
+            n += 1
+            time.sleep(0.01)
+
+    writer = threading.Thread(target=write_on)
+    writer.start()
+    try:
+        # When A writes an item and the caller then waits for the replicator to catch up
+        world.ddb[world.a].put_item(TableName=table, Item=item("before the call", v="1"))
+        status, body = world.control("/wait-caught-up", {"timeout_ms": 15000, "tables": [table]})
+        # Then it answers that it caught up, and B holds the write made before the call
+        assert status == 200 and body["caught_up"], body["stats"]["directions"][f"{world.a}>{world.b}"]["tables"]
+        assert "before the call" in world.items(world.b, table)
+    finally:
+        stop.set()
+        writer.join()
+
+
 def test_a_local_write_overtaken_by_an_older_replicated_one_is_written_again(world, table):
     # Given an item written in A while the link to B is cut
     world.control("/cut", world.link(world.a, world.b, table))
