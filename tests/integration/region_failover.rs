@@ -22,7 +22,7 @@ use outbox_tests::unique_name;
 use relay_poller::assignment::{Clock, Millis, SystemClock};
 use relay_poller::failover::{DynamoRegionStore, FailoverSettings, RegionManager, RegionStore};
 
-const FAILOVER_AFTER: Duration = Duration::from_secs(6);
+const FAILOVER_AFTER: Duration = Duration::from_secs(3);
 const ROUND: Duration = Duration::from_millis(500);
 /// Rounds for a state to be reached (in the test's time, a minute); only reached when something
 /// is broken.
