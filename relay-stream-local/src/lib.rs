@@ -23,5 +23,6 @@ mod runner;
 pub use args::{LocalArgs, MAX_BATCH_SIZE, RunnerOptions, StartingPosition};
 pub use error::RunnerError;
 pub use read::read_stream_records;
+pub use relay_stream::handler::BATCH_HANDLED;
 pub use run::{Summary, run, stream_arn_of};
 pub use runner::{GET_RECORDS_MAX_LIMIT, LocalRunner, READING_SHARD};

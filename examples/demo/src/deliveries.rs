@@ -6,23 +6,20 @@
 //! is kept as received, for its payload to be read back ([`crate::payloads`]).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
 };
-use indicatif::ProgressBar;
 use outbox_consumer::batch::aws_lambda_events::kinesis::KinesisEvent;
 use outbox_consumer::batch::aws_lambda_events::sqs::SqsEvent;
 use outbox_shared::envelope::EventMetadata;
 use outbox_shared::schema::{attr, entity};
 use serde::Deserialize;
-use tokio::process::Child;
 use tokio::sync::watch;
 
 use crate::consumer::{Consumer, Resume, kinesis_record, sqs_message};
@@ -74,41 +71,6 @@ impl Delivery {
             stored: received.dataref.is_some().then_some(event),
         })
     }
-}
-
-/// Counts what the target delivered, without consuming it, until `stop` is set: the sink queue's
-/// messages (none is consumed yet), or the stream's records read through once. The count drives
-/// the progress while the relay's latency is measured, when the consumer does not run yet: its
-/// calls to the one DynamoDB Local (four per message with order restored) would stand in the
-/// relay's figures.
-pub(crate) async fn count_deliveries(
-    env: Env,
-    mut stop: watch::Receiver<bool>,
-    delivered: Arc<AtomicU64>,
-) -> Result<()> {
-    let stream = env.stack.bus_name.clone();
-    let mut iterators = Vec::new();
-    if env.target == relay_runtime::TargetKind::Kinesis {
-        iterators = shard_iterators(&env, &stream).await?;
-    }
-    while !*stop.borrow() {
-        if env.target == relay_runtime::TargetKind::Kinesis {
-            for (_, iterator) in iterators.iter_mut() {
-                let Some(current) = iterator.clone() else {
-                    continue;
-                };
-                let answer = get_records(&env, &stream, current).await?;
-                delivered.fetch_add(answer.records().len() as u64, Ordering::Relaxed);
-                *iterator = answer.next_shard_iterator().map(str::to_owned);
-            }
-        } else {
-            let depth = env.queue_depth(&env.stack.sink_queue_url).await?;
-            delivered.store(depth, Ordering::Relaxed);
-        }
-        // Until the next look, or at once when stopped.
-        let _ = tokio::time::timeout(Duration::from_millis(100), stop.changed()).await;
-    }
-    Ok(())
 }
 
 /// Consumes the sink queue as Lambda's SQS event source would, until `stop` is set and the queue
@@ -399,31 +361,6 @@ async fn shard_iterator(
         .context("a shard iterator")?
         .shard_iterator()
         .map(str::to_owned))
-}
-
-/// Shows deliveries arriving until `expected` events arrived or `timeout` passed.
-pub(crate) async fn watch_deliveries(
-    delivered: &AtomicU64,
-    expected: u64,
-    timeout: Duration,
-    bar: &ProgressBar,
-    relay: &mut Child,
-) -> Result<()> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let count = delivered.load(Ordering::Relaxed);
-        bar.set_position(count.min(expected));
-        if count >= expected {
-            return Ok(());
-        }
-        if let Some(status) = relay.try_wait()? {
-            bail!("relay-stream-local exited early with {status}");
-        }
-        if Instant::now() >= deadline {
-            bail!("{count} of {expected} events arrived within {timeout:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Write to published (`PublishedAt` minus `CreatedAt`) of every published outbox item.

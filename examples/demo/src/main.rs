@@ -49,7 +49,6 @@ mod summary;
 use std::collections::HashSet;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -61,13 +60,14 @@ use tokio::sync::watch;
 
 use crate::cli::Args;
 use crate::consumer::Consumer;
-use crate::deliveries::{count_deliveries, read_deliveries, relay_lags, watch_deliveries};
+use crate::deliveries::{read_deliveries, relay_lags};
 use crate::env::{SOURCE, provision};
 use crate::orders::{LargeOrder, OrderMix, events_of, write_orders};
 use crate::payloads::check_payloads;
 use crate::progress::{bar, phase};
 use crate::relays::{
-    relay_binary, relay_log, spawn_relay, stop_relay, stop_relay_when_done, wait_until_reading,
+    PublishedCount, relay_binary, relay_log, spawn_relay, stop_relay, stop_relay_when_done,
+    wait_until_reading, watch_published,
 };
 use crate::summary::{Delivered, Summary, Written, print_summary, succeeded, summarize};
 
@@ -220,15 +220,23 @@ async fn run(args: &Args) -> Result<Summary> {
     // The orders the stream relay relays: those measured, then the large ones apart, so the
     // emulator's time on a large item (DynamoDB Local takes about a second on one) does not hold
     // up the measured orders written meanwhile.
-    let measured = LargeOrder::select(0..args.orders, args.large_order_percent, false);
+    let live = LargeOrder::select(0..args.orders, args.large_order_percent, false);
+    // The first of them warm the emulators, relayed before the measured window and not measured
+    // (`--warm-up-percent`).
+    let warm_up_orders = usize::try_from(args.orders * args.warm_up_percent / 100)
+        .unwrap_or(usize::MAX)
+        .min(live.len());
+    let (warm_up, measured) = live.split_at(warm_up_orders);
     let large_live = LargeOrder::select(0..args.orders, args.large_order_percent, true);
     let consumer = Arc::new(Consumer::provision(env).await?);
 
     // Phase 1: the stream relay relays orders while they are written.
     phase(&format!(
-        "1/5 writing {} orders at {} orders/s while relay-stream-local relays them",
-        measured.len(),
-        args.rate
+        "1/5 writing {} orders at {} orders/s while relay-stream-local relays them \
+         (the first {} warm the emulators, not measured)",
+        live.len(),
+        args.rate,
+        warm_up.len()
     ));
     let mut stream_relay = spawn_relay(
         &stream_bin,
@@ -250,35 +258,58 @@ async fn run(args: &Args) -> Result<Summary> {
         args.timeout.into(),
     )
     .await?;
-    // What the target delivered is counted for the progress bars, and consumed once the stream
-    // relay's part is over.
-    let delivered = Arc::new(AtomicU64::new(0));
-    let (stop_counting, stop) = watch::channel(false);
-    let counter = tokio::spawn(count_deliveries(env.clone(), stop, Arc::clone(&delivered)));
-    let measured_events = events_of(measured.iter().copied(), args.follow_up_percent);
-    let written_bar = bars.add(bar(measured.len() as u64, "orders   "));
-    let delivered_bar = bars.add(bar(measured_events, "delivered"));
-    let (written, watched) = tokio::join!(
+    // The stream relay's progress, from its log: what the target delivered is consumed once
+    // the relay's part is over, and nothing meanwhile asks the emulators for it.
+    let mut published = PublishedCount::new(relay_log(&log_dir, "relay-stream-local"));
+    let warm_up_events = events_of(warm_up.iter().copied(), args.follow_up_percent);
+    let live_events = warm_up_events + events_of(measured.iter().copied(), args.follow_up_percent);
+    let written_bar = bars.add(bar(live.len() as u64, "orders   "));
+    let published_bar = bars.add(bar(live_events, "published"));
+    // The warm-up: written and published before the measured window opens.
+    let (warm_written, watched) = tokio::join!(
         write_orders(
             &writer,
-            &measured,
+            warm_up,
             Some(args.rate),
             args.concurrency,
             mix,
             &written_bar
         ),
-        watch_deliveries(
-            &delivered,
-            measured_events,
+        watch_published(
+            &mut published,
+            0,
+            warm_up_events,
             args.timeout.into(),
-            &delivered_bar,
+            &published_bar,
+            &mut stream_relay
+        ),
+    );
+    let mut written = warm_written.context("writing the warm-up orders")?;
+    watched.context("the warm-up orders")?;
+    // The measured window.
+    let (measured_written, watched) = tokio::join!(
+        write_orders(
+            &writer,
+            measured,
+            Some(args.rate),
+            args.concurrency,
+            mix,
+            &written_bar
+        ),
+        watch_published(
+            &mut published,
+            0,
+            live_events,
+            args.timeout.into(),
+            &published_bar,
             &mut stream_relay
         ),
     );
     written_bar.finish();
-    delivered_bar.finish();
-    let mut written = written.context("writing orders")?;
-    let live_ids: HashSet<String> = written.event_ids.iter().cloned().collect();
+    published_bar.finish();
+    let measured_written = measured_written.context("writing orders")?;
+    let live_ids: HashSet<String> = measured_written.event_ids.iter().cloned().collect();
+    written.extend(measured_written);
     if let Err(err) = watched {
         phase(&format!("stream relay did not publish everything: {err:#}"));
     }
@@ -289,10 +320,8 @@ async fn run(args: &Args) -> Result<Summary> {
         large_live.len()
     ));
     let large_bar = bars.add(bar(large_live.len() as u64, "orders   "));
-    let large_delivered_bar = bars.add(bar(
-        events_of(large_live.iter().copied(), args.follow_up_percent),
-        "delivered",
-    ));
+    let large_events = events_of(large_live.iter().copied(), args.follow_up_percent);
+    let large_published_bar = bars.add(bar(large_events, "published"));
     let large_written = write_orders(
         &writer,
         &large_live,
@@ -310,23 +339,20 @@ async fn run(args: &Args) -> Result<Summary> {
         .map(|large| large.event_id.clone())
         .collect();
     written.extend(large_written);
-    let live_events = written.event_ids.len() as u64;
-    large_delivered_bar.set_position(delivered.load(std::sync::atomic::Ordering::Relaxed));
-    let watched = watch_deliveries(
-        &delivered,
+    let watched = watch_published(
+        &mut published,
         live_events,
+        large_events,
         args.timeout.into(),
-        &large_delivered_bar,
+        &large_published_bar,
         &mut stream_relay,
     )
     .await;
-    large_delivered_bar.finish();
+    large_published_bar.finish();
     if let Err(err) = watched {
         phase(&format!("stream relay did not publish everything: {err:#}"));
     }
     let stream_summary = stop_relay(stream_relay, "relay-stream-local").await?;
-    stop_counting.send_replace(true);
-    counter.await.context("delivery counter")??;
 
     // From here on, the consumer consumes what the target delivered, as it arrives.
     let (stop_reading, stop) = watch::channel(false);
@@ -403,6 +429,7 @@ async fn run(args: &Args) -> Result<Summary> {
             live: &live_ids,
             live_large: &large_ids,
             rate: args.rate,
+            warm_up_orders: warm_up.len() as u64,
             large: &written.large,
         },
         &Delivered {

@@ -47,16 +47,21 @@ pub(crate) fn relay_binary(dir: &Path, name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// The relays' `RUST_LOG`: the demo's (`warn` if unset), with the stream relay's runner at
-/// `info` unless it names `relay_stream_local` itself, so its log says when it reads its shard
-/// ([`wait_until_reading`]).
+/// The relays' `RUST_LOG`: the demo's (`warn` if unset), with the lines the demo reads at
+/// `info`: the stream relay's runner (when it reads its shard, [`wait_until_reading`]) unless
+/// the filter names `relay_stream_local`, and its handler (each batch's counts,
+/// [`PublishedCount`]) unless it names `relay_stream::`. A filter that names them is the user's.
 fn relay_log_filter(demo: Option<String>) -> String {
-    let filter = demo.unwrap_or_else(|| "warn".into());
-    if filter.contains("relay_stream_local") {
-        filter
-    } else {
-        format!("{filter},relay_stream_local::runner=info")
+    let mut filter = demo.unwrap_or_else(|| "warn".into());
+    if !filter.contains("relay_stream_local") {
+        filter.push_str(",relay_stream_local::runner=info");
     }
+    if !filter.contains("relay_stream::")
+        && !filter.split(',').any(|d| d.starts_with("relay_stream="))
+    {
+        filter.push_str(",relay_stream::handler=info");
+    }
+    filter
 }
 
 /// The log file of the relay `name` (`relay-stream-local`) in `log_dir`, as [`spawn_relay`]
@@ -98,6 +103,98 @@ pub(crate) async fn wait_until_reading(
             );
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The events the stream relay reports published, summed from its log's
+/// [`relay_stream_local::BATCH_HANDLED`] lines as they are written: the demo's progress while the
+/// relay's latency is measured, read without a call to the emulators. (It was the sink queue's
+/// depth, ten looks a second: moto counts a queue's messages one by one, 0.2 s a look at 1,500, and
+/// every `PutEvents` of the measured window waited behind those looks.)
+pub(crate) struct PublishedCount {
+    log: PathBuf,
+    /// Bytes of the log read so far, up to the last whole line.
+    read: u64,
+    published: u64,
+}
+
+impl PublishedCount {
+    /// The count over `log`, the stream relay's log file ([`relay_log`]).
+    pub(crate) fn new(log: PathBuf) -> Self {
+        Self {
+            log,
+            read: 0,
+            published: 0,
+        }
+    }
+
+    /// The events published so far, with the lines written since the last look.
+    ///
+    /// # Errors
+    /// When the log cannot be read.
+    pub(crate) async fn published(&mut self) -> Result<u64> {
+        use tokio::io::{AsyncReadExt, AsyncSeekExt};
+
+        let mut file = match tokio::fs::File::open(&self.log).await {
+            Ok(file) => file,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(self.published),
+            Err(err) => {
+                return Err(err).with_context(|| format!("reading {}", self.log.display()));
+            }
+        };
+        file.seek(std::io::SeekFrom::Start(self.read)).await?;
+        let mut new = Vec::new();
+        file.read_to_end(&mut new)
+            .await
+            .with_context(|| format!("reading {}", self.log.display()))?;
+        // Whole lines only: the relay may be writing the last one.
+        let Some(end) = new.iter().rposition(|b| *b == b'\n') else {
+            return Ok(self.published);
+        };
+        self.read += end as u64 + 1;
+        for line in new[..end].split(|b| *b == b'\n') {
+            self.published += batch_published(line);
+        }
+        Ok(self.published)
+    }
+}
+
+/// The `published` count of a [`relay_stream_local::BATCH_HANDLED`] log line; 0 for any other.
+fn batch_published(line: &[u8]) -> u64 {
+    let Ok(line) = serde_json::from_slice::<serde_json::Value>(line) else {
+        return 0;
+    };
+    let fields = &line["fields"];
+    if fields["message"] != relay_stream_local::BATCH_HANDLED {
+        return 0;
+    }
+    fields["published"].as_u64().unwrap_or(0)
+}
+
+/// Shows the stream relay's events published since `since` (a count of [`PublishedCount`])
+/// until `expected` more were or `timeout` passed; an error if the relay exits first.
+pub(crate) async fn watch_published(
+    count: &mut PublishedCount,
+    since: u64,
+    expected: u64,
+    timeout: Duration,
+    bar: &indicatif::ProgressBar,
+    relay: &mut Child,
+) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let published = count.published().await?.saturating_sub(since);
+        bar.set_position(published.min(expected));
+        if published >= expected {
+            return Ok(());
+        }
+        if let Some(status) = relay.try_wait()? {
+            bail!("relay-stream-local exited early with {status}");
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("{published} of {expected} events published within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -230,19 +327,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_stream_relays_runner_logs_at_info_unless_the_filter_names_the_relay() {
+    fn the_lines_the_demo_reads_are_logged_at_info_unless_the_filter_names_their_crate() {
         assert_eq!(
             relay_log_filter(None),
-            "warn,relay_stream_local::runner=info"
+            "warn,relay_stream_local::runner=info,relay_stream::handler=info"
         );
         assert_eq!(
             relay_log_filter(Some("error".into())),
-            "error,relay_stream_local::runner=info"
+            "error,relay_stream_local::runner=info,relay_stream::handler=info"
         );
-        // A filter that names the stream relay is the user's, left as it is.
+        // A filter that names the stream relay or its handler is the user's, left as it is.
         assert_eq!(
             relay_log_filter(Some("warn,relay_stream_local=debug".into())),
-            "warn,relay_stream_local=debug"
+            "warn,relay_stream_local=debug,relay_stream::handler=info"
+        );
+        assert_eq!(
+            relay_log_filter(Some("relay_stream=debug,relay_stream_local=trace".into())),
+            "relay_stream=debug,relay_stream_local=trace"
         );
     }
 
@@ -256,6 +357,33 @@ mod tests {
             .kill_on_drop(true)
             .spawn()
             .expect("sh starts")
+    }
+
+    fn handled(published: u64) -> String {
+        format!(
+            "{{\"level\":\"INFO\",\"fields\":{{\"message\":\"{}\",\"records\":30,\"published\":{published}}}}}\n",
+            relay_stream_local::BATCH_HANDLED
+        )
+    }
+
+    #[tokio::test]
+    async fn the_published_count_sums_the_batches_the_log_has_so_far_whole_lines_only() {
+        let log = log_path();
+        let mut count = PublishedCount::new(log.clone());
+        // No log yet: nothing published.
+        assert_eq!(count.published().await.unwrap(), 0);
+        // Two batches and another line; then half a line, as the relay writes it.
+        let other = "{\"fields\":{\"message\":\"reading shard\",\"published\":99}}\n";
+        let third = handled(5);
+        let (head, tail) = third.split_at(20);
+        std::fs::write(&log, format!("{}{other}{}{head}", handled(7), handled(3))).unwrap();
+        assert_eq!(count.published().await.unwrap(), 10);
+        // The line finished, and a batch with nothing published.
+        let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        std::io::Write::write_all(&mut file, format!("{tail}{}", handled(0)).as_bytes()).unwrap();
+        assert_eq!(count.published().await.unwrap(), 15);
+        assert_eq!(count.published().await.unwrap(), 15);
+        std::fs::remove_file(&log).unwrap();
     }
 
     #[tokio::test]

@@ -100,6 +100,10 @@ pub(crate) struct Summary {
     pub(crate) payload_failures: u64,
     /// Orders per second written while the stream relay ran (`--rate`).
     pub(crate) rate: u64,
+    /// The first orders, written at the rate and relayed before the measured window to warm the
+    /// emulators (`--warm-up-percent`): in every count, in no latency.
+    #[serde(default)]
+    pub(crate) warm_up_orders: u64,
     /// Write to published (the target accepted it, the item marked): the relay's own latency, over
     /// the events written while the stream relay ran.
     pub relay_lag_p50_ms: u64,
@@ -127,6 +131,7 @@ pub(crate) struct Written<'a> {
     pub(crate) live: &'a HashSet<String>,
     pub(crate) live_large: &'a HashSet<String>,
     pub(crate) rate: u64,
+    pub(crate) warm_up_orders: u64,
     pub(crate) large: &'a [WrittenLarge],
 }
 
@@ -230,6 +235,7 @@ pub(crate) fn summarize(
         payloads_checked: payloads.checked,
         payload_failures: payloads.failures.len() as u64,
         rate: written.rate,
+        warm_up_orders: written.warm_up_orders,
         relay_lag_p50_ms: percentile(&lags, 50),
         relay_lag_p99_ms: percentile(&lags, 99),
         latency_p50_ms: percentile(&latencies, 50),
@@ -350,6 +356,7 @@ pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
             ),
         ),
         ("live relay, written at", format!("{} orders/s", s.rate)),
+        ("  warm-up orders, not measured", count(s.warm_up_orders)),
         (
             "  relay lag p50 / p99",
             format!("{} / {} ms", s.relay_lag_p50_ms, s.relay_lag_p99_ms),
@@ -369,12 +376,16 @@ pub(crate) fn print_summary(s: &Summary, log_dir: &Path) {
     }
     println!("{}", result(s));
     println!();
-    println!("live relay: the orders written at the rate while the stream relay ran, large ones");
-    println!("  apart (written after them, their figures above under large orders). Relay lag: an");
-    println!("  order's write to its event's publication (the target accepted it, the item marked");
+    println!("live relay: the orders written at the rate while the stream relay ran, after the");
     println!(
-        "  PUBLISHED), the relay's own latency; write-to-delivery: to the event's arrival on the"
+        "  first few, which warm the emulators (DynamoDB Local's JVM is slow on a path's first"
     );
+    println!("  use), and large ones apart (written after them, their figures above under large");
+    println!("  orders). Relay lag: an order's write to its event's publication (the target");
+    println!(
+        "  accepted it, the item marked PUBLISHED), the relay's own latency; write-to-delivery:"
+    );
+    println!("  to the event's arrival on the");
     match s.target {
         TargetKind::Custom => println!(
             "  consumer side through the local Custom Event Bus's FIFO subscriber (the double \

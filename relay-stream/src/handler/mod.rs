@@ -59,7 +59,7 @@ pub mod holds;
 pub mod report;
 
 pub use relay_runtime::IgnoreReason;
-pub use report::{BatchCounts, BatchReport, RecordOutcome};
+pub use report::{BATCH_HANDLED, BatchCounts, BatchReport, RecordOutcome};
 
 /// `origin` of the dead letters this relay sends.
 pub const ORIGIN: &str = "relay-stream";

@@ -46,6 +46,7 @@ fn summary_counts_duplicates_and_missing() {
             live: &live,
             live_large: &live_large,
             rate: 50,
+            warm_up_orders: 0,
             large: &[],
         },
         &Delivered {
@@ -117,6 +118,7 @@ fn summary_counts_the_large_orders_and_where_their_payloads_went() {
             live: &HashSet::new(),
             live_large: &HashSet::new(),
             rate: 50,
+            warm_up_orders: 0,
             large: &written_large,
         },
         &Delivered {
@@ -231,6 +233,7 @@ fn a_repeated_delivery_is_a_duplicate_not_out_of_order() {
             live: &HashSet::new(),
             live_large: &HashSet::new(),
             rate: 50,
+            warm_up_orders: 0,
             large: &[],
         },
         &Delivered {
@@ -281,6 +284,7 @@ fn events_applied_out_of_order_or_twice_are_counted_and_fail_the_run() {
                 live: &HashSet::new(),
                 live_large: &HashSet::new(),
                 rate: 50,
+                warm_up_orders: 0,
                 large: &[],
             },
             &Delivered {
