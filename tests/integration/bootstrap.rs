@@ -52,32 +52,25 @@ pub(crate) async fn package_bootstrap(bin: &str) -> PathBuf {
     .expect("packaging the bootstrap")
 }
 
+/// A port for cargo-lambda's runtime API: below the kernel's ephemeral range (32768 and up on
+/// Linux), free on every address (`cargo lambda watch` binds `::`, both families). A port from
+/// that range (what binding port 0 gives) is what every other server of the suite, and every
+/// outgoing connection, may get next: one took it between the check and `cargo lambda watch`'s
+/// bind, which then exits at once, while the port still answered (the other server) and `invoke`
+/// found no one on `::1` (a fresh-clone run failed so).
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-async fn wait_for_port(port: u16, child: &mut Child) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(
-            child.try_wait().expect("child status").is_none(),
-            "cargo lambda watch exited"
-        );
-        assert!(Instant::now() < deadline, "runtime API did not start");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    loop {
+        let port = rand::random_range(20_000..32_768);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() && TcpListener::bind(("::", port)).is_ok()
+        {
+            return port;
+        }
     }
 }
 
-/// cargo-lambda's runtime API emulator on a free port: the port, and the process (killed when
-/// dropped).
-pub(crate) async fn runtime_api() -> (u16, Child) {
-    let port = free_port();
+/// `cargo lambda watch`'s runtime API on `port`, once it answers where `invoke` sends (`::1`);
+/// `None` when it exits instead (the port taken after all). Panics after a minute.
+async fn start_runtime_api(port: u16) -> Option<Child> {
     let mut watch = Command::new("cargo")
         .current_dir(workspace_root().join("relay-stream"))
         .args(["lambda", "watch", "--only-lambda-apis", "--invoke-port"])
@@ -87,8 +80,46 @@ pub(crate) async fn runtime_api() -> (u16, Child) {
         .kill_on_drop(true)
         .spawn()
         .expect("cargo lambda watch starts");
-    wait_for_port(port, &mut watch).await;
-    (port, watch)
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if watch.try_wait().expect("child status").is_some() {
+            return None;
+        }
+        if tokio::net::TcpStream::connect(("::1", port)).await.is_ok() {
+            // Still running once it answers: the listener is its own (one that cannot bind exits
+            // within a fraction of a second).
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            return watch
+                .try_wait()
+                .expect("child status")
+                .is_none()
+                .then_some(watch);
+        }
+        assert!(Instant::now() < deadline, "runtime API did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// cargo-lambda's runtime API emulator on a free port: the port, and the process (killed when
+/// dropped).
+pub(crate) async fn runtime_api() -> (u16, Child) {
+    for _ in 0..5 {
+        let port = free_port();
+        if let Some(watch) = start_runtime_api(port).await {
+            return (port, watch);
+        }
+    }
+    panic!("cargo lambda watch exited at once on five free ports");
+}
+
+#[tokio::test]
+async fn a_runtime_api_whose_port_another_server_holds_is_not_handed_out() {
+    // Given another server on a free port's IPv4 address (as another test's server may get it)
+    let port = free_port();
+    let _other = TcpListener::bind(("127.0.0.1", port)).expect("bind the port");
+    // When cargo lambda watch is started on it, it is not taken for the runtime API: it cannot
+    // bind, and exits
+    assert!(start_runtime_api(port).await.is_none());
 }
 
 /// The `bootstrap` as Lambda starts it: the relay's environment for `env` (its endpoints and
