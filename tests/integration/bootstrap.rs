@@ -15,7 +15,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use outbox_shared::OutboxStatus;
-use outbox_tests::{TestEnv, workspace_binary, workspace_root};
+use outbox_tests::{TestEnv, unused_port, workspace_binary, workspace_root};
 use outbox_writer::{NewOrder, OrderLine};
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
@@ -52,22 +52,6 @@ pub(crate) async fn package_bootstrap(bin: &str) -> PathBuf {
     .expect("packaging the bootstrap")
 }
 
-/// A port for cargo-lambda's runtime API: below the kernel's ephemeral range (32768 and up on
-/// Linux), free on every address (`cargo lambda watch` binds `::`, both families). A port from
-/// that range (what binding port 0 gives) is what every other server of the suite, and every
-/// outgoing connection, may get next: one took it between the check and `cargo lambda watch`'s
-/// bind, which then exits at once, while the port still answered (the other server) and `invoke`
-/// found no one on `::1` (a fresh-clone run failed so).
-fn free_port() -> u16 {
-    loop {
-        let port = rand::random_range(20_000..32_768);
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() && TcpListener::bind(("::", port)).is_ok()
-        {
-            return port;
-        }
-    }
-}
-
 /// `cargo lambda watch`'s runtime API on `port`, once it answers where `invoke` sends (`::1`);
 /// `None` when it exits instead (the port taken after all). Panics after a minute.
 async fn start_runtime_api(port: u16) -> Option<Child> {
@@ -101,10 +85,11 @@ async fn start_runtime_api(port: u16) -> Option<Child> {
 }
 
 /// cargo-lambda's runtime API emulator on a free port: the port, and the process (killed when
-/// dropped).
+/// dropped). A port another server took between its check and watch's bind (a port from the kernel's
+/// ephemeral range did, in a fresh-clone run) makes watch exit; another port is then tried.
 pub(crate) async fn runtime_api() -> (u16, Child) {
     for _ in 0..5 {
-        let port = free_port();
+        let port = unused_port();
         if let Some(watch) = start_runtime_api(port).await {
             return (port, watch);
         }
@@ -115,7 +100,7 @@ pub(crate) async fn runtime_api() -> (u16, Child) {
 #[tokio::test]
 async fn a_runtime_api_whose_port_another_server_holds_is_not_handed_out() {
     // Given another server on a free port's IPv4 address (as another test's server may get it)
-    let port = free_port();
+    let port = unused_port();
     let _other = TcpListener::bind(("127.0.0.1", port)).expect("bind the port");
     // When cargo lambda watch is started on it, it is not taken for the runtime API: it cannot
     // bind, and exits

@@ -87,12 +87,6 @@ fn assert_stopped_naming(what: &str, stopped: &Stopped, names: &[&str]) {
     }
 }
 
-/// A port on the loopback interface that nothing listens on.
-fn closed_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a port");
-    listener.local_addr().expect("its address").port()
-}
-
 /// `relay-poller` with `args`, pointed at `env`.
 fn poller(env: &TestEnv, args: &[&str]) -> tokio::process::Command {
     let mut command = env.relay_command("relay-poller");
@@ -413,7 +407,7 @@ async fn an_unknown_region_stops_the_binary_naming_the_region() {
 async fn an_endpoint_that_refuses_connections_stops_the_binary_naming_its_variable() {
     // Given an endpoint variable pointing at a port nothing listens on
     let env = TestEnv::new().await;
-    let endpoint = format!("http://127.0.0.1:{}", closed_port());
+    let endpoint = format!("http://127.0.0.1:{}", outbox_tests::unused_port());
 
     for (what, mut command) in [
         ("drain", poller(&env, &["drain"])),
@@ -445,7 +439,7 @@ async fn an_endpoint_that_refuses_connections_stops_the_binary_naming_its_variab
 async fn the_demo_stops_at_once_when_its_endpoint_refuses_or_its_table_is_missing() {
     // Given the emulators, with DynamoDB's endpoint variable on a port nothing listens on
     let env = TestEnv::new().await;
-    let endpoint = format!("http://127.0.0.1:{}", closed_port());
+    let endpoint = format!("http://127.0.0.1:{}", outbox_tests::unused_port());
     let bin_dir = outbox_tests::workspace_binary("relay-poller")
         .parent()
         .expect("the binaries' directory")

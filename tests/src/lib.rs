@@ -148,6 +148,22 @@ pub const CUSTOM_BUS_PATH: &str = "/service/AWSEventsV2/operation/";
 /// The role the test subscribers name (the double stores it only, as moto does a rule's).
 const TEST_ROLE_ARN: &str = "arn:aws:iam::123456789012:role/outbox-tests-delivery";
 
+/// A loopback port nothing listens on, for a process to bind (or for a connection to be refused
+/// on): below the kernel's ephemeral range (32768 and up on Linux), free on both families. A port
+/// from that range (what binding port 0 gives, released) is what any other server of the suite,
+/// or any outgoing connection, may get next: one took it before `cargo lambda watch` bound it.
+#[must_use]
+pub fn unused_port() -> u16 {
+    loop {
+        let port = rand::random_range(20_000..32_768);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && std::net::TcpListener::bind(("::", port)).is_ok()
+        {
+            return port;
+        }
+    }
+}
+
 /// A random lowercase name with `prefix`, unique per test.
 pub fn unique_name(prefix: &str) -> String {
     let suffix: String = rand::rng()
