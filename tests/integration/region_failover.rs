@@ -102,6 +102,18 @@ impl World {
         panic!("not reached in {MAX_ROUNDS} rounds: {what}");
     }
 
+    /// Rounds of `ma` (region a's) and `mb` (b's) until each publishes its own region only.
+    async fn until_each_publishes_its_own(&self, ma: &Manager, mb: &Manager) {
+        let (a, b) = (&self.env.a().region, &self.env.b().region);
+        self.rounds_until(
+            &[ma, mb],
+            "each region publishes its own",
+            |_| {},
+            |_| ma.served().regions() == set(&[a]) && mb.served().regions() == set(&[b]),
+        )
+        .await;
+    }
+
     /// One round of every manager of `running`, its writes then replicated.
     async fn round(&self, running: &[&Manager]) {
         for manager in running {
@@ -127,14 +139,7 @@ async fn a_regions_stopped_pollers_are_replaced_by_the_other_regions_and_it_gets
     let (a, b) = (world.env.a().region.clone(), world.env.b().region.clone());
     let ma = world.manager(world.env.a(), "poller-a");
     let mb = world.manager(world.env.b(), "poller-b");
-    world
-        .rounds_until(
-            &[&ma, &mb],
-            "each region publishes its own",
-            |_| {},
-            |_| ma.served().regions() == set(&[&a]) && mb.served().regions() == set(&[&b]),
-        )
-        .await;
+    world.until_each_publishes_its_own(&ma, &mb).await;
 
     // When b's pollers stop
     drop(mb);
@@ -185,14 +190,7 @@ async fn a_cut_link_makes_both_regions_publish_both_until_it_is_restored_then_ea
     let (a, b) = (env.a().region.clone(), env.b().region.clone());
     let ma = world.manager(env.a(), "poller-a");
     let mb = world.manager(env.b(), "poller-b");
-    world
-        .rounds_until(
-            &[&ma, &mb],
-            "each region publishes its own",
-            |_| {},
-            |_| ma.served().regions() == set(&[&a]) && mb.served().regions() == set(&[&b]),
-        )
-        .await;
+    world.until_each_publishes_its_own(&ma, &mb).await;
 
     // When the link between them is cut, both alive: each stops hearing the other's heartbeat
     env.replicator.isolate(&b, &env.regions).await;

@@ -190,6 +190,47 @@ fn directories(args: &Args) -> Result<(std::path::PathBuf, std::path::PathBuf)> 
     Ok((bin_dir, log_dir))
 }
 
+/// The measured window's writer and the stream relay's progress, for its two parts (the warm-up,
+/// then the measured orders).
+struct Relaying<'a> {
+    writer: &'a OutboxWriter,
+    args: &'a Args,
+    mix: OrderMix,
+    written_bar: &'a indicatif::ProgressBar,
+    published: &'a mut PublishedCount,
+    published_bar: &'a indicatif::ProgressBar,
+    relay: &'a mut tokio::process::Child,
+}
+
+impl Relaying<'_> {
+    /// Writes `orders` at the rate while the stream relay publishes, until it has published
+    /// `published` events since the window's first order (or the timeout passed).
+    async fn write(
+        &mut self,
+        orders: &[u64],
+        published: u64,
+    ) -> (Result<orders::WrittenEvents>, Result<()>) {
+        tokio::join!(
+            write_orders(
+                self.writer,
+                orders,
+                Some(self.args.rate),
+                self.args.concurrency,
+                self.mix,
+                self.written_bar
+            ),
+            watch_published(
+                self.published,
+                0,
+                published,
+                self.args.timeout.into(),
+                self.published_bar,
+                self.relay
+            ),
+        )
+    }
+}
+
 async fn run(args: &Args) -> Result<Summary> {
     let started = Instant::now();
     let (bin_dir, log_dir) = directories(args)?;
@@ -266,45 +307,20 @@ async fn run(args: &Args) -> Result<Summary> {
     let written_bar = bars.add(bar(live.len() as u64, "orders   "));
     let published_bar = bars.add(bar(live_events, "published"));
     // The warm-up: written and published before the measured window opens.
-    let (warm_written, watched) = tokio::join!(
-        write_orders(
-            &writer,
-            warm_up,
-            Some(args.rate),
-            args.concurrency,
-            mix,
-            &written_bar
-        ),
-        watch_published(
-            &mut published,
-            0,
-            warm_up_events,
-            args.timeout.into(),
-            &published_bar,
-            &mut stream_relay
-        ),
-    );
+    let mut relaying = Relaying {
+        writer: &writer,
+        args,
+        mix,
+        written_bar: &written_bar,
+        published: &mut published,
+        published_bar: &published_bar,
+        relay: &mut stream_relay,
+    };
+    let (warm_written, watched) = relaying.write(warm_up, warm_up_events).await;
     let mut written = warm_written.context("writing the warm-up orders")?;
     watched.context("the warm-up orders")?;
     // The measured window.
-    let (measured_written, watched) = tokio::join!(
-        write_orders(
-            &writer,
-            measured,
-            Some(args.rate),
-            args.concurrency,
-            mix,
-            &written_bar
-        ),
-        watch_published(
-            &mut published,
-            0,
-            live_events,
-            args.timeout.into(),
-            &published_bar,
-            &mut stream_relay
-        ),
-    );
+    let (measured_written, watched) = relaying.write(measured, live_events).await;
     written_bar.finish();
     published_bar.finish();
     let measured_written = measured_written.context("writing orders")?;
