@@ -12,13 +12,13 @@ use outbox_tests::{TestEnv, emulator_endpoints, metric_sum, unique_name};
 use outbox_writer::{NewOrder, OrderLine, OrderStatus};
 use tokio::io::AsyncReadExt;
 
-/// Aggregates held by the outage, two events each: 25 a shard, over 16 shards.
-const AGGREGATES: usize = 400;
-/// The pollers' page: each shard's 50 events and 25 holds take several pages, as 2,000
+/// Aggregates held by the outage, two events each: about 12 a shard, over 16 shards.
+const AGGREGATES: usize = 200;
+/// The pollers' page: each shard's 25 events and 12 holds take several pages, as 2,000
 /// aggregates' do at the default page of 100 (a hold released on a later page than its events).
-const PAGE_SIZE: &str = "20";
+const PAGE_SIZE: &str = "10";
 /// The stream relay's batch: 8 batches' worth of held records, as 2,000 aggregates' at 500.
-const BATCH_SIZE: &str = "100";
+const BATCH_SIZE: &str = "50";
 /// Bound for the fleet to publish everything and release every hold; only reached when something
 /// is broken.
 const RECOVERY_TIMEOUT: Duration = Duration::from_secs(240);
@@ -26,7 +26,7 @@ const RECOVERY_TIMEOUT: Duration = Duration::from_secs(240);
 #[tokio::test(flavor = "multi_thread")]
 async fn aggregates_held_through_an_outage_are_released_by_a_fleet_with_nothing_missing_or_out_of_order()
  {
-    // Given 400 orders, each created and then confirmed, while the bus fails every entry: the
+    // Given 200 orders, each created and then confirmed, while the bus fails every entry: the
     // stream relay (hold mode) holds every order and leaves its two events to the poller
     let env = TestEnv::new().await;
     let writer = env.writer();
