@@ -6,12 +6,12 @@ use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse
 use chrono::{DateTime, Utc};
 use relay_runtime::{Event, IgnoreReason, State, Tally};
 
+use crate::metrics as m;
+
 /// The message of the line the handler logs (at info) for every batch it handled, with its
 /// counts (`published` among them) and where its time went: what `outbox-demo` reads its
 /// progress from, without a call to the emulators.
 pub const BATCH_HANDLED: &str = "batch handled";
-
-use crate::metrics as m;
 
 /// What happened to one record.
 #[derive(Debug, Clone, PartialEq, Eq)]
