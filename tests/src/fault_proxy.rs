@@ -265,22 +265,14 @@ impl FaultProxy {
     /// `DynamoDB_20120810.TransactWriteItems`) take effect upstream and answer a 500, whatever
     /// the rates say.
     pub fn lose_next_replies(&self, target: &str, calls: u32) {
-        self.state
-            .scripted_lost_replies
-            .lock()
-            .expect("scripted faults")
-            .insert(target.to_owned(), calls);
+        script(&self.state.scripted_lost_replies, target, calls);
     }
 
     /// The next `calls` calls of `target` (a DynamoDB `X-Amz-Target`, e.g.
     /// `DynamoDB_20120810.BatchExecuteStatement`) are answered `ThrottlingException` and not
     /// sent on, whatever the rates say; after the scripted lost replies, if both are scripted.
     pub fn throttle_next(&self, target: &str, calls: u32) {
-        self.state
-            .scripted_throttles
-            .lock()
-            .expect("scripted faults")
-            .insert(target.to_owned(), calls);
+        script(&self.state.scripted_throttles, target, calls);
     }
 
     /// Every call of `target` (an `X-Amz-Target`, e.g.
@@ -455,6 +447,14 @@ fn dynamodb_throttle() -> Plan {
         StatusCode::BAD_REQUEST,
         json!({"__type": "com.amazonaws.dynamodb.v20120810#ThrottlingException", "message": "injected: rate exceeded"}),
     )
+}
+
+/// Scripts `target`'s next `calls` calls in `scripted` (replacing what was left).
+fn script(scripted: &Mutex<HashMap<String, u32>>, target: &str, calls: u32) {
+    scripted
+        .lock()
+        .expect("scripted faults")
+        .insert(target.to_owned(), calls);
 }
 
 /// Takes one of `target`'s scripted faults left in `scripted`: whether there was one.
