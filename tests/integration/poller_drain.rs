@@ -522,23 +522,6 @@ async fn set_ttl(env: &TestEnv, pk: &str, sk: &str, ttl: i64) {
         .expect("set ttl");
 }
 
-/// Turns the TTL of `env`'s table on (or off) on `attribute`.
-async fn set_time_to_live(env: &TestEnv, enabled: bool, attribute: &str) {
-    env.dynamodb
-        .update_time_to_live()
-        .table_name(&env.table_name)
-        .time_to_live_specification(
-            aws_sdk_dynamodb::types::TimeToLiveSpecification::builder()
-                .enabled(enabled)
-                .attribute_name(attribute)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("TTL enabled {enabled} on {attribute}: {e}"));
-}
-
 on_every_target!(expired_pending_events_are_published_and_kept_the_retention_after);
 
 async fn expired_pending_events_are_published_and_kept_the_retention_after(kind: TargetKind) {
@@ -553,8 +536,8 @@ async fn expired_pending_events_are_published_and_kept_the_retention_after(kind:
     // DynamoDB Local 1.25.1's deletions in the other tables, which the tests that wait for a TTL
     // deletion saw as none within a minute). Two calls: DynamoDB changes a TTL's attribute only
     // through off.
-    set_time_to_live(&env, false, attr::TTL).await;
-    set_time_to_live(&env, true, "noSuchAttribute").await;
+    outbox_tests::set_time_to_live(&env.dynamodb, &env.table_name, false, attr::TTL).await;
+    outbox_tests::set_time_to_live(&env.dynamodb, &env.table_name, true, "noSuchAttribute").await;
     let mut written = create_orders(&env, 20).await;
     let yesterday = Utc::now().timestamp() - 24 * 3600;
     for item in env.outbox_items().await {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType, StreamSpecification, StreamViewType, TimeToLiveSpecification,
+    ScalarAttributeType, StreamSpecification, StreamViewType,
 };
 use outbox_infra::Template;
 use outbox_tests::TestEnv;
@@ -159,19 +159,7 @@ async fn table_without_index(env: &TestEnv) -> String {
         .send()
         .await
         .expect("create the table without index");
-    env.dynamodb
-        .update_time_to_live()
-        .table_name(&name)
-        .time_to_live_specification(
-            TimeToLiveSpecification::builder()
-                .enabled(true)
-                .attribute_name(&ttl.attribute_name)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .expect("TTL on");
+    outbox_tests::set_time_to_live(&env.dynamodb, &name, true, &ttl.attribute_name).await;
     let published = item(json!({
         "PK": "USER#u-7", "SK": "OUTBOX#0194a001-0000-7000-8000-000000000001",
         "EntityType": "OutboxEvent", "EventId": "0194a001-0000-7000-8000-000000000001",

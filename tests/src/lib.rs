@@ -152,16 +152,49 @@ const TEST_ROLE_ARN: &str = "arn:aws:iam::123456789012:role/outbox-tests-deliver
 /// on): below the kernel's ephemeral range (32768 and up on Linux), free on both families. A port
 /// from that range (what binding port 0 gives, released) is what any other server of the suite,
 /// or any outgoing connection, may get next: one took it before `cargo lambda watch` bound it.
+/// (On a machine without IPv6 the IPv4 check alone decides.)
+///
+/// # Panics
+/// When a thousand ports in a row are taken.
 #[must_use]
 pub fn unused_port() -> u16 {
-    loop {
+    for _ in 0..1000 {
         let port = rand::random_range(20_000..32_768);
+        let taken = |bound: std::io::Result<std::net::TcpListener>| {
+            bound.is_err_and(|e| e.kind() == std::io::ErrorKind::AddrInUse)
+        };
         if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
-            && std::net::TcpListener::bind(("::", port)).is_ok()
+            && !taken(std::net::TcpListener::bind(("::", port)))
         {
             return port;
         }
     }
+    panic!("no free loopback port in 20000..32768 after a thousand tries");
+}
+
+/// Turns the TTL of `table` on (or off) on `attribute`.
+///
+/// # Panics
+/// When DynamoDB refuses the change.
+pub async fn set_time_to_live(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    enabled: bool,
+    attribute: &str,
+) {
+    dynamodb
+        .update_time_to_live()
+        .table_name(table)
+        .time_to_live_specification(
+            aws_sdk_dynamodb::types::TimeToLiveSpecification::builder()
+                .enabled(enabled)
+                .attribute_name(attribute)
+                .build()
+                .expect("a TTL specification"),
+        )
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("TTL of {table} enabled {enabled} on {attribute}: {e}"));
 }
 
 /// A random lowercase name with `prefix`, unique per test.
