@@ -104,7 +104,7 @@ fn named_codes(sources: &str) -> HashSet<&str> {
         b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':')
     }
     let bytes = sources.as_bytes();
-    // The code starting at `start`, if it ends at `end` with `closing`.
+    // The code starting at `start`, if `closing` follows it.
     let code_at = |start: usize, closing: &[u8]| -> Option<&str> {
         let end = start + bytes[start..].iter().take_while(|b| code_char(**b)).count();
         (end > start && bytes[end..].starts_with(closing)).then(|| &sources[start..end])
@@ -213,19 +213,7 @@ async fn every_code_the_classification_names_is_one_the_sdk_can_produce() {
     let refused_key = recorded_key_refused(&env).await;
     assert_eq!(refused_key, "UnrecognizedClientException");
 
-    // Then each target kind's codes are its SDK's (or recorded from its service's emulator)
-    let mut unknown = Vec::new();
-    for &kind in TargetKind::all() {
-        let sdk = sources(&dirs, &[sdk_of(kind)]);
-        let named = named_codes(&sdk);
-        for code in kind.spec().named_codes() {
-            let recorded_here = kind == TargetKind::Sqs && code == recorded;
-            if !named.contains(code) && !recorded_here {
-                unknown.push(format!("{kind}: {code} (not in {})", sdk_of(kind)));
-            }
-        }
-    }
-    // And the codes every service shares are named by one of the SDK crates the workspace uses
+    // The codes each SDK crate the workspace uses names, its sources read once
     let every_sdk: Vec<&str> = dirs
         .keys()
         .map(String::as_str)
@@ -235,8 +223,30 @@ async fn every_code_the_classification_names_is_one_the_sdk_can_produce() {
                 || *name == "aws-runtime"
         })
         .collect();
-    let all = sources(&dirs, &every_sdk);
-    let named = named_codes(&all);
+    let sources_by_crate: BTreeMap<&str, String> = every_sdk
+        .iter()
+        .map(|name| (*name, sources(&dirs, &[name])))
+        .collect();
+    let named_by_crate: BTreeMap<&str, HashSet<&str>> = sources_by_crate
+        .iter()
+        .map(|(name, text)| (*name, named_codes(text)))
+        .collect();
+
+    // Then each target kind's codes are its SDK's (or recorded from its service's emulator)
+    let mut unknown = Vec::new();
+    for &kind in TargetKind::all() {
+        let named = named_by_crate
+            .get(sdk_of(kind))
+            .unwrap_or_else(|| panic!("{} is not in the dependency graph", sdk_of(kind)));
+        for code in kind.spec().named_codes() {
+            let recorded_here = kind == TargetKind::Sqs && code == recorded;
+            if !named.contains(code) && !recorded_here {
+                unknown.push(format!("{kind}: {code} (not in {})", sdk_of(kind)));
+            }
+        }
+    }
+    // And the codes every service shares are named by one of the SDK crates the workspace uses
+    let named: HashSet<&str> = named_by_crate.values().flatten().copied().collect();
     for (list, codes) in [
         ("THROTTLING_CODES", THROTTLING_CODES),
         ("TRANSIENT_CODES", TRANSIENT_CODES),
