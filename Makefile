@@ -29,10 +29,11 @@ TEST_THREADS ?= 4
 
 # The build comes first, whole: the workspace's binaries with its tests, as the integration tests
 # run them (outbox_tests::workspace_binary), so no test waits on a build and cargo test builds nothing.
+# The emulators' first install (downloads, mostly) runs beside it (PARALLEL).
 ## The whole test suite (unit, integration and end-to-end) against a private local emulator, with a
 ## local global table of two regions.
 test:
-	$(CARGO) build --workspace --bins --tests --locked
+	$(call beside,$(CARGO) build --workspace --bins --tests --locked,$(EMULATOR) install)
 	EMULATOR_REGIONS=$(TEST_REGIONS) RUST_TEST_THREADS=$(TEST_THREADS) $(EMULATOR) run -- $(CARGO) test --workspace --locked
 	$(MAKE) test-custom-bus-double
 
@@ -46,14 +47,22 @@ test-custom-bus-double:
 config-reference:
 	UPDATE_CONFIG_REFERENCE=1 $(CARGO) test -p outbox-tests --test integration config_reference
 
-## Formatting and lints, as CI runs them.
-check: fmt clippy lint-infra guard
+## Formatting and lints, as CI runs them: clippy beside the template's linters (whose first install
+## mostly waits on downloads).
+check: fmt
+	$(call beside,$(CLIPPY),scripts/lint-infra.sh && scripts/guard.sh)
+
+# $(call beside,A,B): the shell commands A and B at once, B in the background, failing if either
+# fails. Not make's -j: cargo would take its jobs from make's jobserver and build one crate at a
+# time. (lint-infra before guard: both read the SAM-transformed template, from lint-infra's tools.)
+beside = ( $(2) ) & other=$$!; $(1); status=$$?; wait $$other && exit $$status
 
 fmt:
 	$(CARGO) fmt --all -- --check
 
+CLIPPY = $(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 clippy:
-	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	$(CLIPPY)
 
 ## cfn-lint and checkov on infra/ (pinned, in .venv-lint; installed on first use).
 lint-infra:

@@ -18,7 +18,7 @@ use super::ports::PollerPorts;
 use super::stats::{PassStats, Totals};
 use super::ttl::TtlRefresh;
 use crate::assignment::{PageStart, ShardAssignment};
-use crate::index::{Cursor, PendingPages, RawItem};
+use crate::index::{IndexError, PendingPage, PendingPages, RawItem};
 
 /// The pages of the pending index, relayed, and the holds they publish past released.
 pub(super) struct Pages<W: PollerPorts> {
@@ -83,6 +83,10 @@ impl<W: PollerPorts> Pages<W> {
     /// may start, and until when it may publish (a lease can be lost or handed over mid-pass);
     /// `None` for the partitions the sweep found, whose pages always may.
     ///
+    /// The next page is read while this one is relayed (its cursor is known once this one is
+    /// read), so a backlog's pages cost a `Query`'s round trip less each. A page read ahead is
+    /// dropped unread when the pass stops before it (cancelled, the lease lost).
+    ///
     /// The holds are read after a page only when it moved something out of the index: a page
     /// whose every event stayed pending (an outage) releases no hold, and neither does an idle
     /// partition's empty page, so reading them would only cost. With `keep_holds` (a pass that
@@ -99,7 +103,8 @@ impl<W: PollerPorts> Pages<W> {
         cancel: &CancellationToken,
     ) -> PassStats {
         let mut stats = PassStats::default();
-        let mut start: Option<Cursor> = None;
+        // The next page, read while this one was relayed.
+        let mut read_ahead: Option<Result<PendingPage, IndexError>> = None;
         let mut holds = self.holds.of_partition(partition, before);
         loop {
             if cancel.is_cancelled() {
@@ -119,10 +124,14 @@ impl<W: PollerPorts> Pages<W> {
                 );
                 break;
             };
-            let page = self
-                .index
-                .query_page(partition, before, self.page_size, start.take())
-                .await;
+            let page = match read_ahead.take() {
+                Some(page) => page,
+                None => {
+                    self.index
+                        .query_page(partition, before, self.page_size, None)
+                        .await
+                }
+            };
             let page = match page {
                 Ok(page) => page,
                 Err(err) => {
@@ -149,9 +158,20 @@ impl<W: PollerPorts> Pages<W> {
                     .first()
                     .and_then(|item| string_attr(item, attr::CREATED_AT));
             }
-            let progressed = self
-                .relay_page(partition, items, deadline, held_back, &mut stats)
-                .await;
+            let next_page = page.next.clone().map(|next| {
+                self.index
+                    .query_page(partition, before, self.page_size, Some(next))
+            });
+            let (progressed, next_page) = futures::join!(
+                self.relay_page(partition, items, deadline, held_back, &mut stats),
+                async {
+                    match next_page {
+                        Some(read) => Some(read.await),
+                        None => None,
+                    }
+                }
+            );
+            read_ahead = next_page;
             let last_page = page.next.is_none();
             if let Some(passed) = passed.filter(|_| progressed || (last_page && keep_holds)) {
                 let released = stats.holds_released;
@@ -164,14 +184,11 @@ impl<W: PollerPorts> Pages<W> {
             if let Some((a, leased)) = lease {
                 a.end_page(leased);
             }
-            match page.next {
-                Some(next) => start = Some(next),
-                None => {
-                    if let Some((a, leased)) = lease {
-                        a.partition_polled(leased);
-                    }
-                    break;
+            if last_page {
+                if let Some((a, leased)) = lease {
+                    a.partition_polled(leased);
                 }
+                break;
             }
         }
         stats

@@ -261,6 +261,77 @@ async fn an_event_not_sent_holds_back_its_aggregates_later_event_on_a_later_page
     assert_eq!(x, ["x-1", "x-2"]);
 }
 
+/// Every shard of [`all`], each page allowed but in `partition`, whose pages may start until
+/// `pages` have: then its pass stops, as it does when its lease is lost mid-pass.
+struct PagesThenStop {
+    partition: String,
+    pages: std::sync::atomic::AtomicUsize,
+}
+
+impl crate::assignment::ShardAssignment for PagesThenStop {
+    async fn for_pass(&self) -> crate::assignment::PassShards {
+        all().for_pass().await
+    }
+
+    fn begin_page(&self, partition: &schema::PendingPartition) -> crate::assignment::PageStart {
+        if partition.gsi1pk() != self.partition {
+            return all().begin_page(partition);
+        }
+        let left = self.pages.fetch_update(
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+            |left| left.checked_sub(1),
+        );
+        match left {
+            Ok(_) => crate::assignment::PageStart::Go {
+                deadline: relay_runtime::Deadline::NONE,
+            },
+            Err(_) => crate::assignment::PageStart::Stop,
+        }
+    }
+
+    fn end_page(&self, _: &schema::PendingPartition) {}
+
+    fn partition_polled(&self, _: &schema::PendingPartition) {}
+}
+
+#[tokio::test]
+async fn a_page_read_ahead_is_not_relayed_once_the_pass_may_not_go_on() {
+    // Given aggregate x's six events on three pages of one shard, and a lease that lets one page
+    // start (the second page is read while the first is relayed)
+    let table = Table::default();
+    for seq in 1..=6 {
+        table.insert(event("x", seq, i64::try_from(seq).unwrap()));
+    }
+    let poller = poller(&table, 2);
+    let one_page = PagesThenStop {
+        partition: decode::string_attr(&event("x", 1, 1), attr::GSI1PK).unwrap(),
+        pages: std::sync::atomic::AtomicUsize::new(1),
+    };
+
+    // When a pass runs
+    let stats = poller
+        .pass(&one_page, later(), &CancellationToken::new())
+        .await;
+
+    // Then only the first page is relayed: the page read ahead is dropped, its events pending
+    assert_eq!((stats.taken, stats.published), (2, 2), "{stats:?}");
+    assert_eq!(table.pending(), 4);
+
+    // And the next pass, every page allowed, publishes the rest in order
+    poller
+        .pass(&all(), later(), &CancellationToken::new())
+        .await;
+    let x: Vec<_> = table
+        .published
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| e.event_id.clone())
+        .collect();
+    assert_eq!(x, ["x-1", "x-2", "x-3", "x-4", "x-5", "x-6"]);
+}
+
 #[tokio::test]
 async fn a_lost_mark_race_is_counted_not_an_error() {
     // Given an event another relay marks while this one publishes it
