@@ -5,6 +5,9 @@
 //! holds the page published past released ([`super::holds`]).
 
 use std::collections::HashMap;
+use std::pin::Pin;
+
+use futures::future::Either;
 
 use chrono::Utc;
 use outbox_shared::ItemKey;
@@ -19,6 +22,9 @@ use super::stats::{PassStats, Totals};
 use super::ttl::TtlRefresh;
 use crate::assignment::{PageStart, ShardAssignment};
 use crate::index::{IndexError, PendingPage, PendingPages, RawItem};
+
+/// A page of the index being read.
+type PageRead<'a> = Pin<Box<dyn Future<Output = Result<PendingPage, IndexError>> + Send + 'a>>;
 
 /// The pages of the pending index, relayed, and the holds they publish past released.
 pub(super) struct Pages<W: PollerPorts> {
@@ -103,8 +109,8 @@ impl<W: PollerPorts> Pages<W> {
         cancel: &CancellationToken,
     ) -> PassStats {
         let mut stats = PassStats::default();
-        // The next page, read while this one was relayed.
-        let mut read_ahead: Option<Result<PendingPage, IndexError>> = None;
+        // The next page, being read (or read) while this one was relayed.
+        let mut read_ahead: Option<PageRead<'_>> = None;
         let mut holds = self.holds.of_partition(partition, before);
         loop {
             if cancel.is_cancelled() {
@@ -125,7 +131,7 @@ impl<W: PollerPorts> Pages<W> {
                 break;
             };
             let page = match read_ahead.take() {
-                Some(page) => page,
+                Some(read) => read.await,
                 None => {
                     self.index
                         .query_page(partition, before, self.page_size, None)
@@ -158,20 +164,30 @@ impl<W: PollerPorts> Pages<W> {
                     .first()
                     .and_then(|item| string_attr(item, attr::CREATED_AT));
             }
-            let next_page = page.next.clone().map(|next| {
-                self.index
-                    .query_page(partition, before, self.page_size, Some(next))
-            });
-            let (progressed, next_page) = futures::join!(
-                self.relay_page(partition, items, deadline, held_back, &mut stats),
-                async {
-                    match next_page {
-                        Some(read) => Some(read.await),
-                        None => None,
+            let relay = self.relay_page(partition, items, deadline, held_back, &mut stats);
+            let progressed = match &page.next {
+                // The relay is not held up by the read: once the page is relayed, the read goes
+                // on (unpolled until the next page starts), and the page ends as before.
+                Some(next) => {
+                    let read: PageRead<'_> = Box::pin(self.index.query_page(
+                        partition,
+                        before,
+                        self.page_size,
+                        Some(next.clone()),
+                    ));
+                    match futures::future::select(std::pin::pin!(relay), read).await {
+                        Either::Left((progressed, read)) => {
+                            read_ahead = Some(read);
+                            progressed
+                        }
+                        Either::Right((next_page, relay)) => {
+                            read_ahead = Some(Box::pin(std::future::ready(next_page)));
+                            relay.await
+                        }
                     }
                 }
-            );
-            read_ahead = next_page;
+                None => relay.await,
+            };
             let last_page = page.next.is_none();
             if let Some(passed) = passed.filter(|_| progressed || (last_page && keep_holds)) {
                 let released = stats.holds_released;
