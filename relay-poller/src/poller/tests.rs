@@ -251,14 +251,7 @@ async fn an_event_not_sent_holds_back_its_aggregates_later_event_on_a_later_page
     poller
         .pass(&all(), later(), &CancellationToken::new())
         .await;
-    let x: Vec<_> = table
-        .published
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|e| e.event_id.clone())
-        .collect();
-    assert_eq!(x, ["x-1", "x-2"]);
+    assert_eq!(table.published_ids(), ["x-1", "x-2"]);
 }
 
 /// Every shard of [`all`], each page allowed but in `partition`, whose pages may start until
@@ -322,14 +315,10 @@ async fn a_page_read_ahead_is_not_relayed_once_the_pass_may_not_go_on() {
     poller
         .pass(&all(), later(), &CancellationToken::new())
         .await;
-    let x: Vec<_> = table
-        .published
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|e| e.event_id.clone())
-        .collect();
-    assert_eq!(x, ["x-1", "x-2", "x-3", "x-4", "x-5", "x-6"]);
+    assert_eq!(
+        table.published_ids(),
+        ["x-1", "x-2", "x-3", "x-4", "x-5", "x-6"]
+    );
 }
 
 #[tokio::test]

@@ -85,6 +85,16 @@ impl Table {
         in_index - self.lagging.lock().unwrap().len()
     }
 
+    /// The ids of the events published, in the order they were.
+    pub(super) fn published_ids(&self) -> Vec<String> {
+        self.published
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| e.event_id.clone())
+            .collect()
+    }
+
     /// The lagging index catches up with the table: the marked items leave it.
     pub(super) fn catch_up_index(&self) {
         let lagging = std::mem::take(&mut *self.lagging.lock().unwrap());
