@@ -29,7 +29,7 @@ TEST_THREADS ?= 4
 
 # The build comes first, whole: the workspace's binaries with its tests, as the integration tests
 # run them (outbox_tests::workspace_binary), so no test waits on a build and cargo test builds nothing.
-# The emulators' first install (downloads, mostly) runs beside it (PARALLEL).
+# The emulators' first install (downloads and pip's work) runs beside it (`beside`, below).
 ## The whole test suite (unit, integration and end-to-end) against a private local emulator, with a
 ## local global table of two regions.
 test:
@@ -47,8 +47,8 @@ test-custom-bus-double:
 config-reference:
 	UPDATE_CONFIG_REFERENCE=1 $(CARGO) test -p outbox-tests --test integration config_reference
 
-## Formatting and lints, as CI runs them: clippy beside the template's linters (whose first install
-## mostly waits on downloads).
+## Formatting and lints, as CI runs them: clippy beside the template's linters and Guard (their
+## first install included).
 check: fmt
 	$(call beside,$(CLIPPY),scripts/lint-infra.sh && scripts/guard.sh)
 
