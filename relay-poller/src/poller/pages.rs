@@ -175,14 +175,16 @@ impl<W: PollerPorts> Pages<W> {
                         self.page_size,
                         Some(next.clone()),
                     ));
-                    match futures::future::select(std::pin::pin!(relay), read).await {
-                        Either::Left((progressed, read)) => {
-                            read_ahead = Some(read);
-                            progressed
-                        }
-                        Either::Right((next_page, relay)) => {
+                    // The read is polled first, so its request is on its way before the relay
+                    // starts its own.
+                    match futures::future::select(read, std::pin::pin!(relay)).await {
+                        Either::Left((next_page, relay)) => {
                             read_ahead = Some(Box::pin(std::future::ready(next_page)));
                             relay.await
+                        }
+                        Either::Right((progressed, read)) => {
+                            read_ahead = Some(read);
+                            progressed
                         }
                     }
                 }

@@ -297,8 +297,9 @@ async fn a_page_read_ahead_is_not_relayed_once_the_pass_may_not_go_on() {
         table.insert(event("x", seq, i64::try_from(seq).unwrap()));
     }
     let poller = poller(&table, 2);
+    let partition = decode::string_attr(&event("x", 1, 1), attr::GSI1PK).unwrap();
     let one_page = PagesThenStop {
-        partition: decode::string_attr(&event("x", 1, 1), attr::GSI1PK).unwrap(),
+        partition: partition.clone(),
         pages: std::sync::atomic::AtomicUsize::new(1),
     };
 
@@ -307,7 +308,9 @@ async fn a_page_read_ahead_is_not_relayed_once_the_pass_may_not_go_on() {
         .pass(&one_page, later(), &CancellationToken::new())
         .await;
 
-    // Then only the first page is relayed: the page read ahead is dropped, its events pending
+    // Then the second page was read while the first was relayed, and only the first is relayed:
+    // the page read ahead is dropped, its events pending
+    assert_eq!(table.pages_read.lock().unwrap()[&partition], 2);
     assert_eq!((stats.taken, stats.published), (2, 2), "{stats:?}");
     assert_eq!(table.pending(), 4);
 

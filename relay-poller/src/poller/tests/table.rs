@@ -52,6 +52,8 @@ pub(super) struct Table {
     pub(super) holds: FakeHoldStore,
     /// Pages of holds read, per event partition.
     pub(super) hold_pages: Mutex<HashMap<String, u64>>,
+    /// Pages of pending events read, per partition.
+    pub(super) pages_read: Mutex<HashMap<String, u64>>,
     /// Last events of holds read from the table.
     pub(super) hold_reads: Mutex<Vec<ItemKey>>,
 }
@@ -169,6 +171,12 @@ impl PendingPages for &Table {
         limit: i32,
         start: Option<Cursor>,
     ) -> Result<PendingPage, IndexError> {
+        *self
+            .pages_read
+            .lock()
+            .unwrap()
+            .entry(shard.to_owned())
+            .or_default() += 1;
         let index = self.index.lock().unwrap();
         let after = start.map(|c| c[attr::GSI1SK].as_s().unwrap().clone());
         let mut items: Vec<RawItem> = index
