@@ -7,9 +7,8 @@
 use std::collections::HashMap;
 use std::pin::Pin;
 
-use futures::future::Either;
-
 use chrono::Utc;
+use futures::future::Either;
 use outbox_shared::ItemKey;
 use outbox_shared::schema::{PendingPartition, attr};
 use relay_runtime::{Behind, Deadline, Event, EventRelay, RecentKeys, State};

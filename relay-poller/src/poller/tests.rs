@@ -7,7 +7,7 @@ use relay_runtime::AggregateHolds;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::assignment::StaticShards;
+use crate::assignment::{PageStart, PassShards, StaticShards};
 use crate::index::RawItem;
 
 mod table;
@@ -261,12 +261,12 @@ struct PagesThenStop {
     pages: std::sync::atomic::AtomicUsize,
 }
 
-impl crate::assignment::ShardAssignment for PagesThenStop {
-    async fn for_pass(&self) -> crate::assignment::PassShards {
+impl ShardAssignment for PagesThenStop {
+    async fn for_pass(&self) -> PassShards {
         all().for_pass().await
     }
 
-    fn begin_page(&self, partition: &schema::PendingPartition) -> crate::assignment::PageStart {
+    fn begin_page(&self, partition: &schema::PendingPartition) -> PageStart {
         if partition.gsi1pk() != self.partition {
             return all().begin_page(partition);
         }
@@ -276,10 +276,10 @@ impl crate::assignment::ShardAssignment for PagesThenStop {
             |left| left.checked_sub(1),
         );
         match left {
-            Ok(_) => crate::assignment::PageStart::Go {
+            Ok(_) => PageStart::Go {
                 deadline: relay_runtime::Deadline::NONE,
             },
-            Err(_) => crate::assignment::PageStart::Stop,
+            Err(_) => PageStart::Stop,
         }
     }
 
