@@ -163,8 +163,9 @@ impl<W: PollerPorts> Pages<W> {
                     .first()
                     .and_then(|item| string_attr(item, attr::CREATED_AT));
             }
+            let last_page = page.next.is_none();
             let relay = self.relay_page(partition, items, deadline, held_back, &mut stats);
-            let progressed = match &page.next {
+            let progressed = match page.next {
                 // The relay is not held up by the read: once the page is relayed, the read goes
                 // on (unpolled until the next page starts), and the page ends as before.
                 Some(next) => {
@@ -172,7 +173,7 @@ impl<W: PollerPorts> Pages<W> {
                         partition,
                         before,
                         self.page_size,
-                        Some(next.clone()),
+                        Some(next),
                     ));
                     // The read is polled first, so its request is on its way before the relay
                     // starts its own.
@@ -189,7 +190,6 @@ impl<W: PollerPorts> Pages<W> {
                 }
                 None => relay.await,
             };
-            let last_page = page.next.is_none();
             if let Some(passed) = passed.filter(|_| progressed || (last_page && keep_holds)) {
                 let released = stats.holds_released;
                 holds
